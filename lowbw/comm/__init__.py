@@ -1,0 +1,1 @@
+"""lowbw.comm (under construction)."""

@@ -1,0 +1,1 @@
+"""lowbw.compress (under construction)."""

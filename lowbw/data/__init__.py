@@ -1,0 +1,1 @@
+"""lowbw.data (under construction)."""

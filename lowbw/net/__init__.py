@@ -1,0 +1,1 @@
+"""lowbw.net (under construction)."""

@@ -1,0 +1,1 @@
+"""lowbw.report (under construction)."""

@@ -1,0 +1,1 @@
+"""lowbw.train (under construction)."""
