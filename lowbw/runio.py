@@ -6,6 +6,7 @@ A run directory is the contract between layers (see README): ``config.json``, ``
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import platform
@@ -33,10 +34,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
-        try:
+        with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
-        except FileNotFoundError:
-            pass
         raise
     return path
 
