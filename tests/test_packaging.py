@@ -1,0 +1,62 @@
+"""The project installs as declared: pyproject and environment.yml agree, torch is the pinned CPU build,
+torchvision stays optional, and `import lowbw` is cheap."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+import tomllib
+from pathlib import Path
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _name(req: str) -> str:
+    return re.split(r"[<>=!~ \[]", req.strip(), maxsplit=1)[0].lower().replace("_", "-")
+
+
+def _pyproject_reqs() -> dict[str, str]:
+    meta = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    reqs = list(meta["dependencies"]) + list(meta["optional-dependencies"]["dev"])
+    return {_name(r): r.replace(" ", "") for r in reqs}
+
+
+def _conda_reqs() -> dict[str, str]:
+    env = yaml.safe_load((ROOT / "environment.yml").read_text())
+    out: dict[str, str] = {}
+    for dep in env["dependencies"]:
+        items = dep["pip"] if isinstance(dep, dict) else [dep]
+        for d in items:
+            if d.startswith("-e") or _name(d) in ("python", "pip"):
+                continue
+            out[_name(d)] = d.replace(" ", "")
+    return out
+
+
+def test_environment_yml_lists_the_same_dependencies_as_pyproject():
+    py, conda = _pyproject_reqs(), _conda_reqs()
+    assert sorted(py) == sorted(conda), f"only in pyproject: {set(py) - set(conda)}; only in conda: {set(conda) - set(py)}"
+    for name in py:
+        assert py[name] == conda[name], f"{name}: pyproject says {py[name]!r}, environment.yml {conda[name]!r}"
+
+
+def test_torch_is_pinned_exactly_and_torchvision_is_not_required():
+    py = _pyproject_reqs()
+    assert py["torch"] == "torch==2.13.0"
+    assert "torchvision" not in py
+
+
+def test_import_lowbw_is_cheap_and_lazy():
+    code = "import sys, lowbw; print('torch' in sys.modules, lowbw.__version__)"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.split()
+    assert out[0] == "False"  # importing the package does not import torch
+    assert out[1] == "0.1.0"
+
+
+def test_top_level_layout():
+    for p in ["README.md", "environment.yml", "lowbw", "notebooks", "runs", "paper", "tests", "Snakefile",
+              "pyproject.toml", "config", ".ci/run", "runs/README.md"]:
+        assert (ROOT / p).exists(), p
