@@ -1,0 +1,76 @@
+"""The experiment grid: expand config blocks into runs, and spell each run's parameters as its path.
+
+A run directory is ``runs/<experiment>/<key>~<value>/.../seed~<s>`` (Snakemake's Paramspace convention):
+keys in the order the grid lists them, seed last, so the path alone says what the run is.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from typing import Any
+
+import yaml
+
+__all__ = ["expand", "encode", "decode", "run_config", "run_dirs"]
+
+_SAFE = re.compile(r"^[A-Za-z0-9_.+\-]+$")
+
+
+def _fmt(v: Any) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, float) and v.is_integer():
+        v = int(v)
+    s = str(v)
+    if not _SAFE.match(s):
+        raise ValueError(f"grid value {v!r} cannot be spelled in a path (allowed characters: A-Z a-z 0-9 _ . + -)")
+    return s
+
+
+def encode(params: dict[str, Any]) -> str:
+    """``{"compressor": "topk", "seed": 0}`` -> ``"compressor~topk/seed~0"`` (insertion order kept)."""
+    for k in params:
+        if not _SAFE.match(k) or "~" in k:
+            raise ValueError(f"grid key {k!r} cannot be spelled in a path")
+    return "/".join(f"{k}~{_fmt(v)}" for k, v in params.items())
+
+
+def decode(path: str) -> dict[str, Any]:
+    """Inverse of ``encode``; values are parsed as YAML scalars (``10`` -> 10, ``true`` -> True)."""
+    out: dict[str, Any] = {}
+    for part in path.strip("/").split("/"):
+        if "~" not in part:
+            raise ValueError(f"path component {part!r} is not of the form key~value")
+        k, v = part.split("~", 1)
+        out[k] = yaml.safe_load(v)
+    return out
+
+
+def expand(experiment: dict[str, Any], seeds: list[int]) -> list[dict[str, Any]]:
+    """All grid points of one experiment block (``base``, ``grid``, optional ``seeds``), seed last."""
+    grid = dict(experiment.get("grid") or {})
+    seeds = list(experiment.get("seeds") or seeds)
+    keys = list(grid)
+    runs = []
+    for values in itertools.product(*(grid[k] for k in keys)):
+        for s in seeds:
+            runs.append({**dict(zip(keys, values)), "seed": s})
+    return runs
+
+
+def run_config(config: dict[str, Any], experiment: str, params: dict[str, Any]) -> dict[str, Any]:
+    """The flat RunConfig dict for one run: train_defaults < experiment base < grid point."""
+    if experiment not in config["experiments"]:
+        raise ValueError(f"experiment={experiment!r} is not in the config; have: {sorted(config['experiments'])}")
+    exp = config["experiments"][experiment]
+    return {**(config.get("train_defaults") or {}), **exp["base"], **params}
+
+
+def run_dirs(config: dict[str, Any], root: str = "runs") -> list[str]:
+    """Every training run directory of the config, in a stable order."""
+    out = []
+    for name, exp in config["experiments"].items():
+        for p in expand(exp, config["seeds"]):
+            out.append(f"{root}/{name}/{encode(p)}")
+    return out

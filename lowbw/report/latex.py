@@ -1,0 +1,83 @@
+"""LaTeX output: booktabs tables, ``\\newcommand`` numbers, escaping. Pure string functions."""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+__all__ = ["escape", "macro_name", "numbers_tex", "booktabs", "fmt_num", "fmt_pm"]
+
+_ESC = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
+        "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
+
+
+def escape(text: Any) -> str:
+    """Escape LaTeX special characters in plain text."""
+    return "".join(_ESC.get(c, c) for c in str(text))
+
+
+_DIGITS = ["Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"]
+
+
+def macro_name(*parts: Any) -> str:
+    """A valid macro name (letters only) from parts: ``("e1", "ring", 100)`` -> ``EOneRingOneZeroZero``."""
+    out = []
+    for p in parts:
+        for tok in re.findall(r"[A-Za-z]+|[0-9]", str(p)):
+            out.append(_DIGITS[int(tok)] if tok.isdigit() else tok[0].upper() + tok[1:])
+    name = "".join(out)
+    if not name:
+        raise ValueError(f"macro name from {parts!r} is empty")
+    return name
+
+
+def fmt_num(x: float | int | None, digits: int = 3) -> str:
+    """Compact number for prose/tables: ``digits`` significant digits, thousands grouped, '--' for missing."""
+    if x is None or (isinstance(x, float) and not math.isfinite(x)):
+        return "--"
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) >= 10 ** (digits - 1)):
+        return f"{int(round(x)):,}".replace(",", "{,}")
+    if x == 0:
+        return "0"
+    mag = int(math.floor(math.log10(abs(x))))
+    decimals = max(0, digits - 1 - mag)
+    s = f"{x:,.{decimals}f}"
+    return s.replace(",", "{,}")
+
+
+def fmt_pm(mean: float, std: float | None, digits: int = 3) -> str:
+    """``mean \\pm std`` (std omitted when None or NaN)."""
+    if std is None or not math.isfinite(std):
+        return fmt_num(mean, digits)
+    return f"{fmt_num(mean, digits)} $\\pm$ {fmt_num(std, max(1, digits - 1))}"
+
+
+def numbers_tex(numbers: Mapping[str, str], header: str = "") -> str:
+    """``\\newcommand{\\Name}{value}`` lines, sorted; values are inserted as given (already formatted)."""
+    lines = [f"% {header}"] if header else []
+    for name in sorted(numbers):
+        if not re.fullmatch(r"[A-Za-z]+", name):
+            raise ValueError(f"macro name {name!r} must be letters only")
+        lines.append(f"\\newcommand{{\\{name}}}{{{numbers[name]}}}")
+    return "\n".join(lines) + "\n"
+
+
+def booktabs(rows: Sequence[Sequence[Any]], header: Sequence[str], caption: str, label: str,
+             align: str | None = None, note: str | None = None, size: str = "\\small") -> str:
+    """A complete ``table`` environment with booktabs rules. Cells are inserted as given (pre-formatted)."""
+    if any(len(r) != len(header) for r in rows):
+        raise ValueError(f"table {label}: every row needs {len(header)} cells")
+    align = align or "l" + "r" * (len(header) - 1)
+    body = "\n".join(" & ".join(str(c) for c in r) + r" \\" for r in rows)
+    lines = [
+        r"\begin{table}[t]", r"\centering", size,
+        rf"\caption{{{caption}}}", rf"\label{{{label}}}",
+        rf"\begin{{tabular}}{{{align}}}", r"\toprule",
+        " & ".join(header) + r" \\", r"\midrule", body, r"\bottomrule", r"\end{tabular}",
+    ]
+    if note:
+        lines.append(rf"\par\smallskip{{\footnotesize {note}}}")
+    lines.append(r"\end{table}")
+    return "\n".join(lines) + "\n"
