@@ -60,11 +60,27 @@ def expand(experiment: dict[str, Any], seeds: list[int]) -> list[dict[str, Any]]
 
 
 def run_config(config: dict[str, Any], experiment: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The flat RunConfig dict for one run: train_defaults < experiment base < grid point."""
+    """The flat RunConfig dict for one run: train_defaults < experiment base < grid point.
+
+    A grid axis ``method`` names a preset in the config's ``methods`` block (e.g. ``topk1: {compressor: topk,
+    compressor_args: {ratio: 0.01}}``), so that runs with nested settings still get a short path; the
+    preset's keys are applied where the axis stands, and ``method`` itself is kept as the run's ``name``.
+    """
     if experiment not in config["experiments"]:
         raise ValueError(f"experiment={experiment!r} is not in the config; have: {sorted(config['experiments'])}")
     exp = config["experiments"][experiment]
-    return {**(config.get("train_defaults") or {}), **exp["base"], **params}
+    out = {**(config.get("train_defaults") or {}), **exp["base"]}
+    for k, v in params.items():
+        if k == "method":
+            presets = config.get("methods") or {}
+            if v not in presets:
+                raise ValueError(f"method={v!r} (experiment {experiment}) is not in the config's methods: "
+                                 f"{sorted(presets)}")
+            out.update(presets[v])
+            out["name"] = v
+        else:
+            out[k] = v
+    return out
 
 
 def run_dirs(config: dict[str, Any], root: str = "runs") -> list[str]:

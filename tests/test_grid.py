@@ -31,3 +31,12 @@ def test_run_config_layers_and_dirs():
     assert run_dirs(cfg) == ["runs/e4_x/lr~0.2/seed~0"]
     with pytest.raises(ValueError, match="e9"):
         run_config(cfg, "e9", {})
+
+
+def test_method_presets_expand_in_place():
+    cfg = {"seeds": [0], "methods": {"topk1": {"compressor": "topk", "compressor_args": {"ratio": 0.01}}},
+           "experiments": {"e4_x": {"base": {"compressor": "none", "lr": 0.1}, "grid": {"method": ["topk1"]}}}}
+    rc = run_config(cfg, "e4_x", {"method": "topk1", "seed": 1})
+    assert rc == {"compressor": "topk", "compressor_args": {"ratio": 0.01}, "lr": 0.1, "name": "topk1", "seed": 1}
+    with pytest.raises(ValueError, match="nope"):
+        run_config(cfg, "e4_x", {"method": "nope"})
