@@ -1,0 +1,1 @@
+"""Benchmarks: scripts that measure, write runs/bench/<name>.json (with provenance) and print a table."""
