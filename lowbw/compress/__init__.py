@@ -1,1 +1,35 @@
-"""lowbw.compress (under construction)."""
+"""lowbw.compress: gradient compressors behind one interface (pure tensor functions, no communication).
+
+>>> from lowbw.compress import available, make
+>>> c = make("blockwise", bits=8, codebook="nonlinear")
+>>> payload = c.compress(grad)            # payload.nbytes: exact bytes on the wire
+>>> approx = c.decompress(payload)        # same shape and dtype as grad
+>>> avg = c.aggregate(grad, coll, name="layer1.weight", state=state)   # average over ranks
+
+Modules: ``base`` (Payload, Compressor, State, ErrorFeedback, registry), ``quantize`` (none, fp16, bf16,
+blockwise, qsgd, terngrad, twobit), ``sparsify`` (threshold, topk, randomk, dgc), ``sign`` (signsgd,
+ef_signsgd, onebit), ``lowrank`` (powersgd), ``artopk``; ``collective`` is the protocol aggregate() talks to.
+"""
+
+from lowbw.compress.base import (
+    Compressor,
+    ErrorFeedback,
+    NonFiniteError,
+    Payload,
+    State,
+    available,
+    make,
+)
+from lowbw.compress.collective import CallRecord, Collective
+
+__all__ = [
+    "available",
+    "make",
+    "Compressor",
+    "Payload",
+    "State",
+    "ErrorFeedback",
+    "NonFiniteError",
+    "Collective",
+    "CallRecord",
+]

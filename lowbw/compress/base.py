@@ -1,0 +1,405 @@
+"""The compressor interface: ``Payload``, ``Compressor``, ``State``, ``ErrorFeedback`` and the registry.
+
+Contract (every compressor in ``lowbw.compress`` follows it):
+
+* ``compress(tensor, name="", state=None) -> Payload`` and ``decompress(payload) -> Tensor`` (same shape and
+  dtype as the input). Inputs may be fp32/fp16/bf16/fp64, any shape, any size (0 included), CPU or CUDA;
+  the math runs in fp32. A payload never aliases the input tensor.
+* ``Payload.parts`` are the 1-D tensors that cross the wire; ``Payload.nbytes`` is exactly their bytes plus
+  the header (8 bytes per dimension of the original shape and 8 bytes per part: its length). ``meta`` holds
+  plain values every rank derives identically (a shared seed, a step counter): never sent, never counted.
+* Non-finite inputs (NaN or +-Inf anywhere) raise :class:`NonFiniteError` (a ``ValueError``); nothing is
+  passed through silently. The check costs one ``sum`` over the tensor.
+* State (error-feedback residuals, DGC momentum, PowerSGD's P/Q) lives in a :class:`State`, keyed by tensor
+  name: one compressor object serves many tensors and many workers (one ``State`` per worker). With
+  ``state=None`` the compressor's own default state is used (handy for one worker).
+* ``aggregate(tensor, coll, name, state)`` returns the average over ranks of what every rank's payload
+  decompresses to, talking only to the :class:`~lowbw.compress.collective.Collective` protocol: summable
+  payloads are all-reduced and decompressed once (divided by N); the rest are all-gathered part by part
+  (parts may be empty on some ranks) and decompressed-and-averaged in rank order (deterministic).
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+import zlib
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
+from typing import Any, ClassVar
+
+import torch
+from torch import Tensor
+
+from lowbw.compress.collective import Collective
+
+__all__ = [
+    "Payload",
+    "Compressor",
+    "State",
+    "ErrorFeedback",
+    "NonFiniteError",
+    "register",
+    "make",
+    "available",
+    "HEADER_BYTES_PER_DIM",
+    "HEADER_BYTES_PER_PART",
+]
+
+HEADER_BYTES_PER_DIM = 8  # the original shape, one int64 per dimension
+HEADER_BYTES_PER_PART = 8  # the length of each wire part, one int64
+
+FLOAT_DTYPES = (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+class NonFiniteError(ValueError):
+    """The input to a compressor contains NaN or +-Inf."""
+
+
+@dataclass(frozen=True)
+class Payload:
+    """What one rank sends for one tensor.
+
+    ``parts``: 1-D tensors on the wire (values, indices, scales, packed codes...).
+    ``shape``/``dtype``: of the original tensor (decompress restores both).
+    ``meta``: values all ranks agree on without sending them (shared seed, step); not counted in ``nbytes``.
+    """
+
+    parts: tuple[Tensor, ...]
+    shape: torch.Size
+    dtype: torch.dtype
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def data_nbytes(self) -> int:
+        """Bytes of the parts alone (what a collective carries)."""
+        return sum(p.numel() * p.element_size() for p in self.parts)
+
+    @property
+    def header_nbytes(self) -> int:
+        return HEADER_BYTES_PER_DIM * len(self.shape) + HEADER_BYTES_PER_PART * len(self.parts)
+
+    @property
+    def nbytes(self) -> int:
+        """Exact bytes on the wire: parts + header (shape and part lengths)."""
+        return self.data_nbytes + self.header_nbytes
+
+    @property
+    def numel(self) -> int:
+        return math.prod(self.shape)
+
+
+class State:
+    """Per-worker mutable state of compressors, keyed by tensor name.
+
+    ``state[name]`` is a dict the compressors write into under namespaced keys (``"ef.residual"``,
+    ``"dgc.u"``...). ``state.shared`` holds name-independent entries (PowerSGD's random stream).
+    ``seed``: if given, stochastic compressors draw from this state's own ``torch.Generator`` (one per device,
+    seeded with ``seed``), so results do not depend on the global RNG or on thread interleaving; give each
+    worker its own seed (e.g. ``base_seed + rank``). If ``None`` the global torch RNG is used.
+    """
+
+    def __init__(self, seed: int | None = None):
+        self.seed = seed
+        self._by_name: dict[str, dict[str, Any]] = {}
+        self.shared: dict[str, Any] = {}
+        self._generators: dict[str, torch.Generator] = {}
+
+    def __getitem__(self, name: str) -> dict[str, Any]:
+        d = self._by_name.get(name)
+        if d is None:
+            d = self._by_name[name] = {}
+        return d
+
+    def __contains__(self, name: str) -> bool:
+        return name in self._by_name
+
+    def names(self) -> list[str]:
+        return list(self._by_name)
+
+    def reset(self, name: str | None = None) -> None:
+        """Forget everything (or one tensor's entries)."""
+        if name is None:
+            self._by_name.clear()
+            self.shared.clear()
+        else:
+            self._by_name.pop(name, None)
+
+    def generator(self, device: torch.device) -> torch.Generator | None:
+        """The generator stochastic compressors draw from on ``device`` (``None``: the global RNG)."""
+        if self.seed is None:
+            return None
+        key = str(device)
+        g = self._generators.get(key)
+        if g is None:
+            g = self._generators[key] = torch.Generator(device=device)
+            g.manual_seed(self.seed)
+        return g
+
+
+def _bad(cls_name: str, param: str, value: Any, allowed: str) -> ValueError:
+    return ValueError(f"{cls_name}: invalid parameter {param}={value!r}; allowed: {allowed}")
+
+
+def check_choice(cls_name: str, param: str, value: Any, allowed: Iterable[Any]) -> Any:
+    allowed = tuple(allowed)
+    if isinstance(value, bool) and not any(isinstance(a, bool) for a in allowed):
+        raise _bad(cls_name, param, value, " | ".join(map(repr, allowed)))
+    if value not in allowed:
+        raise _bad(cls_name, param, value, " | ".join(map(repr, allowed)))
+    return value
+
+
+def check_int(cls_name: str, param: str, value: Any, lo: int, hi: int | None = None) -> int:
+    ok = isinstance(value, int) and not isinstance(value, bool) and value >= lo and (hi is None or value <= hi)
+    if not ok:
+        rng = f"an integer >= {lo}" if hi is None else f"an integer in [{lo}, {hi}]"
+        raise _bad(cls_name, param, value, rng)
+    return int(value)
+
+
+def check_float(
+    cls_name: str, param: str, value: Any, lo: float, hi: float | None = None, lo_open: bool = True,
+    hi_open: bool = False,
+) -> float:
+    ok = isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+    if ok:
+        ok = (value > lo if lo_open else value >= lo) and (hi is None or (value < hi if hi_open else value <= hi))
+    if not ok:
+        left = "(" if lo_open else "["
+        right = ("inf)" if hi is None else f"{hi}" + (")" if hi_open else "]"))
+        raise _bad(cls_name, param, value, f"a finite number in {left}{lo}, {right}")
+    return float(value)
+
+
+def check_bool(cls_name: str, param: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise _bad(cls_name, param, value, "True | False")
+    return value
+
+
+def check_finite_input(x: Tensor) -> None:
+    """Raise NonFiniteError if ``x`` holds NaN/Inf (one sum; the exact check only if the sum is not finite)."""
+    if x.numel() == 0:
+        return
+    s = x.sum(dtype=torch.float64) if x.dtype != torch.float64 else x.sum()
+    if not torch.isfinite(s):
+        bad = ~torch.isfinite(x)
+        if bool(bad.any()):
+            nbad = int(bad.sum())
+            raise NonFiniteError(
+                f"input has {nbad} non-finite value(s) (NaN/Inf) out of {x.numel()}; compressors do not pass "
+                "them through. Skip the step (e.g. a GradScaler's inf check) before compressing."
+            )
+
+
+def name_seed(seed: int, name: str, step: int) -> int:
+    """A 63-bit seed every rank derives identically from (seed, tensor name, step)."""
+    h = zlib.crc32(name.encode()) & 0xFFFFFFFF
+    return (int(seed) * 1_000_003 + h * 7919 + int(step) * 2_654_435_761) % (2**63 - 1)
+
+
+class Compressor:
+    """Base class. Subclasses implement ``_encode`` and ``_decode`` on flat fp32 tensors.
+
+    ``_encode(x, name, state, shape) -> (parts, meta)``: ``x`` is the flat fp32 input (possibly a view of the
+    caller's tensor: never modify it, never return views of it), ``shape`` the original shape.
+    ``_decode(payload) -> flat fp32 tensor``. ``_decode_add(payload, out)`` adds the decoded tensor into ``out``
+    and ``_subtract_decoded(payload, acc)`` subtracts it (override both for sparse payloads).
+    """
+
+    name: ClassVar[str] = "?"
+    summable: ClassVar[bool] = False
+    #: True for compressors whose state the error-feedback wrapper must not add (they have their own memory)
+    has_own_memory: ClassVar[bool] = False
+
+    def __init__(self) -> None:
+        self._default_state: State | None = None
+        self.params: dict[str, Any] = {}
+
+    # ----- public API -------------------------------------------------------------------------------
+    def compress(self, tensor: Tensor, name: str = "", state: State | None = None) -> Payload:
+        x = self._prepare(tensor)
+        parts, meta = self._encode(x, name, self._state(state), tensor.shape)
+        return Payload(tuple(parts), tensor.shape, tensor.dtype, meta)
+
+    def decompress(self, payload: Payload) -> Tensor:
+        return self._decode(payload).to(payload.dtype).view(payload.shape)
+
+    def aggregate(self, tensor: Tensor, coll: Collective, name: str = "", state: State | None = None) -> Tensor:
+        """Average over ranks of the decompressed payloads (see the module docstring)."""
+        payload = self.compress(tensor, name, state)
+        return self._aggregate_payload(payload, coll)
+
+    # ----- helpers ----------------------------------------------------------------------------------
+    def __repr__(self) -> str:
+        args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
+        return f"{type(self).__name__}({args})"
+
+    def _state(self, state: State | None) -> State:
+        if state is not None:
+            return state
+        if self._default_state is None:
+            self._default_state = State()
+        return self._default_state
+
+    @staticmethod
+    def _prepare(tensor: Tensor) -> Tensor:
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+        if tensor.dtype not in FLOAT_DTYPES:
+            raise TypeError(f"expected a floating tensor (fp32/fp16/bf16/fp64), got {tensor.dtype}")
+        x = tensor.detach().reshape(-1)
+        if x.dtype != torch.float32:
+            x = x.float()
+        check_finite_input(x)
+        return x
+
+    def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
+        raise NotImplementedError
+
+    def _decode(self, payload: Payload) -> Tensor:
+        raise NotImplementedError
+
+    def _decode_add(self, payload: Payload, out: Tensor) -> None:
+        out += self._decode(payload)
+
+    def _subtract_decoded(self, payload: Payload, acc: Tensor) -> None:
+        """``acc -= decode(payload)`` in place (sparse compressors override with an indexed update)."""
+        acc -= self._decode(payload)
+
+    def _aggregate_payload(self, payload: Payload, coll: Collective) -> Tensor:
+        n = coll.world_size
+        if self.summable:
+            summed = tuple(coll.all_reduce(p) for p in payload.parts)
+            out = self._decode(replace(payload, parts=summed))
+            if n > 1:
+                out = out / n
+        else:
+            gathered = [coll.all_gather(p) for p in payload.parts]
+            device = payload.parts[0].device if payload.parts else torch.device("cpu")
+            out = torch.zeros(payload.numel, dtype=torch.float32, device=device)
+            for r in range(n):
+                self._decode_add(replace(payload, parts=tuple(g[r] for g in gathered)), out)
+            if n > 1:
+                out /= n
+        return out.to(payload.dtype).view(payload.shape)
+
+
+class ErrorFeedback(Compressor):
+    """Error feedback around any compressor: send C(g + e), keep e <- g + e - D(C(g + e)).
+
+    The residual is fp32 and lives in ``state[name]["ef.residual"]``. Mass is conserved: the decompressed
+    payload plus the new residual equals the input plus the old residual.
+    """
+
+    def __init__(self, inner: Compressor):
+        super().__init__()
+        if isinstance(inner, ErrorFeedback):
+            raise ValueError("ErrorFeedback: the compressor already has error feedback")
+        if not isinstance(inner, Compressor):
+            raise TypeError(f"ErrorFeedback wraps a Compressor, got {type(inner).__name__}")
+        self.inner = inner
+        self.params = dict(inner.params)
+
+    @property
+    def summable(self) -> bool:  # type: ignore[override]
+        return self.inner.summable
+
+    @property
+    def name(self) -> str:  # type: ignore[override]
+        return self.inner.name
+
+    def __repr__(self) -> str:
+        return f"ErrorFeedback({self.inner!r})"
+
+    def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
+        slot = state[name]
+        r = slot.get("ef.residual")
+        if r is None or r.shape != x.shape or r.device != x.device:
+            corrected = x.clone()
+        else:
+            corrected = r.add_(x)  # reuse the residual's memory for g + e
+        payload_parts, meta = self.inner._encode(corrected, name, state, shape)
+        payload = Payload(tuple(payload_parts), shape, torch.float32, meta)
+        self.inner._subtract_decoded(payload, corrected)  # corrected -> new residual, in place
+        slot["ef.residual"] = corrected
+        return list(payload_parts), meta
+
+    def _decode(self, payload: Payload) -> Tensor:
+        return self.inner._decode(payload)
+
+    def _decode_add(self, payload: Payload, out: Tensor) -> None:
+        self.inner._decode_add(payload, out)
+
+    def residual(self, state: State | None, name: str = "") -> Tensor | None:
+        """The current residual for ``name`` (flat fp32), or None before the first step."""
+        return self._state(state)[name].get("ef.residual")
+
+
+# ----- registry -----------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class _Entry:
+    factory: Callable[..., Compressor]
+    error_feedback: bool  # the default; None = not configurable
+    configurable_ef: bool
+    doc: str
+
+
+_REGISTRY: dict[str, _Entry] = {}
+
+
+def register(
+    name: str, *, error_feedback: bool = False, configurable_ef: bool = True, doc: str = ""
+) -> Callable[[Callable[..., Compressor]], Callable[..., Compressor]]:
+    """Register a factory under ``name``. ``error_feedback``: whether ``make(name)`` wraps it in
+    :class:`ErrorFeedback` by default; ``configurable_ef``: whether ``make(name, error_feedback=...)`` may
+    change that (False for methods whose memory is part of their definition, e.g. ``ef_signsgd``)."""
+
+    def deco(factory: Callable[..., Compressor]) -> Callable[..., Compressor]:
+        if name in _REGISTRY:
+            raise ValueError(f"compressor {name!r} registered twice")
+        _REGISTRY[name] = _Entry(factory, error_feedback, configurable_ef, doc)
+        return factory
+
+    return deco
+
+
+def _load_all() -> None:
+    # importing the modules registers their compressors
+    from lowbw.compress import artopk, lowrank, quantize, sign, sparsify  # noqa: F401
+
+
+def available() -> list[str]:
+    """Names accepted by :func:`make`, sorted."""
+    _load_all()
+    return sorted(_REGISTRY)
+
+
+def make(name: str, **params: Any) -> Compressor:
+    """A compressor by name. ``error_feedback=True/False`` overrides the method's default where allowed.
+
+    Unknown names and bad parameters raise ``ValueError`` naming the parameter, the value and what is allowed.
+    """
+    _load_all()
+    entry = _REGISTRY.get(name)
+    if entry is None:
+        raise ValueError(f"unknown compressor name={name!r}; allowed: {', '.join(sorted(_REGISTRY))}")
+    accepted = [p for p in inspect.signature(entry.factory).parameters if p != "self"]
+    ef = entry.error_feedback
+    if "error_feedback" in params and "error_feedback" not in accepted:
+        v = params.pop("error_feedback")
+        if not isinstance(v, bool):
+            raise ValueError(f"{name}: invalid parameter error_feedback={v!r}; allowed: True | False")
+        if not entry.configurable_ef and v != ef:
+            raise ValueError(
+                f"{name}: invalid parameter error_feedback={v!r}; allowed: {ef!r} (part of the method's definition)"
+            )
+        ef = v
+    for k in params:
+        if k not in accepted:
+            extra = ["error_feedback"] if entry.configurable_ef and "error_feedback" not in accepted else []
+            allowed = ", ".join(accepted + extra)
+            raise ValueError(f"{name}: unknown parameter {k!r}={params[k]!r}; allowed parameters: {allowed or 'none'}")
+    comp = entry.factory(**params)
+    return ErrorFeedback(comp) if ef else comp

@@ -1,0 +1,160 @@
+"""PowerSGD (Vogels et al. 2019), numerically the same as torch's ``powerSGD_hook`` for one matrix per bucket.
+
+Per tensor (viewed as a matrix ``M`` of shape (shape[0], -1)), with error feedback ``e`` and warm start:
+
+1. ``M <- M + e`` (error feedback); keep a copy ``M0``.
+2. ``Q``: on the first step (or every step without warm start) standard normal from a generator seeded
+   by ``rng.randint(1_000_000_000)``, where ``rng = numpy.random.RandomState(seed)`` is shared by all tensors
+   of one worker (as torch's state is shared by all buckets); otherwise last step's averaged ``Q``.
+   Orthogonalized (Gram-Schmidt for rank <= 2, QR above, like torch).
+3. ``P = M Q``; all-reduce (sum) P; orthogonalize P.
+4. ``Q = M^T P``; all-reduce Q and divide by N.
+5. result ``P Q^T``; ``e <- M0 - P Q^T``.
+
+Tensors with fewer than 2 dimensions, or whose rank-r factors would not be ``min_compression_rate`` times
+smaller (torch's test ``(n + m) r * rate < n m``), are averaged uncompressed; their error is kept the same way
+(local minus average), exactly as torch does, and consume a seed from ``rng`` like torch's buckets do.
+The first ``start_iter`` steps of each tensor are plain averages without error feedback (torch's
+``start_powerSGD_iter``; our default 0 starts at once). One tensor here = one bucket in torch's hook.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import torch
+from torch import Tensor
+
+from lowbw.compress.base import (
+    Compressor,
+    Payload,
+    State,
+    check_bool,
+    check_float,
+    check_int,
+    register,
+)
+from lowbw.compress.collective import Collective
+
+__all__ = ["PowerSGD", "orthogonalize"]
+
+
+def orthogonalize(m: Tensor, epsilon: float = 0.0) -> None:
+    """Orthonormalize the columns of ``m`` (n, r) in place: Gram-Schmidt for r <= 2, QR otherwise (torch's rule)."""
+    r = m.shape[1]
+    if r > 2:
+        q, _ = torch.linalg.qr(m)
+        m.copy_(q)
+        return
+    for i in range(r):
+        col = m[:, i : i + 1]
+        col /= torch.linalg.vector_norm(col, dim=0, keepdim=True) + epsilon
+        if i + 1 < r:
+            rest = m[:, i + 1 :]
+            rest -= torch.sum(col * rest, dim=0, keepdim=True) * col
+
+
+class PowerSGD(Compressor):
+    """Rank-``rank`` PowerSGD with warm start, error feedback and orthogonalization (see the module docstring).
+
+    ``compress``/``decompress`` are the one-worker view (payload ``[P, Q]``, or the raw tensor when it is not
+    compressed); ``aggregate`` runs the two all-reduce rounds (P, then Q).
+    """
+
+    name = "powersgd"
+    summable = True  # aggregates with all-reduce only (two rounds: P then Q)
+    has_own_memory = True
+
+    def __init__(self, rank: int = 1, warm_start: bool = True, error_feedback: bool = True, start_iter: int = 0,
+                 min_compression_rate: float = 2.0, epsilon: float = 0.0, seed: int = 0):
+        super().__init__()
+        self.rank = check_int("powersgd", "rank", rank, 1)
+        self.warm_start = check_bool("powersgd", "warm_start", warm_start)
+        self.error_feedback = check_bool("powersgd", "error_feedback", error_feedback)
+        self.start_iter = check_int("powersgd", "start_iter", start_iter, 0)
+        self.min_compression_rate = check_float("powersgd", "min_compression_rate", min_compression_rate, 0.0)
+        self.epsilon = check_float("powersgd", "epsilon", epsilon, 0.0, lo_open=False)
+        self.seed = check_int("powersgd", "seed", seed, 0)
+        self.params = {"rank": rank, "warm_start": warm_start, "error_feedback": error_feedback,
+                       "start_iter": start_iter, "min_compression_rate": min_compression_rate, "epsilon": epsilon,
+                       "seed": seed}
+
+    def matrix_shape(self, shape: torch.Size) -> tuple[int, int, int] | None:
+        """(n, m, r) if a tensor of ``shape`` is compressed, else None."""
+        if len(shape) < 2 or shape.numel() == 0:
+            return None
+        n = shape[0]
+        m = shape.numel() // n
+        r = min(n, m, self.rank)
+        if (n + m) * r * self.min_compression_rate < n * m:
+            return n, m, r
+        return None
+
+    def _rng(self, state: State) -> np.random.RandomState:
+        key = f"powersgd.rng.{self.seed}"
+        rng = state.shared.get(key)
+        if rng is None:
+            rng = state.shared[key] = np.random.RandomState(self.seed)
+        return rng
+
+    def _step(self, x: Tensor, name: str, state: State, shape: torch.Size,
+              all_reduce: Callable[[Tensor], Tensor], world: int) -> tuple[Tensor, list[Tensor], dict[str, Any]]:
+        """One PowerSGD step; returns (the averaged approximation, flat fp32; local payload parts; meta)."""
+        slot = state[name]
+        it = slot.get("powersgd.iter", 0)
+        slot["powersgd.iter"] = it + 1
+        if it < self.start_iter:
+            return all_reduce(x.clone()).div_(world), [x.clone()], {"mode": "raw"}
+        err = slot.get("powersgd.err") if self.error_feedback else None
+        if err is not None and err.shape == x.shape and err.device == x.device:
+            corrected = err.add_(x)  # reuse the error's memory
+        else:
+            corrected = x.clone()
+        mshape = self.matrix_shape(shape)
+        if mshape is None:
+            if not self.warm_start or not slot.get("powersgd.drawn"):
+                # torch draws a seed for every bucket it (re)initialises, compressed or not: so do we, so that
+                # the random streams of later tensors match torch's one-tensor-per-bucket hook
+                self._rng(state).randint(1_000_000_000)
+                slot["powersgd.drawn"] = True
+            avg = all_reduce(corrected.clone()).div_(world)
+            parts, meta = [corrected.clone()], {"mode": "raw"}
+        else:
+            n, m, r = mshape
+            mat = corrected.view(n, m)
+            q = slot.get("powersgd.q")
+            if not self.warm_start or q is None or q.shape != (m, r) or q.device != x.device:
+                g = torch.Generator(device="cpu").manual_seed(int(self._rng(state).randint(1_000_000_000)))
+                q = torch.randn(m, r, generator=g, dtype=torch.float32).to(x.device)
+            orthogonalize(q, self.epsilon)
+            p = all_reduce(mat @ q)
+            orthogonalize(p, self.epsilon)
+            q = all_reduce(mat.t() @ p).div_(world)
+            avg = (p @ q.t()).view(-1)
+            slot["powersgd.q"] = q
+            parts, meta = [p.reshape(-1), q.reshape(-1)], {"mode": "lowrank", "n": n, "m": m, "r": r}
+        if self.error_feedback:
+            slot["powersgd.err"] = corrected.sub_(avg)
+        return avg, parts, meta
+
+    def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
+        _, parts, meta = self._step(x, name, state, shape, lambda t: t, 1)
+        return parts, meta
+
+    def _decode(self, payload: Payload) -> Tensor:
+        meta = payload.meta
+        if meta["mode"] == "raw":
+            return payload.parts[0].float().clone()
+        p = payload.parts[0].view(meta["n"], meta["r"])
+        q = payload.parts[1].view(meta["m"], meta["r"])
+        return (p @ q.t()).view(-1)
+
+    def aggregate(self, tensor: Tensor, coll: Collective, name: str = "", state: State | None = None) -> Tensor:
+        x = self._prepare(tensor)
+        avg, _, _ = self._step(x, name, self._state(state), tensor.shape, coll.all_reduce, coll.world_size)
+        return avg.to(tensor.dtype).view(tensor.shape)
+
+
+register("powersgd", configurable_ef=False, doc="PowerSGD: rank-r, warm start, error feedback")(PowerSGD)

@@ -1,0 +1,344 @@
+"""Quantizers: ``none``, ``fp16``, ``bf16``, ``blockwise`` (8/16-bit, linear or non-linear code), ``qsgd``,
+``terngrad`` and ``twobit``.
+
+All elementwise pipelines run over cache-sized chunks of the tensor (see :func:`lowbw.compress._bits.chunks`)
+and never loop in Python over blocks, so they stay well above 0.3 GB/s of input on 2 CPU cores.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import torch
+from torch import Tensor
+
+from lowbw.compress._bits import chunk_rows, chunks, pack, unpack
+from lowbw.compress.base import (
+    Compressor,
+    NonFiniteError,
+    Payload,
+    State,
+    check_bool,
+    check_choice,
+    check_float,
+    check_int,
+    register,
+)
+from lowbw.compress.collective import Collective
+
+__all__ = ["Cast", "Blockwise", "QSGD", "TernGrad", "TwoBit"]
+
+
+def _chunk_target(device: torch.device) -> int:
+    # on CPU, chunks sized for L2; on GPUs one launch per op is best
+    return 1 << 18 if device.type == "cpu" else 1 << 62
+
+
+def _row_views(x: Tensor, block: int) -> list[tuple[int, Tensor]]:
+    """(first block index, 2-D view) pairs covering ``x``: the full blocks, then the short tail block."""
+    n = x.numel()
+    nfull = n // block
+    out: list[tuple[int, Tensor]] = []
+    if nfull:
+        out.append((0, x[: nfull * block].view(nfull, block)))
+    if n - nfull * block:
+        out.append((nfull, x[nfull * block :].view(1, n - nfull * block)))
+    return out
+
+
+def _raise_nonfinite(x: Tensor) -> None:
+    nbad = int((~torch.isfinite(x)).sum())
+    raise NonFiniteError(f"input has {nbad} non-finite value(s) (NaN/Inf) out of {x.numel()}; compressors do "
+                         "not pass them through. Skip the step (e.g. a GradScaler's inf check) before compressing.")
+
+
+def _block_absmax(x: Tensor, block: int) -> Tensor:
+    """Max |x| per block (tail block included); raises NonFiniteError if any block holds NaN/Inf."""
+    nblocks = math.ceil(x.numel() / block)
+    s = torch.empty(nblocks, dtype=torch.float32, device=x.device)
+    for b0, v in _row_views(x, block):
+        torch.maximum(torch.amax(v, 1), torch.amin(v, 1).neg_(), out=s[b0 : b0 + v.shape[0]])
+    if nblocks and not bool(torch.isfinite(s).all()):
+        _raise_nonfinite(x)
+    return s
+
+
+# ---------------------------------------------------------------------------------------------------------
+class Cast(Compressor):
+    """Send the tensor in another float format: ``none`` (fp32), ``fp16``, ``bf16``. Summable.
+
+    ``fp16``: a finite input beyond fp16's range (|x| > 65504) raises ValueError instead of silently becoming
+    Inf. ``aggregate`` divides by N before the cast (as torch's fp16 hook does), so the all-reduced sum of N
+    fp16 values cannot overflow either.
+    """
+
+    summable = True
+    _WIRE = {"none": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
+
+    def __init__(self, kind: str = "none"):
+        super().__init__()
+        self.kind = check_choice("Cast", "kind", kind, tuple(self._WIRE))
+        self.name = kind  # type: ignore[misc]
+        self.params = {"kind": kind}
+        self.wire = self._WIRE[kind]
+
+    def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
+        if self.wire == torch.float16 and x.numel():
+            m = float(x.abs().max()) if x.numel() < (1 << 16) else max(float(x.max()), -float(x.min()))
+            if m > 65504.0:
+                raise ValueError(f"fp16: input magnitude {m:.4g} exceeds fp16's range (65504); use bf16 or scale it")
+        return [x.to(self.wire, copy=True)], {}
+
+    def _decode(self, payload: Payload) -> Tensor:
+        return payload.parts[0].float()
+
+    def aggregate(self, tensor: Tensor, coll: Collective, name: str = "", state: State | None = None) -> Tensor:
+        n = coll.world_size
+        payload = self.compress(tensor / n if n > 1 else tensor, name, state)
+        summed = coll.all_reduce(payload.parts[0])
+        return summed.to(payload.dtype).view(payload.shape)
+
+
+register("none", doc="no compression: fp32 on the wire")(lambda: Cast("none"))
+register("fp16", doc="cast to float16 (torch's fp16 hook)")(lambda: Cast("fp16"))
+register("bf16", doc="cast to bfloat16 (torch's bf16 hook)")(lambda: Cast("bf16"))
+
+
+# ---------------------------------------------------------------------------------------------------------
+class Blockwise(Compressor):
+    """Block-wise absmax quantization to 8 or 16 bits: one fp32 scale per block of ``block_size`` values.
+
+    ``codebook="linear"``: levels ``k/L * absmax`` for k in [-L, L] (L = 127 or 32767), equal-width bins.
+    ``codebook="nonlinear"``: square-root companding, levels ``sign(k) (k/L)^2 * absmax``: bins are densest
+    near zero, where gradient entries concentrate (the optimal point density for a density p is ~ p^(1/3);
+    gradients are heavy-tailed and peaked at 0, and a square law approximates that with closed-form encode
+    and decode — no table search). Relative L2 error at 8 bits, block 2048: 0.77% on N(0,1), ~0.85% on
+    ResNet gradients, vs 1.25% / 1.31% for bitsandbytes' dynamic code.
+    ``stochastic=True``: stochastic rounding between the two neighbouring levels with probabilities that make
+    the decoded value unbiased (in value space, also for the non-linear code).
+    A tail block shorter than ``block_size`` gets its own scale. Wire: codes (n * bits/8 bytes) + scales.
+    """
+
+    def __init__(self, bits: int = 8, block_size: int = 2048, codebook: str = "nonlinear", stochastic: bool = False):
+        super().__init__()
+        self.bits = check_choice("blockwise", "bits", bits, (8, 16))
+        self.block_size = check_int("blockwise", "block_size", block_size, 1)
+        self.codebook = check_choice("blockwise", "codebook", codebook, ("linear", "nonlinear"))
+        self.stochastic = check_bool("blockwise", "stochastic", stochastic)
+        self.params = {"bits": bits, "block_size": block_size, "codebook": codebook, "stochastic": stochastic}
+        self.levels = 127 if bits == 8 else 32767
+        self.code_dtype = torch.int8 if bits == 8 else torch.int16
+
+    name = "blockwise"
+
+    @staticmethod
+    def _prepare(tensor: Tensor) -> Tensor:  # the finite check happens on the block scales (free)
+        if not isinstance(tensor, Tensor):
+            raise TypeError(f"expected a torch.Tensor, got {type(tensor).__name__}")
+        if not tensor.is_floating_point():
+            raise TypeError(f"expected a floating tensor (fp32/fp16/bf16/fp64), got {tensor.dtype}")
+        x = tensor.detach().reshape(-1)
+        return x if x.dtype == torch.float32 else x.float()
+
+    def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
+        B, L = self.block_size, float(self.levels)
+        scales = _block_absmax(x, B)
+        # divide by the scale (not multiply by its reciprocal): exact for subnormal scales too
+        safe = torch.where(scales > 0, scales, torch.ones_like(scales))
+        codes = torch.empty(x.numel(), dtype=self.code_dtype, device=x.device)
+        gen = state.generator(x.device) if self.stochastic else None
+        target = _chunk_target(x.device)
+        nonlinear = self.codebook == "nonlinear"
+        for b0, v in _row_views(x, B):
+            rows, cols = v.shape
+            cv = codes[b0 * B : b0 * B + v.numel()].view(rows, cols)
+            step = chunk_rows(rows, cols, target)
+            a = torch.empty((step, cols), device=x.device)
+            if self.stochastic:
+                u = torch.empty_like(a)
+                if nonlinear:
+                    k, t = torch.empty_like(a), torch.empty_like(a)
+            for i, j in chunks(rows, step):
+                xs, ab, f = v[i:j], a[: j - i], safe[b0 + i : b0 + j, None]
+                if nonlinear:
+                    torch.abs(xs, out=ab).div_(f).mul_(L * L)  # L * (|x|/s) * L in [0, L^2]
+                    if not self.stochastic:
+                        ab.sqrt_().add_(0.5)  # round(sqrt(.)) via truncation below
+                    else:
+                        # level k = floor(sqrt(tL)); up with prob (tL - k^2)/(2k+1): unbiased in value space
+                        kb, tb, ub = k[: j - i], t[: j - i], u[: j - i]
+                        torch.sqrt(ab, out=kb).floor_()
+                        torch.addcmul(ab, kb, kb, value=-1.0, out=ab)  # tL - k^2
+                        torch.mul(kb, 2.0, out=tb).add_(1.0)
+                        ab.div_(tb).clamp_(0.0, 1.0).add_(torch.rand(ub.shape, generator=gen, device=ub.device,
+                                                                       out=ub)).floor_().add_(kb)
+                    ab.copysign_(xs)
+                else:
+                    torch.div(xs, f, out=ab).mul_(L)
+                    if not self.stochastic:
+                        ab.round_()
+                    else:
+                        ab.add_(torch.rand(ab.shape, generator=gen, device=ab.device, out=u[: j - i])).floor_()
+                cv[i:j].copy_(ab)  # float -> int truncates toward zero
+        return [codes, scales], {}
+
+    def _decode(self, payload: Payload) -> Tensor:
+        codes, scales = payload.parts
+        B, L = self.block_size, float(self.levels)
+        n = codes.numel()
+        out = torch.empty(n, dtype=torch.float32, device=codes.device)
+        target = _chunk_target(codes.device)
+        for b0, ov in _row_views(out, B):
+            rows, cols = ov.shape
+            cv = codes[b0 * B : b0 * B + ov.numel()].view(rows, cols)
+            step = chunk_rows(rows, cols, target)
+            tmp = torch.empty((step, cols), device=out.device) if self.codebook == "nonlinear" else None
+            for i, j in chunks(rows, step):
+                o, s = ov[i:j], scales[b0 + i : b0 + j, None]
+                o.copy_(cv[i:j]).div_(L)  # k / L, then times the scale (s / L could underflow)
+                if tmp is None:
+                    o.mul_(s)
+                else:
+                    tb = tmp[: j - i]
+                    o.mul_(torch.abs(o, out=tb).mul_(s))  # sign(k) (k/L)^2 s
+        return out
+
+
+register("blockwise", doc="block-wise absmax quantization, 8/16 bits, linear or non-linear code")(Blockwise)
+
+
+# ---------------------------------------------------------------------------------------------------------
+def _code_width(n_values: int) -> int:
+    """Smallest of 1, 2, 4, 8, 16 bits that holds ``n_values`` distinct codes."""
+    for w in (1, 2, 4, 8, 16):
+        if n_values <= (1 << w):
+            return w
+    raise ValueError(n_values)
+
+
+class QSGD(Compressor):
+    """QSGD (Alistarh et al. 2017): per bucket of ``block_size`` values, ``||v||_2 * sign(v_i) * xi_i / s`` with
+    ``xi_i`` the stochastic rounding of ``s |v_i| / ||v||`` to an integer in [0, s]: unbiased.
+
+    Codes are fixed-width: 2, 4, 8 or 16 bits for ``2 levels + 1`` values (no Elias coding); one fp32 norm per
+    bucket. ``levels`` = s; the default 127 gives 8-bit codes; buckets of 512 as in the paper's experiments.
+    """
+
+    name = "qsgd"
+
+    def __init__(self, levels: int = 127, block_size: int = 512):
+        super().__init__()
+        self.levels = check_int("qsgd", "levels", levels, 1, 32767)
+        self.block_size = check_int("qsgd", "block_size", block_size, 1)
+        self.params = {"levels": levels, "block_size": block_size}
+        self.width = _code_width(2 * self.levels + 1)
+
+    def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
+        B, s = self.block_size, float(self.levels)
+        n = x.numel()
+        norms = torch.empty(math.ceil(n / B), dtype=torch.float32, device=x.device)
+        for b0, v in _row_views(x, B):
+            # in fp64: squares of fp32 values under/overflow fp32 (1e-22 or 1e20 entries)
+            norms[b0 : b0 + v.shape[0]] = torch.linalg.vector_norm(v, dim=1, dtype=torch.float64)
+        safe = torch.where(norms > 0, norms, torch.ones_like(norms))
+        gen = state.generator(x.device)
+        code_dtype = torch.int16 if self.width == 16 else torch.int8
+        codes = torch.empty(n, dtype=code_dtype, device=x.device)
+        target = _chunk_target(x.device)
+        for b0, v in _row_views(x, B):
+            rows, cols = v.shape
+            cv = codes[b0 * B : b0 * B + v.numel()].view(rows, cols)
+            step = chunk_rows(rows, cols, target)
+            a = torch.empty((step, cols), device=x.device)
+            u = torch.empty_like(a)
+            for i, j in chunks(rows, step):
+                ab = a[: j - i]
+                torch.abs(v[i:j], out=ab).div_(safe[b0 + i : b0 + j, None]).mul_(s)
+                ab.add_(torch.rand(ab.shape, generator=gen, device=ab.device, out=u[: j - i])).floor_()
+                ab.clamp_(max=s).copysign_(v[i:j])
+                cv[i:j].copy_(ab)
+        if self.width < 8:
+            codes = pack(codes.add_(self.levels).view(torch.uint8), self.width)
+        return [codes, norms], {}
+
+    def _decode(self, payload: Payload) -> Tensor:
+        codes, norms = payload.parts
+        n = payload.numel
+        if self.width < 8:
+            q = unpack(codes, self.width, n).float().sub_(self.levels)
+        else:
+            q = codes.float()
+        f = norms / self.levels
+        for b0, v in _row_views(q, self.block_size):
+            v.mul_(f[b0 : b0 + v.shape[0], None])
+        return q
+
+
+register("qsgd", doc="QSGD: stochastic s-level quantization, unbiased")(QSGD)
+
+
+class TernGrad(Compressor):
+    """TernGrad (Wen et al. 2017): ``s * sign(g_i) * b_i``, ``b_i ~ Bernoulli(|g_i| / s)``, ``s = max |g|``
+    per tensor: unbiased. 2-bit codes (packed 4 per byte) + one fp32 scale."""
+
+    name = "terngrad"
+
+    def __init__(self) -> None:
+        super().__init__()
+
+    def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
+        n = x.numel()
+        smax = max(float(x.max()), -float(x.min())) if n else 0.0
+        div = smax if smax > 0 else 1.0
+        gen = state.generator(x.device)
+        codes = torch.empty(n, dtype=torch.uint8, device=x.device)
+        step = chunk_rows(n, 1, _chunk_target(x.device))
+        y = torch.empty(step, device=x.device)
+        u = torch.empty(step, device=x.device)
+        for i, j in chunks(n, step):
+            yb, ub = y[: j - i], u[: j - i]
+            torch.div(x[i:j], div, out=yb)
+            torch.rand(ub.shape, generator=gen, device=ub.device, out=ub)
+            # code = [y > u] + [y >= -u]: 2 (with prob y if y > 0), 0 (with prob -y if y < 0), else 1
+            c = codes[i:j]
+            c.copy_(yb > ub)
+            c.add_(yb >= ub.neg_())
+        return [pack(codes, 2), torch.tensor([smax], dtype=torch.float32, device=x.device)], {}
+
+    def _decode(self, payload: Payload) -> Tensor:
+        packed, scale = payload.parts
+        return unpack(packed, 2, payload.numel).float().sub_(1.0).mul_(scale)
+
+
+register("terngrad", doc="TernGrad: stochastic ternary, per-tensor max scale, unbiased")(TernGrad)
+
+
+class TwoBit(Compressor):
+    """The 2-bit threshold quantizer (Strom 2015; MXNet's ``2bit``): +t if g >= t, -t if g <= -t, else 0.
+    Meant with error feedback (the registry's default ``twobit`` keeps the residual). 2-bit codes; ``t`` is a
+    parameter both sides know, so nothing else is sent."""
+
+    name = "twobit"
+
+    def __init__(self, threshold: float = 0.5):
+        super().__init__()
+        self.threshold = check_float("twobit", "threshold", threshold, 0.0)
+        self.params = {"threshold": threshold}
+
+    def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
+        n, t = x.numel(), self.threshold
+        codes = torch.empty(n, dtype=torch.uint8, device=x.device)
+        step = chunk_rows(n, 1, _chunk_target(x.device))
+        for i, j in chunks(n, step):
+            xs, c = x[i:j], codes[i:j]
+            c.copy_(xs >= t)
+            c.add_(xs > -t)
+        return [pack(codes, 2)], {}
+
+    def _decode(self, payload: Payload) -> Tensor:
+        return unpack(payload.parts[0], 2, payload.numel).float().sub_(1.0).mul_(self.threshold)
+
+
+register("twobit", error_feedback=True, configurable_ef=False,
+         doc="2-bit threshold quantization (+t, -t, 0) with residual")(TwoBit)
