@@ -1,0 +1,448 @@
+"""E2: every compressor on one large fp32 tensor: compression ratio, error, bias, throughput, peak memory.
+
+Side by side in the same run: bitsandbytes' ``quantize_blockwise``/``dequantize_blockwise`` (block 2048,
+dynamic code) and the compression math of torch's DDP hooks (``fp16_compress_hook``, ``bf16_compress_hook``,
+and ``powerSGD_hook`` itself, run in a 1-process gloo group on a duck-typed bucket).
+
+Inputs (``numel`` fp32 entries each): ``gaussian`` N(0, 1); ``resnet20`` real gradients of ResNet-20 on
+CIFAR-10 (successive SGD steps' gradients concatenated until ``numel``; random images if the dataset is not
+available, recorded in the JSON); ``student_t3`` a heavy-tailed synthetic (Student t, 3 dof).
+
+Per (input, method) row:
+
+* ``ratio`` = input bytes (4 n) / ``Payload.nbytes`` (for bitsandbytes: codes + absmax + the same header);
+* ``rel_l2_error`` = ||D(C(x)) - x|| / ||x|| and ``bias`` = sum(D(C(x)) - x) / sum |x|, from the first call
+  (fresh state: one step of a training run; stateful methods' memory is empty);
+* ``throughput_gbps`` = 4 n / (encode + decode seconds) / 1e9, the median of ``reps`` timed calls after one
+  warm-up (state kept across calls: the steady state of training), with ``encode_s`` and ``decode_s``;
+* ``peak_extra_mem_bytes``: the peak of bytes allocated by torch during one compress + decompress (payload,
+  output, temporaries and new state included; the input excluded), from torch.profiler's memory timeline on
+  CPU (``profile_memory=True``, ``export_memory_timeline``), or ``torch.cuda.max_memory_allocated`` on CUDA.
+  bitsandbytes' allocations go through torch too, so they are counted the same way.
+
+    python -m lowbw.bench.compressors [--numel 25000000] [--inputs gaussian resnet20] [--methods topk ...]
+        [--reps 3] [--threads 2] [--no-memory] [--out runs/bench/compressors.json]
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+import warnings
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import torch
+
+__all__ = ["METHODS", "BASELINES", "INPUTS", "run_benchmark", "make_input", "targets", "table", "main"]
+
+# (compressor name, params). "<k>std" values are resolved to k x the input's standard deviation (absolute
+# thresholds only make sense relative to the data).
+METHODS: list[tuple[str, dict[str, Any]]] = [
+    ("none", {}),
+    ("fp16", {}),
+    ("bf16", {}),
+    ("blockwise", {"bits": 8, "codebook": "nonlinear"}),
+    ("blockwise", {"bits": 8, "codebook": "linear"}),
+    ("blockwise", {"bits": 8, "codebook": "nonlinear", "stochastic": True}),
+    ("blockwise", {"bits": 16, "codebook": "nonlinear"}),
+    ("qsgd", {"levels": 127}),
+    ("qsgd", {"levels": 7}),
+    ("terngrad", {}),
+    ("twobit", {"threshold": "1std"}),
+    ("threshold", {"alpha": "2.5std"}),
+    ("topk", {"ratio": 0.01}),
+    ("randomk", {"ratio": 0.01}),
+    ("dgc", {"ratio": 0.001}),
+    ("signsgd", {}),
+    ("ef_signsgd", {}),
+    ("onebit", {}),
+    ("powersgd", {"rank": 1}),
+    ("powersgd", {"rank": 4}),
+    ("artopk", {"ratio": 0.01}),
+]
+BASELINES: list[tuple[str, dict[str, Any]]] = [
+    ("bnb.quantize_blockwise", {"blocksize": 2048, "code": "dynamic"}),
+    ("torch.fp16_compress_hook", {}),
+    ("torch.bf16_compress_hook", {}),
+    ("torch.powerSGD_hook", {"rank": 1}),
+    ("torch.powerSGD_hook", {"rank": 4}),
+]
+INPUTS = ["gaussian", "resnet20", "student_t3"]
+
+
+# ------------------------------------------------------------------------------------------------ inputs
+def _resnet_gradients(numel: int, seed: int, batch: int = 64) -> tuple[torch.Tensor, str]:
+    """Concatenated real ResNet-20 gradients of successive SGD steps on CIFAR-10 (random images if absent)."""
+    from lowbw.train.models import build_model
+
+    g = torch.Generator().manual_seed(seed)
+    source = "cifar10"
+    try:
+        from lowbw.data import load
+
+        mirror = os.environ.get("LOWBW_DATA_MIRROR")
+        shared = Path(__file__).resolve().parents[3] / "shared" / "data"
+        if not mirror and shared.is_dir():
+            mirror = str(shared)
+        ds = load("cifar10", mirror=mirror, download_ok=False)
+        images, labels = ds.x_train, ds.y_train
+        mean = torch.tensor(ds.mean).view(1, 3, 1, 1)
+        std = torch.tensor(ds.std).view(1, 3, 1, 1)
+    except Exception as e:  # noqa: BLE001 - any failure to get the data: fall back, and say so
+        source = f"random images ({type(e).__name__}: no CIFAR-10 here)"
+        images = torch.randint(0, 256, (1024, 32, 32, 3), generator=g, dtype=torch.uint8)
+        labels = torch.randint(0, 10, (1024,), generator=g)
+        mean, std = torch.full((1, 3, 1, 1), 0.5), torch.full((1, 3, 1, 1), 0.25)
+    torch.manual_seed(seed)
+    model = build_model("resnet20")
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    chunks, have = [], 0
+    while have < numel:
+        idx = torch.randint(0, images.shape[0], (batch,), generator=g)
+        x = (images[idx].permute(0, 3, 1, 2).float() / 255 - mean) / std
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(model(x), labels[idx]).backward()
+        flat = torch.cat([p.grad.reshape(-1) for p in model.parameters() if p.grad is not None])
+        chunks.append(flat)
+        have += flat.numel()
+        opt.step()
+    return torch.cat(chunks)[:numel].contiguous(), f"resnet20 gradients, {len(chunks)} SGD steps on {source}"
+
+
+def make_input(kind: str, numel: int, seed: int = 0) -> tuple[torch.Tensor, str]:
+    """(fp32 tensor of ``numel`` entries, description)."""
+    g = torch.Generator().manual_seed(seed)
+    if kind == "gaussian":
+        return torch.randn(numel, generator=g), "N(0,1)"
+    if kind == "student_t3":
+        z = torch.randn(numel, generator=g)
+        chi2 = torch.randn(3, numel, generator=g).square_().sum(0)
+        return z / (chi2 / 3).sqrt_(), "Student t, 3 dof"
+    if kind == "resnet20":
+        return _resnet_gradients(numel, seed)
+    raise ValueError(f"input={kind!r} is unknown; allowed: {', '.join(INPUTS)}")
+
+
+# ------------------------------------------------------------------------------------------------ methods
+def _resolve(params: dict[str, Any], std: float) -> dict[str, Any]:
+    out = {}
+    for k, v in params.items():
+        if isinstance(v, str) and v.endswith("std"):
+            v = float(v[:-3]) * std
+        out[k] = v
+    return out
+
+
+def _matrix_shape(n: int) -> tuple[int, int]:
+    """(rows, cols) with rows the largest divisor of n not above sqrt(n): how a flat tensor is seen as a matrix."""
+    r = math.isqrt(n)
+    while r > 1 and n % r:
+        r -= 1
+    return max(r, 1), n // max(r, 1)
+
+
+class _Runner:
+    """encode(x) -> payload, decode(payload) -> tensor, nbytes(payload) for one method; fresh() resets state."""
+
+    def __init__(self, method: str, params: dict[str, Any], x: torch.Tensor):
+        self.method, self.params = method, params
+        self.shape = _matrix_shape(x.numel()) if "powersgd" in method.lower() else tuple(x.shape)
+        self.encode: Callable[[torch.Tensor], Any]
+        self.decode: Callable[[Any], torch.Tensor]
+        self.nbytes: Callable[[Any], int]
+        self.fresh()
+
+    def fresh(self) -> None:
+        m, p = self.method, self.params
+        if m.startswith("bnb."):
+            import bitsandbytes.functional as bnbf
+
+            def bnb_encode(x):
+                return bnbf.quantize_blockwise(x, blocksize=p["blocksize"])
+
+            self.encode = bnb_encode
+            self.decode = lambda qs: bnbf.dequantize_blockwise(qs[0], qs[1])
+            # codes + fp32 absmax per block + our header (shape, two part lengths); the code table is constant
+            self.nbytes = lambda qs: qs[0].numel() + 4 * qs[1].absmax.numel() + 8 * (len(self.shape) + 2)
+        elif m in ("torch.fp16_compress_hook", "torch.bf16_compress_hook"):
+            dt = torch.float16 if "fp16" in m else torch.bfloat16
+            # the hook: buffer.to(dtype).div_(world_size); all-reduce; decompress: copy back into the fp32 buffer
+            self.encode = lambda x: x.to(dt).div_(1)
+            self.decode = lambda c: c.to(torch.float32)
+            self.nbytes = lambda c: 2 * c.numel() + 8 * (len(self.shape) + 1)
+        elif m == "torch.powerSGD_hook":
+            self._torch_powersgd(p["rank"])
+        else:
+            from lowbw.compress import State, make
+
+            comp, state = make(m, **p), State(seed=0)
+            self.encode = lambda x: comp.compress(x.view(self.shape), "x", state)
+            self.decode = comp.decompress
+            self.nbytes = lambda pl: pl.nbytes
+
+    def _torch_powersgd(self, rank: int) -> None:
+        import torch.distributed as dist
+        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ph
+
+        if not dist.is_initialized():
+            dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
+
+        class Bucket:
+            def __init__(self, t: torch.Tensor):
+                self.t = t
+
+            def buffer(self):
+                return self.t.view(-1)
+
+            def gradients(self):
+                return [self.t]
+
+            def index(self):
+                return 0
+
+            def is_last(self):
+                return True
+
+        state = ph.PowerSGDState(None, matrix_approximation_rank=rank, start_powerSGD_iter=2, random_seed=0)
+        state.iter = 2  # past torch's mandatory vanilla iterations (they only count steps)
+        n, mcols = self.shape
+        r = min(n, mcols, rank)
+
+        def encode(x):  # the hook works in place on the bucket: give it a copy (the copy is part of its cost)
+            return ph.powerSGD_hook(state, Bucket(x.view(self.shape).clone())).wait()
+
+        self.encode = encode
+        self.decode = lambda out: out
+        compressed = ph._should_compress(n, mcols, r, state.min_compression_rate)[0]
+        self.nbytes = lambda out: 4 * ((n + mcols) * r if compressed else n * mcols) + 8 * (2 + 2)
+
+
+def _time_call(fn: Callable[[], Any], device: torch.device) -> tuple[Any, float]:
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    t = time.perf_counter()
+    out = fn()
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+    return out, time.perf_counter() - t
+
+
+@contextlib.contextmanager
+def _quiet_stderr_fd():
+    """Silence file descriptor 2 (the profiler's C++ start/stop lines), Python's sys.stderr included."""
+    sys.stderr.flush()
+    saved, devnull = os.dup(2), os.open(os.devnull, os.O_WRONLY)
+    try:
+        os.dup2(devnull, 2)
+        yield
+    finally:
+        os.dup2(saved, 2)
+        os.close(saved)
+        os.close(devnull)
+
+
+def _peak_extra_memory(fn: Callable[[], Any], device: torch.device) -> int | None:
+    """Peak bytes torch allocates while ``fn`` runs (allocations made before it are not counted)."""
+    if device.type == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn()
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    from torch.profiler import ProfilerActivity, profile
+
+    with tempfile.TemporaryDirectory() as d, warnings.catch_warnings(), _quiet_stderr_fd():
+        warnings.simplefilter("ignore")
+        with profile(activities=[ProfilerActivity.CPU], profile_memory=True, record_shapes=True,
+                     with_stack=True) as prof:
+            keep = fn()  # noqa: F841 - alive until the profile ends, like a result in use
+        try:
+            path = Path(d) / "timeline.json"
+            prof.export_memory_timeline(str(path), device="cpu")
+            _, sizes = json.loads(path.read_text())
+            return int(max((sum(s) for s in sizes), default=0))
+        except Exception:  # noqa: BLE001 - the profiler API may change: report "not measured"
+            return None
+
+
+def _measure(method: str, params: dict[str, Any], x: torch.Tensor, reps: int, memory: bool) -> dict[str, Any]:
+    device = x.device
+    runner = _Runner(method, params, x)
+    n = x.numel()
+    xd = x.double()
+    # error and bias: the first call, fresh state
+    payload = runner.encode(x)
+    y = runner.decode(payload).reshape(-1).to(torch.float32)
+    err = float((y.double() - xd).norm() / xd.norm())
+    bias = float((y.double() - xd).sum() / xd.abs().sum())
+    nbytes = runner.nbytes(payload)
+    del payload, y
+    # throughput: steady state (state kept), median of reps after the first (warm-up) call above
+    enc, dec = [], []
+    for _ in range(reps):
+        payload, te = _time_call(lambda: runner.encode(x), device)
+        _, td = _time_call(lambda p=payload: runner.decode(p), device)
+        enc.append(te)
+        dec.append(td)
+        del payload
+    total = [a + b for a, b in zip(enc, dec)]
+    row = {
+        "ratio": 4 * n / nbytes,
+        "nbytes": nbytes,
+        "rel_l2_error": err,
+        "bias": bias,
+        "encode_s": statistics.median(enc),
+        "decode_s": statistics.median(dec),
+        "throughput_gbps": 4 * n / statistics.median(total) / 1e9,
+        "peak_extra_mem_bytes": None,
+    }
+    if memory:
+        runner.fresh()
+        row["peak_extra_mem_bytes"] = _peak_extra_memory(lambda: runner.decode(runner.encode(x)), device)
+    return row
+
+
+def _params_str(params: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v:.3g}" if isinstance(v, float) else f"{k}={v}" for k, v in params.items())
+
+
+# ------------------------------------------------------------------------------------------------ driver
+def run_benchmark(numel: int = 1_000_000, methods: list[str] | None = None, inputs: list[str] | None = None,
+                  reps: int = 3, memory: bool = True, baselines: bool = True, seed: int = 0,
+                  threads: int | None = None, device: str = "cpu", out: str | os.PathLike | None = None,
+                  log: Callable[[str], None] | None = None):
+    """Measure every method (``methods``: compressor names to keep, default all) on every input; a DataFrame.
+
+    With ``out`` the rows are also written as JSON with provenance and the issue's targets evaluated.
+    """
+    import pandas as pd
+
+    from lowbw.runio import atomic_write_json, provenance
+
+    if threads:
+        torch.set_num_threads(threads)
+    log = log or (lambda s: None)
+    dev = torch.device(device)
+    todo = [(m, p, False) for m, p in METHODS if methods is None or m in methods]
+    if baselines:
+        todo += [(m, p, True) for m, p in BASELINES]
+    rows, described = [], {}
+    t0 = time.time()
+    for kind in inputs or INPUTS:
+        x, desc = make_input(kind, numel, seed)
+        x = x.to(dev)
+        described[kind] = desc
+        std = float(x.std())
+        for method, params, baseline in todo:
+            if method.startswith("bnb.") and dev.type != "cpu":
+                continue
+            p = _resolve(params, std)
+            log(f"[{time.time() - t0:6.1f}s] {kind:10s} {method} {_params_str(p)}")
+            row = {"input": kind, "method": method, "params": _params_str(p), "baseline": baseline,
+                   "numel": numel}
+            try:
+                row.update(_measure(method, p, x, reps, memory))
+                row["ok"] = True
+            except Exception as e:  # noqa: BLE001 - one failing method must not lose the others: recorded
+                row.update({"ok": False, "error": f"{type(e).__name__}: {e}"})
+            rows.append(row)
+        del x
+    _cleanup_dist()
+    result = {"rows": rows, "inputs": described, "config": {"numel": numel, "reps": reps, "seed": seed,
+              "device": device, "threads": torch.get_num_threads(), "memory": memory,
+              "memory_method": "torch.profiler memory timeline (CPU) / torch.cuda.max_memory_allocated"},
+              "targets": targets(rows), "seconds": time.time() - t0}
+    if out:
+        atomic_write_json(out, {**result, "provenance": provenance()})
+    df = pd.DataFrame(rows)
+    df.attrs["targets"] = result["targets"]
+    return df
+
+
+def _cleanup_dist() -> None:
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        with contextlib.suppress(Exception):
+            dist.destroy_process_group()
+
+
+def targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """The issue's targets on what was measured: our 8-bit non-linear blockwise vs bitsandbytes (error <=,
+    speed ratio >= 1.0) per input, and every compressor's encode+decode >= 0.3 GB/s."""
+    ok = [r for r in rows if r.get("ok")]
+    out: dict[str, Any] = {"blockwise8_nonlinear_vs_bnb": {}, "min_throughput_gbps": {"target": ">= 0.3"}}
+    for kind in sorted({r["input"] for r in ok}):
+        ours = [r for r in ok if r["input"] == kind and r["method"] == "blockwise"
+                and r["params"] == "bits=8, codebook=nonlinear"]
+        bnb = [r for r in ok if r["input"] == kind and r["method"].startswith("bnb.")]
+        if ours and bnb:
+            o, b = ours[0], bnb[0]
+            out["blockwise8_nonlinear_vs_bnb"][kind] = {
+                "error_ours": o["rel_l2_error"], "error_bnb": b["rel_l2_error"],
+                "error_met": o["rel_l2_error"] <= b["rel_l2_error"],
+                "speed_ratio": o["throughput_gbps"] / b["throughput_gbps"],
+                "speed_met": o["throughput_gbps"] >= b["throughput_gbps"],
+            }
+    ours_rows = [r for r in ok if not r["baseline"]]
+    slow = [f"{r['input']}:{r['method']}({r['params']})={r['throughput_gbps']:.3f}" for r in ours_rows
+            if r["throughput_gbps"] < 0.3]
+    out["min_throughput_gbps"].update({
+        "min": min((r["throughput_gbps"] for r in ours_rows), default=None),
+        "met": not slow if ours_rows else None, "below": slow,
+    })
+    out["failed"] = [f"{r['input']}:{r['method']}: {r.get('error')}" for r in rows if not r.get("ok")]
+    return out
+
+
+def table(df) -> str:
+    """A markdown table of the rows."""
+    head = ("| input | method | params | ratio | rel. L2 error | bias | GB/s | encode ms | decode ms | "
+            "peak extra MB |")
+    lines = [head, "|" + "---|" * 10]
+    for r in df.to_dict("records"):
+        if not r.get("ok"):
+            lines.append(f"| {r['input']} | {r['method']} | {r['params']} | failed: {r.get('error')} |||||||")
+            continue
+        mem = r.get("peak_extra_mem_bytes")
+        mem_s = "-" if mem is None or mem != mem else f"{mem / 1e6:.0f}"
+        name = f"*{r['method']}*" if r["baseline"] else r["method"]
+        lines.append(
+            f"| {r['input']} | {name} | {r['params']} | {r['ratio']:.1f} | {100 * r['rel_l2_error']:.3g}% | "
+            f"{r['bias']:+.1e} | {r['throughput_gbps']:.2f} | {1e3 * r['encode_s']:.0f} | "
+            f"{1e3 * r['decode_s']:.0f} | {mem_s} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lowbw.bench.compressors", description=__doc__.splitlines()[0])
+    ap.add_argument("--numel", type=int, default=25_000_000)
+    ap.add_argument("--methods", nargs="+", help="compressor names (default: all)")
+    ap.add_argument("--inputs", nargs="+", choices=INPUTS)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    ap.add_argument("--device", default="cpu")
+    ap.add_argument("--no-memory", action="store_true", help="skip the peak-memory pass (profiler)")
+    ap.add_argument("--no-baselines", action="store_true")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", default="runs/bench/compressors.json")
+    a = ap.parse_args(argv)
+    df = run_benchmark(a.numel, a.methods, a.inputs, a.reps, not a.no_memory, not a.no_baselines, a.seed,
+                       a.threads, a.device, a.out, log=lambda s: print(s, file=sys.stderr, flush=True))
+    print(table(df))
+    print(json.dumps(df.attrs["targets"], indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
