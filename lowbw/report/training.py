@@ -1,0 +1,81 @@
+"""Training runs -> per-group statistics, re-timed at any link.
+
+The sim backend's virtual clock is compute + (de)compression (measured) + communication (alpha-beta model
+at the run's link). Communication is linear in the link's parameters, so every metrics line carries the
+cumulative coefficients ``comm_alpha_terms`` (number of latency terms on the critical path) and
+``comm_beta_bytes`` (bytes on the critical path): time at another link = compute + compress +
+A * alpha + B * 8 / bandwidth. This is how one run answers for every bandwidth (E3, E4) without rerunning.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from lowbw.report.stats import mean_std, welch
+
+__all__ = ["retime", "time_to_target", "group_stats", "eval_lines"]
+
+
+def retime(m: pd.DataFrame, mbit: float | None = None, latency_ms: float | None = None) -> pd.Series:
+    """Virtual time (s) of each metrics line at a link of ``mbit`` Mbit/s and ``latency_ms`` one-way latency.
+
+    ``mbit=None`` returns the time at the run's own link (``t_virtual``).
+    """
+    if mbit is None:
+        return m["t_virtual"].astype(float)
+    if "comm_alpha_terms" not in m or "comm_beta_bytes" not in m:
+        raise ValueError("metrics lack comm_alpha_terms/comm_beta_bytes: cannot re-time at another link")
+    alpha = (latency_ms or 0.0) / 1e3
+    return (m["t_virtual_compute"].astype(float) + m["t_virtual_compress"].astype(float)
+            + m["comm_alpha_terms"].astype(float) * alpha + m["comm_beta_bytes"].astype(float) * 8.0 / (mbit * 1e6))
+
+
+def eval_lines(m: pd.DataFrame) -> pd.DataFrame:
+    """The metrics lines that carry a test evaluation, in step order."""
+    if "test_acc" not in m:
+        return m.iloc[0:0]
+    return m[m["test_acc"].notna()].sort_values("step")
+
+
+def time_to_target(m: pd.DataFrame, target: float, mbit: float | None = None,
+                   latency_ms: float | None = None) -> float:
+    """Virtual seconds until the first evaluation with test accuracy >= ``target`` (NaN if never)."""
+    ev = eval_lines(m)
+    hit = ev[ev["test_acc"] >= target]
+    if hit.empty:
+        return float("nan")
+    return float(retime(hit.iloc[[0]], mbit, latency_ms).iloc[0])
+
+
+def group_stats(runs: pd.DataFrame, metrics: pd.DataFrame, by: list[str], target: float,
+                mbits: list[float], latency_ms: float, baseline: dict[str, Any] | None = None) -> pd.DataFrame:
+    """One row per group (over seeds): final accuracy mean/std, Welch test vs ``baseline`` group, bytes per
+    worker per step, time to ``target`` at every bandwidth in ``mbits`` (mean over the seeds that reached it,
+    and how many did)."""
+    rows = []
+    base_acc = None
+    if baseline is not None:
+        sel = np.logical_and.reduce([runs[k] == v for k, v in baseline.items()])
+        base_acc = runs.loc[sel, "final_test_acc"].to_numpy(dtype=float)
+    for key, g in runs.groupby(by, sort=False):
+        key = key if isinstance(key, tuple) else (key,)
+        acc = mean_std(g["final_test_acc"])
+        row: dict[str, Any] = dict(zip(by, key))
+        row.update(acc_mean=acc.mean, acc_std=acc.std, n=acc.n,
+                   bytes_per_step=float((g["bytes_sent_per_worker"] / g["step"].clip(lower=1)).mean()))
+        if base_acc is not None:
+            t = welch(g["final_test_acc"].to_numpy(dtype=float), base_acc)
+            row.update(p_vs_base=t.p, significant=t.significant)
+        for mb in mbits:
+            times = []
+            for run in g["run"]:
+                times.append(time_to_target(metrics[metrics["run"] == run], target, mb, latency_ms))
+            arr = np.array(times, dtype=float)
+            row[f"ttt_{mb:g}"] = float(np.nanmean(arr)) if np.isfinite(arr).any() else math.nan
+            row[f"ttt_{mb:g}_reached"] = int(np.isfinite(arr).sum())
+        rows.append(row)
+    return pd.DataFrame(rows)
