@@ -1,0 +1,86 @@
+"""Ring all-gather of variable-size payloads, and the all-reduce built on it.
+
+Rank j's block (``sizes[j]`` elements, possibly 0) travels round the ring; at step s (0..N-2) rank r
+sends block (r-s) mod N to the right and receives block (r-s-1) mod N from the left, chunk by chunk,
+forwarding each chunk as soon as it arrives. Empty blocks send nothing (both sides know the sizes).
+
+``allgather`` all-reduce: gather every rank's whole tensor, reduce locally in rank order
+(x_0 + x_1 + ..., fp32 accumulator for half types, one rounding): (N-1)M bytes per rank, the way
+non-summable compressed payloads are aggregated.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+from torch import Tensor
+
+from lowbw.comm.numerics import Reducer, chunk_ranges
+from lowbw.comm.transport import Transport
+
+__all__ = ["ring_allgather_into", "allgather_allreduce"]
+
+
+def ring_allgather_into(out: Tensor, offsets: list[int], tp: Transport, chunk: int, window: int = 4) -> None:
+    """``out`` (1-D) holds rank j's block at ``out[offsets[j]:offsets[j+1]]``; this rank's block is
+    already in place. Fills in every other block."""
+    N, r = tp.world_size, tp.rank
+    if N == 1:
+        return
+    right, left = (r + 1) % N, (r - 1) % N
+
+    def blk(j: int) -> list[tuple[int, int]]:
+        return chunk_ranges(offsets[j], offsets[j + 1], chunk)
+
+    if tp.lockstep:
+        for s in range(N - 1):
+            snd, rcv = blk((r - s) % N), blk((r - s - 1) % N)
+            for c in range(max(len(snd), len(rcv))):
+                ops = []
+                if c < len(snd):
+                    ops.append(("send", out[snd[c][0]:snd[c][1]], right))
+                if c < len(rcv):
+                    ops.append(("recv", out[rcv[c][0]:rcv[c][1]], left))
+                tp.wait_all(tp.post(ops))
+        return
+
+    rounds = [(s, a, b) for s in range(N - 1) for a, b in blk((r - s - 1) % N)]
+    sends = [tp.send(out[a:b], right) for a, b in blk(r)]
+    window = max(1, window)
+    pending: deque = deque()
+    nxt = 0
+
+    def post_more() -> None:
+        nonlocal nxt
+        while nxt < len(rounds) and len(pending) < window:
+            s, a, b = rounds[nxt]
+            pending.append((s, a, b, tp.recv(out[a:b], left)))
+            nxt += 1
+
+    post_more()
+    while pending:
+        s, a, b, h = pending.popleft()
+        tp.wait(h)
+        if s + 1 < N - 1:
+            sends.append(tp.send(out[a:b], right))
+        post_more()
+    tp.wait_all(sends)
+
+
+def allgather_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: int = 4) -> None:
+    N, r = tp.world_size, tp.rank
+    if N == 1:
+        red.finish(t)
+        return
+    n = t.numel()
+    if n == 0:
+        return
+    out = torch.empty(N * n, dtype=t.dtype, device=t.device)
+    out[r * n:(r + 1) * n].copy_(t)
+    ring_allgather_into(out, [j * n for j in range(N + 1)], tp, chunk, window)
+    parts = out.view(N, n)
+    acc = red.accumulator(parts[0])
+    for j in range(1, N):
+        red.add_to(acc, parts[j])
+    red.store(t, acc, last=True)

@@ -1,0 +1,83 @@
+"""Butterfly all-reduce (Rabenseifner): recursive-halving reduce-scatter + recursive-doubling all-gather.
+
+For P = the largest power of two <= N and R = N - P, the first 2R ranks fold in first: each even rank
+2i sends its tensor to 2i+1, which combines them and takes part as virtual rank i; the even ranks wait
+and receive the result at the end. The remaining P virtual ranks run log2(P) halving steps (distance
+P/2, P/4, ..., 1: keep one half of the current range, send the other half to the partner, combine the
+partner's copy of the kept half) and then log2(P) doubling steps in reverse. For a power of two N every
+rank sends 2(N-1)/N of the tensor in 2 log2 N messages.
+
+Reduction order: a fixed binary tree over ranks, e.g. N=4: (x0 + x2) + (x1 + x3).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lowbw.comm.numerics import Reducer
+from lowbw.comm.transport import Transport
+
+__all__ = ["butterfly_allreduce"]
+
+
+def _halves(lo: int, hi: int) -> tuple[tuple[int, int], tuple[int, int]]:
+    mid = lo + (hi - lo + 1) // 2
+    return (lo, mid), (mid, hi)
+
+
+def butterfly_allreduce(t: Tensor, tp: Transport, red: Reducer) -> None:
+    N, r = tp.world_size, tp.rank
+    if N == 1:
+        red.finish(t)
+        return
+    n = t.numel()
+    if n == 0:
+        return
+    P = 1 << (N.bit_length() - 1)
+    R = N - P
+
+    # fold: ranks 0..2R-1 pair up (2i -> 2i+1)
+    if r < 2 * R:
+        if r % 2 == 0:
+            tp.wait(tp.send(t, r + 1))
+            tp.wait(tp.recv(t, r + 1))  # the finished result, at the end
+            return
+        tmp = torch.empty_like(t)
+        tp.wait(tp.recv(tmp, r - 1))
+        red.combine(t, tmp, last=(P == 1))
+        v = r // 2
+    else:
+        v = r - R
+
+    def real(u: int) -> int:  # virtual -> real rank
+        return 2 * u + 1 if u < R else u + R
+
+    # recursive halving
+    lo, hi = 0, n
+    steps = []  # (partner, kept range, given range)
+    sends = []
+    d = P // 2
+    tmp = torch.empty((n + 1) // 2, dtype=t.dtype, device=t.device) if P > 1 else None
+    while d >= 1:
+        partner = real(v ^ d)
+        low, high = _halves(lo, hi)
+        keep, give = (low, high) if v & d == 0 else (high, low)
+        buf = tmp[: keep[1] - keep[0]]
+        hs = tp.post([("send", t[give[0]:give[1]], partner), ("recv", buf, partner)])
+        tp.wait(hs[1])
+        sends.append(hs[0])
+        red.combine(t[keep[0]:keep[1]], buf, last=(d == 1))
+        steps.append((partner, keep, give))
+        lo, hi = keep
+        d //= 2
+    tp.wait_all(sends)  # the halves given away are overwritten below
+
+    # recursive doubling (reverse order): send what I have, receive what the partner has
+    for partner, keep, give in reversed(steps):
+        hs = tp.post([("send", t[keep[0]:keep[1]], partner), ("recv", t[give[0]:give[1]], partner)])
+        tp.wait_all(hs)
+
+    # unfold
+    if r < 2 * R:
+        tp.wait(tp.send(t, r - 1))

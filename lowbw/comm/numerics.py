@@ -1,0 +1,135 @@
+"""Reduction arithmetic shared by every algorithm, and how tensors are split into segments and chunks.
+
+Half precision (documented contract, identical for DistCollective and ThreadCollective):
+
+* fp16/bf16 tensors travel in their own dtype (bytes on the wire = the tensor's bytes);
+* every reduction step widens both operands to fp32, combines in fp32 and rounds to the input dtype once
+  (round-to-nearest-even) when the partial result is stored or leaves the rank;
+* a rank that combines several contributions at once (ps root, alltoall, roundrobin master, tree node,
+  allgather) accumulates all of them in fp32 and rounds once;
+* ``avg`` divides the complete fp32 sum by N before that final rounding.
+
+Other dtypes are reduced in their own dtype. Reduction order is fixed per algorithm (never by arrival
+time), so results are deterministic and equal across the two transports.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.distributed as dist
+from torch import Tensor
+
+__all__ = ["OPS", "Reducer", "split", "chunk_ranges", "normalize_op"]
+
+OPS = ("sum", "avg", "prod", "max", "min")
+_ALIASES = {"mean": "avg", "product": "prod"}
+_HALF = (torch.float16, torch.bfloat16)
+
+
+def normalize_op(op) -> str:
+    """'sum' | 'avg' | 'prod' | 'max' | 'min' from a string or a ``torch.distributed.ReduceOp``."""
+    if isinstance(op, str):
+        name = _ALIASES.get(op.lower(), op.lower())
+    else:
+        ro = dist.ReduceOp
+        table = {ro.SUM: "sum", ro.PRODUCT: "prod", ro.MAX: "max", ro.MIN: "min"}
+        if hasattr(ro, "AVG"):
+            table[ro.AVG] = "avg"
+        name = table.get(op)
+    if name not in OPS:
+        raise ValueError(f"op={op!r} is not supported; allowed: {', '.join(OPS)}")
+    return name
+
+
+def split(n: int, parts: int) -> list[tuple[int, int]]:
+    """``parts`` contiguous ranges covering ``range(n)``; the first ``n % parts`` are one longer."""
+    base, rem = divmod(n, parts)
+    out, lo = [], 0
+    for i in range(parts):
+        hi = lo + base + (1 if i < rem else 0)
+        out.append((lo, hi))
+        lo = hi
+    return out
+
+
+def chunk_ranges(lo: int, hi: int, chunk: int) -> list[tuple[int, int]]:
+    """``[lo, hi)`` cut into pieces of at most ``chunk`` elements (no pieces if empty)."""
+    return [(a, min(a + chunk, hi)) for a in range(lo, hi, chunk)]
+
+
+class Reducer:
+    """Elementwise reduction ``op`` for tensors of ``dtype`` over ``world_size`` ranks."""
+
+    def __init__(self, op: str, dtype: torch.dtype, world_size: int) -> None:
+        self.op = normalize_op(op)
+        self.dtype = dtype
+        self.world_size = world_size
+        self.widen = dtype in _HALF
+        self.acc_dtype = torch.float32 if self.widen else dtype
+        if dtype == torch.bool:
+            raise ValueError("bool tensors cannot be all-reduced; use uint8")
+        if self.op == "avg" and not (dtype.is_floating_point or dtype.is_complex):
+            raise ValueError(f"op='avg' needs a floating-point tensor, got dtype={dtype}")
+
+    def _apply(self, acc: Tensor, x: Tensor) -> None:
+        if self.op in ("sum", "avg"):
+            acc.add_(x)
+        elif self.op == "prod":
+            acc.mul_(x)
+        elif self.op == "max":
+            torch.maximum(acc, x, out=acc)
+        else:
+            torch.minimum(acc, x, out=acc)
+
+    def _final(self, acc: Tensor) -> None:
+        if self.op == "avg":
+            acc.div_(self.world_size)
+
+    # -- pairwise (partial sums travel) ------------------------------------------------------------------
+    def combine(self, dst: Tensor, src: Tensor, last: bool = False) -> None:
+        """``dst <- dst (op) src`` with one rounding; ``last``: the result is complete (apply avg)."""
+        if self.widen:
+            acc = dst.to(torch.float32)
+            self._apply(acc, src.to(torch.float32))
+            if last:
+                self._final(acc)
+            dst.copy_(acc)
+        else:
+            self._apply(dst, src)
+            if last:
+                self._final(dst)
+
+    def finish(self, dst: Tensor) -> None:
+        """A complete result that had nothing to combine (world size 1)."""
+        if self.op == "avg":
+            self.combine_many(dst, [])
+
+    # -- many at once (fp32 accumulator, one rounding) ---------------------------------------------------
+    def combine_many(self, dst: Tensor, parts: list[Tensor], last: bool = True) -> None:
+        """``dst <- ((dst op p0) op p1) ...`` in the accumulator dtype, rounded once into ``dst``."""
+        if self.widen:
+            acc = dst.to(torch.float32)
+            for p in parts:
+                self._apply(acc, p.to(torch.float32))
+            if last:
+                self._final(acc)
+            dst.copy_(acc)
+        else:
+            for p in parts:
+                self._apply(dst, p)
+            if last:
+                self._final(dst)
+
+    def accumulator(self, x: Tensor) -> Tensor:
+        """A fresh accumulator holding ``x`` (fp32 copy for half types, a copy otherwise)."""
+        return x.to(self.acc_dtype, copy=True)
+
+    def add_to(self, acc: Tensor, x: Tensor) -> None:
+        """``acc <- acc (op) x`` in the accumulator dtype (no rounding)."""
+        self._apply(acc, x.to(self.acc_dtype) if self.widen else x)
+
+    def store(self, dst: Tensor, acc: Tensor, last: bool) -> None:
+        """Round ``acc`` into ``dst`` (after applying avg if ``last``)."""
+        if last:
+            self._final(acc)
+        dst.copy_(acc)

@@ -1,0 +1,104 @@
+"""Ring all-reduce (Baidu / Patarasuk-Yuan): reduce-scatter then all-gather, chunked and pipelined.
+
+The tensor is cut into N segments; segment j's sum travels round the ring starting at rank j, so its
+reduction order is ``((x_j + x_{j+1}) + x_{j+2}) + ...`` (indices mod N). Every rank sends
+2(N-1)/N of the tensor and receives as much: bandwidth-optimal.
+
+Streaming: each segment is cut into chunks of ``chunk`` elements; a chunk is forwarded to the right
+neighbour as soon as it has been received and reduced, while up to ``window`` further chunks are
+already in flight, so a large tensor flows through the ring without a barrier between steps and with
+O(window * chunk) extra memory.
+
+Global step g = 0 .. 2N-3 (reduce-scatter for g < N-1, all-gather after): rank r receives segment
+(r-g-1) mod N from the left and sends segment (r-g) mod N to the right — the segment it received
+at step g-1.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+from torch import Tensor
+
+from lowbw.comm.numerics import Reducer, chunk_ranges, split
+from lowbw.comm.transport import Transport
+
+__all__ = ["ring_allreduce"]
+
+
+def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: int = 4) -> None:
+    """In-place all-reduce of the 1-D contiguous tensor ``t`` over ``tp``'s ranks."""
+    N, r = tp.world_size, tp.rank
+    if N == 1:
+        red.finish(t)
+        return
+    if t.numel() == 0:
+        return
+    segs = split(t.numel(), N)
+    G = 2 * (N - 1)
+    right, left = (r + 1) % N, (r - 1) % N
+    rounds = [(g, a, b) for g in range(G) for (a, b) in chunk_ranges(*segs[(r - g - 1) % N], chunk)]
+    if tp.lockstep:
+        _lockstep(t, tp, red, chunk, segs, rounds, right, left)
+        return
+
+    window = max(1, window)
+    slot_len = min(chunk, max(b - a for _, a, b in rounds)) if rounds else 0
+    slots = [torch.empty(slot_len, dtype=t.dtype, device=t.device) for _ in range(min(window, len(rounds)))]
+    sends = {}  # (step, start) -> handle
+    for a, b in chunk_ranges(*segs[r], chunk):
+        sends[(0, a)] = tp.send(t[a:b], right)
+
+    pending: deque = deque()
+    nxt = 0
+
+    def post_more() -> None:
+        nonlocal nxt
+        while nxt < len(rounds) and len(pending) < window:
+            g, a, b = rounds[nxt]
+            if g >= N - 1:  # all-gather: straight into place, once this region's earlier send is out
+                dep = sends.get((g + 1 - N, a))
+                if dep is None:
+                    return
+                tp.wait(dep)
+                buf = t[a:b]
+            else:
+                buf = slots[nxt % len(slots)][: b - a]
+            pending.append((nxt, buf, tp.recv(buf, left)))
+            nxt += 1
+
+    post_more()
+    while pending:
+        i, buf, h = pending.popleft()
+        tp.wait(h)
+        g, a, b = rounds[i]
+        if g < N - 1:
+            red.combine(t[a:b], buf, last=(g == N - 2))
+        if g + 1 < G:
+            sends[(g + 1, a)] = tp.send(t[a:b], right)
+        post_more()
+    tp.wait_all(sends.values())
+
+
+def _lockstep(t, tp, red, chunk, segs, rounds, right, left) -> None:
+    """Same schedule, one (send, recv) pair per post: safe where a pair of ranks shares one stream (NCCL)."""
+    N, r = tp.world_size, tp.rank
+    tmp = torch.empty(min(chunk, t.numel()), dtype=t.dtype, device=t.device)
+    for g in range(2 * (N - 1)):
+        snd = chunk_ranges(*segs[(r - g) % N], chunk)
+        rcv = chunk_ranges(*segs[(r - g - 1) % N], chunk)
+        for c in range(max(len(snd), len(rcv))):
+            ops = []
+            if c < len(snd):
+                a, b = snd[c]
+                ops.append(("send", t[a:b], right))
+            if c < len(rcv):
+                a, b = rcv[c]
+                buf = tmp[: b - a] if g < N - 1 else t[a:b]
+                ops.append(("recv", buf, left))
+            hs = tp.post(ops)
+            tp.wait_all(hs)
+            if c < len(rcv) and g < N - 1:
+                a, b = rcv[c]
+                red.combine(t[a:b], tmp[: b - a], last=(g == N - 2))

@@ -1,0 +1,189 @@
+"""``ThreadCollective``: M workers as threads of one process (the ``sim`` training backend).
+
+It runs the very same per-rank algorithm code as :class:`~lowbw.comm.DistCollective`, over in-process
+mailboxes instead of sockets, so its results are bit-for-bit those of real processes on gloo (same
+reduction order, same fp32-then-round arithmetic for half types) and its byte/message counts are those a
+real run would send. ``native`` has no in-process counterpart of gloo's internal order: here it is the
+rank-ordered ``ps`` reduction (x_0 + x_1 + ...).
+
+Every wait has a timeout, and a failing worker aborts the group so that the others stop at once
+(``run_threads`` does this and re-raises the first real exception).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import torch
+from torch import Tensor
+
+from lowbw.comm.collectives import (
+    ALGORITHMS,
+    BROADCAST_FOR,
+    DEFAULT_WINDOW,
+    _check_algorithm,
+    _chunk_elems,
+    _Flat,
+    _seconds,
+    close_stats,
+    open_stats,
+    run_allgather,
+    run_allreduce,
+    run_broadcast,
+)
+from lowbw.comm.errors import GroupAbortedError, PeerTimeoutError
+from lowbw.comm.meter import Meter
+from lowbw.comm.numerics import Reducer
+from lowbw.comm.transport import ThreadHub, ThreadTransport
+from lowbw.compress.collective import CallRecord
+
+__all__ = ["ThreadCollective", "run_threads"]
+
+
+class ThreadCollective:
+    """One rank of an in-process group; make the group with :meth:`ThreadCollective.group`."""
+
+    def __init__(self, hub: ThreadHub, rank: int, algorithm: str = "ring", timeout=None,
+                 chunk_bytes: int | None = None, window: int = DEFAULT_WINDOW, meter: Meter | None = None,
+                 barrier: threading.Barrier | None = None) -> None:
+        self.hub = hub
+        self.rank = rank
+        self.world_size = hub.world_size
+        self.algorithm = _check_algorithm(algorithm, ALGORITHMS)
+        self.timeout = _seconds(timeout)
+        self.chunk_bytes = chunk_bytes
+        self.window = window
+        self.meter = meter
+        self._barrier = barrier
+        self.calls: list[CallRecord] = []
+
+    @classmethod
+    def group(cls, world_size: int, algorithm: str = "ring", timeout=60.0, chunk_bytes: int | None = None,
+              window: int = DEFAULT_WINDOW, meters: list[Meter] | None = None) -> list[ThreadCollective]:
+        """``world_size`` per-rank collectives sharing one in-process rendezvous (give one to each thread)."""
+        if world_size < 1:
+            raise ValueError(f"world_size={world_size} must be >= 1")
+        _check_algorithm(algorithm, ALGORITHMS)
+        if meters is not None and len(meters) != world_size:
+            raise ValueError(f"meters: need one per rank ({world_size}), got {len(meters)}")
+        hub = ThreadHub(world_size)
+        bar = threading.Barrier(world_size)
+        return [cls(hub, r, algorithm, timeout, chunk_bytes, window, meters[r] if meters else None, bar)
+                for r in range(world_size)]
+
+    def __repr__(self) -> str:
+        return f"ThreadCollective(algorithm={self.algorithm!r}, rank={self.rank}, world_size={self.world_size})"
+
+    def abort(self, why: str) -> None:
+        """Make every rank's pending and future waits fail now (use when this worker fails)."""
+        self.hub.abort(why)
+        if self._barrier is not None:
+            self._barrier.abort()
+
+    def _transport(self, context: str) -> ThreadTransport:
+        return ThreadTransport(self.hub, self.rank, self.timeout, None, context)
+
+    def _record(self, op: str, tensor: Tensor, algorithm: str) -> None:
+        self.calls.append(CallRecord(op, tensor.numel() * tensor.element_size(), algorithm, self.world_size))
+
+    # -- Collective protocol --------------------------------------------------------------------------------
+    def all_reduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
+        alg = "ps" if self.algorithm == "native" else self.algorithm
+        tp = self._transport(f"{self.algorithm} all_reduce (threads)")
+        tp.stats = open_stats(self.meter, op="all_reduce", algorithm=self.algorithm, rank=self.rank,
+                              world_size=self.world_size, tensor=tensor, measured=self.algorithm != "native")
+        t0 = time.perf_counter()
+        red = Reducer(op, tensor.dtype, self.world_size)
+        with torch.no_grad():
+            out = tensor.detach().clone()
+            f = _Flat(out)
+            run_allreduce(f.flat, tp, alg, red, _chunk_elems(self.chunk_bytes, tensor.element_size()),
+                          self.window)
+            f.write_back()
+        close_stats(tp.stats, t0)
+        self._record("all_reduce", tensor, self.algorithm)
+        return out
+
+    def all_gather(self, tensor: Tensor) -> list[Tensor]:
+        tp = self._transport("ring all_gather (threads)")
+        tp.stats = open_stats(self.meter, op="all_gather", algorithm="ring", rank=self.rank,
+                              world_size=self.world_size, tensor=tensor)
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = run_allgather(tensor, tp, self.chunk_bytes, self.window)
+        close_stats(tp.stats, t0)
+        self._record("all_gather", tensor, "native" if self.algorithm == "native" else "ring")
+        return out
+
+    def broadcast(self, tensor: Tensor, src: int) -> Tensor:
+        if not 0 <= src < self.world_size:
+            raise ValueError(f"src={src} is not a rank of a group of {self.world_size}")
+        how = BROADCAST_FOR[self.algorithm]
+        shape = "tree" if how == "native" else how
+        tp = self._transport(f"{how} broadcast (threads)")
+        tp.stats = open_stats(self.meter, op="broadcast", algorithm=how, rank=self.rank, world_size=self.world_size,
+                              tensor=tensor, measured=how != "native")
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            out = tensor.detach().clone()
+            f = _Flat(out)
+            run_broadcast(f.flat, tp, src, shape, _chunk_elems(self.chunk_bytes, tensor.element_size()), self.window)
+            f.write_back()
+        close_stats(tp.stats, t0)
+        self._record("broadcast", tensor, how)
+        return out
+
+    def barrier(self) -> None:
+        """All ranks meet (timeout: the group's)."""
+        if self.hub.aborted is not None:
+            raise GroupAbortedError(f"lowbw.comm barrier: rank {self.rank} stopped: {self.hub.aborted}",
+                                    rank=self.rank)
+        try:
+            self._barrier.wait(self.timeout)
+        except threading.BrokenBarrierError as e:
+            if self.hub.aborted is not None:
+                raise GroupAbortedError(f"lowbw.comm barrier: rank {self.rank} stopped: {self.hub.aborted}",
+                                        rank=self.rank) from e
+            raise PeerTimeoutError(f"lowbw.comm barrier: rank {self.rank} timed out after {self.timeout:g}s "
+                                   "(not every rank arrived)", rank=self.rank) from e
+
+
+def run_threads(fn, colls: list[ThreadCollective], timeout: float | None = None) -> list:
+    """Run ``fn(rank, coll)`` for every rank in its own thread; return the results in rank order.
+
+    If a worker raises, the group is aborted (the others fail fast instead of waiting for their timeout)
+    and the first real exception (not a consequent abort) is re-raised here. ``timeout``: seconds for the
+    whole run (default: none beyond the collectives' own).
+    """
+    n = len(colls)
+    results: list = [None] * n
+    errors: list[tuple[float, int, BaseException]] = []
+    lock = threading.Lock()
+
+    def body(r: int) -> None:
+        try:
+            results[r] = fn(r, colls[r])
+        except BaseException as e:  # noqa: BLE001 - re-raised in the caller
+            with lock:
+                errors.append((time.monotonic(), r, e))
+            colls[r].abort(f"rank {r} failed with {type(e).__name__}: {e}")
+
+    threads = [threading.Thread(target=body, args=(r,), name=f"lowbw-rank{r}", daemon=True) for r in range(n)]
+    for t in threads:
+        t.start()
+    deadline = None if timeout is None else time.monotonic() + timeout
+    for t in threads:
+        t.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+    alive = [r for r, t in enumerate(threads) if t.is_alive()]
+    if alive:
+        if colls:
+            colls[0].abort(f"run_threads timed out after {timeout}s")
+        for t in threads:
+            t.join(5.0)
+        raise PeerTimeoutError(f"run_threads: ranks {alive} did not finish within {timeout}s")
+    if errors:
+        real = [e for e in errors if not isinstance(e[2], GroupAbortedError)] or errors
+        real.sort(key=lambda e: e[0])
+        raise real[0][2]
+    return results

@@ -1,0 +1,171 @@
+"""Tree-shaped collectives: reduce to a root, then broadcast back; chunked and pipelined.
+
+* ``tree`` all-reduce: a binary heap tree rooted at ``root`` (children of virtual rank v: 2v+1, 2v+2).
+  A node combines ``own + child_1 + child_2`` (fp32 accumulator for half types, one rounding) and sends
+  the partial sum up; the root applies ``avg`` and sends the result down the same tree.
+* ``ps`` (parameter server / master-worker): a star — every worker sends its whole tensor to the root,
+  which reduces ``own + others in rank order`` (= x_0 + x_1 + ... for root 0) and sends the result back.
+  The root carries 2(N-1)M bytes, every other rank 2M.
+* broadcasts for :class:`~lowbw.comm.DistCollective`: ``flat`` (star: the root sends N-1 copies),
+  ``tree`` (binomial tree, log2 N rounds) and ``pipeline`` (a chunked chain: bandwidth-optimal for large
+  tensors).
+
+All phases stream: chunk c moves on as soon as it is complete, with up to ``window`` chunks in flight.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+
+import torch
+from torch import Tensor
+
+from lowbw.comm.numerics import Reducer, chunk_ranges
+from lowbw.comm.transport import Transport
+
+__all__ = [
+    "heap_tree",
+    "star_tree",
+    "binomial_tree",
+    "chain_tree",
+    "TREES",
+    "tree_allreduce",
+    "reduce_to_root",
+    "bcast_from_root",
+]
+
+
+def _rel(rank: int, n: int, root: int) -> int:
+    return (rank - root) % n
+
+
+def heap_tree(rank: int, n: int, root: int = 0) -> tuple[int | None, list[int]]:
+    """(parent, children) in a binary heap tree over ranks rotated so that ``root`` is at the top."""
+    v = _rel(rank, n, root)
+    parent = None if v == 0 else ((v - 1) // 2 + root) % n
+    return parent, [(c + root) % n for c in (2 * v + 1, 2 * v + 2) if c < n]
+
+
+def star_tree(rank: int, n: int, root: int = 0) -> tuple[int | None, list[int]]:
+    """Root's children: every other rank in rank order."""
+    if rank == root:
+        return None, [q for q in range(n) if q != root]
+    return root, []
+
+
+def binomial_tree(rank: int, n: int, root: int = 0) -> tuple[int | None, list[int]]:
+    """Binomial tree (log2 N rounds); children listed largest subtree first."""
+    v = _rel(rank, n, root)
+    parent = None if v == 0 else ((v - (1 << (v.bit_length() - 1))) + root) % n
+    kids, k = [], 1 << v.bit_length() if v else 1
+    while v + k < n:
+        kids.append(v + k)
+        k <<= 1
+    return parent, [(c + root) % n for c in reversed(kids)]
+
+
+def chain_tree(rank: int, n: int, root: int = 0) -> tuple[int | None, list[int]]:
+    v = _rel(rank, n, root)
+    return (None if v == 0 else (v - 1 + root) % n), ([(v + 1 + root) % n] if v + 1 < n else [])
+
+
+# broadcast shapes by name ("pipeline" = chunked chain, "tree" = binomial tree, as lowbw.net.costmodel names them)
+TREES = {"flat": star_tree, "tree": binomial_tree, "pipeline": chain_tree, "binomial": binomial_tree,
+         "chain": chain_tree, "heap": heap_tree}
+
+
+def reduce_to_root(t: Tensor, tp: Transport, red: Reducer, parent, children, chunk: int, window: int) -> dict:
+    """Each node: ``t <- own (op) child_1 (op) child_2 ...`` chunk by chunk, sent up when complete.
+
+    At the root the result is final (avg applied). Returns the still-running sends up, by chunk start.
+    """
+    ranges = chunk_ranges(0, t.numel(), chunk)
+    sends: dict = {}
+    if not children:
+        if parent is not None:
+            for a, b in ranges:
+                sends[a] = tp.send(t[a:b], parent)
+        else:
+            red.finish(t)
+        return sends
+    window = max(1, window)
+    slot_len = min(chunk, t.numel())
+    nslot = min(window, len(ranges))
+    slots = [[torch.empty(slot_len, dtype=t.dtype, device=t.device) for _ in children] for _ in range(nslot)]
+    pending: deque = deque()
+    nxt = 0
+
+    def post_more() -> None:
+        nonlocal nxt
+        while nxt < len(ranges) and len(pending) < window:
+            a, b = ranges[nxt]
+            bufs = [s[: b - a] for s in slots[nxt % nslot]]
+            hs = tp.post([("recv", buf, ch) for buf, ch in zip(bufs, children)])
+            pending.append((nxt, bufs, hs))
+            nxt += 1
+
+    post_more()
+    while pending:
+        i, bufs, hs = pending.popleft()
+        tp.wait_all(hs)
+        a, b = ranges[i]
+        acc = red.accumulator(t[a:b])
+        for buf in bufs:
+            red.add_to(acc, buf)
+        red.store(t[a:b], acc, last=parent is None)
+        if parent is not None:
+            sends[a] = tp.send(t[a:b], parent)
+        post_more()
+    return sends
+
+
+def bcast_from_root(t: Tensor, tp: Transport, parent, children, chunk: int, window: int, deps=None) -> None:
+    """The root's ``t`` down the tree; a node forwards chunk c as soon as it has it.
+
+    ``deps``: sends (by chunk start) out of ``t`` that must complete before ``t`` is overwritten there.
+    """
+    ranges = chunk_ranges(0, t.numel(), chunk)
+    sends = []
+    if parent is None:
+        for a, b in ranges:
+            sends.extend(tp.post([("send", t[a:b], ch) for ch in children]))
+        tp.wait_all(sends)
+        return
+    window = max(1, window)
+    pending: deque = deque()
+    nxt = 0
+
+    def post_more() -> None:
+        nonlocal nxt
+        while nxt < len(ranges) and len(pending) < window:
+            a, b = ranges[nxt]
+            if deps and a in deps:
+                tp.wait(deps[a])
+            pending.append((a, b, tp.recv(t[a:b], parent)))
+            nxt += 1
+
+    post_more()
+    while pending:
+        a, b, h = pending.popleft()
+        tp.wait(h)
+        if children:
+            sends.extend(tp.post([("send", t[a:b], ch) for ch in children]))
+        post_more()
+    tp.wait_all(sends)
+
+
+def tree_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: int = 4, shape: str = "heap",
+                   root: int = 0) -> None:
+    """Reduce to ``root`` over a ``shape`` tree ("heap" binary tree or "flat" star = ps), then broadcast."""
+    N = tp.world_size
+    if N == 1:
+        red.finish(t)
+        return
+    if t.numel() == 0:
+        return
+    tree = heap_tree if shape == "heap" else TREES[shape]
+    parent, children = tree(tp.rank, N, root)
+    if shape == "flat":  # the root holds len(children) receive buffers per chunk in flight
+        window = min(window, 2)
+    deps = reduce_to_root(t, tp, red, parent, children, chunk, window)
+    bcast_from_root(t, tp, parent, children, chunk, window, deps)
