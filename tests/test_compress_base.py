@@ -81,6 +81,9 @@ def test_error_feedback_switch():
         ErrorFeedback(make("topk"))
     with pytest.raises(TypeError):
         ErrorFeedback("topk")
+    for own in ("dgc", "powersgd", "artopk"):
+        with pytest.raises(ValueError, match="own memory"):
+            ErrorFeedback(make(own))
 
 
 # ----- exact nbytes ------------------------------------------------------------------------------------------
@@ -176,6 +179,8 @@ def test_no_aliasing_and_input_untouched(name):
     y1 = comp.decompress(p)
     x.add_(1000.0)
     assert torch.equal(comp.decompress(p), y1)
+    y1.add_(1000.0)  # the output is not the payload's memory either
+    assert not torch.equal(comp.decompress(p), y1)
 
 
 def test_non_contiguous_input():
@@ -250,3 +255,13 @@ def test_cuda_matches_cpu_shapes(name):
     if name in {"none", "fp16", "bf16", "blockwise", "twobit", "signsgd", "ef_signsgd", "onebit", "topk"}:
         y_cpu = make(name).decompress(make(name).compress(x.cpu(), state=State(seed=0)))
         torch.testing.assert_close(y.cpu(), y_cpu, rtol=1e-5, atol=1e-6)
+
+
+def test_error_feedback_residual_untouched_when_compression_fails():
+    comp = ErrorFeedback(make("fp16"))
+    st_ = State()
+    comp.compress(torch.tensor([1.0, 2.0]), "w", st_)
+    before = comp.residual(st_, "w").clone()
+    with pytest.raises(ValueError, match="fp16"):
+        comp.compress(torch.tensor([1.0, 1e5]), "w", st_)
+    assert torch.equal(comp.residual(st_, "w"), before)

@@ -210,7 +210,7 @@ class Compressor:
 
     name: ClassVar[str] = "?"
     summable: ClassVar[bool] = False
-    #: True for compressors whose state the error-feedback wrapper must not add (they have their own memory)
+    #: True for compressors with their own memory (DGC, PowerSGD, ARTopk): ErrorFeedback refuses to wrap them
     has_own_memory: ClassVar[bool] = False
 
     def __init__(self) -> None:
@@ -295,10 +295,12 @@ class ErrorFeedback(Compressor):
 
     def __init__(self, inner: Compressor):
         super().__init__()
-        if isinstance(inner, ErrorFeedback):
-            raise ValueError("ErrorFeedback: the compressor already has error feedback")
         if not isinstance(inner, Compressor):
             raise TypeError(f"ErrorFeedback wraps a Compressor, got {type(inner).__name__}")
+        if isinstance(inner, ErrorFeedback):
+            raise ValueError("ErrorFeedback: the compressor already has error feedback")
+        if inner.has_own_memory:
+            raise ValueError(f"ErrorFeedback: {inner.name} keeps its own memory (configure it with its parameters)")
         self.inner = inner
         self.params = dict(inner.params)
 
@@ -320,7 +322,12 @@ class ErrorFeedback(Compressor):
             corrected = x.clone()
         else:
             corrected = r.add_(x)  # reuse the residual's memory for g + e
-        payload_parts, meta = self.inner._encode(corrected, name, state, shape)
+        try:
+            payload_parts, meta = self.inner._encode(corrected, name, state, shape)
+        except BaseException:
+            if corrected is r:
+                r.sub_(x)  # leave the residual as it was
+            raise
         payload = Payload(tuple(payload_parts), shape, torch.float32, meta)
         self.inner._subtract_decoded(payload, corrected)  # corrected -> new residual, in place
         slot["ef.residual"] = corrected

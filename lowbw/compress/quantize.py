@@ -30,9 +30,12 @@ from lowbw.compress.collective import Collective
 __all__ = ["Cast", "Blockwise", "QSGD", "TernGrad", "TwoBit"]
 
 
+CPU_CHUNK = 1 << 18  # elements per chunk on CPU: 1 MiB of fp32, sized for L2
+
+
 def _chunk_target(device: torch.device) -> int:
     # on CPU, chunks sized for L2; on GPUs one launch per op is best
-    return 1 << 18 if device.type == "cpu" else 1 << 62
+    return CPU_CHUNK if device.type == "cpu" else 1 << 62
 
 
 def _row_views(x: Tensor, block: int) -> list[tuple[int, Tensor]]:
@@ -85,13 +88,14 @@ class Cast(Compressor):
 
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         if self.wire == torch.float16 and x.numel():
-            m = float(x.abs().max()) if x.numel() < (1 << 16) else max(float(x.max()), -float(x.min()))
+            lo, hi = torch.aminmax(x)
+            m = max(float(hi), -float(lo))
             if m > 65504.0:
                 raise ValueError(f"fp16: input magnitude {m:.4g} exceeds fp16's range (65504); use bf16 or scale it")
         return [x.to(self.wire, copy=True)], {}
 
     def _decode(self, payload: Payload) -> Tensor:
-        return payload.parts[0].float()
+        return payload.parts[0].to(torch.float32, copy=True)  # never the payload's own memory
 
     def aggregate(self, tensor: Tensor, coll: Collective, name: str = "", state: State | None = None) -> Tensor:
         n = coll.world_size
