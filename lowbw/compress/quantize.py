@@ -50,6 +50,11 @@ def _row_views(x: Tensor, block: int) -> list[tuple[int, Tensor]]:
     return out
 
 
+def _has_tiny(scales: Tensor, tiny: float = 1e-20) -> bool:
+    """Whether a positive scale is below ``tiny`` (where per-block reciprocal factors lose precision)."""
+    return bool(((scales > 0) & (scales < tiny)).any()) if scales.numel() else False
+
+
 def _raise_nonfinite(x: Tensor) -> None:
     nbad = int((~torch.isfinite(x)).sum())
     raise NonFiniteError(f"input has {nbad} non-finite value(s) (NaN/Inf) out of {x.numel()}; compressors do "
@@ -148,8 +153,11 @@ class Blockwise(Compressor):
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         B, L = self.block_size, float(self.levels)
         scales = _block_absmax(x, B)
-        # divide by the scale (not multiply by its reciprocal): exact for subnormal scales too
         safe = torch.where(scales > 0, scales, torch.ones_like(scales))
+        # multiply by a per-block factor (one op less per chunk) unless a scale is so small that L^2 / s could
+        # overflow: then divide by the scale, which is exact for subnormal scales too
+        fast = not _has_tiny(scales)
+        fac = (L * L if self.codebook == "nonlinear" else L) / safe
         codes = torch.empty(x.numel(), dtype=self.code_dtype, device=x.device)
         gen = state.generator(x.device) if self.stochastic else None
         target = _chunk_target(x.device)
@@ -166,7 +174,8 @@ class Blockwise(Compressor):
             for i, j in chunks(rows, step):
                 xs, ab, f = v[i:j], a[: j - i], safe[b0 + i : b0 + j, None]
                 if nonlinear:
-                    torch.abs(xs, out=ab).div_(f).mul_(L * L)  # L * (|x|/s) * L in [0, L^2]
+                    torch.abs(xs, out=ab)  # -> L * (|x|/s) * L in [0, L^2]
+                    ab.mul_(fac[b0 + i : b0 + j, None]) if fast else ab.div_(f).mul_(L * L)
                     if not self.stochastic:
                         ab.sqrt_().add_(0.5)  # round(sqrt(.)) via truncation below
                     else:
@@ -179,7 +188,10 @@ class Blockwise(Compressor):
                                                                        out=ub)).floor_().add_(kb)
                     ab.copysign_(xs)
                 else:
-                    torch.div(xs, f, out=ab).mul_(L)
+                    if fast:
+                        torch.mul(xs, fac[b0 + i : b0 + j, None], out=ab)
+                    else:
+                        torch.div(xs, f, out=ab).mul_(L)
                     if not self.stochastic:
                         ab.round_()
                     else:
@@ -193,19 +205,23 @@ class Blockwise(Compressor):
         n = codes.numel()
         out = torch.empty(n, dtype=torch.float32, device=codes.device)
         target = _chunk_target(codes.device)
+        fast = not _has_tiny(scales)  # else s / L^2 could be subnormal: scale k / L by s instead
+        fac = scales / (L * L if self.codebook == "nonlinear" else L)
         for b0, ov in _row_views(out, B):
             rows, cols = ov.shape
             cv = codes[b0 * B : b0 * B + ov.numel()].view(rows, cols)
             step = chunk_rows(rows, cols, target)
             tmp = torch.empty((step, cols), device=out.device) if self.codebook == "nonlinear" else None
             for i, j in chunks(rows, step):
-                o, s = ov[i:j], scales[b0 + i : b0 + j, None]
-                o.copy_(cv[i:j]).div_(L)  # k / L, then times the scale (s / L could underflow)
+                o, sl = ov[i:j], slice(b0 + i, b0 + j)
+                o.copy_(cv[i:j])
+                f = fac[sl, None] if fast else scales[sl, None]
+                if not fast:
+                    o.div_(L)
                 if tmp is None:
-                    o.mul_(s)
+                    o.mul_(f)
                 else:
-                    tb = tmp[: j - i]
-                    o.mul_(torch.abs(o, out=tb).mul_(s))  # sign(k) (k/L)^2 s
+                    o.mul_(torch.abs(o, out=tmp[: j - i]).mul_(f))  # sign(k) (k/L)^2 s
         return out
 
 
