@@ -1,1 +1,16 @@
-"""lowbw.net (under construction)."""
+"""lowbw.net: the network side -- an alpha-beta cost model and a real low-bandwidth testbed on one machine.
+
+* :mod:`lowbw.net.costmodel` -- time of every collective on a star of per-worker full-duplex links
+  (``collective_time``, ``calls_time``, ``lower_bound``, ``step_time``, crossovers, calibration);
+* :mod:`lowbw.net.testbed` -- N network namespaces behind a bridge, each worker's link shaped with ``tc``
+  (``Testbed`` context manager; ``python -m lowbw testbed``), rate schedules, guaranteed teardown;
+* :mod:`lowbw.net.ratelimit` -- the ``loopback-ratelimit`` fallback (in-process pacing of our own sends).
+
+Nothing here imports torch at import time.
+"""
+
+from lowbw.net.costmodel import LinkParams, calls_time, collective_time, lower_bound, step_time
+from lowbw.net.testbed import Testbed, TestbedUnavailable, netns_available
+
+__all__ = ["LinkParams", "calls_time", "collective_time", "lower_bound", "step_time", "Testbed",
+           "TestbedUnavailable", "netns_available"]

@@ -1,0 +1,457 @@
+"""E1: every all-reduce algorithm on rate-limited links, against the bound and the calibrated cost model.
+
+For each world size N and link rate a :class:`lowbw.net.testbed.Testbed` is built (netns + tc when
+root, else the labelled ``loopback-ratelimit`` emulation); one worker process per namespace first measures
+ping-pong times between ranks 0 and 1 (the calibration of alpha and beta, least squares), then times every
+algorithm at every size (median of ``reps`` after a warm-up; a repetition's time is the slowest rank's)
+and checks the result. Combinations the nominal model predicts longer than ``max_seconds`` are skipped.
+
+Each row: measured time, algorithm and bus bandwidth (algbw = M/t, busbw = algbw 2(N-1)/N, as
+nccl-tests), the bandwidth-optimal lower bound 2(N-1)/N M b at the nominal rate, the calibrated model's
+prediction and its relative error, the emulation mode; the file carries provenance and the targets.
+
+    python -m lowbw.bench.collectives [--quick] [--workers 2 3 4] [--rates 10 100 1000] [--sizes 1 10 100]
+        [--algorithms ring native ...] [--reps 3] [--out runs/bench/collectives.json]
+
+Sizes are in MB (10^6 bytes) of float32 per rank; rates in Mbit/s (10^6 bit/s).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["DEFAULTS", "QUICK", "run", "remodel", "summarize", "table", "targets", "main"]
+
+ALGORITHMS = ["ring", "tree", "ps", "butterfly", "alltoall", "roundrobin", "allgather", "native"]
+DEFAULTS: dict[str, Any] = {
+    "workers": [2, 3, 4],
+    "rates_mbit": [10, 100, 1000],
+    "sizes_mb": [1, 10, 100],
+    "delay_ms": 0,
+    "algorithms": ALGORITHMS,
+    "reps": 3,
+    "max_seconds": 30,
+    "emulation": "auto",
+}
+# small enough to finish in well under a minute on 2 cores (papermill default)
+QUICK: dict[str, Any] = {
+    "workers": [2, 3],
+    "rates_mbit": [100],
+    "sizes_mb": [1],
+    "algorithms": ALGORITHMS,
+    "reps": 2,
+    "max_seconds": 5,
+}
+
+
+# --------------------------------------------------------------------------------- controller
+FIT_MIN_BYTES = 256 << 10
+
+
+def _nominal_time(alg: str, nbytes: float, n: int, rate_bps: float, delay_s: float) -> float:
+    from lowbw.net.costmodel import LinkParams, allreduce_time
+
+    return allreduce_time(alg, nbytes, n, LinkParams(alpha_s=delay_s, bandwidth_bps=rate_bps))
+
+
+def _pingpong_sizes(rate_bps: float) -> list[int]:
+    """Message sizes from 1 KB up to ~0.25 s one-way at the nominal rate (at most 16 MB). Sizes below
+    ``FIT_MIN_BYTES`` are measured and stored but not fitted: tbf lets a burst (~15 KB; 125 KB at
+    1 Gbit/s) through at line rate, so small messages say nothing about the shaped bandwidth."""
+    top = min(16 << 20, max(FIT_MIN_BYTES * 4, int(rate_bps * 0.25 / 8)))
+    sizes, s = [], 1 << 10
+    while s <= top:
+        sizes.append(s)
+        s *= 4
+    if not sizes or sizes[-1] < top // 2:
+        sizes.append(top)
+    return sizes
+
+
+def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/collectives.json",
+        quick: bool = False, log: Any = print, timeout: float = 3600) -> dict:
+    """Run the benchmark grid (``config`` keys as in ``config/schema.yaml``'s bench.collectives; missing
+    keys from ``DEFAULTS``, or ``QUICK`` with ``quick``) and write ``out``. Returns the result dict."""
+    from lowbw.net.costmodel import LinkParams, allreduce_time, lower_bound
+    from lowbw.runio import atomic_write_json, provenance
+
+    cfg = dict(DEFAULTS)
+    if quick:
+        cfg.update(QUICK)
+    cfg.update({k: v for k, v in (config or {}).items() if v is not None})
+    algorithms = list(cfg["algorithms"])
+    delay_s = float(cfg.get("delay_ms", 0) or 0) / 1e3
+    rows: list[dict] = []
+    skipped: list[dict] = []
+    calibration: dict[str, Any] = {}
+    testbeds: list[dict] = []
+    t_start = time.time()
+    for n in cfg["workers"]:
+        for rate_mbit in cfg["rates_mbit"]:
+            rate_bps = float(rate_mbit) * 1e6
+            plan = []
+            for size_mb in cfg["sizes_mb"]:
+                nbytes = int(round(float(size_mb) * 1e6 / 4)) * 4
+                for alg in algorithms:
+                    t_pred = _nominal_time(alg, nbytes, n, rate_bps, delay_s)
+                    if t_pred > cfg["max_seconds"]:
+                        skipped.append({"workers": n, "rate_mbit": rate_mbit, "size_mb": size_mb, "algorithm": alg,
+                                        "predicted_s": t_pred, "why": f"predicted > {cfg['max_seconds']} s"})
+                        continue
+                    reps = cfg["reps"] if t_pred * cfg["reps"] <= 3 * cfg["max_seconds"] else 1
+                    plan.append({"size_mb": size_mb, "nbytes": nbytes, "algorithm": alg, "reps": reps,
+                                 "predicted_s": t_pred})
+            if not plan:
+                continue
+            log(f"[collectives] N={n} rate={rate_mbit} Mbit/s: {len(plan)} measurements, "
+                f"~{sum(p['predicted_s'] * (p['reps'] + 1) for p in plan):.0f} s predicted")
+            res, desc = _run_testbed(n, rate_bps, delay_s, cfg, plan, timeout)
+            testbeds.append(desc)
+            pp = res["pingpong"]
+            key = f"N{n}_{float(rate_mbit):g}mbit"
+            calibration[key] = cal = _calibrate(pp, rate_bps)
+            nominal = LinkParams(alpha_s=delay_s, bandwidth_bps=rate_bps)
+            for m in res["measurements"]:
+                t = m["time_s"]
+                nb = m["nbytes"]
+                lb = lower_bound(nb, n, nominal)
+                chunk = res.get("chunk_bytes")
+                link = _model_link(cal, m["algorithm"])
+                model = allreduce_time(m["algorithm"], nb, n, link, chunk) if m.get("ok") else None
+                row = {
+                    "workers": n, "rate_mbit": rate_mbit, "size_mb": m["size_mb"], "nbytes": nb,
+                    "algorithm": m["algorithm"], "emulation": desc["emulation"], "ok": m.get("ok", False),
+                    "error": m.get("error"), "reps": len(m.get("times_s", [])), "times_s": m.get("times_s", []),
+                    "time_s": t, "lower_bound_s": lb, "model_nominal_s": allreduce_time(m["algorithm"], nb, n, nominal),
+                    "model_s": model, "chunk_bytes": chunk,
+                    # under loopback-ratelimit gloo's built-in all-reduce cannot be paced per message: it is
+                    # padded to the model's time, so that row is modelled, not measured
+                    "timing": "padded-to-model" if (desc["emulation"] == "loopback-ratelimit"
+                                                    and m["algorithm"] == "native") else "measured",
+                }
+                if t:
+                    row["algbw_bps"] = nb * 8 / t
+                    row["busbw_bps"] = row["algbw_bps"] * 2 * (n - 1) / n
+                    row["frac_of_bound"] = lb / t
+                    row["model_rel_err"] = (model - t) / t if model is not None else None
+                rows.append(row)
+            result = _result(cfg, rows, skipped, calibration, testbeds, t_start)
+            if out:
+                atomic_write_json(out, {**result, "provenance": provenance()})
+    result = _result(cfg, rows, skipped, calibration, testbeds, t_start)
+    result["provenance"] = provenance()
+    if out:
+        atomic_write_json(out, result)
+    return result
+
+
+# algorithms whose busiest links carry data in both directions at once (each direction then also carries
+# the ACKs of the other): their beta comes from the simultaneous exchange, the others' from ping-pong
+DUPLEX_ALGORITHMS = ("ring", "native", "butterfly", "alltoall", "roundrobin", "allgather")
+
+
+def _calibrate(pp: list[dict], rate_bps: float) -> dict:
+    """alpha: the one-way time of the smallest message (pure latency, inside tbf's burst); beta: least
+    squares over the messages far larger than the burst with alpha fixed -- once for ping-pong (one
+    direction at a time) and once for the simultaneous exchange (both directions at once)."""
+    from lowbw.net.costmodel import fit_alpha_beta
+
+    alpha = min(p["one_way_s"] for p in pp)
+    big = [p for p in pp if p["nbytes"] >= FIT_MIN_BYTES]
+    fit = fit_alpha_beta([p["nbytes"] for p in big], [p["one_way_s"] for p in big], weights="absolute",
+                         alpha_s=alpha)
+    out = {"fit": fit.to_dict(), "pingpong": pp, "nominal_rate_bps": rate_bps, "fit_min_bytes": FIT_MIN_BYTES,
+           "efficiency": fit.link.bandwidth_bps / rate_bps}
+    ex = [p for p in big if p.get("exchange_s")]
+    if len(ex) >= 2:
+        fx = fit_alpha_beta([p["nbytes"] for p in ex], [p["exchange_s"] for p in ex], weights="absolute",
+                            alpha_s=alpha)
+        out.update(fit_duplex=fx.to_dict(), efficiency_duplex=fx.link.bandwidth_bps / rate_bps)
+    return out
+
+
+def _model_link(cal: dict, algorithm: str):
+    from lowbw.net.costmodel import LinkParams
+
+    f = cal.get("fit_duplex") if algorithm in DUPLEX_ALGORITHMS and cal.get("fit_duplex") else cal["fit"]
+    return LinkParams(alpha_s=f["alpha_s"], bandwidth_bps=f["bandwidth_bps"])
+
+
+def _result(cfg, rows, skipped, calibration, testbeds, t_start) -> dict:
+    emul = sorted({r["emulation"] for r in rows})
+    return {"benchmark": "collectives", "config": cfg, "rows": rows, "skipped": skipped,
+            "calibration": calibration, "testbeds": testbeds, "emulation": emul[0] if len(emul) == 1 else emul,
+            "targets": targets(rows), "elapsed_s": time.time() - t_start,
+            "units": {"size_mb": "1e6 bytes of float32 per rank", "rate_mbit": "1e6 bit/s per link and direction",
+                      "time_s": "median over reps of the slowest rank's time", "busbw_bps": "algbw * 2(N-1)/N"}}
+
+
+def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[dict], timeout: float
+                 ) -> tuple[dict, dict]:
+    from lowbw.net.testbed import Testbed
+
+    with tempfile.TemporaryDirectory(prefix="lowbw-bench-") as tmp:
+        plan_path = Path(tmp, "plan.json")
+        res_path = Path(tmp, "result.json")
+        plan_path.write_text(json.dumps({"plan": plan, "pingpong_sizes": _pingpong_sizes(rate_bps),
+                                         "chunk_bytes": cfg.get("chunk_bytes"), "out": str(res_path)}))
+        os.chmod(tmp, 0o755)
+        env = dict(os.environ)
+        root = str(Path(__file__).resolve().parents[2])
+        env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        load0 = os.getloadavg()
+        with Testbed(n, rate=rate_bps, delay=delay_s or None, emulation=cfg.get("emulation", "auto")) as tb:
+            log_path = Path(tmp, "workers.log")
+            with open(log_path, "w") as lf:
+                codes = tb.run([sys.executable, "-m", "lowbw.bench.collectives", "--worker", str(plan_path)],
+                               env=env, timeout=timeout, grace=60, stdout=lf, stderr=subprocess.STDOUT)
+            desc = tb.describe()
+        # other load on the machine disturbs the timings: record it (1-min load average, before/after)
+        desc.update(loadavg_before=load0[0], loadavg_after=os.getloadavg()[0], cpu_count=os.cpu_count())
+        if any(codes) or not res_path.exists():
+            tail = log_path.read_text()[-4000:]
+            raise RuntimeError(f"benchmark workers failed (exit codes {codes}):\n{tail}")
+        return json.loads(res_path.read_text()), desc
+
+
+# ------------------------------------------------------------------------------------- worker
+def _worker(plan_path: str) -> int:
+    from datetime import timedelta
+
+    import torch
+    import torch.distributed as dist
+
+    from lowbw.net.ratelimit import install_from_env
+
+    spec = json.loads(Path(plan_path).read_text())
+    limiter = install_from_env()  # loopback-ratelimit only; the kernel shapes netns-tc links
+    dist.init_process_group("gloo", timeout=timedelta(seconds=600))
+    rank, n = dist.get_rank(), dist.get_world_size()
+    torch.set_num_threads(1)
+    try:
+        import lowbw.comm as comm
+
+        have_comm = hasattr(comm, "allreduce")
+    except ImportError:
+        comm, have_comm = None, False
+
+    def slowest(dt: float) -> float:
+        t = torch.tensor([dt], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        return float(t.item())
+
+    # ping-pong between ranks 0 and 1 (everyone else waits at the barrier)
+    pingpong = []
+    for nb in spec["pingpong_sizes"]:
+        buf = torch.zeros(max(1, nb // 4), dtype=torch.float32)
+        times = []
+        dist.barrier()
+        for i in range(6):
+            if rank == 0:
+                t0 = time.perf_counter()
+                dist.send(buf, 1)
+                dist.recv(buf, 1)
+                if i:  # the first exchange warms up
+                    times.append((time.perf_counter() - t0) / 2)
+            elif rank == 1:
+                dist.recv(buf, 0)
+                dist.send(buf, 0)
+        # exchange: both send at once (receive posted first), one direction's time = the whole exchange
+        other = torch.zeros_like(buf)
+        xtimes = []
+        for i in range(4):
+            if rank in (0, 1):
+                peer = 1 - rank
+                sync = torch.zeros(1)
+                if rank == 0:  # align the start with a tiny ping
+                    dist.send(sync, 1)
+                    dist.recv(sync, 1)
+                else:
+                    dist.recv(sync, 0)
+                    dist.send(sync, 0)
+                t0 = time.perf_counter()
+                wr = dist.irecv(other, peer)
+                ws = dist.isend(buf, peer)
+                wr.wait()
+                ws.wait()
+                if i:
+                    xtimes.append(time.perf_counter() - t0)
+        if rank == 0:
+            pingpong.append({"nbytes": buf.numel() * 4, "one_way_s": statistics.median(times), "samples_s": times,
+                             "exchange_s": statistics.median(xtimes), "exchange_samples_s": xtimes})
+    dist.barrier()
+
+    measurements = []
+    kw = {"chunk_bytes": spec["chunk_bytes"]} if spec.get("chunk_bytes") else {}
+    chunk_bytes = spec.get("chunk_bytes")
+    if not chunk_bytes and have_comm:
+        try:
+            from lowbw.comm.collectives import DEFAULT_CHUNK_BYTES as chunk_bytes
+        except ImportError:
+            chunk_bytes = None
+    for item in spec["plan"]:
+        alg, nb = item["algorithm"], item["nbytes"]
+        numel = nb // 4
+        entry = {k: item[k] for k in ("size_mb", "nbytes", "algorithm", "predicted_s")}
+        if alg != "native" and not have_comm:
+            entry.update(ok=False, error="lowbw.comm.allreduce not available", time_s=None)
+            measurements.append(entry)
+            continue
+
+        def call(x: torch.Tensor, alg: str = alg) -> None:
+            if alg == "native":
+                dist.all_reduce(x)  # gloo's own all-reduce, synchronous (padded under loopback emulation)
+            else:
+                comm.allreduce(x, algorithm=alg, **kw)
+
+        x = torch.full((numel,), float(rank + 1), dtype=torch.float32)
+        try:
+            warm = torch.ones(1024)
+            call(warm)  # warm-up on a small tensor: connections, code paths
+            times = []
+            for _ in range(int(item["reps"])):
+                x.fill_(float(rank + 1))
+                dist.barrier()
+                t0 = time.perf_counter()
+                call(x)
+                times.append(slowest(time.perf_counter() - t0))
+            want = n * (n + 1) / 2
+            ok = bool(x[0].item() == want and x[-1].item() == want and x[numel // 2].item() == want)
+            entry.update(ok=ok, times_s=times, time_s=statistics.median(times),
+                         error=None if ok else f"wrong result {x[0].item()} != {want}")
+        except Exception as e:  # a broken algorithm must not hide the others
+            entry.update(ok=False, time_s=None, error=f"{type(e).__name__}: {str(e)[:300]}")
+            if rank == 0:
+                print(f"[worker] {alg} {nb} failed: {e}", file=sys.stderr)
+            measurements.append(entry)
+            break  # the group state is unknown after a failure
+        measurements.append(entry)
+        if rank == 0:
+            print(f"[worker] N={n} {alg:10s} {nb / 1e6:7.1f} MB {entry['time_s']:.3f} s", file=sys.stderr, flush=True)
+    if rank == 0:
+        Path(spec["out"]).write_text(json.dumps({"pingpong": pingpong, "measurements": measurements,
+                                                 "limiter": limiter is not None, "chunk_bytes": chunk_bytes}))
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+def remodel(result: dict, chunk_bytes: int | None = None) -> dict:
+    """Recompute every row's model prediction from the stored calibration (e.g. after a cost-model change)
+    and the targets; ``chunk_bytes`` overrides the chunk size recorded in the rows. Returns ``result``."""
+    from lowbw.net.costmodel import allreduce_time
+
+    for r in result["rows"]:
+        cal = (result["calibration"].get(f"N{r['workers']}_{float(r['rate_mbit']):g}mbit")
+               or result["calibration"].get(f"N{r['workers']}_{r['rate_mbit']}mbit"))
+        if not cal or not r.get("ok") or not r.get("time_s"):
+            continue
+        if "fit_duplex" not in cal and any(p.get("exchange_s") for p in cal["pingpong"]):
+            cal.update(_calibrate(cal["pingpong"], cal["nominal_rate_bps"]))
+        link = _model_link(cal, r["algorithm"])
+        chunk = chunk_bytes or r.get("chunk_bytes")
+        r["chunk_bytes"] = chunk
+        r["model_s"] = allreduce_time(r["algorithm"], r["nbytes"], r["workers"], link, chunk)
+        r["model_rel_err"] = (r["model_s"] - r["time_s"]) / r["time_s"]
+    result["targets"] = targets(result["rows"])
+    return result
+
+
+# ------------------------------------------------------------------------------------ summaries
+def targets(rows: list[dict]) -> dict:
+    """The issue's targets, evaluated on whatever was measured (None where nothing applies)."""
+    ok = [r for r in rows if r.get("ok") and r.get("time_s")]
+    ring_bound = [r for r in ok if r["algorithm"] == "ring" and r["rate_mbit"] == 100 and r["size_mb"] >= 10]
+    by_key = {(r["workers"], r["rate_mbit"], r["size_mb"], r["algorithm"]): r for r in ok}
+    ratios = []
+    for (n, rate, size, alg), r in by_key.items():
+        if alg == "ring" and (n, rate, size, "native") in by_key:
+            ratios.append({"workers": n, "rate_mbit": rate, "size_mb": size,
+                           "ring_over_native": r["time_s"] / by_key[(n, rate, size, "native")]["time_s"]})
+    errs = [r for r in ok if r.get("model_rel_err") is not None]
+    return {
+        "ring_frac_of_bound_100mbit_ge10mb": {
+            "target": ">= 0.90", "min": min((r["frac_of_bound"] for r in ring_bound), default=None),
+            "met": all(r["frac_of_bound"] >= 0.9 for r in ring_bound) if ring_bound else None, "n": len(ring_bound)},
+        "ring_over_native": {
+            "target": "<= 1.05", "max": max((x["ring_over_native"] for x in ratios), default=None),
+            "met": all(x["ring_over_native"] <= 1.05 for x in ratios) if ratios else None, "n": len(ratios),
+            "cases": ratios},
+        "model_within_10pct": {
+            "target": "|model - measured| / measured <= 0.10 for every algorithm",
+            "max_abs_rel_err": max((abs(r["model_rel_err"]) for r in errs), default=None),
+            "met": all(abs(r["model_rel_err"]) <= 0.10 for r in errs) if errs else None, "n": len(errs),
+            "by_algorithm": {a: max(abs(r["model_rel_err"]) for r in errs if r["algorithm"] == a)
+                             for a in sorted({r["algorithm"] for r in errs})}},
+    }
+
+
+def summarize(result: dict) -> list[dict]:
+    """Flat rows for a DataFrame/table."""
+    out = []
+    for r in result["rows"]:
+        out.append({"N": r["workers"], "Mbit/s": r["rate_mbit"], "MB": r["size_mb"], "algorithm": r["algorithm"],
+                    "time_s": r["time_s"], "busbw_Mbit": (r.get("busbw_bps") or 0) / 1e6,
+                    "frac_bound": r.get("frac_of_bound"), "bound_s": r["lower_bound_s"], "model_s": r["model_s"],
+                    "model_err": r.get("model_rel_err"), "ok": r["ok"], "emulation": r["emulation"]})
+    return out
+
+
+def table(result: dict) -> str:
+    """A plain-text (markdown) table of every row."""
+    head = "| N | Mbit/s | MB | algorithm | time s | busbw Mbit/s | bound s | % of bound | model s | model err | ok |"
+    lines = [head, "|" + "---|" * 11]
+
+    def f(x: Any, spec: str) -> str:
+        return "-" if x is None else format(x, spec)
+
+    for r in summarize(result):
+        lines.append(f"| {r['N']} | {r['Mbit/s']:g} | {r['MB']:g} | {r['algorithm']} | {f(r['time_s'], '.3f')} | "
+                     f"{r['busbw_Mbit']:.1f} | {r['bound_s']:.3f} | "
+                     f"{f(r['frac_bound'] and 100 * r['frac_bound'], '.1f')}"
+                     f" | {f(r['model_s'], '.3f')} | {f(r['model_err'] and 100 * r['model_err'], '+.1f')}% | "
+                     f"{'yes' if r['ok'] else 'NO'} |")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lowbw.bench.collectives", description=__doc__.splitlines()[0])
+    ap.add_argument("--worker", metavar="PLAN", help=argparse.SUPPRESS)
+    ap.add_argument("--quick", action="store_true", help="a small grid (N 2,3; 100 Mbit/s; 1 MB)")
+    ap.add_argument("--workers", type=int, nargs="+")
+    ap.add_argument("--rates", type=float, nargs="+", dest="rates_mbit", help="Mbit/s")
+    ap.add_argument("--sizes", type=float, nargs="+", dest="sizes_mb", help="MB per rank")
+    ap.add_argument("--algorithms", nargs="+")
+    ap.add_argument("--reps", type=int)
+    ap.add_argument("--delay-ms", type=float)
+    ap.add_argument("--max-seconds", type=float)
+    ap.add_argument("--chunk-bytes", type=int, help="message size of our algorithms (default: lowbw.comm's)")
+    ap.add_argument("--emulation", choices=["auto", "netns-tc", "loopback-ratelimit"])
+    ap.add_argument("--config-json", help="bench.collectives config as JSON (keys as in config/schema.yaml)")
+    ap.add_argument("--out", default="runs/bench/collectives.json")
+    a = ap.parse_args(argv)
+    if a.worker:
+        return _worker(a.worker)
+    cfg = json.loads(a.config_json) if a.config_json else {}
+    for k in ("workers", "rates_mbit", "sizes_mb", "algorithms", "reps", "delay_ms", "max_seconds", "chunk_bytes",
+              "emulation"):
+        v = getattr(a, k)
+        if v is not None:
+            cfg[k] = v
+    result = run(cfg, out=a.out, quick=a.quick, log=lambda s: print(s, file=sys.stderr, flush=True))
+    print(table(result))
+    print(json.dumps(result["targets"], indent=1, default=str))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,446 @@
+"""Alpha-beta cost model of every collective, matched to the testbed's network.
+
+Network model (what the formulas assume, and what :mod:`lowbw.net.testbed` builds): a *star* of N workers
+around a non-blocking switch (a Linux bridge), each worker with its own **full-duplex** link of bandwidth
+``B`` (bits/s) in each direction: its uplink (worker -> switch) and its downlink (switch -> worker) are
+shaped independently to the same rate. A message of ``m`` bytes from ``i`` to ``j`` costs
+``alpha + m * beta`` with ``beta = 8 / B`` seconds per byte; a link that must carry ``k`` messages at once
+serialises them (``k`` times the bytes). Hence:
+
+* parameter server: the root's downlink receives ``(N-1) M`` (gather) and its uplink sends ``(N-1) M``
+  (broadcast): ``2 alpha + 2 (N-1) M beta`` -- the talk's formula;
+* ring: every link carries ``2 (N-1)/N M`` in each direction, one chunk per step:
+  ``2 (N-1) alpha + 2 (N-1)/N M beta`` -- the bandwidth-optimal volume;
+* tree: ``log N`` rounds up and ``log N`` down, one full vector per round and link:
+  ``2 alpha log N + 2 M beta log N`` (the talk's store-and-forward form, :func:`talk_allreduce_time`; our
+  tree is pipelined, so its bandwidth term is the busiest node's 2 children x 2 phases, see
+  :func:`allreduce_time` -- the same for N <= 4).
+
+Sizes are in bytes, times in seconds, ``log`` is ``ceil(log2 N)``. Formulas are exact for the message
+pattern of the corresponding :mod:`lowbw.comm` algorithm on that network (latency terms count sequential
+message steps on the critical path) and are what the testbed calibration (:func:`fit_alpha_beta`) checks.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+__all__ = [
+    "LinkParams",
+    "ALLREDUCE_ALGORITHMS",
+    "parse_rate",
+    "parse_time",
+    "allreduce_time",
+    "talk_allreduce_time",
+    "allreduce_volume",
+    "allgather_time",
+    "broadcast_time",
+    "art_topk_time",
+    "compressed_allgather_time",
+    "lower_bound",
+    "collective_time",
+    "calls_time",
+    "step_time",
+    "best_algorithm",
+    "crossover_nbytes",
+    "ranking",
+    "min_training_time",
+    "Fit",
+    "fit_alpha_beta",
+]
+
+# every all-reduce algorithm the model knows (lowbw.comm.ALGORITHMS + aliases)
+ALLREDUCE_ALGORITHMS = ("ring", "tree", "ps", "butterfly", "alltoall", "roundrobin", "allgather", "native")
+
+
+# ----------------------------------------------------------------------------------------------- units
+_RATE_UNITS = {"": 1.0, "bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
+               "bps": 8.0, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
+_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "msec": 1e-3, "us": 1e-6, "usec": 1e-6, "ns": 1e-9}
+
+
+def parse_rate(rate: str | float | int) -> float:
+    """``"100mbit"`` -> 1e8 bits/s (tc's spelling: ``bit/kbit/mbit/gbit``; ``bps/kbps/mbps`` are *bytes*/s).
+
+    A bare number is bits/s.
+    """
+    if isinstance(rate, int | float):
+        if rate <= 0:
+            raise ValueError(f"rate must be positive, got {rate}")
+        return float(rate)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*([a-zA-Z]*)\s*", str(rate))
+    if not m or m.group(2).lower() not in _RATE_UNITS:
+        raise ValueError(f"bad rate {rate!r}: use e.g. 100mbit, 1gbit, 500kbit (tc units)")
+    v = float(m.group(1)) * _RATE_UNITS[m.group(2).lower()]
+    if v <= 0:
+        raise ValueError(f"rate must be positive, got {rate!r}")
+    return v
+
+
+def parse_time(t: str | float | int | None) -> float:
+    """``"5ms"`` -> 0.005 s; a bare number is seconds; None -> 0."""
+    if t is None:
+        return 0.0
+    if isinstance(t, int | float):
+        return float(t)
+    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*([a-zA-Z]*)\s*", str(t))
+    if not m or m.group(2).lower() not in _TIME_UNITS:
+        raise ValueError(f"bad time {t!r}: use e.g. 5ms, 100us, 0.2s")
+    return float(m.group(1)) * _TIME_UNITS[m.group(2).lower()]
+
+
+@dataclass(frozen=True)
+class LinkParams:
+    """One worker's link: per-message latency ``alpha_s`` (s) and bandwidth ``bandwidth_bps`` (bits/s, each
+    direction). ``gamma_s_per_byte`` optionally charges local reduction (summing) per byte reduced; the
+    talk's formulas use 0."""
+
+    alpha_s: float
+    bandwidth_bps: float
+    gamma_s_per_byte: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.alpha_s < 0 or self.bandwidth_bps <= 0 or self.gamma_s_per_byte < 0:
+            raise ValueError(f"invalid link parameters {self}")
+
+    @property
+    def beta(self) -> float:
+        """Seconds per byte."""
+        return 8.0 / self.bandwidth_bps
+
+    @classmethod
+    def from_spec(cls, rate: str | float, latency: str | float | None = None) -> LinkParams:
+        """``LinkParams.from_spec("100mbit", "5ms")``."""
+        return cls(alpha_s=parse_time(latency), bandwidth_bps=parse_rate(rate))
+
+    def message(self, nbytes: float) -> float:
+        """Time of one point-to-point message."""
+        return self.alpha_s + nbytes * self.beta
+
+
+def _log2(n: int) -> int:
+    return max(0, math.ceil(math.log2(n))) if n > 1 else 0
+
+
+def _check(nbytes: float, n: int) -> None:
+    if nbytes < 0:
+        raise ValueError(f"nbytes must be >= 0, got {nbytes}")
+    if n < 1:
+        raise ValueError(f"world_size must be >= 1, got {n}")
+
+
+# ------------------------------------------------------------------------------------ all-reduce
+def _allreduce_terms(algorithm: str, n: int) -> tuple[float, float, float]:
+    """(latency steps A, byte multiplier B, reduced-bytes multiplier G): t = A alpha + B M beta + G M gamma.
+
+    B is the largest number of bytes (in units of M) that one link must carry in one direction on the
+    critical path; G the bytes one rank sums (in units of M).
+    """
+    if n == 1:
+        return 0.0, 0.0, 0.0
+    p2 = 2 ** int(math.floor(math.log2(n)))  # largest power of two <= n
+    a = algorithm
+    if a in ("ring", "native"):  # reduce-scatter + all-gather (gloo's CPU all-reduce is a ring too)
+        return 2.0 * (n - 1), 2.0 * (n - 1) / n, (n - 1) / n
+    if a == "ps":  # gather to root (root downlink: (N-1) M), reduce, broadcast (root uplink: (N-1) M)
+        return 2.0, 2.0 * (n - 1), float(n - 1)
+    if a == "tree":
+        # lowbw.comm's tree: a binary heap tree, chunked and pipelined. Reduce: the root's downlink takes
+        # one vector per child; broadcast (after the reduce): its uplink sends one per child. Latency: the
+        # tree's depth each way. For N <= 4 the bandwidth term equals the talk's 2 logN M b.
+        kids = float(min(2, n - 1))
+        return 2.0 * int(math.floor(math.log2(n))), 2.0 * kids, kids
+    if a == "butterfly":
+        # recursive halving (reduce-scatter) + recursive doubling (all-gather) on the largest power of two;
+        # the n - p2 extra ranks first fold their vector into a partner and get the result back at the end.
+        extra = 0 if n == p2 else 2
+        k = int(math.log2(p2))
+        return 2.0 * k + extra, 2.0 * (p2 - 1) / p2 + extra, (p2 - 1) / p2 + (1 if extra else 0)
+    if a == "alltoall":  # every rank sends its whole vector to every other rank, each reduces locally
+        return 1.0, float(n - 1), float(n - 1)
+    if a == "roundrobin":
+        # rank r masters chunk r: everyone sends it chunk r (reduce-scatter through N-1 fan-ins of M/N),
+        # then it sends the reduced chunk to everyone: 2 (N-1)/N M per link each way, 2 latency steps.
+        return 2.0, 2.0 * (n - 1) / n, (n - 1) / n
+    if a == "allgather":  # all-gather the full vectors (ring), sum locally
+        return float(n - 1), float(n - 1), float(n - 1)
+    raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; known: {', '.join(ALLREDUCE_ALGORITHMS)}")
+
+
+def allreduce_time(algorithm: str, nbytes: float, world_size: int, link: LinkParams,
+                   chunk_bytes: float | None = None) -> float:
+    """Time of one all-reduce of ``nbytes`` per rank with ``algorithm`` on N = ``world_size`` workers.
+
+    ``ps``: 2a + 2(N-1) M b; ``ring``: 2(N-1) a + 2(N-1)/N M b; ``tree`` (pipelined binary heap tree):
+    2a floor(log2 N) + 2 min(2, N-1) M b (= the talk's 2a logN + 2 logN M b for N <= 4);
+    ``butterfly`` (N power of two): 2a logN + 2(N-1)/N M b, else 2 more steps and 2 M b more to fold the
+    extra ranks in and out; ``alltoall``: a + (N-1) M b;
+    ``roundrobin``: 2a + 2(N-1)/N M b; ``allgather``: (N-1) a + (N-1) M b; ``native`` = ring.
+
+    ``chunk_bytes`` (the message size of a chunked, pipelined implementation, e.g. lowbw.comm's 4 MiB) adds
+    the pipeline fill where it is on the critical path: the tree's broadcast reaches the deepest leaves
+    (depth - 1) chunks after the root's last send, ``(floor(log2 N) - 1) min(c, M) b``.
+    """
+    _check(nbytes, world_size)
+    A, B, G = _allreduce_terms(algorithm, world_size)
+    t = A * link.alpha_s + B * nbytes * link.beta + G * nbytes * link.gamma_s_per_byte
+    if chunk_bytes and algorithm == "tree" and world_size > 1:
+        depth = int(math.floor(math.log2(world_size)))
+        t += max(0, depth - 1) * min(float(chunk_bytes), nbytes) * link.beta
+    return t
+
+
+def talk_allreduce_time(algorithm: str, nbytes: float, world_size: int, link: LinkParams) -> float:
+    """The talk's textbook formulas (store-and-forward, no pipelining), for reference and the paper:
+    ``ps`` 2a + 2(N-1) M b; ``ring`` 2(N-1) a + 2(N-1)/N M b; ``tree`` 2a logN + 2 logN M b;
+    ``butterfly`` 2a logN + 2(N-1)/N M b (logN = ceil(log2 N))."""
+    _check(nbytes, world_size)
+    A, B = _talk_terms(algorithm, world_size)
+    return A * link.alpha_s + B * nbytes * link.beta
+
+
+def _talk_terms(algorithm: str, n: int) -> tuple[float, float]:
+    lg = _log2(n)
+    if n == 1:
+        return 0.0, 0.0
+    f = {"ps": (2.0, 2.0 * (n - 1)), "ring": (2.0 * (n - 1), 2.0 * (n - 1) / n), "tree": (2.0 * lg, 2.0 * lg),
+         "butterfly": (2.0 * lg, 2.0 * (n - 1) / n)}
+    if algorithm not in f:
+        raise ValueError(f"the talk gives formulas for {sorted(f)}, not {algorithm!r}")
+    return f[algorithm]
+
+
+def allreduce_volume(algorithm: str, nbytes: float, world_size: int) -> float:
+    """Bytes the busiest link carries in one direction (what the byte meter should count at the root)."""
+    _check(nbytes, world_size)
+    return _allreduce_terms(algorithm, world_size)[1] * nbytes
+
+
+def lower_bound(nbytes: float, world_size: int, link: LinkParams | None = None) -> float:
+    """Bandwidth-optimal all-reduce lower bound ``2 (N-1)/N M beta`` (seconds; bytes if ``link`` is None).
+
+    Every rank must send and receive at least (N-1)/N of the vector twice (once to contribute, once to
+    learn the result) through its own link (Patarasuk & Yuan 2009).
+    """
+    _check(nbytes, world_size)
+    v = 2.0 * (world_size - 1) / world_size * nbytes
+    return v if link is None else v * link.beta
+
+
+# ----------------------------------------------------------------------- all-gather / broadcast
+def allgather_time(sizes: float | Sequence[float], world_size: int | None, link: LinkParams,
+                   algorithm: str = "ring") -> float:
+    """All-gather: ``sizes`` is each rank's contribution (bytes; a number = equal contributions).
+
+    ``ring``: N-1 steps, every rank receives everybody else's bytes through its downlink:
+    (N-1) a + max_i sum_{j != i} m_j b. ``direct`` (everyone sends to everyone at once): a + same bytes.
+    """
+    if isinstance(sizes, int | float):
+        if world_size is None:
+            raise ValueError("world_size is needed with a scalar size")
+        sizes = [float(sizes)] * world_size
+    sizes = [float(s) for s in sizes]
+    n = len(sizes)
+    if world_size is not None and world_size != n:
+        raise ValueError(f"{n} sizes for world_size {world_size}")
+    if n <= 1:
+        return 0.0
+    total = sum(sizes)
+    recv = max(total - s for s in sizes)
+    send = max(sizes) * (n - 1) if algorithm == "direct" else recv  # ring: every rank forwards N-1 chunks
+    steps = {"ring": n - 1, "direct": 1}.get(algorithm)
+    if steps is None:
+        raise ValueError(f"unknown all-gather algorithm {algorithm!r} (ring | direct)")
+    return steps * link.alpha_s + max(recv, send) * link.beta
+
+
+def broadcast_time(nbytes: float, world_size: int, link: LinkParams, algorithm: str = "tree") -> float:
+    """Broadcast of ``nbytes`` from one root: ``tree`` (binomial) logN (a + M b); ``flat`` (root sends N-1
+    copies) a + (N-1) M b; ``pipeline`` (chunked chain, bandwidth-optimal) (N-1) a + M b."""
+    _check(nbytes, world_size)
+    n = world_size
+    if n == 1:
+        return 0.0
+    if algorithm == "tree":
+        return _log2(n) * (link.alpha_s + nbytes * link.beta)
+    if algorithm == "flat":
+        return link.alpha_s + (n - 1) * nbytes * link.beta
+    if algorithm == "pipeline":
+        return (n - 1) * link.alpha_s + nbytes * link.beta
+    raise ValueError(f"unknown broadcast algorithm {algorithm!r} (tree | flat | pipeline)")
+
+
+# ---------------------------------------------------------------------- compressed aggregation
+def art_topk_time(nbytes: float, density: float, world_size: int, link: LinkParams, base: str = "ring") -> float:
+    """AR-Top-k: one rank broadcasts its top-k indices (tree), then the values at those indices are
+    all-reduced with ``base`` (``ring`` | ``tree``). ``nbytes`` is the dense size M, ``density`` c = k/numel,
+    indices are as large as values (the talk's assumption).
+
+    ART-ring = a [2(N-1) + logN] + M c b [2(N-1)/N + logN];  ART-tree = 3 a logN + 3 M c b logN.
+    """
+    _check(nbytes, world_size)
+    if not 0 <= density <= 1:
+        raise ValueError(f"density must be in [0, 1], got {density}")
+    if base not in ("ring", "tree"):
+        raise ValueError(f"AR-Top-k base must be ring or tree, got {base!r}")
+    mc = nbytes * density
+    return broadcast_time(mc, world_size, link, "tree") + allreduce_time(base, mc, world_size, link)
+
+
+def compressed_allgather_time(payload_bytes: float | Sequence[float], world_size: int, link: LinkParams) -> float:
+    """Aggregation of non-summable payloads: all-gather every rank's compressed payload (then decompress
+    and sum locally): (N-1) a + (N-1) M c b for equal payloads of M c bytes."""
+    return allgather_time(payload_bytes, world_size, link, "ring")
+
+
+# -------------------------------------------------------------------------------- dispatcher
+def collective_time(op: str, algorithm: str, nbytes: float, world_size: int, link: LinkParams,
+                    **kw: Any) -> float:
+    """Time of one collective ``op`` (``all_reduce`` | ``all_gather`` | ``broadcast`` | ``art_topk``).
+
+    For all_gather ``nbytes`` is one rank's contribution (equal contributions) unless ``sizes=`` is given;
+    broadcast/all_gather take their own algorithm names and map all-reduce names to the matching pattern.
+    """
+    op = op.replace("-", "_").lower()
+    if op in ("all_reduce", "allreduce"):
+        return allreduce_time(algorithm, nbytes, world_size, link)
+    if op in ("all_gather", "allgather"):
+        sizes = kw.get("sizes", nbytes)
+        return allgather_time(sizes, world_size, link, "direct" if algorithm in ("alltoall", "direct") else "ring")
+    if op == "broadcast":
+        alg = {"ring": "pipeline", "ps": "flat", "alltoall": "flat", "pipeline": "pipeline", "flat": "flat"}
+        return broadcast_time(nbytes, world_size, link, alg.get(algorithm, "tree"))
+    if op in ("art_topk", "ar_topk"):
+        return art_topk_time(nbytes, kw["density"], world_size, link, base=algorithm)
+    raise ValueError(f"unknown collective op {op!r}")
+
+
+def calls_time(calls: Iterable[Any], link: LinkParams) -> float:
+    """Total modelled time of a sequence of ``lowbw.compress.collective.CallRecord`` (one rank's calls, in
+    order; the sim backend's virtual clock). A list of per-rank call lists (same length, zipped) is also
+    accepted: then all_gather uses every rank's own contribution (variable sizes)."""
+    calls = list(calls)
+    if calls and isinstance(calls[0], list | tuple) and not hasattr(calls[0], "op"):
+        per_rank = calls
+        total = 0.0
+        for recs in zip(*per_rank):
+            r = recs[0]
+            if r.op.replace("-", "_") in ("all_gather", "allgather"):
+                total += collective_time(r.op, r.algorithm, r.nbytes, r.world_size, link,
+                                         sizes=[c.nbytes for c in recs])
+            else:
+                total += collective_time(r.op, r.algorithm, max(c.nbytes for c in recs), r.world_size, link)
+        return total
+    return sum(collective_time(c.op, c.algorithm, c.nbytes, c.world_size, link) for c in calls)
+
+
+# ----------------------------------------------------------------------------------- step time
+def step_time(compute_s: float, comm_s: float, compress_s: float = 0.0, overlap: bool = False) -> float:
+    """One training step. Without overlap: compute + compress + communicate. With (perfect, wait-free
+    backprop) overlap communication hides behind compute: max(compute, compress + communicate) -- the
+    compression itself sits on the critical path of the bucket it compresses, so it is not hidden."""
+    if min(compute_s, comm_s, compress_s) < 0:
+        raise ValueError("times must be >= 0")
+    if overlap:
+        return max(compute_s, compress_s + comm_s)
+    return compute_s + compress_s + comm_s
+
+
+def min_training_time(steps: int, compute_s: float, nbytes: float, world_size: int, link: LinkParams) -> dict:
+    """The theoretical minimum wall time of ``steps`` data-parallel steps of a model whose gradient has
+    ``nbytes``: compute-bound ``steps * compute`` and, with communication fully overlapped at the
+    bandwidth-optimal bound, ``steps * max(compute, 2(N-1)/N M b)``; also which one binds."""
+    comm = lower_bound(nbytes, world_size, link)
+    per_step = max(compute_s, comm)
+    return {"compute_bound_s": steps * compute_s, "comm_bound_s": steps * comm, "min_s": steps * per_step,
+            "bound": "compute" if compute_s >= comm else "communication"}
+
+
+# ----------------------------------------------------------------------------------- crossovers
+def ranking(nbytes: float, world_size: int, link: LinkParams,
+            algorithms: Iterable[str] = ("ring", "tree", "ps", "butterfly", "alltoall", "roundrobin", "allgather")
+            ) -> list[tuple[str, float]]:
+    """Algorithms sorted by modelled all-reduce time (fastest first)."""
+    return sorted(((a, allreduce_time(a, nbytes, world_size, link)) for a in algorithms), key=lambda x: x[1])
+
+
+def best_algorithm(nbytes: float, world_size: int, link: LinkParams, algorithms: Iterable[str] | None = None) -> str:
+    """The all-reduce algorithm the model predicts fastest."""
+    return ranking(nbytes, world_size, link, *(() if algorithms is None else (algorithms,)))[0][0]
+
+
+def crossover_nbytes(alg1: str, alg2: str, world_size: int, link: LinkParams, talk: bool = False) -> float | None:
+    """Message size M* at which ``alg1`` and ``alg2`` take equal time (alpha-beta times are linear in M:
+    t = A a + B M b, so M* = (A2 - A1) a / ((B1 - B2) b)). Below M* the one with fewer latency steps wins,
+    above it the one moving fewer bytes. None if they never cross for M > 0 (one dominates).
+    ``talk=True`` uses the talk's formulas (e.g. ring vs tree: M* = (a/b) (N-1-logN) / (logN - (N-1)/N))."""
+    terms = _talk_terms if talk else (lambda a, n: _allreduce_terms(a, n)[:2])
+    A1, B1 = terms(alg1, world_size)
+    A2, B2 = terms(alg2, world_size)
+    if B1 == B2:
+        return None
+    m = (A2 - A1) * link.alpha_s / ((B1 - B2) * link.beta)
+    return m if m > 0 else None
+
+
+# ---------------------------------------------------------------------------------- calibration
+@dataclass
+class Fit:
+    """Least-squares alpha-beta fit ``t = alpha + m beta`` (+ ``gamma`` if fitted)."""
+
+    link: LinkParams
+    residuals: list[float] = field(default_factory=list)
+    r2: float = float("nan")
+    max_rel_err: float = float("nan")
+    n: int = 0
+
+    def to_dict(self) -> dict:
+        return {"alpha_s": self.link.alpha_s, "bandwidth_bps": self.link.bandwidth_bps,
+                "beta_s_per_byte": self.link.beta, "gamma_s_per_byte": self.link.gamma_s_per_byte,
+                "r2": self.r2, "max_rel_err": self.max_rel_err, "n": self.n}
+
+
+def fit_alpha_beta(nbytes: Sequence[float], times: Sequence[float], *, weights: str = "relative",
+                   latency_steps: Sequence[float] | None = None, byte_factors: Sequence[float] | None = None,
+                   alpha_s: float | None = None) -> Fit:
+    """Fit alpha and beta by (weighted) least squares.
+
+    Ping-pong: ``times[i]`` is the one-way time of a message of ``nbytes[i]`` (t = alpha + m beta).
+    All-reduce: pass each measurement's ``latency_steps`` A and ``byte_factors`` B (from the algorithm's
+    formula) so that t = A alpha + B m beta. ``weights="relative"`` minimises relative errors (every size
+    counts, not just the largest); ``"absolute"`` is ordinary least squares. alpha is clamped at >= 0;
+    ``alpha_s`` fixes it (e.g. measured separately with tiny messages) and only beta is fitted.
+    """
+    import numpy as np
+
+    m = np.asarray(nbytes, dtype=float)
+    t = np.asarray(times, dtype=float)
+    if m.shape != t.shape or m.size < 2:
+        raise ValueError("need at least two (nbytes, time) pairs of equal length")
+    A = np.ones_like(m) if latency_steps is None else np.asarray(latency_steps, dtype=float)
+    B = np.ones_like(m) if byte_factors is None else np.asarray(byte_factors, dtype=float)
+    X = np.stack([A, B * m], axis=1)
+    w = 1.0 / t if weights == "relative" else np.ones_like(t)
+    if alpha_s is not None:
+        alpha = float(alpha_s)
+    else:
+        coef, *_ = np.linalg.lstsq(X * w[:, None], t * w, rcond=None)
+        alpha = float(coef[0])
+    if alpha < 0 or alpha_s is not None:  # (re)fit beta alone with alpha fixed (at 0 if it came out negative)
+        alpha = max(alpha, 0.0)
+        y = t - alpha * A
+        beta = float(np.sum(w * w * X[:, 1] * y) / np.sum(w * w * X[:, 1] ** 2))
+    else:
+        beta = float(coef[1])
+    if beta <= 0:
+        raise ValueError("fitted a non-positive beta: the measurements do not grow with size")
+    pred = alpha * A + beta * B * m
+    res = t - pred
+    ss_tot = float(np.sum((t - t.mean()) ** 2))
+    r2 = 1.0 - float(np.sum(res**2)) / ss_tot if ss_tot > 0 else float("nan")
+    return Fit(LinkParams(alpha_s=alpha, bandwidth_bps=8.0 / beta), res.tolist(), r2,
+               float(np.max(np.abs(res) / t)), int(m.size))

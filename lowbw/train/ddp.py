@@ -1,0 +1,93 @@
+"""``ddp_hook: true`` on procs/torchrun: torch's DistributedDataParallel with a lowbw compressor as its
+communication hook (:func:`lowbw.comm.hooks.make_hook`), instead of our own per-tensor aggregation.
+
+The module's parameters are views into the replica's flat row, so the optimiser, checkpoints, evaluation
+and metrics are those of :class:`~lowbw.train.loop.Trainer`; only the gradient exchange differs (DDP's
+buckets, reverse parameter order, its own overlap of communication with the backward pass). BatchNorm
+buffers are not broadcast (``broadcast_buffers=False``), as in the other schemes each worker keeps its own.
+The hook's time is measured and reported as communication + compression; compute is the rest of
+forward+backward. The virtual clock uses the hook's call records like any other step.
+"""
+
+from __future__ import annotations
+
+import time
+import warnings
+
+import torch
+import torch.nn.functional as F
+
+from lowbw.train.loop import Trainer
+
+__all__ = ["DDPTrainer"]
+
+
+class DDPTrainer(Trainer):
+    def __init__(self, cfg, world, out=None, data=None, device=None):
+        super().__init__(cfg, world, out, data, device)
+        from torch.nn.parallel import DistributedDataParallel as DDP
+
+        from lowbw.comm.hooks import make_hook
+        from lowbw.train.assign import seed_for
+
+        rep, m = self.rep, self.model_template
+        with torch.no_grad():
+            for (_name, off, k, shape), p in zip(rep.p_layout, m.parameters()):
+                p.data = rep.params[0, off: off + k].view(shape)
+            fbufs = [b for b in m.buffers() if b.is_floating_point()]
+            for (_name, off, k, shape), b in zip(rep.b_layout, fbufs):
+                b.data = rep.buffers[0, off: off + k].view(shape)
+        dev_ids = [self.device.index] if self.device.type == "cuda" else None
+        with warnings.catch_warnings():  # broadcast_buffers=False is what we mean (rank-local BN statistics)
+            warnings.simplefilter("ignore", FutureWarning)
+            self.ddp = DDP(m, device_ids=dev_ids, broadcast_buffers=False)
+        comp = self.comp if self.comp is not None else "none"
+        self.hook_state, hook = make_hook(comp, algorithm=cfg.collective,
+                                          seed=seed_for(cfg.seed, "compress", world.rank) % (2**31))
+        self.hook_s = 0.0
+
+        def timed(state, bucket):
+            t0 = time.perf_counter()
+            try:
+                return hook(state, bucket)
+            finally:
+                self.hook_s += time.perf_counter() - t0
+
+        self.ddp.register_comm_hook(self.hook_state, timed)
+
+    def train_step(self) -> None:
+        cfg, rep = self.cfg, self.rep
+        t0 = time.perf_counter()
+        b = self.local_batch
+        lr = self.sched(self.samples)
+        x, y = self.batch(0, b)
+        coll = self.hook_state.collective()
+        meter = self.hook_state.meter
+        n0, m0 = len(coll.calls), len(meter.calls)
+        self.hook_s = 0.0
+        self.ddp.train()
+        self.ddp.zero_grad(set_to_none=True)
+        out = self.ddp(x)
+        loss = F.cross_entropy(out, y)
+        loss.backward()
+        with torch.no_grad():
+            grads = torch.cat([p.grad.reshape(-1) for p in self.model_template.parameters()]).unsqueeze(0)
+        compute = time.perf_counter() - t0 - self.hook_s
+        self.step += 1
+        self.opt.step(rep.params, grads, lr)
+        self.samples += b * cfg.workers
+        from lowbw.compress.collective import CallRecord
+        from lowbw.train.world import _bytes_of, _v_comm, link_for
+
+        calls = coll.calls[n0:]
+        sent = _bytes_of(meter.calls[m0:])
+        allrec = self.world.allgather_obj([(c.op, c.nbytes, c.algorithm, c.world_size) for c in calls])
+        v_comm = _v_comm({0: [[CallRecord(*r) for r in rr] for rr in allrec]}, link_for(cfg, "world"))
+        comm_s = sum(c.seconds for c in meter.calls[m0:])
+        del coll.calls[n0:], meter.calls[m0:]
+        correct = int((out.detach().argmax(1) == y).sum())
+        rows = torch.tensor([[float(loss.detach()), correct, b, compute, max(0.0, self.hook_s - comm_s), comm_s,
+                              sent]], dtype=torch.float64)
+        allrows = self.world.allgather_rows(rows)
+        v_compress = self._compress_model_s() if cfg.clock == "model" else None
+        self._record_step(allrows, v_comm, v_compress, time.perf_counter() - t0)

@@ -1,0 +1,73 @@
+"""Optimisers on flat parameter rows ``[R, P]`` (one row per replica held by this process).
+
+Plain elementwise tensor code: the same update on a ``[4, P]`` block (sim) and on a ``[1, P]`` block (one
+process) gives bit-identical rows, which is what lets ``sim`` and ``procs`` agree. Semantics follow
+``torch.optim.SGD`` (momentum buffer starts at the first gradient; dampening 0) and ``torch.optim.Adam`` /
+``AdamW``.
+"""
+
+from __future__ import annotations
+
+import torch
+
+__all__ = ["FlatOptimizer"]
+
+
+class FlatOptimizer:
+    def __init__(self, kind: str, shape: tuple[int, int], device, *, momentum: float = 0.9, nesterov: bool = False,
+                 weight_decay: float = 0.0, betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-8,
+                 decay_mask: torch.Tensor | None = None):
+        if kind not in ("sgd", "adam", "adamw"):
+            raise ValueError(f"optimizer={kind!r} is unknown")
+        self.kind = kind
+        self.momentum = momentum
+        self.nesterov = nesterov
+        self.wd = weight_decay
+        self.betas = betas
+        self.eps = eps
+        self.decay_mask = decay_mask
+        self.state: dict[str, torch.Tensor] = {}
+        self.t = 0
+        self.shape = shape
+        self.device = device
+
+    def _wd(self) -> float | torch.Tensor:
+        return self.wd if self.decay_mask is None else self.wd * self.decay_mask
+
+    @torch.no_grad()
+    def step(self, p: torch.Tensor, g: torch.Tensor, lr: float) -> None:
+        """In-place update of every row of ``p`` with the gradient rows ``g``."""
+        self.t += 1
+        if self.kind == "sgd":
+            d = g.clone()
+            if self.wd:
+                d.add_(p * self._wd())
+            if self.momentum:
+                buf = self.state.get("momentum")
+                buf = d.clone() if buf is None else buf.mul_(self.momentum).add_(d)
+                self.state["momentum"] = buf
+                d = d.add(buf, alpha=self.momentum) if self.nesterov else buf
+            p.sub_(d, alpha=lr)
+            return
+        b1, b2 = self.betas
+        if self.kind == "adamw" and self.wd:
+            p.mul_(1 - lr * self._wd())
+        d = g.clone()
+        if self.kind == "adam" and self.wd:
+            d.add_(p * self._wd())
+        m = self.state.setdefault("exp_avg", torch.zeros_like(p))
+        v = self.state.setdefault("exp_avg_sq", torch.zeros_like(p))
+        m.mul_(b1).add_(d, alpha=1 - b1)
+        v.mul_(b2).addcmul_(d, d, value=1 - b2)
+        t = int(self.t)
+        bc1 = 1 - b1 ** t
+        bc2 = 1 - b2 ** t
+        denom = (v / bc2).sqrt_().add_(self.eps)
+        p.addcdiv_(m / bc1, denom, value=-lr)
+
+    def state_dict(self) -> dict:
+        return {"state": {k: v.clone() for k, v in self.state.items()}, "t": self.t}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.state = {k: v.clone() for k, v in s["state"].items()}
+        self.t = int(s["t"])

@@ -1,0 +1,126 @@
+"""Parameter-server schemes on the sim backend: asynchronous SGD and stale-synchronous parallel (SSP).
+
+An event simulation on the virtual clock. Worker i repeatedly: pulls the server's parameters (its snapshot),
+computes a gradient on its next local batch (``compute_i`` = the step's compute time x ``worker_speeds[i]``),
+pushes it. The server applies gradients one at a time in arrival order (ties: lower worker id) with the
+configured optimiser at ``lr / M`` (M pushes of a local batch ~ one synchronous step of the global batch;
+weight decay is scaled alike). Staleness is not imposed; it emerges from the ordering (with equal speeds
+every gradient is M-1 updates old).
+
+Network: every worker has its own full-duplex link (the cost model's star); the server's link is shared, so
+pushes queue on its downlink and pulls on its uplink (``bytes x 8 / bandwidth`` each, plus the latency).
+
+* ``async``: a worker starts its next gradient as soon as its pull completes (Recht et al.; Dean et al.).
+* ``ssp`` with bound s (Ho et al. 2013): a worker that has completed c pushes may start its next gradient only
+  when every worker has completed at least c - s pushes; otherwise it waits (and pulls when released).
+
+A "step" in the metrics is M server updates (so steps, samples and epochs compare with synchronous runs).
+"""
+
+from __future__ import annotations
+
+import math
+
+__all__ = ["ParameterServer"]
+
+
+class ParameterServer:
+    def __init__(self, trainer):
+        tr = self.tr = trainer
+        cfg = tr.cfg
+        from lowbw.train.optim import FlatOptimizer
+        from lowbw.train.replicas import Replicas
+        from lowbw.train.world import link_for
+
+        self.M = cfg.workers
+        self.bound = cfg.staleness if cfg.sync == "ssp" else math.inf
+        self.speeds = list(cfg.worker_speeds) or [1.0] * self.M
+        self.server = Replicas(tr.model_template, 1, tr.device, "loop")
+        self.server.load_state_dict({"params": tr.rep.params[:1], "buffers": tr.rep.buffers[:1],
+                                     "int_buffers": {k: v[:1] for k, v in tr.rep.int_buffers.items()}})
+        self.opt = FlatOptimizer(cfg.optimizer, (1, tr.rep.P), tr.device, momentum=cfg.momentum,
+                                 nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
+                                 betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
+        self.link = link_for(cfg, "world")
+        self.push_bytes = tr.rep.P * 4
+        self.pull_bytes = (tr.rep.P + tr.rep.Q) * 4
+        self.now = 0.0
+        self.ps_in_free = 0.0
+        self.ps_out_free = 0.0
+        self.clock = [0] * self.M  # completed pushes per worker
+        self.arrival: list[float | None] = [None] * self.M  # when worker i's current gradient reaches the server
+        self.t_compute = [0.0] * self.M
+        self.loss = [0.0] * self.M
+        self.correct = [0] * self.M
+        self.updates = 0
+        for i in range(self.M):
+            self._start(i, 0.0)
+
+    # --------------------------------------------------------------------------------------------- events
+    def _transfer(self, ready: float, nbytes: int, direction: str) -> float:
+        """Finish time of a message through the server's shared link (queued), plus the latency."""
+        free = self.ps_in_free if direction == "in" else self.ps_out_free
+        start = max(ready, free)
+        done = start + nbytes * self.link.beta
+        if direction == "in":
+            self.ps_in_free = done
+        else:
+            self.ps_out_free = done
+        return done + self.link.alpha_s
+
+    def _start(self, i: int, t: float) -> None:
+        """Worker i pulls the server's model at ``t`` and computes its gradient; schedules its push."""
+        tr = self.tr
+        rep, srv = tr.rep, self.server
+        rep.params[i].copy_(srv.params[0])
+        rep.buffers[i].copy_(srv.buffers[0])
+        for k, v in rep.int_buffers.items():
+            v[i].copy_(srv.int_buffers[k][0])
+        b = tr.B // self.M
+        x, y = tr.batch(i, b)
+        losses, correct, secs = rep.forward_backward([x], [y], rows=[i])
+        self.loss[i], self.correct[i] = losses[0], correct[0]
+        comp = tr.cfg.clock_sample_s * b if tr.cfg.clock == "model" else secs[0]
+        comp *= self.speeds[i]
+        self.t_compute[i] = comp
+        pulled = self._transfer(t, self.pull_bytes, "out") if t > 0 else t  # the initial model is everyone's
+        self.arrival[i] = self._transfer(pulled + comp, self.push_bytes, "in")
+
+    def _may_start(self, i: int) -> bool:
+        return self.clock[i] - min(self.clock) <= self.bound
+
+    def update(self, lr: float) -> dict:
+        """Process the next arrival: apply that gradient, restart its worker (and any SSP-released ones)."""
+        tr = self.tr
+        live = [(a, i) for i, a in enumerate(self.arrival) if a is not None]
+        a, i = min(live)
+        self.now = a
+        srv, rep = self.server, tr.rep
+        self.opt.step(srv.params, rep.grads[i: i + 1], lr / self.M)
+        srv.buffers[0].copy_(rep.buffers[i])
+        for k, v in srv.int_buffers.items():
+            v[0].copy_(rep.int_buffers[k][i])
+        self.clock[i] += 1
+        self.updates += 1
+        info = {"worker": i, "loss": self.loss[i], "correct": self.correct[i], "count": tr.B // self.M,
+                "t_compute": self.t_compute[i], "bytes": self.push_bytes + self.pull_bytes}
+        self.arrival[i] = None
+        for j in [i] + [j for j in range(self.M) if j != i]:  # the pusher first, then released waiters
+            if self.arrival[j] is None and self._may_start(j):
+                self._start(j, self.now)
+        return info
+
+    # --------------------------------------------------------------------------------------------- state
+    def state_dict(self) -> dict:
+        return {"server": self.server.state_dict(), "opt": self.opt.state_dict(), "now": self.now,
+                "ps_in_free": self.ps_in_free, "ps_out_free": self.ps_out_free, "clock": list(self.clock),
+                "arrival": list(self.arrival), "t_compute": list(self.t_compute), "loss": list(self.loss),
+                "correct": list(self.correct), "updates": self.updates}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.server.load_state_dict(s["server"])
+        self.opt.load_state_dict(s["opt"])
+        for k in ("now", "ps_in_free", "ps_out_free", "updates"):
+            setattr(self, k, s[k])
+        for k in ("clock", "arrival", "t_compute", "loss", "correct"):
+            setattr(self, k, list(s[k]))

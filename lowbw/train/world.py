@@ -1,0 +1,325 @@
+"""Where the workers live: :class:`SimWorld` (M replicas in one process, threads for the collectives) and
+:class:`DistWorld` (one replica per process, torch.distributed). The training loop talks only to this API.
+
+``exchange(level, fn)`` runs ``fn(i, coll)`` for every replica ``i`` held here with the collective of its
+group at ``level`` (world / neighbourhood / household) and returns what each call returned plus, per
+replica: its own compute seconds inside ``fn`` (compression, decompression), the seconds inside collective
+calls, the bytes it sent (from the byte meter) and the call records; and, for the whole world, the
+cost-model time of those calls on the level's link (groups at one level run in parallel: the slowest counts).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from lowbw.train.sync import TimedCollective, group_of
+
+__all__ = ["Exchange", "SimWorld", "DistWorld", "link_for"]
+
+
+@dataclass
+class Exchange:
+    outputs: list[Any]
+    busy_s: list[float]  # per local replica
+    comm_s: list[float]
+    bytes_sent: list[int]
+    v_comm: float = 0.0  # cost-model seconds of this exchange (same value on every process)
+    calls: list[list] = field(default_factory=list)
+
+
+def link_for(cfg, level: str):
+    from lowbw.net.costmodel import LinkParams
+
+    if level == "world":
+        return LinkParams(alpha_s=cfg.latency_ms / 1e3, bandwidth_bps=cfg.bandwidth_mbit * 1e6)
+    bw = cfg.household_bandwidth_mbit or cfg.bandwidth_mbit
+    lat = cfg.latency_ms if cfg.household_latency_ms < 0 else cfg.household_latency_ms
+    return LinkParams(alpha_s=lat / 1e3, bandwidth_bps=bw * 1e6)
+
+
+def _bytes_of(stats) -> int:
+    """Bytes a rank sent in these metered calls (opaque ``native`` calls: the textbook volume)."""
+    from lowbw.comm.meter import expected
+
+    total = 0
+    for c in stats:
+        if c.measured:
+            total += c.bytes_sent
+        elif c.op == "all_reduce":
+            total += expected("ring", c.nbytes, c.world_size, c.rank)[0]
+        elif c.op == "all_gather":
+            total += (c.world_size - 1) * c.nbytes
+        else:
+            total += c.nbytes if c.rank == 0 else 0
+    return total
+
+
+def _expected_sent(algorithm: str, nbytes: int, n: int, rank: int) -> int:
+    from lowbw.comm.meter import expected
+
+    if n == 1:
+        return 0
+    try:
+        return expected("ring" if algorithm == "native" else algorithm, nbytes, n, rank)[0]
+    except ValueError:
+        return 2 * (n - 1) * nbytes // n
+
+
+def _v_comm(per_group_calls: dict[int, list[list]], link) -> float:
+    """Slowest group's modelled time; each group's calls are the per-member lists (zipped by calls_time)."""
+    from lowbw.net.costmodel import calls_time
+
+    t = 0.0
+    for lists in per_group_calls.values():
+        if any(lists):
+            t = max(t, calls_time(lists, link))
+    return t
+
+
+class SimWorld:
+    """All M workers in this process; collectives are lowbw.comm ThreadCollectives, one thread per worker."""
+
+    def __init__(self, cfg, serialize: bool = True):
+        self.cfg = cfg
+        self.M = cfg.workers
+        self.ranks = list(range(self.M))
+        self.is_main = True
+        self.kind = "sim"
+        self._colls: dict[str, list] = {}
+        self._meters: dict[str, list] = {}
+        self.lock = threading.Lock() if serialize else None
+
+    def _group(self, level: str):
+        if level not in self._colls:
+            from lowbw.comm.meter import Meter
+            from lowbw.comm.threads import ThreadCollective
+
+            colls: list = [None] * self.M
+            meters: list = [None] * self.M
+            groups: dict[int, list[int]] = {}
+            for w in self.ranks:
+                g, _, _ = group_of(level, w, self.cfg)
+                groups.setdefault(g, []).append(w)
+            for _, members in sorted(groups.items()):
+                ms = [Meter() for _ in members]
+                cs = ThreadCollective.group(len(members), self.cfg.collective, timeout=600.0, meters=ms)
+                for w, c, m in zip(members, cs, ms):
+                    colls[w], meters[w] = c, m
+            self._colls[level] = colls
+            self._meters[level] = meters
+        return self._colls[level], self._meters[level]
+
+    def exchange(self, level: str, fn) -> Exchange:
+        from lowbw.comm.threads import run_threads
+
+        colls, meters = self._group(level)
+        n0 = [len(c.calls) for c in colls]
+        m0 = [len(m.calls) for m in meters]
+        lock = self.lock
+        timing: list = [None] * self.M
+
+        def body(i, coll):
+            if lock is not None:
+                lock.acquire()
+            t0 = time.perf_counter()
+            tc = TimedCollective(coll, lock)
+            try:
+                out = fn(i, tc)
+            finally:
+                timing[i] = (time.perf_counter() - t0 - tc.comm_s, tc.comm_s)
+                if lock is not None:
+                    lock.release()
+            return out
+
+        if self.M == 1:
+            outs = [body(0, colls[0])]
+        else:
+            outs = run_threads(body, colls)
+        calls = [list(c.calls[k:]) for c, k in zip(colls, n0)]
+        sent = [_bytes_of(m.calls[k:]) for m, k in zip(meters, m0)]
+        for c, m in zip(colls, meters):  # records grow with every step: keep only this exchange's
+            c.calls.clear()
+            m.calls.clear()
+        per_group: dict[int, list[list]] = {}
+        for w in self.ranks:
+            g, _, _ = group_of(level, w, self.cfg)
+            per_group.setdefault(g, []).append(calls[w])
+        return Exchange(
+            outputs=outs,
+            busy_s=[t[0] for t in timing],
+            comm_s=[t[1] for t in timing],
+            bytes_sent=sent,
+            v_comm=_v_comm(per_group, link_for(self.cfg, level)),
+            calls=calls,
+        )
+
+    def dense_mean(self, level: str, rows: list[torch.Tensor], sizes: list[int] | None = None) -> Exchange:
+        """Average of each group's rows, summed in rank order in this thread (no collective threads).
+
+        The call records (one all-reduce of the row per member) and the bytes each member would send with the
+        configured algorithm are synthesised, so the virtual clock and byte counts are those of the collective.
+        ``sizes``: the byte sizes of the separate all-reduce calls the row stands for (default: one call).
+        """
+        from lowbw.compress.collective import CallRecord
+
+        t0 = time.perf_counter()
+        groups: dict[int, list[int]] = {}
+        for w in self.ranks:
+            g, _, _ = group_of(level, w, self.cfg)
+            groups.setdefault(g, []).append(w)
+        outs: list = [None] * self.M
+        alg = self.cfg.collective
+        sent = [0] * self.M
+        calls: list = [None] * self.M
+        per_group: dict[int, list[list]] = {}
+        for g, members in groups.items():
+            acc = rows[members[0]].clone()
+            for w in members[1:]:
+                acc.add_(rows[w])
+            n = len(members)
+            if n > 1:
+                acc.div_(n)
+            nbytes = rows[members[0]].numel() * rows[members[0]].element_size()
+            recs = [CallRecord("all_reduce", s, alg, n) for s in (sizes or [nbytes])]
+            per_group[g] = [list(recs) for _ in members]
+            for k, w in enumerate(members):
+                outs[w] = acc
+                sent[w] = sum(_expected_sent(alg, r.nbytes, n, k) for r in recs)
+                calls[w] = list(recs)
+        dt = (time.perf_counter() - t0) / self.M
+        return Exchange(outs, [0.0] * self.M, [dt] * self.M, sent, _v_comm(per_group, link_for(self.cfg, level)),
+                        calls)
+
+    def allgather_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        return rows
+
+    def broadcast_obj(self, obj):
+        return obj
+
+    def barrier(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+
+class DistWorld:
+    """One worker per process (torch.distributed already initialised); ``rank`` = worker id."""
+
+    def __init__(self, cfg):
+        import torch.distributed as dist
+
+        self.cfg = cfg
+        self.M = dist.get_world_size()
+        if cfg.workers != self.M:
+            raise RuntimeError(f"world size {self.M} != workers={cfg.workers}")
+        self.rank = dist.get_rank()
+        self.ranks = [self.rank]
+        self.is_main = self.rank == 0
+        self.kind = "dist"
+        self.lock = None
+        # metadata (stats, objects) go over a separate gloo group: never metered, works next to NCCL
+        self.meta_group = dist.new_group(backend="gloo")
+        self._colls: dict[str, Any] = {}
+        self._meters: dict[str, Any] = {}
+        self._groups_made: set[str] = set()
+
+    def _group(self, level: str):
+        import torch.distributed as dist
+
+        from lowbw.comm.distributed import DistCollective
+        from lowbw.comm.meter import Meter
+
+        if level not in self._colls:
+            mine = None
+            if level == "world":
+                pg = None
+            else:  # every rank must create every group, in the same order
+                groups: dict[int, list[int]] = {}
+                for w in range(self.M):
+                    g, _, _ = group_of(level, w, self.cfg)
+                    groups.setdefault(g, []).append(w)
+                for _, members in sorted(groups.items()):
+                    pg = dist.new_group(members)
+                    if self.rank in members:
+                        mine = pg
+                pg = mine
+            meter = Meter()
+            self._colls[level] = DistCollective(self.cfg.collective, group=pg, meter=meter, timeout=600.0)
+            self._meters[level] = meter
+        return self._colls[level], self._meters[level]
+
+    def ensure_groups(self, levels) -> None:
+        """Create the process groups of ``levels`` now (collective over all ranks: call on every rank)."""
+        for lv in levels:
+            self._group(lv)
+
+    def exchange(self, level: str, fn) -> Exchange:
+        coll, meter = self._group(level)
+        n0, m0 = len(coll.calls), len(meter.calls)
+        t0 = time.perf_counter()
+        tc = TimedCollective(coll)
+        out = fn(0, tc)
+        busy = time.perf_counter() - t0 - tc.comm_s
+        calls = coll.calls[n0:]
+        sent = _bytes_of(meter.calls[m0:])
+        # every rank needs every rank's call records for the (deterministic) modelled time
+        g, _, _ = group_of(level, self.rank, self.cfg)
+        rec = [(c.op, c.nbytes, c.algorithm, c.world_size) for c in calls]
+        allrec = self.allgather_obj((g, rec))
+        from lowbw.compress.collective import CallRecord
+
+        per_group: dict[int, list[list]] = {}
+        for gg, rr in allrec:
+            per_group.setdefault(gg, []).append([CallRecord(*x) for x in rr])
+        coll.calls.clear()
+        meter.calls.clear()
+        return Exchange([out], [busy], [tc.comm_s], [sent], _v_comm(per_group, link_for(self.cfg, level)), [calls])
+
+    def allgather_rows(self, rows: torch.Tensor) -> torch.Tensor:
+        import torch.distributed as dist
+
+        rows = rows.detach().to("cpu", torch.float64).contiguous()
+        out = [torch.empty_like(rows) for _ in range(self.M)]
+        dist.all_gather(out, rows, group=self.meta_group)
+        return torch.cat(out)
+
+    def allgather_obj(self, obj) -> list:
+        import torch.distributed as dist
+
+        out: list = [None] * self.M
+        dist.all_gather_object(out, obj, group=self.meta_group)
+        return out
+
+    def broadcast_obj(self, obj):
+        import torch.distributed as dist
+
+        box = [obj]
+        dist.broadcast_object_list(box, src=0, group=self.meta_group)
+        return box[0]
+
+    def barrier(self) -> None:
+        import torch.distributed as dist
+
+        dist.barrier(group=self.meta_group)
+
+    def close(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            try:
+                dist.barrier(group=self.meta_group)
+            finally:
+                dist.destroy_process_group()
+
+
+def default_threads(cfg) -> int:
+    if cfg.threads:
+        return cfg.threads
+    return max(1, (os.cpu_count() or 1) // max(1, cfg.workers))

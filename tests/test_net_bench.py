@@ -1,0 +1,54 @@
+"""The collectives benchmark: target bookkeeping on synthetic rows, and one tiny real run end to end."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lowbw.bench import collectives as B
+
+
+def _row(alg, t, n=4, rate=100, size=10, err=0.02):
+    nb = int(size * 1e6)
+    lb = 2 * (n - 1) / n * nb * 8 / (rate * 1e6)
+    return {"workers": n, "rate_mbit": rate, "size_mb": size, "nbytes": nb, "algorithm": alg, "ok": True,
+            "time_s": t, "lower_bound_s": lb, "frac_of_bound": lb / t, "model_s": t * (1 + err),
+            "model_rel_err": err, "busbw_bps": nb * 8 / t * 2 * (n - 1) / n, "emulation": "netns-tc"}
+
+
+def test_targets_and_table():
+    rows = [_row("ring", 1.25), _row("native", 1.3), _row("ps", 5.0, err=-0.2)]
+    t = B.targets(rows)
+    assert t["ring_frac_of_bound_100mbit_ge10mb"]["met"] is True
+    assert t["ring_frac_of_bound_100mbit_ge10mb"]["min"] == pytest.approx(1.2 / 1.25)
+    assert t["ring_over_native"]["met"] is True and t["ring_over_native"]["max"] == pytest.approx(1.25 / 1.3)
+    assert t["model_within_10pct"]["met"] is False and t["model_within_10pct"]["by_algorithm"]["ps"] == 0.2
+    text = B.table({"rows": rows})
+    assert text.count("\n") == len(rows) + 1 and "| ring |" in text
+    assert B.targets([])["ring_over_native"]["met"] is None
+
+
+def test_pingpong_sizes_cover_the_fit_range():
+    for rate in (1e7, 1e8, 1e9):
+        s = B._pingpong_sizes(rate)
+        assert s[0] == 1024 and sum(x >= B.FIT_MIN_BYTES for x in s) >= 2 and max(s) <= 16 << 20
+
+
+def test_tiny_benchmark_runs_end_to_end(tmp_path):
+    out = tmp_path / "collectives.json"
+    cfg = {"workers": [2], "rates_mbit": [100], "sizes_mb": [0.2], "algorithms": ["native", "ring"], "reps": 1,
+           "max_seconds": 5}
+    res = B.run(cfg, out=out, log=lambda s: None, timeout=300)
+    data = json.loads(out.read_text())
+    assert data["rows"] == res["rows"] and len(res["rows"]) == 2
+    assert res["emulation"] in ("netns-tc", "loopback-ratelimit")
+    assert "git_commit" in data["provenance"] and "N2_100mbit" in data["calibration"]
+    for r in res["rows"]:
+        if r["algorithm"] == "ring" and r["error"] == "lowbw.comm.allreduce not available":
+            continue
+        assert r["ok"], r
+        assert r["time_s"] > 0 and r["lower_bound_s"] == pytest.approx(0.2e6 * 8 / 1e8)
+        assert r["model_s"] > 0 and r["busbw_bps"] > 0
+        # a shaped 100 Mbit/s link cannot be beaten by more than tbf's burst allows
+        assert r["time_s"] > 0.5 * r["lower_bound_s"]

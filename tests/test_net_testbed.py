@@ -1,0 +1,311 @@
+"""The netns + tc testbed: environment, shaping, schedules, exit status and guaranteed teardown.
+
+Tests marked ``netns`` need root and iproute2 (``ip``, ``tc``); they are skipped only when one of those is
+missing (CI runs as root and installs iproute2, see .ci/run). Every test uses its own name prefix, so
+parallel runs and leftovers of other testbeds do not interfere.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from lowbw.net import testbed as T
+from lowbw.net.testbed import Testbed, TestbedUnavailable
+
+ROOT = Path(__file__).resolve().parents[1]
+HAVE_NETNS = os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0 and bool(shutil.which("ip")) \
+    and bool(shutil.which("tc"))
+netns = pytest.mark.skipif(not HAVE_NETNS, reason="needs root and iproute2 (ip, tc)")
+
+
+def _prefix() -> str:
+    return "lbwt" + secrets.token_hex(3)
+
+
+def _ours(prefix: str) -> list[str]:
+    out = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    return [line.split()[0] for line in out.splitlines() if line.split() and line.split()[0].startswith(prefix + "-")]
+
+
+def _cli(*args: str, **kw) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.Popen([sys.executable, "-m", "lowbw", "testbed", *args], env=env, cwd=ROOT, **kw)
+
+
+def _wait_for(pred, timeout: float = 30.0) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if pred():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+# ------------------------------------------------------------------------------------------ netns
+@pytest.mark.netns
+@netns
+def test_workers_get_torchrun_env_links_and_reach_each_other(tmp_path):
+    script = textwrap.dedent(f"""
+        import json, os, socket, sys, time
+        r = int(os.environ["RANK"])
+        keys = ["RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+                "GLOO_SOCKET_IFNAME", "LOWBW_EMULATION"]
+        info = {{k: os.environ.get(k) for k in keys}}
+        info["if_exists"] = os.path.exists("/sys/class/net/" + os.environ["GLOO_SOCKET_IFNAME"])
+        info["host_ifs"] = sorted(os.listdir("/sys/class/net"))
+        json.dump(info, open(r"{tmp_path}/rank%d.json" % r, "w"))
+        addr = (os.environ["MASTER_ADDR"], 29611)
+        if r == 0:
+            s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(addr); s.listen(8)
+            got = sorted(int(s.accept()[0].recv(8)) for _ in range(int(os.environ["WORLD_SIZE"]) - 1))
+            sys.exit(0 if got == list(range(1, int(os.environ["WORLD_SIZE"]))) else 5)
+        for _ in range(100):
+            try:
+                c = socket.create_connection(addr, timeout=2); c.sendall(str(r).encode()); c.close(); break
+            except OSError:
+                time.sleep(0.1)
+        else:
+            sys.exit(6)
+    """)
+    p = _prefix()
+    with Testbed(3, rate="50mbit", prefix=p, master_port=29612) as tb:
+        assert tb.emulation == "netns-tc"
+        assert len(_ours(p)) == 4  # bridge + 3 workers
+        codes = tb.run([sys.executable, "-c", script], timeout=60)
+        assert "tbf" in tb.qdiscs() and tb.qdiscs().count("rate 50Mbit") == 6  # up + down per worker
+    assert codes == [0, 0, 0]
+    import json
+
+    for r in range(3):
+        info = json.loads((tmp_path / f"rank{r}.json").read_text())
+        assert info["RANK"] == str(r) and info["WORLD_SIZE"] == "3" and info["LOCAL_RANK"] == "0"
+        assert info["LOCAL_WORLD_SIZE"] == "1" and info["MASTER_ADDR"] == "10.231.0.1"
+        assert info["MASTER_PORT"] == "29612" and info["GLOO_SOCKET_IFNAME"] == "lbw0" and info["if_exists"]
+        assert info["LOWBW_EMULATION"] == "netns-tc"
+        assert info["host_ifs"] == ["lbw0", "lo"]  # a private namespace: no host interface is visible
+    assert _ours(p) == []
+
+
+RECV_SCRIPT = textwrap.dedent("""
+    import os, socket, sys, time
+    r = int(os.environ["RANK"]); n = int(sys.argv[1]); addr = ("10.231.0.2", 29621)
+    if r == 1:
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(addr); s.listen(1)
+        c, _ = s.accept(); got = 0; t0 = None
+        while got < n:
+            b = c.recv(1 << 20)
+            if not b: break
+            t0 = t0 or time.perf_counter(); got += len(b)
+        print("MBIT", got * 8 / (time.perf_counter() - t0) / 1e6, flush=True)
+    else:
+        for _ in range(100):
+            try:
+                c = socket.create_connection(addr, timeout=2); break
+            except OSError:
+                time.sleep(0.1)
+        c.sendall(b"x" * n); c.close()
+""")
+
+
+@pytest.mark.netns
+@netns
+def test_rate_is_really_limited(tmp_path):
+    out = tmp_path / "out.txt"
+    with Testbed(2, rate="40mbit", prefix=_prefix()) as tb, open(out, "w") as f:
+        codes = tb.run([sys.executable, "-c", RECV_SCRIPT, str(4_000_000)], timeout=60, stdout=f)
+    assert codes == [0, 0]
+    mbit = float(out.read_text().split("MBIT")[1].split()[0])
+    # TCP goodput through a 40 Mbit/s tbf: 1448/1514 of the rate (headers), never more than the rate
+    assert 0.85 * 40 < mbit < 1.02 * 40, mbit
+
+
+@pytest.mark.netns
+@netns
+def test_rate_schedule_changes_tc_while_running():
+    with Testbed(2, rate="50mbit", schedule="0:50mbit,0.4:10mbit", prefix=_prefix()) as tb:
+        codes = tb.run(["sleep", "1.2"], timeout=30)
+        q = tb.qdiscs()
+        assert q.count("rate 10Mbit") == 4 and "50Mbit" not in q
+        assert [r for _, r in tb.rate_log] == [50e6, 50e6, 10e6]
+        tb.set_rate("20mbit", ranks=[1])
+        assert tb.qdiscs().count("rate 20Mbit") == 2
+    assert codes == [0, 0]
+
+
+@pytest.mark.netns
+@netns
+def test_exit_status_is_nonzero_if_any_worker_fails_and_the_others_are_stopped():
+    p = _prefix()
+    t = time.time()
+    with Testbed(2, rate="10mbit", prefix=p) as tb:
+        codes = tb.run(["sh", "-c", 'if [ "$RANK" = 1 ]; then exit 3; fi; sleep 60'], grace=0.5)
+    assert codes[1] == 3 and codes[0] != 0 and time.time() - t < 30
+    proc = _cli("--workers", "2", "--prefix", p, "--grace", "0.5", "--", "sh", "-c",
+                'if [ "$RANK" = 1 ]; then exit 4; fi; sleep 60')
+    assert proc.wait(timeout=60) == 4
+    assert _ours(p) == []
+
+
+@pytest.mark.netns
+@netns
+def test_teardown_on_exception_and_killed_worker():
+    p = _prefix()
+    procs = []
+    with pytest.raises(RuntimeError, match="boom"), Testbed(2, rate="10mbit", prefix=p) as tb:
+        procs = tb.launch(["sleep", "60"])
+        assert len(_ours(p)) == 3
+        raise RuntimeError("boom")
+    assert _ours(p) == [] and all(pr.poll() is not None for pr in procs)
+
+    with Testbed(2, rate="10mbit", prefix=p) as tb:
+        procs = tb.launch(["sleep", "60"])
+        os.kill(procs[0].pid, signal.SIGKILL)
+        codes = tb.wait(grace=0.5)
+    assert codes[0] == -signal.SIGKILL and codes[1] != 0
+    assert _ours(p) == []
+
+
+@pytest.mark.netns
+@netns
+@pytest.mark.parametrize("sig, rc", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_ctrl_c_and_sigterm_tear_down(sig, rc):
+    p = _prefix()
+    proc = _cli("--workers", "2", "--prefix", p, "--", "sleep", "60")
+    try:
+        assert _wait_for(lambda: len(_ours(p)) == 3), "testbed did not come up"
+        time.sleep(0.5)  # the workers are running
+        proc.send_signal(sig)
+        assert proc.wait(timeout=30) == rc
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert _ours(p) == []
+
+
+@pytest.mark.netns
+@netns
+def test_cleanup_removes_leftovers_of_a_killed_testbed():
+    p = _prefix()
+    proc = _cli("--workers", "2", "--prefix", p, "--", "sleep", "60")
+    assert _wait_for(lambda: len(_ours(p)) == 3)
+    proc.kill()  # SIGKILL: no chance to clean up
+    proc.wait()
+    assert len(_ours(p)) == 3
+    assert T.list_leftovers(p) == sorted(_ours(p))
+    out = _cli("--cleanup", "--prefix", p, stdout=subprocess.PIPE, text=True)
+    assert out.wait(timeout=30) == 0 and "removed 3" in out.stdout.read()
+    assert _ours(p) == []
+
+
+@pytest.mark.netns
+@netns
+def test_cleanup_leaves_live_testbeds_alone():
+    p = _prefix()
+    with Testbed(2, rate="10mbit", prefix=p):
+        assert T.cleanup(p) == []  # its creator (this process) is alive
+        assert len(_ours(p)) == 3
+    assert _ours(p) == []
+
+
+@pytest.mark.netns
+@netns
+def test_loss_drops_packets(tmp_path):
+    with Testbed(2, rate="50mbit", loss="5%", prefix=_prefix()) as tb:
+        assert tb.loss == 0.05
+        codes = tb.run([sys.executable, "-c", RECV_SCRIPT, str(1_000_000)], timeout=60, stdout=subprocess.DEVNULL)
+        stats = subprocess.run(["ip", "netns", "exec", tb.worker_ns(0), "tc", "-s", "qdisc", "show", "dev", "lbw0"],
+                               capture_output=True, text=True).stdout
+        assert tb.loss_method in ("netem", "cbpf-random-drop")
+    assert codes == [0, 0]
+    drops = [int(x.split(",")[0]) for x in stats.split("dropped ")[1:]]
+    assert max(drops) > 0, stats
+
+
+@pytest.mark.netns
+@netns
+def test_delay_needs_netem_or_says_so():
+    if T.has_netem():
+        with Testbed(2, rate="50mbit", delay="20ms", prefix=_prefix()) as tb:
+            assert "netem" in tb.qdiscs() and "delay 20ms" in tb.qdiscs()
+    else:
+        with pytest.raises(TestbedUnavailable, match="netem"):
+            Testbed(2, rate="50mbit", delay="20ms", prefix=_prefix()).start()
+
+
+# ------------------------------------------------------------------------------- no root needed
+def test_missing_tools_give_a_clear_error_and_auto_falls_back(monkeypatch, capsys):
+    monkeypatch.setattr(T, "_PROBE", {"missing": ["root (...)", "the 'tc' command (package iproute2)"],
+                                      "netem": False})
+    with pytest.raises(TestbedUnavailable) as e:
+        Testbed(2, emulation="netns-tc").start()
+    assert "root" in str(e.value) and "iproute2" in str(e.value) and "loopback-ratelimit" in str(e.value)
+    with Testbed(2, rate="10mbit") as tb:
+        assert tb.emulation == "loopback-ratelimit"
+        env = tb.env(1)
+        assert env["MASTER_ADDR"] == "127.0.0.1" and env["GLOO_SOCKET_IFNAME"] == "lo" and env["RANK"] == "1"
+        assert env["LOWBW_LINK_RATE_BPS"] == repr(1e7)
+        assert tb.run(["sh", "-c", 'test "$LOWBW_EMULATION" = loopback-ratelimit']) == [0, 0]
+        assert tb.describe()["emulation"] == "loopback-ratelimit"
+    assert "falling back" in capsys.readouterr().err
+
+    import argparse
+
+    from lowbw.net import cli
+
+    ap = argparse.ArgumentParser()
+    cli.add_parser(ap.add_subparsers(dest="command"))
+    args = ap.parse_args(["testbed", "--emulation", "netns-tc", "--", "true"])
+    assert cli.main(args) == 1
+    assert "needs: root" in capsys.readouterr().err
+
+
+def test_bad_arguments():
+    with pytest.raises(ValueError):
+        Testbed(0)
+    with pytest.raises(ValueError):
+        Testbed(2, prefix="Bad-Prefix")
+    with pytest.raises(ValueError):
+        Testbed(2, loss="150%")
+    with pytest.raises(ValueError):
+        Testbed(2, emulation="wifi")
+    assert T.parse_schedule("0:100mbit, 10:10mbit") == [(0.0, 1e8), (10.0, 1e7)]
+    assert T.parse_schedule([("500ms", "1gbit")]) == [(0.5, 1e9)]
+    with pytest.raises(ValueError):
+        T.parse_schedule("100mbit")
+
+
+LOOPBACK_SCRIPT = textwrap.dedent("""
+    import os, time, torch, torch.distributed as dist
+    from lowbw.net.ratelimit import install_from_env
+    lim = install_from_env()
+    assert lim is not None
+    dist.init_process_group("gloo")
+    x = torch.zeros(250_000)  # 1 MB
+    dist.barrier()
+    t = time.perf_counter()
+    if dist.get_rank() == 0:
+        dist.send(x, 1)
+    else:
+        dist.recv(x, 0)
+    dt = time.perf_counter() - t
+    dist.barrier()
+    # 1 MB at 20 Mbit/s = 0.4 s
+    assert 0.35 < dt < 0.7, dt
+    dist.destroy_process_group()
+""")
+
+
+def test_loopback_ratelimit_limits_torch_distributed_sends():
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    with Testbed(2, rate="20mbit", emulation="loopback-ratelimit", master_port=29631) as tb:
+        assert tb.run([sys.executable, "-c", LOOPBACK_SCRIPT], env=env, timeout=120) == [0, 0]
