@@ -1,0 +1,140 @@
+# lowbw workflow: the experiment grid -> papermill notebooks -> runs/ -> paper/generated -> paper.pdf
+#
+#   snakemake --cores 2                          quick profile (config/config.yaml), 2-core CPU
+#   snakemake -n                                 the plan
+#   snakemake --profile config/profiles/full     GPU-scale grid (config/full.yaml)
+#   snakemake --profile config/profiles/slurm    the same on a SLURM cluster (executor plugin)
+#
+# Every run writes summary.json last (atomically), so an interrupted job is simply rerun.
+import json
+import shlex
+
+from snakemake.utils import validate
+
+from lowbw.grid import decode, run_config, run_dirs
+
+configfile: "config/config.yaml"
+validate(config, "config/schema.yaml")
+
+from lowbw.train.config import validate_grid  # noqa: E402  (checks every run's RunConfig before any job)
+
+validate_grid(config)
+
+RUNS = run_dirs(config)
+BENCH = ["runs/bench/collectives.json", "runs/bench/compressors.json", "runs/bench/models.json"]
+EXPERIMENTS = [f"e{i}" for i in range(1, 8)]
+GENERATED = (
+    ["paper/generated/numbers.tex", "paper/generated/setup.tex"]
+    + [f"paper/generated/{kind}_{e}.{ext}" for e in EXPERIMENTS
+       for kind, ext in (("tab", "tex"), ("fig", "pdf"), ("findings", "tex"))]
+)
+THREADS = config.get("threads_per_job", 1)
+PAPERMILL = "papermill --log-output --start-timeout 120 -k python3"
+
+
+wildcard_constraints:
+    exp=r"e[0-9]+_[a-z0-9_]+",
+    params=r"[A-Za-z0-9_.+\-]+~[A-Za-z0-9_.+\-~/]+",
+
+
+rule all:
+    input:
+        "paper/build/paper.pdf",
+
+
+rule runs:
+    """Only the measurements (no report, no paper)."""
+    input:
+        RUNS and [f"{d}/summary.json" for d in RUNS],
+        BENCH,
+
+
+rule train:
+    """One training run: notebooks/train.ipynb executed by papermill into the run directory."""
+    output:
+        "runs/{exp}/{params}/summary.json",
+    log:
+        "runs/{exp}/{params}/train.log",
+    threads: THREADS
+    resources:
+        gpu=config.get("gpus_per_run", 0),
+    params:
+        cfg=lambda w: shlex.quote(json.dumps(run_config(config, w.exp, decode(w.params)), sort_keys=True)),
+        out=lambda w: f"runs/{w.exp}/{w.params}",
+    shell:
+        "OMP_NUM_THREADS={threads} {PAPERMILL} notebooks/train.ipynb {params.out}/train.ipynb "
+        "-p config_json {params.cfg} -p out {params.out} -p threads {threads} > {log} 2>&1"
+
+
+rule bench_collectives:
+    """E1: every collective on rate-limited links (netns + tc when root, else labelled loopback emulation)."""
+    output:
+        "runs/bench/collectives.json",
+    log:
+        "runs/bench/collectives.log",
+    params:
+        cfg=shlex.quote(json.dumps(config["bench"]["collectives"], sort_keys=True)),
+    shell:
+        "{PAPERMILL} notebooks/collectives.ipynb runs/bench/collectives.ipynb "
+        "-p config_json {params.cfg} -p out {output} > {log} 2>&1"
+
+
+rule bench_compressors:
+    """E2: ratio, error, bias, throughput of every compressor, side by side with bitsandbytes and torch hooks."""
+    output:
+        "runs/bench/compressors.json",
+    log:
+        "runs/bench/compressors.log",
+    threads: 2
+    params:
+        cfg=shlex.quote(json.dumps(config["bench"]["compressors"], sort_keys=True)),
+    shell:
+        "{PAPERMILL} notebooks/compression.ipynb runs/bench/compressors.ipynb "
+        "-p config_json {params.cfg} -p out {output} > {log} 2>&1"
+
+
+rule bench_models:
+    """E3: per-model step cost on this machine and gradient bytes, for the minimum training time."""
+    output:
+        "runs/bench/models.json",
+    log:
+        "runs/bench/models.log",
+    threads: 2
+    params:
+        args=" ".join(f"--{k.replace('_', '-')} " + (" ".join(map(str, v)) if isinstance(v, list) else str(v))
+                      for k, v in config["bench"].get("models", {}).items()),
+    shell:
+        "python -m lowbw.bench.models {params.args} --out {output} > {log} 2>&1"
+
+
+rule report:
+    """Collate every run and benchmark into tables, figures, numbers.tex and findings for the paper."""
+    input:
+        runs=[f"{d}/summary.json" for d in RUNS],
+        bench=BENCH,
+    output:
+        GENERATED,
+    log:
+        "runs/report/report.log",
+    params:
+        cfg=shlex.quote(json.dumps(config, sort_keys=True)),
+    shell:
+        "{PAPERMILL} notebooks/report.ipynb runs/report/report.ipynb "
+        "-p config_json {params.cfg} -p runs_dir runs -p out paper/generated > {log} 2>&1"
+
+
+rule paper:
+    """latexmk: undefined references or missing figures fail the build (paper/latexmkrc)."""
+    input:
+        GENERATED,
+        "paper/paper.tex",
+        "paper/refs.bib",
+        "paper/latexmkrc",
+        sections=glob_wildcards("paper/sections/{name}.tex").name and expand(
+            "paper/sections/{name}.tex", name=glob_wildcards("paper/sections/{name}.tex").name),
+    output:
+        "paper/build/paper.pdf",
+    log:
+        "runs/report/paper.log",
+    shell:
+        "cd paper && latexmk -pdf -interaction=nonstopmode -halt-on-error paper.tex > ../{log} 2>&1"

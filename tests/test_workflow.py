@@ -1,0 +1,80 @@
+"""The whole workflow end to end on the `tiny` config: Snakemake -> papermill notebooks -> runs/ ->
+paper/generated -> paper.pdf, in a temporary copy of the project. Plus the workflow's invariants:
+a bad config fails before any job naming the key, and a rerun with nothing changed does nothing."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from tests.conftest import real_mirror
+
+ROOT = Path(__file__).resolve().parents[1]
+BIN = Path(sys.executable).parent
+
+
+def _project_copy(tmp: Path) -> Path:
+    dst = tmp / "proj"
+    dst.mkdir()
+    shutil.copy(ROOT / "Snakefile", dst)
+    for d in ("config", "notebooks", "paper"):
+        shutil.copytree(ROOT / d, dst / d, ignore=shutil.ignore_patterns("build", "generated", ".ipynb_checkpoints"))
+    (dst / "paper" / "generated").mkdir()
+    return dst
+
+
+def _snakemake(proj: Path, *args: str, timeout: int = 900) -> subprocess.CompletedProcess:
+    env = dict(os.environ, PATH=f"{BIN}{os.pathsep}{os.environ.get('PATH', '')}")
+    mirror = real_mirror()
+    if mirror:
+        env["LOWBW_DATA_MIRROR"] = mirror
+    return subprocess.run([str(BIN / "snakemake"), "--cores", "2", *args], cwd=proj, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+def test_bad_config_fails_before_any_job_naming_the_key(tmp_path):
+    proj = _project_copy(tmp_path)
+    cfg = yaml.safe_load((proj / "config" / "tiny.yaml").read_text())
+    cfg["train_defaults"]["learning_rate"] = 0.1  # not a RunConfig key
+    (proj / "config" / "bad.yaml").write_text(yaml.safe_dump(cfg))
+    r = _snakemake(proj, "-n", "--configfile", "config/bad.yaml", timeout=300)
+    assert r.returncode != 0
+    assert "learning_rate" in (r.stdout + r.stderr)
+    cfg = yaml.safe_load((proj / "config" / "tiny.yaml").read_text())
+    cfg["seeds"] = ["zero"]
+    (proj / "config" / "bad2.yaml").write_text(yaml.safe_dump(cfg))
+    r = _snakemake(proj, "-n", "--configfile", "config/bad2.yaml", timeout=300)
+    assert r.returncode != 0 and "seeds" in (r.stdout + r.stderr)
+    assert not (proj / "runs").exists() or not any((proj / "runs").rglob("summary.json"))
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(real_mirror() is None, reason="needs the MNIST mirror (set LOWBW_DATA_MIRROR)")
+def test_tiny_workflow_end_to_end(tmp_path):
+    proj = _project_copy(tmp_path)
+    has_latex = shutil.which("latexmk") is not None
+    target = [] if has_latex else ["report"]  # the PDF step needs LaTeX (CI installs it)
+    r = _snakemake(proj, "--configfile", "config/tiny.yaml", *target)
+    logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in proj.rglob("*.log"))
+    assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:] + logs
+    summaries = list((proj / "runs").glob("e*/**/summary.json"))
+    assert len(summaries) == 8
+    assert (proj / "runs" / "e4_compression" / "method~topk1" / "seed~1" / "train.ipynb").is_file()
+    gen = proj / "paper" / "generated"
+    for e in range(1, 8):
+        assert (gen / f"tab_e{e}.tex").is_file() and (gen / f"fig_e{e}.pdf").is_file()
+    numbers = (gen / "numbers.tex").read_text()
+    assert r"\newcommand{\EFourTarget}" in numbers
+    if has_latex:
+        pdf = proj / "paper" / "build" / "paper.pdf"
+        assert pdf.is_file() and pdf.stat().st_size > 10_000
+    # nothing changed -> nothing to do
+    again = _snakemake(proj, "-n", "--configfile", "config/tiny.yaml", *target, timeout=300)
+    assert again.returncode == 0
+    assert "Nothing to be done" in again.stdout + again.stderr
