@@ -38,7 +38,8 @@ def _conda_reqs() -> dict[str, str]:
 
 def test_environment_yml_lists_the_same_dependencies_as_pyproject():
     py, conda = _pyproject_reqs(), _conda_reqs()
-    assert sorted(py) == sorted(conda), f"only in pyproject: {set(py) - set(conda)}; only in conda: {set(conda) - set(py)}"
+    only_py, only_conda = set(py) - set(conda), set(conda) - set(py)
+    assert not only_py and not only_conda, f"only in pyproject: {only_py}; only in conda: {only_conda}"
     for name in py:
         assert py[name] == conda[name], f"{name}: pyproject says {py[name]!r}, environment.yml {conda[name]!r}"
 
