@@ -14,7 +14,8 @@ Per (input, method) row:
 * ``rel_l2_error`` = ||D(C(x)) - x|| / ||x|| and ``bias`` = sum(D(C(x)) - x) / sum |x|, from the first call
   (fresh state: one step of a training run; stateful methods' memory is empty);
 * ``throughput_gbps`` = 4 n / (encode + decode seconds) / 1e9, the median of ``reps`` timed calls after one
-  warm-up (state kept across calls: the steady state of training), with ``encode_s`` and ``decode_s``;
+  warm-up (state kept across calls: the steady state of training), with ``encode_s`` and ``decode_s``
+  (medians) and ``throughput_best_gbps`` (the fastest call: less sensitive to other load on the machine);
 * ``peak_extra_mem_bytes``: the peak of bytes allocated by torch during one compress + decompress (payload,
   output, temporaries and new state included; the input excluded), from torch.profiler's memory timeline on
   CPU (``profile_memory=True``, ``export_memory_timeline``), or ``torch.cuda.max_memory_allocated`` on CUDA.
@@ -304,6 +305,7 @@ def _measure(method: str, params: dict[str, Any], x: torch.Tensor, reps: int, me
         "encode_s": statistics.median(enc),
         "decode_s": statistics.median(dec),
         "throughput_gbps": 4 * n / statistics.median(total) / 1e9,
+        "throughput_best_gbps": 4 * n / min(total) / 1e9,
         "peak_extra_mem_bytes": None,
     }
     if memory:
