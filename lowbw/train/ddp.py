@@ -77,12 +77,14 @@ class DDPTrainer(Trainer):
         self.opt.step(rep.params, grads, lr)
         self.samples += b * cfg.workers
         from lowbw.compress.collective import CallRecord
-        from lowbw.train.world import _bytes_of, _v_comm, link_for
+        from lowbw.train.world import Exchange, _bytes_of, _comm_cost, link_for
 
         calls = coll.calls[n0:]
         sent = _bytes_of(meter.calls[m0:])
         allrec = self.world.allgather_obj([(c.op, c.nbytes, c.algorithm, c.world_size) for c in calls])
-        v_comm = _v_comm({0: [[CallRecord(*r) for r in rr] for rr in allrec]}, link_for(cfg, "world"))
+        cost = _comm_cost({0: [[CallRecord(*r) for r in rr] for rr in allrec]}, link_for(cfg, "world"))
+        v_comm = cost["v_comm"]
+        self._count_comm(Exchange([], [], [], [], **cost))
         comm_s = sum(c.seconds for c in meter.calls[m0:])
         del coll.calls[n0:], meter.calls[m0:]
         correct = int((out.detach().argmax(1) == y).sum())

@@ -97,7 +97,8 @@ class Trainer:
         self.step = 0
         self.samples = 0
         self.bytes_sent = 0
-        self.clock = {k: 0.0 for k in ("t_virtual", "t_virtual_compute", "t_virtual_compress", "t_virtual_comm")}
+        self.clock = {k: 0.0 for k in ("t_virtual", "t_virtual_compute", "t_virtual_compress", "t_virtual_comm",
+                                       "comm_alpha_terms", "comm_beta_bytes")}
         self.meas = {k: 0.0 for k in ("t_compute", "t_compress", "t_comm", "t_step")}
         self.wall0 = 0.0  # wall seconds of earlier (checkpointed) segments of this run
         self.interval = self._zero_interval()
@@ -181,6 +182,7 @@ class Trainer:
                 comm[i] += ex.comm_s[i]
                 sent[i] += ex.bytes_sent[i]
             v_comm += ex.v_comm
+            self._count_comm(ex)
         self.opt.step(rep.params, grads, lr)
         if act.avg is not None:
             ex = self._average(act.avg)
@@ -189,6 +191,7 @@ class Trainer:
                 comm[i] += ex.comm_s[i]
                 sent[i] += ex.bytes_sent[i]
             v_comm += ex.v_comm
+            self._count_comm(ex)
         # replicas are equal after a world average, or after a world gradient step from equal replicas
         self.in_sync = act.avg == "world" or (act.grad == "world" and self.in_sync)
         self.samples += b * cfg.workers
@@ -217,6 +220,11 @@ class Trainer:
             if with_buffers:
                 rep.buffers[i].copy_(v[rep.P:])
         return ex
+
+    def _count_comm(self, ex) -> None:
+        """Accumulate the alpha-beta coefficients of an exchange (lets the report re-time at any link)."""
+        self.clock["comm_alpha_terms"] += ex.v_alpha
+        self.clock["comm_beta_bytes"] += ex.v_beta_bytes
 
     def _record_step(self, allrows: torch.Tensor, v_comm: float, v_compress: float | None, wall: float) -> None:
         cfg = self.cfg
@@ -498,6 +506,7 @@ class Trainer:
             self.bytes_sent += int(allrows[:, 6].sum())
             self.clock["t_virtual_comm"] += ex.v_comm
             self.clock["t_virtual"] += ex.v_comm
+            self._count_comm(ex)
             self.in_sync = True
         if self.last_eval_step != self.step or self.interval["n"]:
             ev = self.evaluate() if self.last_eval_step != self.step else {}

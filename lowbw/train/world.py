@@ -31,6 +31,10 @@ class Exchange:
     bytes_sent: list[int]
     v_comm: float = 0.0  # cost-model seconds of this exchange (same value on every process)
     calls: list[list] = field(default_factory=list)
+    # the same time as alpha-beta coefficients, so a run can be re-timed at any link:
+    # v_comm = v_alpha * alpha_s + v_beta_bytes * 8 / bandwidth_bps (latency terms, critical-path bytes)
+    v_alpha: float = 0.0
+    v_beta_bytes: float = 0.0
 
 
 def link_for(cfg, level: str):
@@ -80,6 +84,22 @@ def _v_comm(per_group_calls: dict[int, list[list]], link) -> float:
         if any(lists):
             t = max(t, calls_time(lists, link))
     return t
+
+
+# unit links that isolate the two terms of the alpha-beta time (both are linear in alpha and beta)
+_ALPHA_ONLY = (1.0, 1e300)  # alpha = 1 s, beta ~ 0     -> the number of latency terms
+_BETA_ONLY = (0.0, 8.0)  # alpha = 0,   beta = 1 s/byte -> the bytes on the critical path
+
+
+def _comm_cost(per_group_calls: dict[int, list[list]], link) -> dict[str, float]:
+    """``v_comm`` at ``link`` plus its coefficients ``v_alpha`` and ``v_beta_bytes`` (see Exchange)."""
+    from lowbw.net.costmodel import LinkParams
+
+    return {
+        "v_comm": _v_comm(per_group_calls, link),
+        "v_alpha": _v_comm(per_group_calls, LinkParams(*_ALPHA_ONLY)),
+        "v_beta_bytes": _v_comm(per_group_calls, LinkParams(*_BETA_ONLY)),
+    }
 
 
 class SimWorld:
@@ -155,8 +175,8 @@ class SimWorld:
             busy_s=[t[0] for t in timing],
             comm_s=[t[1] for t in timing],
             bytes_sent=sent,
-            v_comm=_v_comm(per_group, link_for(self.cfg, level)),
             calls=calls,
+            **_comm_cost(per_group, link_for(self.cfg, level)),
         )
 
     def dense_mean(self, level: str, rows: list[torch.Tensor], sizes: list[int] | None = None) -> Exchange:
@@ -193,8 +213,8 @@ class SimWorld:
                 sent[w] = sum(_expected_sent(alg, r.nbytes, n, k) for r in recs)
                 calls[w] = list(recs)
         dt = (time.perf_counter() - t0) / self.M
-        return Exchange(outs, [0.0] * self.M, [dt] * self.M, sent, _v_comm(per_group, link_for(self.cfg, level)),
-                        calls)
+        return Exchange(outs, [0.0] * self.M, [dt] * self.M, sent, calls=calls,
+                        **_comm_cost(per_group, link_for(self.cfg, level)))
 
     def allgather_rows(self, rows: torch.Tensor) -> torch.Tensor:
         return rows
@@ -280,7 +300,8 @@ class DistWorld:
             per_group.setdefault(gg, []).append([CallRecord(*x) for x in rr])
         coll.calls.clear()
         meter.calls.clear()
-        return Exchange([out], [busy], [tc.comm_s], [sent], _v_comm(per_group, link_for(self.cfg, level)), [calls])
+        return Exchange([out], [busy], [tc.comm_s], [sent], calls=[calls],
+                        **_comm_cost(per_group, link_for(self.cfg, level)))
 
     def allgather_rows(self, rows: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist
