@@ -4,8 +4,10 @@ Follows Tyagi & Swany (IEEE BigData 2023, "Flexible Communication for Optimal Di
 Unpredictable Networks"): candidate densities c in a geometric grid between ``c_low`` and ``c_high``
 (scaling factor 3: 0.1, 0.033, 0.011, 0.0037, 0.001); for each, the aggregation collective is the cheapest
 of AR-Top-k over ring, AR-Top-k over tree, and all-gather of (values, indices) under the alpha-beta model;
-the density is chosen as a multi-objective optimum of (compression + communication time, 1 / compression
-gain), where gain = ||C(g_e)||^2 / ||g_e||^2 is measured during training. A new choice is made when the
+the density is chosen as the optimum of the two objectives (step time, 1 / compression gain), where
+gain = ||C(g_e)||^2 / ||g_e||^2 is measured during training. We scalarise them as the time per unit of
+gradient energy delivered, (t_compute + t_compress(c) + t_comm(c)) / gain(c): a step that carries a fraction
+gain of the gradient's energy makes about that fraction of a dense step's progress. A new choice is made when the
 link's bandwidth or latency, or the gain, moves by more than ``trigger`` (10%) since the last choice.
 """
 
@@ -57,16 +59,15 @@ class Choice:
 class AdaptiveTopK:
     """Multi-objective choice of the top-k density c.
 
-    Objective per candidate (both normalised to the best candidate, then weighted):
-        F(c) = w_time * (t_compress(c) + t_comm(c)) / min_c(...)  +  w_gain * (1/gain(c)) / min_c(1/gain)
-    Candidates whose gain is not yet measured are explored first (one step each).
+    Objective per candidate: F(c) = (t_compute + t_compress(c) + t_comm(c)) / gain(c), seconds per unit of
+    gradient energy delivered (lower is better). Candidates whose gain is not yet measured are explored
+    first (one step each).
     """
 
     nbytes: float
     world_size: int
     densities: list[float] = field(default_factory=candidate_densities)
-    w_time: float = 1.0
-    w_gain: float = 1.0
+    t_compute_s: float = 0.0
     trigger: float = 0.10
     gains: dict[float, float] = field(default_factory=dict)
     t_compress: dict[float, float] = field(default_factory=dict)
@@ -108,13 +109,7 @@ class AdaptiveTopK:
         for c in self.densities:
             name, t = collective_for(self.nbytes, c, self.world_size, link)
             rows.append((c, name, t, self.t_compress[c], max(self.gains[c], 1e-12)))
-        best_time = min(r[2] + r[3] for r in rows)
-        best_inv_gain = min(1 / r[4] for r in rows)
-        scored = [
-            Choice(c, name, t, tc, g,
-                   self.w_time * (t + tc) / max(best_time, 1e-12) + self.w_gain * (1 / g) / best_inv_gain)
-            for c, name, t, tc, g in rows
-        ]
+        scored = [Choice(c, name, t, tc, g, (self.t_compute_s + tc + t) / g) for c, name, t, tc, g in rows]
         self.current = min(scored, key=lambda ch: (ch.score, -ch.density))
         self._last_link = link
         self._last_gain = self.current.gain

@@ -25,7 +25,7 @@ def test_collective_choice_follows_the_cost_model():
 
 
 def test_explores_then_exploits_and_reacts_to_bandwidth():
-    pol = AdaptiveTopK(nbytes=40e6, world_size=4)
+    pol = AdaptiveTopK(nbytes=40e6, world_size=4, t_compute_s=0.05)
     link = LinkParams(1e-3, 100e6)
     seen = []
     for _ in range(len(pol.densities)):
@@ -39,6 +39,8 @@ def test_explores_then_exploits_and_reacts_to_bandwidth():
     slow = pol.choose(LinkParams(1e-3, 1e6))  # 100x slower link: should not pick a denser ratio
     assert slow.density <= first.density
     assert math.isfinite(slow.score)
+    fast = pol.choose(LinkParams(1e-3, 100e9))  # communication ~free: the densest (highest gain) wins
+    assert fast.density == max(pol.densities)
 
 
 def test_gain_bounds():

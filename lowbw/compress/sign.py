@@ -48,7 +48,7 @@ class ScaledSign(Compressor):
 
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         n = x.numel()
-        scale = x.abs().sum() / n if n else torch.zeros((), device=x.device)
+        scale = torch.linalg.vector_norm(x, ord=1) / n if n else torch.zeros((), device=x.device)
         return [_sign_bits(x), scale.reshape(1).float()], {}
 
     def _decode(self, payload: Payload) -> Tensor:

@@ -172,6 +172,16 @@ class RunConfig:
     bandwidth_mbit: float = _f(10.0, "link bandwidth (Mbit/s) of every worker for the virtual clock / testbed",
                                exclusive_minimum=0, group="clock")
     latency_ms: float = _f(0.0, "one-way link latency (ms)", minimum=0, group="clock")
+    bandwidth_schedule: list[float] = _f([], "fluctuating network: flat pairs [t0_s, mbit0, t1_s, mbit1, ...] in "
+                                         "virtual time; from t_i on the world link has mbit_i (before t0: "
+                                         "bandwidth_mbit)", group="clock")
+    adaptive: str = _f("off", "moo: choose the top-k density each step by the multi-objective rule of Tyagi & "
+                       "Swany 2023 (lowbw.adaptive) at the current bandwidth; needs compressor topk or artopk",
+                       enum=["off", "moo"], group="clock")
+    adaptive_c_low: float = _f(0.001, "moo: smallest candidate density", exclusive_minimum=0, maximum=1,
+                               group="clock")
+    adaptive_c_high: float = _f(0.1, "moo: largest candidate density", exclusive_minimum=0, maximum=1,
+                                group="clock")
     household_bandwidth_mbit: float = _f(0.0, "bandwidth inside a household/neighbourhood (0: bandwidth_mbit)",
                                          minimum=0, group="clock")
     household_latency_ms: float = _f(-1.0, "latency inside a household (-1: latency_ms)", group="clock")
@@ -387,6 +397,18 @@ class RunConfig:
             raise err("clock_sample_s", "clock=model needs seconds per sample > 0")
         if self.compressor == "none" and self.compressor_args:
             raise err("compressor_args", "given but compressor=none")
+        sched = self.bandwidth_schedule
+        if sched:
+            ts, bs = sched[0::2], sched[1::2]
+            if len(sched) % 2 or min(ts) < 0 or min(bs) <= 0 or any(a >= b for a, b in zip(ts, ts[1:])):
+                raise err("bandwidth_schedule",
+                          f"{sched}: needs flat pairs [t0, mbit0, t1, mbit1, ...], t >= 0 increasing, mbit > 0")
+        if self.adaptive != "off":
+            if self.compressor not in ("topk", "artopk"):
+                raise err("adaptive", f"moo adapts a top-k density: compressor must be topk or artopk, got "
+                                      f"{self.compressor!r}")
+            if self.adaptive_c_low > self.adaptive_c_high:
+                raise err("adaptive_c_low", f"{self.adaptive_c_low} > adaptive_c_high={self.adaptive_c_high}")
 
         if check_registries:
             self._check_registries()

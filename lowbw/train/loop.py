@@ -87,6 +87,13 @@ class Trainer:
         self.ps_mode = cfg.sync in ("ssp", "async")
         self.scheme = None if self.ps_mode else Scheme(cfg)
         self.comp = make_compressor(cfg)
+        self.policy = None
+        if cfg.adaptive == "moo":
+            from lowbw.adaptive import AdaptiveTopK, candidate_densities
+
+            self.policy = AdaptiveTopK(nbytes=self.rep.P * 4, world_size=cfg.workers,
+                                       densities=candidate_densities(cfg.adaptive_c_low, cfg.adaptive_c_high))
+            self._sparse = getattr(self.comp, "inner", self.comp)
         self.states = make_states(cfg, world.ranks)
         gran = cfg.granularity if cfg.granularity != "auto" else ("flat" if self.comp is None else "layer")
         self.chunks = self.rep.chunks(gran)
@@ -167,6 +174,9 @@ class Trainer:
         sent = [0] * R
         v_comm = 0.0
         grads = rep.grads
+        world.now = self.clock["t_virtual"]
+        if self.policy is not None and act.grad is not None:
+            self._adapt()
         if act.grad is not None:
             comp = self.comp
             if self._direct:
@@ -220,6 +230,27 @@ class Trainer:
             if with_buffers:
                 rep.buffers[i].copy_(v[rep.P:])
         return ex
+
+    def _adapt(self) -> None:
+        """MOO choice of the top-k density at the current bandwidth (lowbw.adaptive). The compression gain
+        ||top_c(g)||^2 / ||g||^2 of every candidate c is read off one sort of rank 0's gradient every 10 steps
+        (instead of running each candidate for a step, as Tyagi & Swany's exploration does)."""
+        from lowbw.train.world import link_for
+
+        pol = self.policy
+        if self.step == 1:  # no compute time measured yet: the first step uses the configured ratio
+            return
+        if self.step % 10 == 2 or not pol.gains:
+            g2 = self.rep.grads[0].float().pow(2).sort(descending=True).values.cumsum(0)
+            total = float(g2[-1]) if g2.numel() else 0.0
+            t_comp = self.clock["t_virtual_compress"] / max(self.step - 1, 1)
+            for c in pol.densities:
+                k = max(1, math.ceil(c * g2.numel()))
+                pol.observe(c, pol.gain_of(float(g2[k - 1]), total), t_comp)
+            pol.t_compute_s = self.clock["t_virtual_compute"] / max(self.step - 1, 1)
+            pol.current = None  # fresh measurements: decide again
+        choice = pol.choose(link_for(self.cfg, "world", self.clock["t_virtual"]))
+        self._sparse.ratio = choice.density
 
     def _count_comm(self, ex) -> None:
         """Accumulate the alpha-beta coefficients of an exchange (lets the report re-time at any link)."""
@@ -342,6 +373,12 @@ class Trainer:
             "acc": iv["correct"] / iv["count"] if iv["count"] else None,
             "bytes_sent": self.bytes_sent,
         }
+        if self.cfg.bandwidth_schedule:
+            from lowbw.train.world import bandwidth_at
+
+            line["bandwidth_mbit"] = bandwidth_at(self.cfg, self.clock["t_virtual"])
+        if self.policy is not None:
+            line["density"] = self._sparse.ratio
         if ev:
             line.update(ev)
         line.update(self.meas)

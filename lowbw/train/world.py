@@ -37,11 +37,24 @@ class Exchange:
     v_beta_bytes: float = 0.0
 
 
-def link_for(cfg, level: str):
+def bandwidth_at(cfg, t_virtual: float) -> float:
+    """World bandwidth (Mbit/s) at virtual time ``t_virtual`` under ``cfg.bandwidth_schedule``."""
+    mbit = cfg.bandwidth_mbit
+    sched = cfg.bandwidth_schedule
+    for t, b in zip(sched[0::2], sched[1::2]):
+        if t_virtual >= t:
+            mbit = b
+        else:
+            break
+    return mbit
+
+
+def link_for(cfg, level: str, t_virtual: float = 0.0):
+    """The link of a synchronisation level; the world link follows ``bandwidth_schedule`` in virtual time."""
     from lowbw.net.costmodel import LinkParams
 
     if level == "world":
-        return LinkParams(alpha_s=cfg.latency_ms / 1e3, bandwidth_bps=cfg.bandwidth_mbit * 1e6)
+        return LinkParams(alpha_s=cfg.latency_ms / 1e3, bandwidth_bps=bandwidth_at(cfg, t_virtual) * 1e6)
     bw = cfg.household_bandwidth_mbit or cfg.bandwidth_mbit
     lat = cfg.latency_ms if cfg.household_latency_ms < 0 else cfg.household_latency_ms
     return LinkParams(alpha_s=lat / 1e3, bandwidth_bps=bw * 1e6)
@@ -107,6 +120,7 @@ class SimWorld:
 
     def __init__(self, cfg, serialize: bool = True):
         self.cfg = cfg
+        self.now = 0.0  # virtual time, set by the loop each step (bandwidth_schedule)
         self.M = cfg.workers
         self.ranks = list(range(self.M))
         self.is_main = True
@@ -176,7 +190,7 @@ class SimWorld:
             comm_s=[t[1] for t in timing],
             bytes_sent=sent,
             calls=calls,
-            **_comm_cost(per_group, link_for(self.cfg, level)),
+            **_comm_cost(per_group, link_for(self.cfg, level, self.now)),
         )
 
     def dense_mean(self, level: str, rows: list[torch.Tensor], sizes: list[int] | None = None) -> Exchange:
@@ -214,7 +228,7 @@ class SimWorld:
                 calls[w] = list(recs)
         dt = (time.perf_counter() - t0) / self.M
         return Exchange(outs, [0.0] * self.M, [dt] * self.M, sent, calls=calls,
-                        **_comm_cost(per_group, link_for(self.cfg, level)))
+                        **_comm_cost(per_group, link_for(self.cfg, level, self.now)))
 
     def allgather_rows(self, rows: torch.Tensor) -> torch.Tensor:
         return rows
@@ -301,7 +315,7 @@ class DistWorld:
         coll.calls.clear()
         meter.calls.clear()
         return Exchange([out], [busy], [tc.comm_s], [sent], calls=[calls],
-                        **_comm_cost(per_group, link_for(self.cfg, level)))
+                        **_comm_cost(per_group, link_for(self.cfg, level, self.now)))
 
     def allgather_rows(self, rows: torch.Tensor) -> torch.Tensor:
         import torch.distributed as dist
