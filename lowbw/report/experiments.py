@@ -536,7 +536,7 @@ def e7(ctx: Context) -> Section:
         ax3.set(ylabel="top-k density", yscale="log")
         ax2.set_title("adaptive choice (seed 0)")
     table = booktabs(rows, ["Method", r"Test acc.\ (\%)", "Mean density", "Time to target", "Virtual time (s)"],
-                     f"Fluctuating bandwidth (100 and 2\\,Mbit/s alternating every 15\\,s of virtual time; MLP on "
+                     f"Fluctuating bandwidth (100 and 2\\,Mbit/s alternating every 5\\,s of virtual time; MLP on "
                      f"MNIST, {runs['workers'].iloc[0]} workers, {nseeds} seeds): fixed top-k densities with error "
                      f"feedback vs the adaptive multi-objective choice. Time to {fmt_num(100 * target)}\\,\\% test "
                      "accuracy on the scheduled link.", "tab:e7", size=r"\scriptsize")
