@@ -27,6 +27,7 @@ from typing import Any
 
 import torch
 
+from lowbw.compress.base import NonFiniteError
 from lowbw.runio import append_jsonl, atomic_write_json
 from lowbw.train import checkpoint as ckpt
 from lowbw.train.assign import WorkerStream, assign, generator, load_data
@@ -564,7 +565,13 @@ class Trainer:
                 self.ps_update()
                 stepped = self.step != step0
             else:
-                self.train_step()
+                try:
+                    self.train_step()
+                except NonFiniteError:
+                    # the method diverged (NaN/Inf gradients): a result, not a crash; summary says so
+                    self.stopped = "diverged"
+                    self.in_sync = True  # no final averaging of NaN replicas
+                    break
                 stepped = True
             if self._pbar is not None:
                 self._pbar.update(self.samples - s0)
