@@ -80,6 +80,42 @@ def e3_minimum(ctx: Context) -> tuple[list[list[str]], dict[str, str], object] |
     return [header] + rows, numbers, fig
 
 
+def e3_measured_split(ctx: Context):
+    """Dense quick-profile runs: share of a step spent communicating at every report bandwidth."""
+    import pandas as pd
+
+    from lowbw.report.training import retime
+
+    runs, mets = _training(ctx, ["e3_dense"])
+    if runs is None:
+        return None
+    mbits, lat, _ = _rcfg(ctx)
+    recs, numbers = [], {}
+    for _, r in runs.iterrows():
+        last = mets[mets["run"] == r["run"]].sort_values("step").iloc[[-1]]
+        compute = float(last["t_virtual_compute"].iloc[0] + last["t_virtual_compress"].iloc[0])
+        for mb in mbits:
+            total = float(retime(last, mb, lat).iloc[0])
+            recs.append({"model": PRETTY.get(r["model"], r["model"]), "key": r["model"], "mbit": mb,
+                         "comm_share": 100 * (total - compute) / total, "step_ms": 1e3 * total / r["step"]})
+    df = pd.DataFrame(recs)
+    agg = df.groupby(["key", "model", "mbit"], as_index=False).mean(numeric_only=True)
+    for _, a in agg.iterrows():
+        numbers[macro_name("EThree", a["key"], "comm", fmt_num(a["mbit"]).replace("{,}", ""))] = fmt_num(
+            a["comm_share"], 3)
+    lo, hi = min(mbits), max(mbits)
+    parts = []
+    for key, g in agg.groupby("key"):
+        m_lo = "\\" + macro_name("EThree", key, "comm", fmt_num(lo).replace("{,}", ""))
+        m_hi = "\\" + macro_name("EThree", key, "comm", fmt_num(hi).replace("{,}", ""))
+        parts.append(f"{escape(g['model'].iloc[0])} {m_lo}\\,\\% at {fmt_num(lo)}\\,Mbit/s and {m_hi}\\,\\% at "
+                     f"{fmt_num(hi)}\\,Mbit/s")
+    n = int(runs["workers"].iloc[0])
+    sentence = (f"In the measured dense runs of the quick profile ({n} workers, ring all-reduce, no overlap), the "
+                "share of a step spent communicating is " + "; ".join(parts) + ".")
+    return numbers, sentence, agg
+
+
 def e3(ctx: Context) -> Section:
     got = e3_minimum(ctx)
     if got is None:
@@ -106,6 +142,20 @@ def e3(ctx: Context) -> Section:
         f"per worker, against {m_cb}{{}} of pure computation on this machine (Table~\\ref{{tab:e3}}; "
         "$^\\dagger$ marks the settings where communication, not computation, bounds the time)."
     )
+    split = e3_measured_split(ctx)
+    if split is not None:
+        sn, sentence, df = split
+        numbers.update(sn)
+        findings += " " + sentence
+        import seaborn as sns
+
+        fig.set_size_inches(7.2, 2.8)
+        fig.axes[0].set_position([0.08, 0.15, 0.38, 0.75])
+        a1 = fig.add_axes([0.58, 0.15, 0.38, 0.75])
+        sns.lineplot(data=df, x="mbit", y="comm_share", hue="model", marker="o", ax=a1)
+        a1.set(xscale="log", xlabel="bandwidth per worker (Mbit/s)", ylabel="communication share of a step (%)",
+               title="measured dense runs (quick profile)")
+        a1.legend(fontsize=7)
     return Section("e3", table, findings, numbers, fig)
 
 
