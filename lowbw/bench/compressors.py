@@ -18,7 +18,8 @@ Per (input, method) row:
   (medians) and ``throughput_best_gbps`` (the fastest call: less sensitive to other load on the machine);
 * ``peak_extra_mem_bytes``: the peak of bytes allocated by torch during one compress + decompress (payload,
   output, temporaries and new state included; the input excluded), from torch.profiler's memory timeline on
-  CPU (``profile_memory=True``, ``export_memory_timeline``), or ``torch.cuda.max_memory_allocated`` on CUDA.
+  CPU (``profile_memory=True``, ``export_memory_timeline``; the timeline also counts the input once an op
+  reads it, so the peak of a plain ``x.sum()`` is subtracted), or ``torch.cuda.max_memory_allocated`` on CUDA.
   bitsandbytes' allocations go through torch too, so they are counted the same way.
 
     python -m lowbw.bench.compressors [--numel 25000000] [--inputs gaussian resnet20] [--methods topk ...]
@@ -310,7 +311,12 @@ def _measure(method: str, params: dict[str, Any], x: torch.Tensor, reps: int, me
     }
     if memory:
         runner.fresh()
-        row["peak_extra_mem_bytes"] = _peak_extra_memory(lambda: runner.decode(runner.encode(x)), device)
+        peak = _peak_extra_memory(lambda: runner.decode(runner.encode(x)), device)
+        if peak is not None and device.type == "cpu":
+            # the profiler's timeline also counts the input once an op reads it: measure that and take it off
+            base = _peak_extra_memory(lambda: x.sum(), device)
+            peak = None if base is None else max(0, peak - base)
+        row["peak_extra_mem_bytes"] = peak
     return row
 
 

@@ -179,10 +179,11 @@ def check_bool(cls_name: str, param: str, value: Any) -> bool:
 
 
 def check_finite_input(x: Tensor) -> None:
-    """Raise NonFiniteError if ``x`` holds NaN/Inf (one sum; the exact check only if the sum is not finite)."""
+    """Raise NonFiniteError if ``x`` holds NaN/Inf: one sum (NaN/Inf make it non-finite); the exact, slower
+    check only when the sum is not finite (which a finite input can also cause, by overflowing)."""
     if x.numel() == 0:
         return
-    s = x.sum(dtype=torch.float64) if x.dtype != torch.float64 else x.sum()
+    s = x.sum()  # in x's dtype: no upcast copy of the tensor
     if not torch.isfinite(s):
         bad = ~torch.isfinite(x)
         if bool(bad.any()):
