@@ -28,6 +28,9 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        umask = os.umask(0)
+        os.umask(umask)
+        os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; results are meant to be read by others
         with os.fdopen(fd, "w", encoding="utf-8") as f:
             f.write(text)
             f.flush()

@@ -199,7 +199,9 @@ class DistTransport(Transport):
                 for h, _ in live:
                     h.work = works[-1] if works else None
             return
-        for (h, _), op in zip(live, p2p):
+        # receives first: on gloo a pair that both post isend before irecv runs the two directions one
+        # after the other (measured on the tc testbed: 4 MB at 100 Mbit/s took 668 ms instead of 360 ms)
+        for (h, _), op in sorted(zip(live, p2p), key=lambda x: x[0][0].kind == "send"):
             kw = {"group_dst": h.peer} if h.kind == "send" else {"group_src": h.peer}
             try:
                 h.work = op.op(op.tensor, group=self.group, tag=op.tag, **kw)
