@@ -24,7 +24,7 @@ def test_fmt_num():
     assert fmt_num(0.12345) == "0.123"
     assert fmt_num(12345) == "12{,}345"
     assert fmt_num(float("nan")) == "--" and fmt_num(None) == "--"
-    assert fmt_num(3.0) == "3.00"
+    assert fmt_num(3.0) == "3" and fmt_num(10.0) == "10"
     assert fmt_pm(0.9123, 0.0041) == r"0.912 $\pm$ 0.0041"
 
 

@@ -37,7 +37,7 @@ def fmt_num(x: float | int | None, digits: int = 3) -> str:
     """Compact number for prose/tables: ``digits`` significant digits, thousands grouped, '--' for missing."""
     if x is None or (isinstance(x, float) and not math.isfinite(x)):
         return "--"
-    if isinstance(x, int) or (isinstance(x, float) and x.is_integer() and abs(x) >= 10 ** (digits - 1)):
+    if isinstance(x, int) or (isinstance(x, float) and x.is_integer()):
         return f"{int(round(x)):,}".replace(",", "{,}")
     if x == 0:
         return "0"
