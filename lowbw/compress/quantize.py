@@ -61,17 +61,6 @@ def _raise_nonfinite(x: Tensor) -> None:
                          "not pass them through. Skip the step (e.g. a GradScaler's inf check) before compressing.")
 
 
-def _block_absmax(x: Tensor, block: int) -> Tensor:
-    """Max |x| per block (tail block included); raises NonFiniteError if any block holds NaN/Inf."""
-    nblocks = math.ceil(x.numel() / block)
-    s = torch.empty(nblocks, dtype=torch.float32, device=x.device)
-    for b0, v in _row_views(x, block):
-        torch.maximum(torch.amax(v, 1), torch.amin(v, 1).neg_(), out=s[b0 : b0 + v.shape[0]])
-    if nblocks and not bool(torch.isfinite(s).all()):
-        _raise_nonfinite(x)
-    return s
-
-
 # ---------------------------------------------------------------------------------------------------------
 class Cast(Compressor):
     """Send the tensor in another float format: ``none`` (fp32), ``fp16``, ``bf16``. Summable.
@@ -152,16 +141,12 @@ class Blockwise(Compressor):
 
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         B, L = self.block_size, float(self.levels)
-        scales = _block_absmax(x, B)
-        safe = torch.where(scales > 0, scales, torch.ones_like(scales))
-        # multiply by a per-block factor (one op less per chunk) unless a scale is so small that L^2 / s could
-        # overflow: then divide by the scale, which is exact for subnormal scales too
-        fast = not _has_tiny(scales)
-        fac = (L * L if self.codebook == "nonlinear" else L) / safe
+        scales = torch.empty(math.ceil(x.numel() / B), dtype=torch.float32, device=x.device)
         codes = torch.empty(x.numel(), dtype=self.code_dtype, device=x.device)
         gen = state.generator(x.device) if self.stochastic else None
         target = _chunk_target(x.device)
         nonlinear = self.codebook == "nonlinear"
+        top = L * L if nonlinear else L
         for b0, v in _row_views(x, B):
             rows, cols = v.shape
             cv = codes[b0 * B : b0 * B + v.numel()].view(rows, cols)
@@ -172,10 +157,15 @@ class Blockwise(Compressor):
                 if nonlinear:
                     k, t = torch.empty_like(a), torch.empty_like(a)
             for i, j in chunks(rows, step):
-                xs, ab, f = v[i:j], a[: j - i], safe[b0 + i : b0 + j, None]
-                if nonlinear:
-                    torch.abs(xs, out=ab)  # -> L * (|x|/s) * L in [0, L^2]
-                    ab.mul_(fac[b0 + i : b0 + j, None]) if fast else ab.div_(f).mul_(L * L)
+                xs, ab, s = v[i:j], a[: j - i], scales[b0 + i : b0 + j]
+                torch.abs(xs, out=ab)
+                torch.amax(ab, dim=1, out=s)  # the block scales, computed while the chunk is in cache
+                safe = torch.where(s > 0, s, torch.ones_like(s))[:, None]
+                # x * (top / s) with a per-block factor; but divide by s where it is so small that top / s
+                # could overflow (exact for subnormal scales too)
+                fast = not _has_tiny(s)
+                if nonlinear:  # -> L * (|x|/s) * L in [0, L^2]
+                    ab.mul_(top / safe) if fast else ab.div_(safe).mul_(top)
                     if not self.stochastic:
                         ab.sqrt_().add_(0.5)  # round(sqrt(.)) via truncation below
                     else:
@@ -189,14 +179,16 @@ class Blockwise(Compressor):
                     ab.copysign_(xs)
                 else:
                     if fast:
-                        torch.mul(xs, fac[b0 + i : b0 + j, None], out=ab)
+                        torch.mul(xs, top / safe, out=ab)
                     else:
-                        torch.div(xs, f, out=ab).mul_(L)
+                        torch.div(xs, safe, out=ab).mul_(top)
                     if not self.stochastic:
                         ab.round_()
                     else:
                         ab.add_(torch.rand(ab.shape, generator=gen, device=ab.device, out=u[: j - i])).floor_()
                 cv[i:j].copy_(ab)  # float -> int truncates toward zero
+        if scales.numel() and not bool(torch.isfinite(scales).all()):
+            _raise_nonfinite(x)
         return [codes, scales], {}
 
     def _decode(self, payload: Payload) -> Tensor:
@@ -258,10 +250,6 @@ class QSGD(Compressor):
         B, s = self.block_size, float(self.levels)
         n = x.numel()
         norms = torch.empty(math.ceil(n / B), dtype=torch.float32, device=x.device)
-        for b0, v in _row_views(x, B):
-            # in fp64: squares of fp32 values under/overflow fp32 (1e-22 or 1e20 entries)
-            norms[b0 : b0 + v.shape[0]] = torch.linalg.vector_norm(v, dim=1, dtype=torch.float64)
-        safe = torch.where(norms > 0, norms, torch.ones_like(norms))
         gen = state.generator(x.device)
         code_dtype = torch.int16 if self.width == 16 else torch.int8
         codes = torch.empty(n, dtype=code_dtype, device=x.device)
@@ -273,8 +261,11 @@ class QSGD(Compressor):
             a = torch.empty((step, cols), device=x.device)
             u = torch.empty_like(a)
             for i, j in chunks(rows, step):
-                ab = a[: j - i]
-                torch.abs(v[i:j], out=ab).div_(safe[b0 + i : b0 + j, None]).mul_(s)
+                ab, nb = a[: j - i], norms[b0 + i : b0 + j]
+                torch.abs(v[i:j], out=ab)
+                # bucket norms while the chunk is in cache; in fp64, as squares of fp32 entries under/overflow
+                nb.copy_(torch.linalg.vector_norm(ab, dim=1, dtype=torch.float64))
+                ab.div_(torch.where(nb > 0, nb, torch.ones_like(nb))[:, None]).mul_(s)
                 ab.add_(torch.rand(ab.shape, generator=gen, device=ab.device, out=u[: j - i])).floor_()
                 ab.clamp_(max=s).copysign_(v[i:j])
                 cv[i:j].copy_(ab)
