@@ -13,7 +13,10 @@ from snakemake.utils import validate
 
 from lowbw.grid import decode, run_config, run_dirs
 
-configfile: "config/config.yaml"
+# config/config.yaml (quick) unless --configfile names another grid; that one then *replaces* it rather than
+# being merged into it (a merged grid would keep the quick profile's other experiments).
+if not workflow.overwrite_configfiles:
+    configfile: "config/config.yaml"
 validate(config, "config/schema.yaml")
 
 from lowbw.train.config import validate_grid  # noqa: E402  (checks every run's RunConfig before any job)

@@ -66,6 +66,9 @@ def test_dead_or_stuck_peer_is_named(mode, alg, tmp_path):
 
 
 def _fails(rank, world_size):
+    import torch.distributed as dist
+
+    dist.barrier()  # both ranks are connected: rank 1 failing must not race rank 0's connection set-up
     if rank == 1:
         raise ValueError("boom on rank 1")
     return rank
