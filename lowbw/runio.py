@@ -13,14 +13,16 @@ import platform
 import socket
 import subprocess
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
-__all__ = ["atomic_write_json", "atomic_write_text", "append_jsonl", "read_jsonl", "provenance", "git_commit"]
+__all__ = ["atomic_write", "atomic_write_json", "atomic_write_text", "append_jsonl", "read_jsonl", "provenance",
+           "git_commit"]
 
 
-def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
-    """Write ``text`` to ``path`` via a temp file in the same directory + ``os.replace``.
+def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
+    """Write ``path`` through ``write(file)`` into a temp file in the same directory, fsync, ``os.replace``.
 
     A reader never sees a half-written file, and a crash leaves any previous version intact.
     """
@@ -31,8 +33,8 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
         umask = os.umask(0)
         os.umask(umask)
         os.fchmod(fd, 0o666 & ~umask)  # mkstemp makes 0600; results are meant to be read by others
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            write(f)
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -41,6 +43,11 @@ def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
             os.unlink(tmp)
         raise
     return path
+
+
+def atomic_write_text(path: str | os.PathLike, text: str) -> Path:
+    """Atomically write UTF-8 ``text`` to ``path`` (see ``atomic_write``)."""
+    return atomic_write(path, lambda f: f.write(text.encode("utf-8")))
 
 
 def _default(o: Any) -> Any:

@@ -15,14 +15,12 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from lowbw.runio import atomic_write_json
+from lowbw.runio import atomic_write, atomic_write_json
 
 __all__ = ["fingerprint", "save_part", "write_marker", "read_marker", "load_part", "prune", "RUN_ONLY_KEYS"]
 
@@ -45,21 +43,7 @@ def part_name(step: int, rank: int) -> str:
 
 def save_part(out: str | Path, step: int, rank: int, state: dict[str, Any]) -> Path:
     """Atomically write one process's state (temp file + fsync + rename)."""
-    d = _dir(out)
-    d.mkdir(parents=True, exist_ok=True)
-    path = d / part_name(step, rank)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=d)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            torch.save(state, f)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return path
+    return atomic_write(_dir(out) / part_name(step, rank), lambda f: torch.save(state, f))
 
 
 def write_marker(out: str | Path, step: int, ranks: int, metrics_lines: int, fp: str) -> None:
