@@ -32,7 +32,6 @@ GENERATED = (
        for kind, ext in (("tab", "tex"), ("fig", "pdf"), ("findings", "tex"))]
 )
 THREADS = config.get("threads_per_job", 1)
-PAPERMILL = "papermill --log-output --start-timeout 120 -k python3"
 
 
 wildcard_constraints:
@@ -64,8 +63,10 @@ rule train:
     params:
         cfg=lambda w: shlex.quote(json.dumps(run_config(config, w.exp, decode(w.params)), sort_keys=True)),
         out=lambda w: f"runs/{w.exp}/{w.params}",
+    conda:
+        "environment.yml"
     shell:
-        "OMP_NUM_THREADS={threads} {PAPERMILL} notebooks/train.ipynb {params.out}/train.ipynb "
+        "OMP_NUM_THREADS={threads} papermill --log-output --start-timeout 120 -k python3 notebooks/train.ipynb {params.out}/train.ipynb "
         "-p config_json {params.cfg} -p out {params.out} -p threads {threads} > {log} 2>&1"
 
 
@@ -77,8 +78,10 @@ rule bench_collectives:
         "runs/bench/collectives.log",
     params:
         cfg=shlex.quote(json.dumps(config["bench"]["collectives"], sort_keys=True)),
+    conda:
+        "environment.yml"
     shell:
-        "{PAPERMILL} notebooks/collectives.ipynb runs/bench/collectives.ipynb "
+        "papermill --log-output --start-timeout 120 -k python3 notebooks/collectives.ipynb runs/bench/collectives.ipynb "
         "-p config_json {params.cfg} -p out {output} > {log} 2>&1"
 
 
@@ -91,8 +94,10 @@ rule bench_compressors:
     threads: 2
     params:
         cfg=shlex.quote(json.dumps(config["bench"]["compressors"], sort_keys=True)),
+    conda:
+        "environment.yml"
     shell:
-        "{PAPERMILL} notebooks/compression.ipynb runs/bench/compressors.ipynb "
+        "papermill --log-output --start-timeout 120 -k python3 notebooks/compression.ipynb runs/bench/compressors.ipynb "
         "-p config_json {params.cfg} -p out {output} > {log} 2>&1"
 
 
@@ -106,6 +111,8 @@ rule bench_models:
     params:
         args=" ".join(f"--{k.replace('_', '-')} " + (" ".join(map(str, v)) if isinstance(v, list) else str(v))
                       for k, v in config["bench"].get("models", {}).items()),
+    conda:
+        "environment.yml"
     shell:
         "python -m lowbw.bench.models {params.args} --out {output} > {log} 2>&1"
 
@@ -121,8 +128,10 @@ rule report:
         "runs/report/report.log",
     params:
         cfg=shlex.quote(json.dumps(config, sort_keys=True)),
+    conda:
+        "environment.yml"
     shell:
-        "{PAPERMILL} notebooks/report.ipynb runs/report/report.ipynb "
+        "papermill --log-output --start-timeout 120 -k python3 notebooks/report.ipynb runs/report/report.ipynb "
         "-p config_json {params.cfg} -p runs_dir runs -p out paper/generated > {log} 2>&1"
 
 
@@ -139,5 +148,7 @@ rule paper:
         "paper/build/paper.pdf",
     log:
         "runs/report/paper.log",
+    conda:
+        "environment.yml"
     shell:
         "cd paper && latexmk -pdf -interaction=nonstopmode -halt-on-error paper.tex > ../{log} 2>&1"
