@@ -22,7 +22,8 @@ BIN = Path(sys.executable).parent
 def _project_copy(tmp: Path) -> Path:
     dst = tmp / "proj"
     dst.mkdir()
-    shutil.copy(ROOT / "Snakefile", dst)
+    for f in ("Snakefile", "environment.yml"):
+        shutil.copy(ROOT / f, dst)
     for d in ("config", "notebooks", "paper"):
         shutil.copytree(ROOT / d, dst / d, ignore=shutil.ignore_patterns("build", "generated", ".ipynb_checkpoints"))
     (dst / "paper" / "generated").mkdir()
