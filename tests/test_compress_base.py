@@ -265,3 +265,30 @@ def test_error_feedback_residual_untouched_when_compression_fails():
     with pytest.raises(ValueError, match="fp16"):
         comp.compress(torch.tensor([1.0, 1e5]), "w", st_)
     assert torch.equal(comp.residual(st_, "w"), before)
+
+
+@pytest.mark.parametrize("name", ["blockwise", "twobit", "threshold", "topk", "onebit", "signsgd", "ef_signsgd"])
+def test_chunked_pipelines_match_one_chunk(monkeypatch, name):
+    """CPU pipelines run in chunks of quantize.CPU_CHUNK entries: tiny chunks give the same result as one."""
+    import lowbw.compress.quantize as quantize
+
+    x = torch.randn(10_000, generator=torch.Generator().manual_seed(3))
+    params = {"blockwise": {"block_size": 100}, "onebit": {"block_size": 100}, "threshold": {"alpha": 1.0},
+              "twobit": {"threshold": 1.0}}.get(name, {})
+    whole = make(name, **params).decompress(make(name, **params).compress(x, state=State(seed=0)))
+    monkeypatch.setattr(quantize, "CPU_CHUNK", 250)
+    chunked = make(name, **params).decompress(make(name, **params).compress(x, state=State(seed=0)))
+    torch.testing.assert_close(chunked, whole, rtol=1e-6, atol=1e-7)
+
+
+@pytest.mark.parametrize(("name", "params"), [("qsgd", {"block_size": 100}), ("terngrad", {}),
+                                                ("blockwise", {"stochastic": True, "block_size": 100})])
+def test_chunked_stochastic_pipelines_stay_on_the_grid(monkeypatch, name, params):
+    import lowbw.compress.quantize as quantize
+
+    monkeypatch.setattr(quantize, "CPU_CHUNK", 250)
+    x = torch.randn(10_000, generator=torch.Generator().manual_seed(3))
+    comp = make(name, **params)
+    y = comp.decompress(comp.compress(x, state=State(seed=0)))
+    assert torch.all((y == 0) | (torch.sign(y) == torch.sign(x)))
+    assert float((y - x).norm() / x.norm()) < {"qsgd": 0.2, "terngrad": 3.0, "blockwise": 0.05}[name]

@@ -69,7 +69,7 @@ def chunks(rows: int, step: int) -> Iterator[tuple[int, int]]:
     """``(start, stop)`` row ranges of ``step`` rows.
 
     Elementwise pipelines run chunk by chunk so that their intermediates stay in cache: on 2 CPU cores this
-    is 2-3x faster than whole-tensor passes, and the temporaries stay small.
+    is about 2x faster than whole-tensor passes, and the temporaries stay small.
     """
     for i in range(0, rows, step):
         yield i, min(i + step, rows)
