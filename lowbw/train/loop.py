@@ -188,21 +188,10 @@ class Trainer:
 
                 ex = world.exchange(act.grad, work)
             grads = torch.stack(ex.outputs)
-            for i in range(R):
-                busy[i] += ex.busy_s[i]
-                comm[i] += ex.comm_s[i]
-                sent[i] += ex.bytes_sent[i]
-            v_comm += ex.v_comm
-            self._count_comm(ex)
+            v_comm += self._tally(ex, busy, comm, sent)
         self.opt.step(rep.params, grads, lr)
         if act.avg is not None:
-            ex = self._average(act.avg)
-            for i in range(R):
-                busy[i] += ex.busy_s[i]
-                comm[i] += ex.comm_s[i]
-                sent[i] += ex.bytes_sent[i]
-            v_comm += ex.v_comm
-            self._count_comm(ex)
+            v_comm += self._tally(self._average(act.avg), busy, comm, sent)
         # replicas are equal after a world average, or after a world gradient step from equal replicas
         self.in_sync = act.avg == "world" or (act.grad == "world" and self.in_sync)
         self.samples += b * cfg.workers
@@ -252,6 +241,16 @@ class Trainer:
             pol.current = None  # fresh measurements: decide again
         choice = pol.choose(link_for(self.cfg, "world", self.clock["t_virtual"]))
         self._sparse.ratio = choice.density
+
+    def _tally(self, ex, busy: list[float], comm: list[float], sent: list[int]) -> float:
+        """Add one exchange's per-replica busy/comm seconds and bytes into the step's lists; returns its
+        modelled communication time (and accumulates its alpha-beta coefficients)."""
+        for i in range(len(busy)):
+            busy[i] += ex.busy_s[i]
+            comm[i] += ex.comm_s[i]
+            sent[i] += ex.bytes_sent[i]
+        self._count_comm(ex)
+        return ex.v_comm
 
     def _count_comm(self, ex) -> None:
         """Accumulate the alpha-beta coefficients of an exchange (lets the report re-time at any link)."""
