@@ -46,7 +46,7 @@ def ring_allgather_into(out: Tensor, offsets: list[int], tp: Transport, chunk: i
         return
 
     rounds = [(s, a, b) for s in range(N - 1) for a, b in blk((r - s - 1) % N)]
-    sends = [tp.send(out[a:b], right) for a, b in blk(r)]
+    sends: list = []
     window = max(1, window)
     pending: deque = deque()
     nxt = 0
@@ -58,7 +58,8 @@ def ring_allgather_into(out: Tensor, offsets: list[int], tp: Transport, chunk: i
             pending.append((s, a, b, tp.recv(out[a:b], left)))
             nxt += 1
 
-    post_more()
+    post_more()  # receives before the first sends (see ring.py: gloo serialises the directions otherwise)
+    sends += [tp.send(out[a:b], right) for a, b in blk(r)]
     while pending:
         s, a, b, h = pending.popleft()
         tp.wait(h)

@@ -47,9 +47,6 @@ def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: i
     slot_len = min(chunk, max(b - a for _, a, b in rounds)) if rounds else 0
     slots = [torch.empty(slot_len, dtype=t.dtype, device=t.device) for _ in range(min(window, len(rounds)))]
     sends = {}  # (step, start) -> handle
-    for a, b in chunk_ranges(*segs[r], chunk):
-        sends[(0, a)] = tp.send(t[a:b], right)
-
     pending: deque = deque()
     nxt = 0
 
@@ -68,7 +65,12 @@ def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: i
             pending.append((nxt, buf, tp.recv(buf, left)))
             nxt += 1
 
+    # the first receives go out before the first sends: on gloo, two ranks that both post isend before
+    # irecv move the two directions one after the other (2x slower on a full-duplex link)
     post_more()
+    for a, b in chunk_ranges(*segs[r], chunk):
+        sends[(0, a)] = tp.send(t[a:b], right)
+    post_more()  # all-gather receives that wait on those sends (a rank whose only rounds are all-gather)
     while pending:
         i, buf, h = pending.popleft()
         tp.wait(h)
