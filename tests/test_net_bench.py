@@ -35,6 +35,17 @@ def test_pingpong_sizes_cover_the_fit_range():
         assert s[0] == 1024 and sum(x >= B.FIT_MIN_BYTES for x in s) >= 2 and max(s) <= 16 << 20
 
 
+def test_calibration_carries_gamma_into_the_model():
+    pp = [{"nbytes": nb, "one_way_s": 1e-4 + nb * 8e-8, "exchange_s": 1e-4 + nb * 9e-8}
+          for nb in (1024, 1 << 18, 1 << 20, 4 << 20)]
+    cal = B._calibrate(pp, 1e8, gamma_s_per_byte=1e-9)
+    ring, tree = B._model_link(cal, "ring"), B._model_link(cal, "tree")
+    assert ring.gamma_s_per_byte == tree.gamma_s_per_byte == 1e-9
+    assert ring.bandwidth_bps == pytest.approx(8 / 9e-8, rel=1e-3)  # duplex fit for ring
+    assert tree.bandwidth_bps == pytest.approx(8 / 8e-8, rel=1e-3)  # ping-pong fit for tree
+    assert B._model_link(B._calibrate(pp, 1e8), "ring").gamma_s_per_byte == 0.0
+
+
 def test_tiny_benchmark_runs_end_to_end(tmp_path):
     out = tmp_path / "collectives.json"
     cfg = {"workers": [2], "rates_mbit": [100], "sizes_mb": [0.2], "algorithms": ["native", "ring"], "reps": 1,
@@ -44,6 +55,7 @@ def test_tiny_benchmark_runs_end_to_end(tmp_path):
     assert data["rows"] == res["rows"] and len(res["rows"]) == 2
     assert res["emulation"] in ("netns-tc", "loopback-ratelimit")
     assert "git_commit" in data["provenance"] and "N2_100mbit" in data["calibration"]
+    assert 0 < data["calibration"]["N2_100mbit"]["gamma_s_per_byte"] < 1e-7  # summing is > 10 MB/s
     for r in res["rows"]:
         if r["algorithm"] == "ring" and r["error"] == "lowbw.comm.allreduce not available":
             continue

@@ -123,6 +123,7 @@ def test_rate_is_really_limited(tmp_path):
     out = tmp_path / "out.txt"
     with Testbed(2, rate="40mbit", prefix=_prefix()) as tb, open(out, "w") as f:
         codes = tb.run([sys.executable, "-c", RECV_SCRIPT, str(4_000_000)], timeout=60, stdout=f)
+        assert tb.describe()["tbf"] == {"burst": 15_140, "limit": 500_000}  # 100 ms of queue at 40 Mbit/s
     assert codes == [0, 0]
     mbit = float(out.read_text().split("MBIT")[1].split()[0])
     # TCP goodput through a 40 Mbit/s tbf: 1448/1514 of the rate (headers), never more than the rate
@@ -267,6 +268,16 @@ def test_missing_tools_give_a_clear_error_and_auto_falls_back(monkeypatch, capsy
     args = ap.parse_args(["testbed", "--emulation", "netns-tc", "--", "true"])
     assert cli.main(args) == 1
     assert "needs: root" in capsys.readouterr().err
+
+
+def test_queue_sets_the_tbf_limit_in_seconds_of_the_rate():
+    tb = T.Testbed(2, rate="10mbit")
+    assert tb.queue_s == 0.1 and tb.tbf_params(1e7) == {"burst": 15_140, "limit": 125_000}
+    assert T.Testbed(2, queue="2s").tbf_params(1e8)["limit"] == 25_000_000
+    assert T.Testbed(2, queue="1ms").tbf_params(1e7)["limit"] == 2 * 15_140  # at least two bursts
+    assert T.Testbed(2, limit=300_000).tbf_params(1e9)["limit"] == 300_000
+    with pytest.raises(ValueError, match="queue"):
+        T.Testbed(2, queue="0ms")
 
 
 def test_bad_arguments():

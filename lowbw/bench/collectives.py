@@ -118,7 +118,7 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
             testbeds.append(desc)
             pp = res["pingpong"]
             key = f"N{n}_{float(rate_mbit):g}mbit"
-            calibration[key] = cal = _calibrate(pp, rate_bps)
+            calibration[key] = cal = _calibrate(pp, rate_bps, res.get("gamma_s_per_byte"))
             nominal = LinkParams(alpha_s=delay_s, bandwidth_bps=rate_bps)
             for m in res["measurements"]:
                 t = m["time_s"]
@@ -159,10 +159,11 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
 DUPLEX_ALGORITHMS = ("ring", "native", "butterfly", "alltoall", "roundrobin", "allgather")
 
 
-def _calibrate(pp: list[dict], rate_bps: float) -> dict:
+def _calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None = None) -> dict:
     """alpha: the one-way time of the smallest message (pure latency, inside tbf's burst); beta: least
     squares over the messages far larger than the burst with alpha fixed -- once for ping-pong (one
-    direction at a time) and once for the simultaneous exchange (both directions at once)."""
+    direction at a time) and once for the simultaneous exchange (both directions at once); gamma: the
+    measured local summing time per byte (0 if not measured)."""
     from lowbw.net.costmodel import fit_alpha_beta
 
     alpha = min(p["one_way_s"] for p in pp)
@@ -170,7 +171,7 @@ def _calibrate(pp: list[dict], rate_bps: float) -> dict:
     fit = fit_alpha_beta([p["nbytes"] for p in big], [p["one_way_s"] for p in big], weights="absolute",
                          alpha_s=alpha)
     out = {"fit": fit.to_dict(), "pingpong": pp, "nominal_rate_bps": rate_bps, "fit_min_bytes": FIT_MIN_BYTES,
-           "efficiency": fit.link.bandwidth_bps / rate_bps}
+           "efficiency": fit.link.bandwidth_bps / rate_bps, "gamma_s_per_byte": float(gamma_s_per_byte or 0.0)}
     ex = [p for p in big if p.get("exchange_s")]
     if len(ex) >= 2:
         fx = fit_alpha_beta([p["nbytes"] for p in ex], [p["exchange_s"] for p in ex], weights="absolute",
@@ -183,7 +184,8 @@ def _model_link(cal: dict, algorithm: str):
     from lowbw.net.costmodel import LinkParams
 
     f = cal.get("fit_duplex") if algorithm in DUPLEX_ALGORITHMS and cal.get("fit_duplex") else cal["fit"]
-    return LinkParams(alpha_s=f["alpha_s"], bandwidth_bps=f["bandwidth_bps"])
+    return LinkParams(alpha_s=f["alpha_s"], bandwidth_bps=f["bandwidth_bps"],
+                      gamma_s_per_byte=float(cal.get("gamma_s_per_byte") or 0.0))
 
 
 def _result(cfg, rows, skipped, calibration, testbeds, t_start) -> dict:
@@ -288,6 +290,18 @@ def _worker(plan_path: str) -> int:
         if rank == 0:
             pingpong.append({"nbytes": buf.numel() * 4, "one_way_s": statistics.median(times), "samples_s": times,
                              "exchange_s": statistics.median(xtimes), "exchange_samples_s": xtimes})
+    # gamma (alpha-beta-gamma model, Thakur et al. 2005): seconds per byte summed locally, on one thread as
+    # the algorithms run here; it charges the reductions that are not hidden behind the transfers
+    gamma = None
+    if rank == 0:
+        a, b = torch.ones(4 << 20), torch.ones(4 << 20)
+        gts = []
+        for _ in range(6):
+            t0 = time.perf_counter()
+            a.add_(b)
+            gts.append(time.perf_counter() - t0)
+        gamma = statistics.median(gts[1:]) / (a.numel() * a.element_size())
+        del a, b
     dist.barrier()
 
     measurements = []
@@ -339,6 +353,7 @@ def _worker(plan_path: str) -> int:
             print(f"[worker] N={n} {alg:10s} {nb / 1e6:7.1f} MB {entry['time_s']:.3f} s", file=sys.stderr, flush=True)
     if rank == 0:
         Path(spec["out"]).write_text(json.dumps({"pingpong": pingpong, "measurements": measurements,
+                                                 "gamma_s_per_byte": gamma,
                                                  "limiter": limiter is not None, "chunk_bytes": chunk_bytes}))
     dist.barrier()
     dist.destroy_process_group()
@@ -356,7 +371,7 @@ def remodel(result: dict, chunk_bytes: int | None = None) -> dict:
         if not cal or not r.get("ok") or not r.get("time_s"):
             continue
         if "fit_duplex" not in cal and any(p.get("exchange_s") for p in cal["pingpong"]):
-            cal.update(_calibrate(cal["pingpong"], cal["nominal_rate_bps"]))
+            cal.update(_calibrate(cal["pingpong"], cal["nominal_rate_bps"], cal.get("gamma_s_per_byte")))
         link = _model_link(cal, r["algorithm"])
         chunk = chunk_bytes or r.get("chunk_bytes")
         r["chunk_bytes"] = chunk

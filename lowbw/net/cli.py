@@ -24,6 +24,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--delay", default=None, help="one-way delay per message, e.g. 5ms (needs netem)")
     p.add_argument("--jitter", default=None, help="delay jitter, e.g. 1ms (needs netem)")
     p.add_argument("--loss", default=None, help="packet loss on each uplink, e.g. 0.1%%")
+    p.add_argument("--queue", default="100ms",
+                   help="queue of each shaped link as time at its rate (default 100ms; bufferbloat: e.g. 2s)")
     p.add_argument("--schedule", default=None, help='rate changes while running: "0:100mbit,10:10mbit" (s:rate)')
     p.add_argument("--emulation", default="auto", choices=["auto", "netns-tc", "loopback-ratelimit"])
     p.add_argument("--prefix", default="lbw", help="name prefix of namespaces (default lbw)")
@@ -63,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGHUP, lambda s, f: (_ for _ in ()).throw(SystemExit(128 + s)))
     try:
         with Testbed(args.workers, rate=rate, delay=args.delay, jitter=args.jitter, loss=args.loss,
-                     schedule=args.schedule, emulation=args.emulation, prefix=args.prefix,
+                     schedule=args.schedule, emulation=args.emulation, prefix=args.prefix, queue=args.queue,
                      master_port=args.master_port) as tb:
             if args.show:
                 print(json.dumps(tb.describe(), indent=1), file=sys.stderr)

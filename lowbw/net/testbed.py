@@ -13,7 +13,10 @@ Each worker has its own full-duplex link, shaped in both directions with ``tbf``
 network is the star of per-worker links that :mod:`lowbw.net.costmodel` assumes. Delay, jitter and loss are
 added on the uplink only (one-way worker-to-worker latency = ``delay``), with ``netem`` when the kernel has
 it; loss without netem falls back to a classic-BPF random classifier that sends a fraction of packets to a
-zero-length fifo. The rate can be changed on a schedule while a job runs (``tc qdisc change``).
+zero-length fifo. Each tbf holds at most ``queue`` seconds of data at its rate (default 100 ms, the
+usual emulation choice): a deep buffer (seconds at 10 Mbit/s) makes a lost packet cost seconds of TCP
+recovery and made duplex transfers at 10 Mbit/s vary by 25% between repetitions. The rate can be changed
+on a schedule while a job runs (``tc qdisc change``).
 
 Names are ``<prefix>-<pid>-<random>-...`` so parallel testbeds do not collide; teardown (kill the workers,
 delete the namespaces, which deletes their veths, the bridge and every qdisc) runs on normal exit,
@@ -63,6 +66,7 @@ DEFAULT_PREFIX = "lbw"
 SUBNET = "10.231.0"  # only ever configured inside our own namespaces
 WORKER_IF = "lbw0"
 MAX_WORKERS = 250
+DEFAULT_QUEUE_S = 0.1  # seconds of data each tbf queues at its rate
 
 
 class TestbedUnavailable(RuntimeError):
@@ -252,7 +256,7 @@ class Testbed:
                  jitter: str | float | None = None, loss: str | float | None = None,
                  schedule: str | Sequence | None = None, emulation: str = "auto", prefix: str = DEFAULT_PREFIX,
                  master_port: int = 29500, shape_ingress: bool = True, burst: int | None = None,
-                 limit: int | None = None):
+                 limit: int | None = None, queue: str | float | None = DEFAULT_QUEUE_S):
         if not 1 <= workers <= MAX_WORKERS:
             raise ValueError(f"workers must be in 1..{MAX_WORKERS}, got {workers}")
         if not re.fullmatch(r"[a-z][a-z0-9]{0,11}", prefix):
@@ -269,6 +273,9 @@ class Testbed:
         self.master_port = int(master_port)
         self.shape_ingress = shape_ingress
         self._burst, self._limit = burst, limit
+        self.queue_s = parse_time(queue) if queue is not None else DEFAULT_QUEUE_S
+        if self.queue_s <= 0:
+            raise ValueError(f"queue must be > 0 seconds, got {queue!r}")
         self.requested_emulation = emulation
         self.tag = f"{prefix}-{os.getpid()}-{secrets.token_hex(3)}"
         self.emulation: str | None = None
@@ -349,11 +356,17 @@ class Testbed:
         self._shape_all(self.rate_bps, initial=True)
 
     # -- tc
-    def _tbf_args(self, bps: float) -> list[str]:
+    def tbf_params(self, bps: float) -> dict[str, int]:
+        """tbf's ``burst`` (bytes let through at line rate: 1 ms of the rate, at least 10 packets) and
+        ``limit`` (queue bytes: ``queue`` seconds of the rate, at least two bursts)."""
         Bps = bps / 8.0
         burst = self._burst or max(15_140, int(Bps * 0.001))
-        limit = self._limit or max(8 << 20, int(Bps * 0.25), 2 * burst)
-        return ["tbf", "rate", _tc_num(bps), "burst", str(burst), "limit", str(limit)]
+        limit = self._limit or max(int(Bps * self.queue_s), 2 * burst)
+        return {"burst": burst, "limit": limit}
+
+    def _tbf_args(self, bps: float) -> list[str]:
+        p = self.tbf_params(bps)
+        return ["tbf", "rate", _tc_num(bps), "burst", str(p["burst"]), "limit", str(p["limit"])]
 
     def _tc(self, ns: str, args: list[str]) -> None:
         _run(["ip", "netns", "exec", ns, "tc", *args])
@@ -614,7 +627,8 @@ class Testbed:
         """Provenance of the network: emulation mode, link parameters, names."""
         return {
             "emulation": self.emulation, "workers": self.workers, "rate_bps": self.rate_bps, "delay_s": self.delay_s,
-            "jitter_s": self.jitter_s, "loss": self.loss, "loss_method": self.loss_method,
+            "jitter_s": self.jitter_s, "loss": self.loss, "loss_method": self.loss_method, "queue_s": self.queue_s,
+            "tbf": self.tbf_params(self.rate_bps) if self.rate_bps and self.emulation == "netns-tc" else None,
             "schedule": self.schedule, "rate_log": list(self.rate_log), "shape_ingress": self.shape_ingress,
             "topology": "star: per-worker full-duplex links (tbf each way) through a bridge"
                         if self.emulation == "netns-tc" else "loopback (no kernel shaping)",
