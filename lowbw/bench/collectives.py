@@ -37,6 +37,7 @@ DEFAULTS: dict[str, Any] = {
     "rates_mbit": [10, 100, 1000],
     "sizes_mb": [1, 10, 100],
     "delay_ms": 0,
+    "queue_ms": 100,
     "algorithms": ALGORITHMS,
     "reps": 3,
     "max_seconds": 30,
@@ -211,7 +212,8 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         load0 = os.getloadavg()
-        with Testbed(n, rate=rate_bps, delay=delay_s or None, emulation=cfg.get("emulation", "auto")) as tb:
+        with Testbed(n, rate=rate_bps, delay=delay_s or None, emulation=cfg.get("emulation", "auto"),
+                     queue=float(cfg.get("queue_ms") or 100) / 1e3) as tb:
             log_path = Path(tmp, "workers.log")
             with open(log_path, "w") as lf:
                 codes = tb.run([sys.executable, "-m", "lowbw.bench.collectives", "--worker", str(plan_path)],
@@ -448,6 +450,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--algorithms", nargs="+")
     ap.add_argument("--reps", type=int)
     ap.add_argument("--delay-ms", type=float)
+    ap.add_argument("--queue-ms", type=float, help="tbf queue of each link, in ms at its rate (default 100)")
     ap.add_argument("--max-seconds", type=float)
     ap.add_argument("--chunk-bytes", type=int, help="message size of our algorithms (default: lowbw.comm's)")
     ap.add_argument("--emulation", choices=["auto", "netns-tc", "loopback-ratelimit"])
@@ -457,7 +460,8 @@ def main(argv: list[str] | None = None) -> int:
     if a.worker:
         return _worker(a.worker)
     cfg = json.loads(a.config_json) if a.config_json else {}
-    for k in ("workers", "rates_mbit", "sizes_mb", "algorithms", "reps", "delay_ms", "max_seconds", "chunk_bytes",
+    for k in ("workers", "rates_mbit", "sizes_mb", "algorithms", "reps", "delay_ms", "queue_ms", "max_seconds",
+              "chunk_bytes",
               "emulation"):
         v = getattr(a, k)
         if v is not None:

@@ -135,7 +135,7 @@ def run_allreduce(flat: Tensor, tp: Transport, algorithm: str, red: Reducer, chu
     elif algorithm == "butterfly":
         butterfly_allreduce(flat, tp, red)
     elif algorithm == "alltoall":
-        alltoall_allreduce(flat, tp, red, chunk, min(window, 2))
+        alltoall_allreduce(flat, tp, red, chunk)
     elif algorithm == "roundrobin":
         roundrobin_allreduce(flat, tp, red, chunk)
     elif algorithm == "allgather":

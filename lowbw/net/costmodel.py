@@ -160,12 +160,12 @@ def _allreduce_terms(algorithm: str, n: int) -> tuple[float, float, float]:
         extra = 0 if n == p2 else 2
         k = int(math.log2(p2))
         return 2.0 * k + extra, 2.0 * (p2 - 1) / p2 + extra, (p2 - 1) / p2 + (1 if extra else 0)
-    if a == "alltoall":  # every rank sends its whole vector to every other rank, each reduces locally
-        return 1.0, float(n - 1), float(n - 1)
+    if a == "alltoall":  # every rank sends its whole vector to every other rank (N-1 pairwise rounds), sums
+        return float(n - 1), float(n - 1), float(n - 1)
     if a == "roundrobin":
-        # rank r masters chunk r: everyone sends it chunk r (reduce-scatter through N-1 fan-ins of M/N),
-        # then it sends the reduced chunk to everyone: 2 (N-1)/N M per link each way, 2 latency steps.
-        return 2.0, 2.0 * (n - 1) / n, (n - 1) / n
+        # rank r masters chunk r: everyone sends it chunk r, then it sends the reduced chunk to everyone,
+        # each phase in N-1 pairwise rounds of M/N: 2 (N-1)/N M per link each way, 2(N-1) latency steps.
+        return 2.0 * (n - 1), 2.0 * (n - 1) / n, (n - 1) / n
     if a == "allgather":  # all-gather the full vectors (ring), sum locally
         return float(n - 1), float(n - 1), float(n - 1)
     raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; known: {', '.join(ALLREDUCE_ALGORITHMS)}")
@@ -178,8 +178,8 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, link: LinkPar
     ``ps``: 2a + 2(N-1) M b; ``ring``: 2(N-1) a + 2(N-1)/N M b; ``tree`` (pipelined binary heap tree):
     2a floor(log2 N) + 2 min(2, N-1) M b (= the talk's 2a logN + 2 logN M b for N <= 4);
     ``butterfly`` (N power of two): 2a logN + 2(N-1)/N M b, else 2 more steps and 2 M b more to fold the
-    extra ranks in and out; ``alltoall``: a + (N-1) M b;
-    ``roundrobin``: 2a + 2(N-1)/N M b; ``allgather``: (N-1) a + (N-1) M b; ``native`` = ring.
+    extra ranks in and out; ``alltoall``: (N-1) a + (N-1) M b;
+    ``roundrobin``: 2(N-1) a + 2(N-1)/N M b; ``allgather``: (N-1) a + (N-1) M b; ``native`` = ring.
 
     ``chunk_bytes`` (the message size of a chunked, pipelined implementation, e.g. lowbw.comm's 4 MiB) adds
     the pipeline fill where it is on the critical path: the tree's broadcast reaches the deepest leaves
