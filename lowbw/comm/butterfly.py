@@ -64,9 +64,9 @@ def butterfly_allreduce(t: Tensor, tp: Transport, red: Reducer) -> None:
         low, high = _halves(lo, hi)
         keep, give = (low, high) if v & d == 0 else (high, low)
         buf = tmp[: keep[1] - keep[0]]
-        hs = tp.post([("send", t[give[0]:give[1]], partner), ("recv", buf, partner)])
-        tp.wait(hs[1])
-        sends.append(hs[0])
+        hs = tp.post([("recv", buf, partner), ("send", t[give[0]:give[1]], partner)])  # receive first
+        tp.wait(hs[0])
+        sends.append(hs[1])
         red.combine(t[keep[0]:keep[1]], buf, last=(d == 1))
         steps.append((partner, keep, give))
         lo, hi = keep
@@ -75,7 +75,7 @@ def butterfly_allreduce(t: Tensor, tp: Transport, red: Reducer) -> None:
 
     # recursive doubling (reverse order): send what I have, receive what the partner has
     for partner, keep, give in reversed(steps):
-        hs = tp.post([("send", t[keep[0]:keep[1]], partner), ("recv", t[give[0]:give[1]], partner)])
+        hs = tp.post([("recv", t[give[0]:give[1]], partner), ("send", t[keep[0]:keep[1]], partner)])
         tp.wait_all(hs)
 
     # unfold
