@@ -138,9 +138,27 @@ def test_rate_schedule_changes_tc_while_running():
         q = tb.qdiscs()
         assert q.count("rate 10Mbit") == 4 and "50Mbit" not in q
         assert [r for _, r in tb.rate_log] == [50e6, 50e6, 10e6]
+        assert q.count("bfifo") == 4 and q.count("limit 125000b") == 4  # bulk queue: 100 ms at 10 Mbit/s
         tb.set_rate("20mbit", ranks=[1])
-        assert tb.qdiscs().count("rate 20Mbit") == 2
+        assert tb.qdiscs().count("rate 20Mbit") == 2 and tb.qdiscs().count("limit 250000b") == 2
     assert codes == [0, 0]
+
+
+@pytest.mark.netns
+@netns
+def test_small_packets_take_the_priority_band_and_can_be_turned_off(tmp_path):
+    with Testbed(2, rate="40mbit", prefix=_prefix()) as tb:
+        assert tb.describe()["ack_priority"] is True
+        assert tb.run([sys.executable, "-c", RECV_SCRIPT, str(2_000_000)], timeout=60,
+                      stdout=subprocess.DEVNULL) == [0, 0]
+        # rank 1 received the data: its uplink carried the ACKs, all in the priority class a1:1
+        stats = subprocess.run(["ip", "netns", "exec", tb.worker_ns(1), "tc", "-s", "class", "show", "dev", "lbw0"],
+                               capture_output=True, text=True).stdout
+        sent = {blk.split()[1]: int(blk.split("Sent ")[1].split()[2]) for blk in stats.split("class ")[1:]
+                if "Sent " in blk and blk.startswith("htb")}
+        assert sent["a1:1"] > 100 and sent["a1:1"] > 10 * sent["a1:2"], stats
+    with Testbed(2, rate="40mbit", prefix=_prefix(), ack_priority=False) as tb:
+        assert "htb" not in tb.qdiscs() and tb.describe()["ack_priority"] is False
 
 
 @pytest.mark.netns

@@ -15,8 +15,11 @@ added on the uplink only (one-way worker-to-worker latency = ``delay``), with ``
 it; loss without netem falls back to a classic-BPF random classifier that sends a fraction of packets to a
 zero-length fifo. Each tbf holds at most ``queue`` seconds of data at its rate (default 100 ms, the
 usual emulation choice): a deep buffer (seconds at 10 Mbit/s) makes a lost packet cost seconds of TCP
-recovery and made duplex transfers at 10 Mbit/s vary by 25% between repetitions. The rate can be changed
-on a schedule while a job runs (``tc qdisc change``).
+recovery and made duplex transfers at 10 Mbit/s vary by 25% between repetitions. Packets under 128 bytes
+(pure ACKs) leave before queued bulk data (``ack_priority``, default on), as under fq_codel, Linux's default
+qdisc, which serves sparse flows first: otherwise each direction's ACKs wait behind the other direction's
+data and duplex transfers at 10 Mbit/s came out 2-12% slower and erratic (8.5 s vs 8.7-9.6 s for 10 MB).
+The rate can be changed on a schedule while a job runs (``tc qdisc change``).
 
 Names are ``<prefix>-<pid>-<random>-...`` so parallel testbeds do not collide; teardown (kill the workers,
 delete the namespaces, which deletes their veths, the bridge and every qdisc) runs on normal exit,
@@ -67,6 +70,9 @@ SUBNET = "10.231.0"  # only ever configured inside our own namespaces
 WORKER_IF = "lbw0"
 MAX_WORKERS = 250
 DEFAULT_QUEUE_S = 0.1  # seconds of data each tbf queues at its rate
+# classic BPF for cls_bpf: packets shorter than 128 bytes (skb len, Ethernet header included) -> the
+# filter's classid (ret -1), others -> no match (ret 0): ld len; jge #128 ? ret 0 : ret -1
+SMALL_PACKET_BPF = "4,128 0 0 0,53 1 0 128,6 0 0 4294967295,6 0 0 0"
 
 
 class TestbedUnavailable(RuntimeError):
@@ -256,7 +262,7 @@ class Testbed:
                  jitter: str | float | None = None, loss: str | float | None = None,
                  schedule: str | Sequence | None = None, emulation: str = "auto", prefix: str = DEFAULT_PREFIX,
                  master_port: int = 29500, shape_ingress: bool = True, burst: int | None = None,
-                 limit: int | None = None, queue: str | float | None = DEFAULT_QUEUE_S):
+                 limit: int | None = None, queue: str | float | None = DEFAULT_QUEUE_S, ack_priority: bool = True):
         if not 1 <= workers <= MAX_WORKERS:
             raise ValueError(f"workers must be in 1..{MAX_WORKERS}, got {workers}")
         if not re.fullmatch(r"[a-z][a-z0-9]{0,11}", prefix):
@@ -274,6 +280,7 @@ class Testbed:
         self.shape_ingress = shape_ingress
         self._burst, self._limit = burst, limit
         self.queue_s = parse_time(queue) if queue is not None else DEFAULT_QUEUE_S
+        self.ack_priority = bool(ack_priority)
         if self.queue_s <= 0:
             raise ValueError(f"queue must be > 0 seconds, got {queue!r}")
         self.requested_emulation = emulation
@@ -371,6 +378,33 @@ class Testbed:
     def _tc(self, ns: str, args: list[str]) -> None:
         _run(["ip", "netns", "exec", ns, "tc", *args])
 
+    def _add_shaper(self, ns: str, dev: str, where: list[str], major: int, bps: float, prio: bool = True) -> None:
+        """tbf (handle ``major:``) at ``where``; with ``ack_priority`` its queue is two bands under an HTB
+        used as a strict-priority scheduler (classes far above the rate, so tbf alone shapes): packets
+        shorter than 128 bytes (pure TCP ACKs, small control messages) leave before bulk data, which
+        queues in a ``queue``-second bfifo."""
+        self._tc(ns, ["qdisc", "add", "dev", dev, *where, "handle", f"{major}:", *self._tbf_args(bps)])
+        if not (self.ack_priority and prio):
+            return
+        h = f"a{major}"
+        self._tc(ns, ["qdisc", "add", "dev", dev, "parent", f"{major}:1", "handle", f"{h}:", "htb", "default", "2",
+                      "r2q", "100000"])
+        for minor, prio in (("1", "0"), ("2", "1")):
+            self._tc(ns, ["class", "add", "dev", dev, "parent", f"{h}:", "classid", f"{h}:{minor}", "htb",
+                          "rate", "40gbit", "quantum", "200000", "prio", prio])
+        self._tc(ns, ["qdisc", "add", "dev", dev, "parent", f"{h}:1", "handle", f"b{major}:", "pfifo",
+                      "limit", "10000"])
+        self._tc(ns, ["qdisc", "add", "dev", dev, "parent", f"{h}:2", "handle", f"c{major}:", "bfifo",
+                      "limit", str(self.tbf_params(bps)["limit"])])
+        self._tc(ns, ["filter", "add", "dev", dev, "parent", f"{h}:", "protocol", "all", "prio", "1", "bpf",
+                      "bytecode", SMALL_PACKET_BPF, "classid", f"{h}:1"])
+
+    def _change_shaper(self, ns: str, dev: str, where: list[str], major: int, bps: float) -> None:
+        self._tc(ns, ["qdisc", "change", "dev", dev, *where, "handle", f"{major}:", *self._tbf_args(bps)])
+        if self.ack_priority:  # tbf leaves a non-fifo child alone: resize the bulk band's queue to the rate
+            self._tc(ns, ["qdisc", "change", "dev", dev, "parent", f"a{major}:2", "handle", f"c{major}:", "bfifo",
+                          "limit", str(self.tbf_params(bps)["limit"])])
+
     def _shape_link(self, rank: int, bps: float | None, initial: bool) -> None:
         ns, br = self.worker_ns(rank), self.bridge_ns
         impair = bool(self.delay_s or self.jitter_s or self.loss)
@@ -390,7 +424,7 @@ class Testbed:
                     self._tc(ns, ["qdisc", "add", "dev", WORKER_IF, "parent", "1:1", "handle", "10:", *netem])
                 else:
                     self._tc(ns, ["qdisc", "add", "dev", WORKER_IF, "root", "handle", "10:", *netem])
-                self._up_parent = ["root", "handle", "1:"]
+                self._up = (["root"], 1, False)  # netem is the tbf's child here: no priority band
             elif self.loss:  # no netem: HTB with a drop class fed by a classic-BPF random classifier
                 self.loss_method = "cbpf-random-drop"
                 self._tc(ns, ["qdisc", "add", "dev", WORKER_IF, "root", "handle", "1:", "htb", "default", "1",
@@ -405,23 +439,25 @@ class Testbed:
                 prog = f"4,32 0 0 {2**32 - 4096 + 56},53 1 0 {thr},6 0 0 {2**32 - 1},6 0 0 0"
                 self._tc(ns, ["filter", "add", "dev", WORKER_IF, "parent", "1:", "protocol", "all", "prio", "1",
                               "bpf", "bytecode", prog, "classid", "1:2"])
+                self._up = (["parent", "1:1"], 2, True)
                 if bps is not None:
-                    self._tc(ns, ["qdisc", "add", "dev", WORKER_IF, "parent", "1:1", "handle", "2:",
-                                  *self._tbf_args(bps)])
-                self._up_parent = ["parent", "1:1", "handle", "2:"]
-            elif bps is not None:
-                self._tc(ns, ["qdisc", "add", "dev", WORKER_IF, "root", "handle", "1:", *self._tbf_args(bps)])
-                self._up_parent = ["root", "handle", "1:"]
+                    self._add_shaper(ns, WORKER_IF, *self._up[:2], bps)
             else:
-                self._up_parent = ["root", "handle", "1:"]
+                self._up = (["root"], 1, True)
+                if bps is not None:
+                    self._add_shaper(ns, WORKER_IF, *self._up[:2], bps)
             if bps is not None and self.shape_ingress:  # downlink: bridge port egress towards the worker
-                self._tc(br, ["qdisc", "add", "dev", f"p{rank}", "root", "handle", "1:", *self._tbf_args(bps)])
+                self._add_shaper(br, f"p{rank}", ["root"], 1, bps)
             return
         if bps is None:
             raise ValueError("cannot change the rate of an unshaped testbed (created with rate=None)")
-        self._tc(ns, ["qdisc", "change", "dev", WORKER_IF, *self._up_parent, *self._tbf_args(bps)])
+        where, major, prio = self._up
+        if prio:
+            self._change_shaper(ns, WORKER_IF, where, major, bps)
+        else:
+            self._tc(ns, ["qdisc", "change", "dev", WORKER_IF, *where, "handle", f"{major}:", *self._tbf_args(bps)])
         if self.shape_ingress:
-            self._tc(br, ["qdisc", "change", "dev", f"p{rank}", "root", "handle", "1:", *self._tbf_args(bps)])
+            self._change_shaper(br, f"p{rank}", ["root"], 1, bps)
 
     def _shape_all(self, bps: float | None, initial: bool = False, ranks: Sequence[int] | None = None) -> None:
         for r in range(self.workers) if ranks is None else ranks:
@@ -628,6 +664,7 @@ class Testbed:
         return {
             "emulation": self.emulation, "workers": self.workers, "rate_bps": self.rate_bps, "delay_s": self.delay_s,
             "jitter_s": self.jitter_s, "loss": self.loss, "loss_method": self.loss_method, "queue_s": self.queue_s,
+            "ack_priority": self.ack_priority and self.emulation == "netns-tc",
             "tbf": self.tbf_params(self.rate_bps) if self.rate_bps and self.emulation == "netns-tc" else None,
             "schedule": self.schedule, "rate_log": list(self.rate_log), "shape_ingress": self.shape_ingress,
             "topology": "star: per-worker full-duplex links (tbf each way) through a bridge"
