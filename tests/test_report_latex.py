@@ -44,3 +44,29 @@ def test_mean_std_and_welch():
     r = welch([0.90, 0.91, 0.92], [0.905, 0.915, 0.91])
     assert not r.significant
     assert not welch([1.0], [2.0, 3.0]).significant
+
+
+def test_e1_section_reports_the_targets_from_the_rows(tmp_path):
+    import json
+
+    from lowbw.report.build import Context
+    from lowbw.report.experiments import e1
+
+    def row(alg, n, rate, size, t, err):
+        bound = 2 * (n - 1) / n * size * 8 / rate
+        return {"workers": n, "rate_mbit": rate, "size_mb": size, "algorithm": alg, "ok": True, "time_s": t,
+                "frac_of_bound": bound / t, "model_s": t * (1 + err), "model_rel_err": err, "timing": "measured",
+                "emulation": "netns-tc"}
+
+    rows = [row("ring", 2, 100, 10, 0.88, -0.01), row("native", 2, 100, 10, 0.90, 0.02),
+            row("ps", 2, 100, 10, 1.68, -0.12), row("ring", 2, 10, 10, 8.6, 0.03),
+            row("native", 2, 10, 10, 8.5, 0.04), row("ps", 2, 10, 10, 16.8, 0.01)]
+    (tmp_path / "bench").mkdir()
+    (tmp_path / "bench" / "collectives.json").write_text(json.dumps({"rows": rows}))
+    sec = e1(Context({}, tmp_path, tmp_path / "out"))
+    n = sec.numbers
+    assert n["EOneRingBoundFracMin"] == fmt_num(100 * 0.8 / 0.88, 3)
+    assert n["EOneRingOverNativeMax"] == fmt_num(8.6 / 8.5, 3)
+    assert n["EOneModelWorstAlg"] == "ps" and n["EOneModelWorstAlgErr"] == fmt_num(12.0, 2)
+    assert (n["EOneModelAlgsWithinTen"], n["EOneModelAlgs"]) == ("2", "3")
+    assert r"\EOneModelWorstAlg" in sec.findings and "tab:e1" in sec.table
