@@ -134,3 +134,34 @@ def test_make_hook_checks_its_arguments():
         make_hook("topk", ratio=2.0)
     state, hook = make_hook("none")
     assert callable(hook) and state.algorithm == "native"
+
+
+def _direct_worker(rank, world_size):
+    """The README's usage verbatim: the hook itself (no wrapper) registered with DDP."""
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    torch.manual_seed(0)
+    model = nn.Linear(6, 3)
+    ddp = DDP(model)
+    state, hook = make_hook("none", algorithm="ring")
+    ddp.register_comm_hook(state, hook)  # DDP checks the hook's signature and return annotation
+    x, y = _data(rank, 0)
+    nn.functional.mse_loss(ddp(x), y).backward()
+    return [p.grad.clone() for p in model.parameters()], state.meter.totals()["bytes_sent"]
+
+
+def test_hook_registers_with_ddp_as_is():
+    res = run_procs(_direct_worker, 2, timeout=120)
+    torch.manual_seed(0)
+    ref = torch.nn.Linear(6, 3)
+    grads = []
+    for r in range(2):
+        ref.zero_grad()
+        x, y = _data(r, 0)
+        torch.nn.functional.mse_loss(ref(x), y).backward()
+        grads.append([p.grad.clone() for p in ref.parameters()])
+    for (got, nbytes) in res:
+        assert nbytes > 0  # the gradients went through our ring
+        for g, a, b in zip(got, *grads):
+            torch.testing.assert_close(g, (a + b) / 2, rtol=1e-6, atol=1e-7)

@@ -11,8 +11,8 @@ when DDP rebuilds its buckets after the first iteration a bucket whose size chan
 The state object also counts bytes (``state.meter``) and keeps the collective's ``CallRecord`` list.
 """
 
-from __future__ import annotations
-
+# No ``from __future__ import annotations`` here: DDP's register_comm_hook inspects the hook's return
+# annotation and accepts only the evaluated ``torch.futures.Future[torch.Tensor]`` (a string is rejected).
 from dataclasses import dataclass, field
 
 import torch
@@ -53,7 +53,7 @@ class HookState:
         return f"bucket{idx}"
 
 
-def lowbw_hook(state: HookState, bucket) -> torch.futures.Future:
+def lowbw_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tensor]:
     """DDP communication hook: the bucket averaged over ranks through ``state.compressor``."""
     buf = bucket.buffer()
     name = state.bucket_name(bucket)
