@@ -22,24 +22,25 @@ __all__ = ["throughput", "compression", "resnet20", "main"]
 OUT = Path("runs/bench")
 
 
-def _cifar_like(n: int = 4096, seed: int = 0):
+def _cifar_like(n: int = 4096, seed: int = 0, device: str = "cpu"):
     import torch
 
     from lowbw.train.assign import TrainData
 
     g = torch.Generator().manual_seed(seed)
-    x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=g)
-    y = torch.randint(0, 10, (n,), generator=g)
+    x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=g).to(device)
+    y = torch.randint(0, 10, (n,), generator=g).to(device)
     empty_x, empty_y = x[:0], y[:0]
     return TrainData("random32", x, y, empty_x, empty_y, empty_x, empty_y, 10, (0.5,) * 3, (0.25,) * 3)
 
 
 def throughput(model: str = "cnn", workers: int = 4, local_batch: int = 32, steps: int = 8, reps: int = 5,
-               engines: tuple[str, ...] = ("loop", "vmap"), threads: int = 0) -> dict[str, Any]:
+               engines: tuple[str, ...] = ("loop", "vmap"), threads: int = 0, device: str = "cpu") -> dict[str, Any]:
     """Samples/s of sim with ``workers`` replicas (dense sync, ring) vs one model at batch workers*b.
 
     Variants: ``torch`` (plain module + torch.optim.SGD + the same augmentation: the reference), ``trainer_m1``
-    (our Trainer with one worker at the big batch), ``sim_<engine>`` (M replicas at b each).
+    (our Trainer with one worker at the big batch), ``sim_<engine>`` (M replicas at b each). ``device``: cpu or
+    cuda (timings then end with ``torch.cuda.synchronize``).
     """
     import torch
     import torch.nn.functional as F
@@ -52,9 +53,11 @@ def throughput(model: str = "cnn", workers: int = 4, local_batch: int = 32, step
 
     if threads:
         torch.set_num_threads(threads)
-    data = _cifar_like()
+    dev = torch.device(device)
+    data = _cifar_like(device=device)
     B = workers * local_batch
-    base = {"dataset": "synthetic", "model": model, "steps": 10**6, "progress": False, "lr": 0.01}
+    base = {"dataset": "synthetic", "model": model, "steps": 10**6, "progress": False, "lr": 0.01,
+            "device": dev.type}
 
     def trainer(M: int, engine: str):
         cfg = RunConfig.from_dict({**base, "workers": M, "batch_size": B, "sim_engine": engine})
@@ -62,10 +65,10 @@ def throughput(model: str = "cnn", workers: int = 4, local_batch: int = 32, step
         return tr.train_step
 
     torch.manual_seed(0)
-    net = build_model(model, 10, 3, 32)
+    net = build_model(model, 10, 3, 32, device=dev)
     opt = torch.optim.SGD(net.parameters(), lr=0.01, momentum=0.9, weight_decay=1e-4)
-    aug = Augmenter("crop_flip", 3, (0.5,) * 3, (0.25,) * 3)
-    gen = torch.Generator().manual_seed(0)
+    aug = Augmenter("crop_flip", 3, (0.5,) * 3, (0.25,) * 3, dev)
+    gen = torch.Generator().manual_seed(0)  # augmentation draws on the CPU (as the Trainer)
     pos = [0]
 
     def torch_step():
@@ -83,18 +86,25 @@ def throughput(model: str = "cnn", workers: int = 4, local_batch: int = 32, step
     for fn in variants.values():  # warm-up
         fn()
         fn()
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(reps):
         for k, fn in variants.items():
+            sync()
             t0 = time.perf_counter()
             for _ in range(steps):
                 fn()
+            sync()
             times[k].append((time.perf_counter() - t0) / steps)
     med = {k: statistics.median(v) for k, v in times.items()}
     sps = {k: B / v for k, v in med.items()}
     return {
         "model": model, "workers": workers, "local_batch": local_batch, "global_batch": B, "steps": steps,
-        "reps": reps, "torch_threads": torch.get_num_threads(),
+        "reps": reps, "torch_threads": torch.get_num_threads(), "device": str(dev),
+        "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
         "step_s_median": med, "step_s_all": times, "samples_per_s": sps,
         "ratio_vs_torch": {k: sps[k] / sps["torch"] for k in sps if k.startswith("sim_")},
         "ratio_vs_trainer_m1": {k: sps[k] / sps["trainer_m1"] for k in sps if k.startswith("sim_")},
@@ -122,22 +132,31 @@ COMPRESSION_METHODS: dict[str, dict[str, Any]] = {
     "dense": {"compressor": "none"},
     "blockwise8": {"compressor": "blockwise", "compressor_args": {"bits": 8}},
     "top1pct": {"compressor": "topk", "compressor_args": {"ratio": 0.01}, "error_feedback": "on"},
+    "powersgd2": {"compressor": "powersgd", "compressor_args": {"rank": 2}},
 }
+DEFAULT_COMPRESSION = ("dense", "blockwise8", "top1pct")
 
 
 def compression(dataset: str = "cifar10_small", epochs: float = 15, bandwidth_mbit: float = 10.0,
-                workers: int = 4, methods: tuple[str, ...] = tuple(COMPRESSION_METHODS), root: Path = OUT,
-                targets: tuple[float, ...] = (0.4, 0.5, 0.55, 0.6)) -> dict[str, Any]:
-    """Small CNN, ``workers`` workers: accuracy vs virtual time at ``bandwidth_mbit`` per compressor."""
-    base = {"dataset": dataset, "model": "cnn", "workers": workers, "batch_size": 128, "epochs": epochs,
+                workers: int = 4, methods: tuple[str, ...] = DEFAULT_COMPRESSION, root: Path = OUT,
+                targets: tuple[float, ...] = (0.4, 0.5, 0.55, 0.6), model: str = "cnn",
+                device: str = "cpu") -> dict[str, Any]:
+    """``model`` (default the small CNN), ``workers`` workers: accuracy vs virtual time at ``bandwidth_mbit`` per
+    compressor. Run directories go to ``root/train_compression[_<model>]/<method>``."""
+    base = {"dataset": dataset, "model": model, "device": device, "workers": workers, "batch_size": 128,
+            "epochs": epochs,
             "lr": 0.05, "lr_schedule": "cosine", "weight_decay": 5e-4, "bandwidth_mbit": bandwidth_mbit,
             "eval_every": 1.0, "targets": list(targets), "log_every": 20}
+    bad = [m for m in methods if m not in COMPRESSION_METHODS]
+    if bad:
+        raise ValueError(f"unknown compression method(s) {bad}; choose from {sorted(COMPRESSION_METHODS)}")
     runs = {}
+    name = "train_compression" if model == "cnn" else f"train_compression_{model}"
     for m in methods:
-        runs[m] = _train({**base, **COMPRESSION_METHODS[m], "name": m}, root / "train_compression" / m)
-    res = {"dataset": dataset, "bandwidth_mbit": bandwidth_mbit, "workers": workers, "epochs": epochs,
-           "runs": runs}
-    res["figure"] = str(plot_compression(res, root / "train_compression.png"))
+        runs[m] = _train({**base, **COMPRESSION_METHODS[m], "name": m}, root / name / m)
+    res = {"dataset": dataset, "model": model, "bandwidth_mbit": bandwidth_mbit, "workers": workers,
+           "epochs": epochs, "runs": runs}
+    res["figure"] = str(plot_compression(res, root / f"{name}.png"))
     return res
 
 
@@ -156,7 +175,8 @@ def plot_compression(res: dict[str, Any], path: Path) -> Path:
     ax[0].set(xscale="log", xlabel=f"virtual time (s) at {res['bandwidth_mbit']:g} Mbit/s", ylabel="test accuracy")
     ax[1].set(xlabel="epoch", ylabel="test accuracy")
     ax[0].legend()
-    fig.suptitle(f"small CNN on {res['dataset']}, {res['workers']} workers")
+    label = "small CNN" if res.get("model", "cnn") == "cnn" else res["model"]
+    fig.suptitle(f"{label} on {res['dataset']}, {res['workers']} workers")
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(path, dpi=130)
@@ -218,11 +238,14 @@ def main(argv: list[str] | None = None) -> int:
     t.add_argument("--steps", type=int, default=8)
     t.add_argument("--reps", type=int, default=5)
     t.add_argument("--engines", default="loop,vmap")
+    t.add_argument("--device", default="cpu", help="cpu | cuda")
     c = sub.add_parser("compression")
     c.add_argument("--dataset", default="cifar10_small")
     c.add_argument("--epochs", type=float, default=15)
     c.add_argument("--bandwidth-mbit", type=float, default=10.0)
-    c.add_argument("--methods", default=",".join(COMPRESSION_METHODS))
+    c.add_argument("--methods", default=",".join(DEFAULT_COMPRESSION), help=f"of {', '.join(COMPRESSION_METHODS)}")
+    c.add_argument("--model", default="cnn")
+    c.add_argument("--device", default="cpu", help="cpu | cuda | auto")
     r = sub.add_parser("resnet20")
     r.add_argument("--max-wall-s", type=float, default=900.0)
     r.add_argument("--epochs", type=float, default=0, help="0: sized to the budget")
@@ -230,10 +253,12 @@ def main(argv: list[str] | None = None) -> int:
         p.add_argument("--out", default=None, help="JSON path (default runs/bench/train_<what>.json)")
     a = ap.parse_args(argv)
     if a.what == "throughput":
-        res = throughput(a.model, a.workers, a.local_batch, a.steps, a.reps, tuple(a.engines.split(",")))
+        res = throughput(a.model, a.workers, a.local_batch, a.steps, a.reps, tuple(a.engines.split(",")),
+                         device=a.device)
         print(json.dumps({k: res[k] for k in ("samples_per_s", "ratio_vs_torch", "ratio_vs_trainer_m1")}, indent=1))
     elif a.what == "compression":
-        res = compression(a.dataset, a.epochs, a.bandwidth_mbit, methods=tuple(a.methods.split(",")))
+        res = compression(a.dataset, a.epochs, a.bandwidth_mbit, methods=tuple(a.methods.split(",")), model=a.model,
+                          device=a.device)
         for m, rr in res["runs"].items():
             s = rr["summary"]
             print(f"{m:12s} final test acc {s['final_test_acc']:.4f}  virtual {s['t_virtual']:9.1f} s  "
