@@ -121,6 +121,11 @@ class Replicas:
         leaf = self.params.detach().requires_grad_(True)
         params = self.param_views(leaf)
         bufs = self.buffer_views(None)
+        # BatchNorm's batching rule updates running statistics in place only in contiguous [R, ...] tensors: the
+        # column slices of ``self.buffers`` are not, and their updates were silently dropped (eval then used the
+        # initial statistics). Work on contiguous copies and write them back.
+        for n, _, _, _ in self.b_layout:
+            bufs[n] = bufs[n].clone()
 
         def f(p, b, xx, yy):
             out = functional_call(self.model, (p, b), (xx,))
@@ -129,6 +134,9 @@ class Replicas:
         loss, out = vmap(f, randomness="different")(params, bufs, x, y)
         (g,) = torch.autograd.grad(loss.sum(), leaf)
         self.grads.copy_(g)
+        with torch.no_grad():
+            for n, o, k, _ in self.b_layout:
+                self.buffers[:, o: o + k].copy_(bufs[n].reshape(self.R, k))
         correct = (out.detach().argmax(-1) == y).sum(1)
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
