@@ -19,7 +19,7 @@ from torch import Tensor
 from lowbw.comm.numerics import Reducer, chunk_ranges
 from lowbw.comm.transport import Transport
 
-__all__ = ["ring_allgather_into", "allgather_allreduce"]
+__all__ = ["ring_allgather_into", "count_ring_allgather", "allgather_allreduce"]
 
 
 def ring_allgather_into(out: Tensor, offsets: list[int], tp: Transport, chunk: int, window: int = 4) -> None:
@@ -67,6 +67,21 @@ def ring_allgather_into(out: Tensor, offsets: list[int], tp: Transport, chunk: i
             sends.append(tp.send(out[a:b], right))
         post_more()
     tp.wait_all(sends)
+
+
+def count_ring_allgather(tp: Transport, offsets: list[int], elem_bytes: int, chunk: int) -> None:
+    """Count on ``tp``'s meters exactly the messages :func:`ring_allgather_into` would post (same blocks, same
+    chunks, same peers), without moving data: for transports that deliver the blocks another way."""
+    N, r = tp.world_size, tp.rank
+    if N == 1:
+        return
+    right, left = (r + 1) % N, (r - 1) % N
+    for s in range(N - 1):
+        j_snd, j_rcv = (r - s) % N, (r - s - 1) % N
+        for a, b in chunk_ranges(offsets[j_snd], offsets[j_snd + 1], chunk):
+            tp._count("send", right, (b - a) * elem_bytes)
+        for a, b in chunk_ranges(offsets[j_rcv], offsets[j_rcv + 1], chunk):
+            tp._count("recv", left, (b - a) * elem_bytes)
 
 
 def allgather_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: int = 4) -> None:

@@ -3,7 +3,9 @@
 It runs the very same per-rank algorithm code as :class:`~lowbw.comm.DistCollective`, over in-process
 mailboxes instead of sockets, so its results are bit-for-bit those of real processes on gloo (same
 reduction order, same fp32-then-round arithmetic for half types) and its byte/message counts are those a
-real run would send. ``native`` has no in-process counterpart of gloo's internal order: here it is the
+real run would send. ``all_gather`` by default skips the ring's message exchange (one meeting of the
+threads hands out copies; the meters count the messages the ring would post), as a copy has no order to
+keep; ``gather="ring"`` runs the exchange itself. ``native`` has no in-process counterpart of gloo's internal order: here it is the
 rank-ordered ``ps`` reduction (x_0 + x_1 + ...).
 
 Every wait has a timeout, and a failing worker aborts the group so that the others stop at once
@@ -18,10 +20,12 @@ import time
 import torch
 from torch import Tensor
 
+from lowbw.comm.allgather import count_ring_allgather
 from lowbw.comm.collectives import (
     ALGORITHMS,
     BROADCAST_FOR,
     DEFAULT_WINDOW,
+    MAX_DIMS,
     _check_algorithm,
     _chunk_elems,
     _Flat,
@@ -32,7 +36,7 @@ from lowbw.comm.collectives import (
     run_allreduce,
     run_broadcast,
 )
-from lowbw.comm.errors import GroupAbortedError, PeerTimeoutError
+from lowbw.comm.errors import CommError, GroupAbortedError, PeerTimeoutError
 from lowbw.comm.meter import Meter
 from lowbw.comm.numerics import Reducer
 from lowbw.comm.transport import ThreadHub, ThreadTransport
@@ -46,7 +50,7 @@ class ThreadCollective:
 
     def __init__(self, hub: ThreadHub, rank: int, algorithm: str = "ring", timeout=None,
                  chunk_bytes: int | None = None, window: int = DEFAULT_WINDOW, meter: Meter | None = None,
-                 barrier: threading.Barrier | None = None) -> None:
+                 barrier: threading.Barrier | None = None, gather: str = "direct") -> None:
         self.hub = hub
         self.rank = rank
         self.world_size = hub.world_size
@@ -56,12 +60,23 @@ class ThreadCollective:
         self.window = window
         self.meter = meter
         self._barrier = barrier
+        if gather not in ("direct", "ring"):
+            raise ValueError(f"gather={gather!r}: expected 'direct' or 'ring'")
+        self.gather = gather
+        self._meetings = 0
         self.calls: list[CallRecord] = []
 
     @classmethod
     def group(cls, world_size: int, algorithm: str = "ring", timeout=60.0, chunk_bytes: int | None = None,
-              window: int = DEFAULT_WINDOW, meters: list[Meter] | None = None) -> list[ThreadCollective]:
-        """``world_size`` per-rank collectives sharing one in-process rendezvous (give one to each thread)."""
+              window: int = DEFAULT_WINDOW, meters: list[Meter] | None = None,
+              gather: str = "direct") -> list[ThreadCollective]:
+        """``world_size`` per-rank collectives sharing one in-process rendezvous (give one to each thread).
+
+        ``gather``: how :meth:`all_gather` moves data: ``direct`` (default) hands every rank the others' tensors
+        at one meeting and counts on the meters the messages the ring would send; ``ring`` runs the ring
+        all-gather's message exchange itself. Outputs and counts are identical; direct is much faster where
+        many small tensors are gathered (per-layer compressed gradients in sim).
+        """
         if world_size < 1:
             raise ValueError(f"world_size={world_size} must be >= 1")
         _check_algorithm(algorithm, ALGORITHMS)
@@ -69,7 +84,7 @@ class ThreadCollective:
             raise ValueError(f"meters: need one per rank ({world_size}), got {len(meters)}")
         hub = ThreadHub(world_size)
         bar = threading.Barrier(world_size)
-        return [cls(hub, r, algorithm, timeout, chunk_bytes, window, meters[r] if meters else None, bar)
+        return [cls(hub, r, algorithm, timeout, chunk_bytes, window, meters[r] if meters else None, bar, gather)
                 for r in range(world_size)]
 
     def __repr__(self) -> str:
@@ -111,10 +126,44 @@ class ThreadCollective:
                               world_size=self.world_size, tensor=tensor)
         t0 = time.perf_counter()
         with torch.no_grad():
-            out = run_allgather(tensor, tp, self.chunk_bytes, self.window)
+            if self.gather == "direct" and self.world_size > 1:
+                out = self._direct_all_gather(tensor, tp)
+            else:
+                out = run_allgather(tensor, tp, self.chunk_bytes, self.window)
         close_stats(tp.stats, t0)
         self._record("all_gather", tensor, "native" if self.algorithm == "native" else "ring")
         return out
+
+    def _direct_all_gather(self, tensor: Tensor, tp: ThreadTransport) -> list[Tensor]:
+        """The ring all-gather's result and meter counts, with one meeting of the threads instead of its
+        2(N-1) x chunks messages (a copy has no reduction order: the outputs are the ring's, bit for bit)."""
+        if tensor.dim() > MAX_DIMS:
+            raise ValueError(f"all_gather supports tensors of at most {MAX_DIMS} dims, got {tensor.dim()}")
+        N, r = self.world_size, self.rank
+        mine = tensor.detach().contiguous().view(-1).clone()
+        seq = self._meetings
+        self._meetings += 1
+        try:
+            items = self.hub.meet(r, seq, (tensor.dtype, tuple(tensor.shape), mine), self.timeout)
+        except TimeoutError as e:
+            raise PeerTimeoutError(f"lowbw.comm ring all_gather (threads): rank {r} timed out: {e}", rank=r) from e
+        except RuntimeError as e:
+            raise GroupAbortedError(f"lowbw.comm ring all_gather (threads): rank {r} stopped: {e}", rank=r) from e
+        for j, (dt, _, _) in enumerate(items):
+            if dt != tensor.dtype:
+                raise CommError(f"lowbw.comm all_gather: rank {j} sent {dt}, rank {r} has {tensor.dtype}",
+                                peer=j, rank=r)
+        H = 2 + MAX_DIMS  # the shape header the ring exchanges first: one message of H int64 per block
+        count_ring_allgather(tp, [j * H for j in range(N + 1)], 8, H)
+        offsets = [0]
+        for _, _, flat in items:
+            offsets.append(offsets[-1] + flat.numel())
+        count_ring_allgather(tp, offsets, tensor.element_size(), _chunk_elems(self.chunk_bytes,
+                                                                              tensor.element_size()))
+        out = torch.empty(offsets[-1], dtype=tensor.dtype, device=tensor.device)
+        for j, (_, _, flat) in enumerate(items):
+            out[offsets[j]:offsets[j + 1]].copy_(flat)
+        return [out[offsets[j]:offsets[j + 1]].view(items[j][1]) for j in range(N)]
 
     def broadcast(self, tensor: Tensor, src: int) -> Tensor:
         if not 0 <= src < self.world_size:

@@ -238,14 +238,44 @@ class ThreadHub:
         self.recvs: dict[tuple[int, int], deque] = defaultdict(deque)  # (src, dst) -> unmatched receives
         self.conds = [threading.Condition() for _ in range(world_size)]  # rank r waits on conds[r]
         self.aborted: str | None = None
+        self.board = threading.Condition()  # guards ``boards`` (see :meth:`meet`)
+        self.boards: dict[int, list] = {}  # seq -> [items by rank, posted, read]
 
     def abort(self, why: str) -> None:
         """Make every waiting (and future) wait in this group fail at once with ``why``."""
         if self.aborted is None:
             self.aborted = why
-        for c in self.conds:
+        for c in [*self.conds, self.board]:
             with c:
                 c.notify_all()
+
+    def meet(self, rank: int, seq: int, item, timeout: float) -> list:
+        """Every rank's ``item`` of its ``seq``-th meeting, in rank order, once all ranks have posted theirs.
+
+        One wait instead of a message exchange (for collectives whose result is a copy of what every rank
+        holds). Raises ``TimeoutError`` naming the missing ranks after ``timeout`` seconds, ``RuntimeError``
+        with the reason when the group was aborted. The items must not change afterwards (post copies).
+        """
+        N = self.world_size
+        deadline = time.monotonic() + timeout
+        with self.board:
+            b = self.boards.setdefault(seq, [[None] * N, 0, 0])
+            b[0][rank] = item
+            b[1] += 1
+            if b[1] == N:
+                self.board.notify_all()
+            while b[1] < N:
+                if self.aborted is not None:
+                    raise RuntimeError(self.aborted)
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    missing = [j for j in range(N) if b[0][j] is None]
+                    raise TimeoutError(f"ranks {missing} did not arrive within {timeout:g}s")
+                self.board.wait(left)
+            b[2] += 1
+            if b[2] == N:
+                del self.boards[seq]
+            return list(b[0])
 
 
 class _Op:
