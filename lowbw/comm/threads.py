@@ -5,8 +5,8 @@ mailboxes instead of sockets, so its results are bit-for-bit those of real proce
 reduction order, same fp32-then-round arithmetic for half types) and its byte/message counts are those a
 real run would send. ``all_gather`` by default skips the ring's message exchange (one meeting of the
 threads hands out copies; the meters count the messages the ring would post), as a copy has no order to
-keep; ``gather="ring"`` runs the exchange itself. ``native`` has no in-process counterpart of gloo's internal order: here it is the
-rank-ordered ``ps`` reduction (x_0 + x_1 + ...).
+keep; ``gather="ring"`` runs the exchange itself. ``native`` has no in-process counterpart of gloo's
+internal order: here it is the rank-ordered ``ps`` reduction (x_0 + x_1 + ...).
 
 Every wait has a timeout, and a failing worker aborts the group so that the others stop at once
 (``run_threads`` does this and re-raises the first real exception).
