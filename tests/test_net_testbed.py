@@ -138,9 +138,9 @@ def test_rate_schedule_changes_tc_while_running():
         q = tb.qdiscs()
         assert q.count("rate 10Mbit") == 4 and "50Mbit" not in q
         assert [r for _, r in tb.rate_log] == [50e6, 50e6, 10e6]
-        assert q.count("bfifo") == 4 and q.count("limit 125000b") == 4  # bulk queue: 100 ms at 10 Mbit/s
+        assert q.count("bfifo") == 4 and q.count("limit 387584b") == 4  # bulk queue: the 256-frame floor
         tb.set_rate("20mbit", ranks=[1])
-        assert tb.qdiscs().count("rate 20Mbit") == 2 and tb.qdiscs().count("limit 250000b") == 2
+        assert tb.qdiscs().count("rate 20Mbit") == 2 and tb.qdiscs().count("limit 387584b") == 4  # floor again
     assert codes == [0, 0]
 
 
@@ -290,9 +290,10 @@ def test_missing_tools_give_a_clear_error_and_auto_falls_back(monkeypatch, capsy
 
 def test_queue_sets_the_tbf_limit_in_seconds_of_the_rate():
     tb = T.Testbed(2, rate="10mbit")
-    assert tb.queue_s == 0.1 and tb.tbf_params(1e7) == {"burst": 15_140, "limit": 125_000}
+    assert tb.queue_s == 0.1 and tb.tbf_params(1e8) == {"burst": 15_140, "limit": 1_250_000}
+    assert tb.tbf_params(1e7)["limit"] == T.MIN_QUEUE_BYTES == 256 * 1514  # 100 ms would be 125 KB: the floor
     assert T.Testbed(2, queue="2s").tbf_params(1e8)["limit"] == 25_000_000
-    assert T.Testbed(2, queue="1ms").tbf_params(1e7)["limit"] == 2 * 15_140  # at least two bursts
+    assert T.Testbed(2, queue="1ms").tbf_params(1e10)["limit"] == 2 * 1_250_000  # at least two bursts
     assert T.Testbed(2, limit=300_000).tbf_params(1e9)["limit"] == 300_000
     with pytest.raises(ValueError, match="queue"):
         T.Testbed(2, queue="0ms")

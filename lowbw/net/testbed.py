@@ -15,7 +15,11 @@ added on the uplink only (one-way worker-to-worker latency = ``delay``), with ``
 it; loss without netem falls back to a classic-BPF random classifier that sends a fraction of packets to a
 zero-length fifo. Each tbf holds at most ``queue`` seconds of data at its rate (default 100 ms, the
 usual emulation choice): a deep buffer (seconds at 10 Mbit/s) makes a lost packet cost seconds of TCP
-recovery and made duplex transfers at 10 Mbit/s vary by 25% between repetitions. Packets under 128 bytes
+recovery and made duplex transfers at 10 Mbit/s vary by 25% between repetitions. It holds at least 256
+full-size frames (``MIN_QUEUE_BYTES``, 310 ms at 10 Mbit/s): with 125 KB at 10 Mbit/s, each new flow of the
+pairwise-round algorithms (butterfly, roundrobin, alltoall; 4 workers) overflowed the sender's queue (TCP
+BBR's start-up, 600-1000 drops per link) and a 1 MB all-reduce took 1.7-2.3 s instead of 1.27 s; with 375 KB
+nothing dropped and all three matched the cost model within 3%. Packets under 128 bytes
 (pure ACKs) leave before queued bulk data (``ack_priority``, default on), as under fq_codel, Linux's default
 qdisc, which serves sparse flows first: otherwise each direction's ACKs wait behind the other direction's
 data and duplex transfers at 10 Mbit/s came out 2-12% slower and erratic (8.5 s vs 8.7-9.6 s for 10 MB).
@@ -70,6 +74,7 @@ SUBNET = "10.231.0"  # only ever configured inside our own namespaces
 WORKER_IF = "lbw0"
 MAX_WORKERS = 250
 DEFAULT_QUEUE_S = 0.1  # seconds of data each tbf queues at its rate
+MIN_QUEUE_BYTES = 256 * 1514  # ... but at least 256 full-size frames (387 KB: 310 ms at 10 Mbit/s)
 # classic BPF for cls_bpf: packets shorter than 128 bytes (skb len, Ethernet header included) -> the
 # filter's classid (ret -1), others -> no match (ret 0): ld len; jge #128 ? ret 0 : ret -1
 SMALL_PACKET_BPF = "4,128 0 0 0,53 1 0 128,6 0 0 4294967295,6 0 0 0"
@@ -365,10 +370,10 @@ class Testbed:
     # -- tc
     def tbf_params(self, bps: float) -> dict[str, int]:
         """tbf's ``burst`` (bytes let through at line rate: 1 ms of the rate, at least 10 packets) and
-        ``limit`` (queue bytes: ``queue`` seconds of the rate, at least two bursts)."""
+        ``limit`` (queue bytes: ``queue`` seconds of the rate, at least ``MIN_QUEUE_BYTES`` and two bursts)."""
         Bps = bps / 8.0
         burst = self._burst or max(15_140, int(Bps * 0.001))
-        limit = self._limit or max(int(Bps * self.queue_s), 2 * burst)
+        limit = self._limit or max(int(Bps * self.queue_s), MIN_QUEUE_BYTES, 2 * burst)
         return {"burst": burst, "limit": limit}
 
     def _tbf_args(self, bps: float) -> list[str]:
