@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -109,6 +110,8 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
                                         "predicted_s": t_pred, "why": f"predicted > {cfg['max_seconds']} s"})
                         continue
                     reps = cfg["reps"] if t_pred * cfg["reps"] <= 3 * cfg["max_seconds"] else 1
+                    if t_pred < 0.1:  # millisecond calls: the median of more repetitions (~0.3 s of them)
+                        reps = max(reps, min(25, math.ceil(0.3 / max(t_pred, 1e-6))))
                     plan.append({"size_mb": size_mb, "nbytes": nbytes, "algorithm": alg, "reps": reps,
                                  "predicted_s": t_pred})
             if not plan:
