@@ -60,3 +60,23 @@ def test_direct_times_out_naming_the_missing_rank():
 def test_bad_gather_mode():
     with pytest.raises(ValueError, match="gather='mail'"):
         ThreadCollective.group(2, gather="mail")
+
+
+def test_allgather_allreduce_reuses_its_buffer_across_sizes_and_dtypes():
+    from lowbw.comm.allgather import clear_workspace
+
+    colls = ThreadCollective.group(3, "allgather", timeout=20, chunk_bytes=64)
+
+    def fn(r, c):
+        outs = []
+        for n, dt in [(50, torch.float32), (7, torch.float32), (80, torch.float32), (9, torch.float16)]:
+            x = (torch.arange(n, dtype=torch.float32) * (r + 1)).to(dt)
+            outs.append(c.all_reduce(x))
+        clear_workspace()
+        outs.append(c.all_reduce(torch.full((5,), float(r))))
+        return outs
+
+    for outs in run_threads(fn, colls):
+        for o, n in zip(outs, [50, 7, 80, 9]):
+            torch.testing.assert_close(o.float(), torch.arange(n, dtype=torch.float32) * 6)
+        assert torch.equal(outs[-1], torch.full((5,), 3.0))
