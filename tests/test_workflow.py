@@ -61,7 +61,7 @@ def test_tiny_workflow_end_to_end(tmp_path):
     proj = _project_copy(tmp_path)
     has_latex = shutil.which("latexmk") is not None
     target = [] if has_latex else ["report"]  # the PDF step needs LaTeX (CI installs it)
-    r = _snakemake(proj, "--configfile", "config/tiny.yaml", *target)
+    r = _snakemake(proj, "--configfile=config/tiny.yaml", *target)  # "=": --configfile takes several files
     logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in proj.rglob("*.log"))
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:] + logs
     summaries = list((proj / "runs").glob("e*/**/summary.json"))
@@ -76,6 +76,6 @@ def test_tiny_workflow_end_to_end(tmp_path):
         pdf = proj / "paper" / "build" / "paper.pdf"
         assert pdf.is_file() and pdf.stat().st_size > 10_000
     # nothing changed -> nothing to do
-    again = _snakemake(proj, "-n", "--configfile", "config/tiny.yaml", *target, timeout=300)
+    again = _snakemake(proj, "-n", "--configfile=config/tiny.yaml", *target, timeout=300)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
