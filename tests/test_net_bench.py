@@ -44,6 +44,18 @@ def test_calibration_carries_gamma_into_the_model():
     assert ring.bandwidth_bps == pytest.approx(8 / 9e-8, rel=1e-3)  # duplex fit for ring
     assert tree.bandwidth_bps == pytest.approx(8 / 8e-8, rel=1e-3)  # ping-pong fit for tree
     assert B._model_link(B._calibrate(pp, 1e8), "ring").gamma_s_per_byte == 0.0
+    # these links have no burst: what is fitted is the 1 KB that alpha (the 1 KB message's time) already holds
+    assert ring.burst_bytes == tree.burst_bytes == pytest.approx(1024, rel=1e-6)
+
+
+def test_calibration_fits_the_shapers_burst_from_pingpong_and_uses_it_for_every_algorithm():
+    burst = 100_000
+    pp = [{"nbytes": nb, "one_way_s": 1e-4 + max(0, nb - burst) * 8e-9, "exchange_s": 1e-4 + max(0, nb - burst) * 9e-9}
+          for nb in (1024, 1 << 18, 1 << 20, 4 << 20)]
+    cal = B._calibrate(pp, 1e9)
+    ring, tree = B._model_link(cal, "ring"), B._model_link(cal, "tree")
+    assert ring.burst_bytes == tree.burst_bytes == pytest.approx(burst, rel=1e-6)
+    assert ring.bandwidth_bps == pytest.approx(8 / 9e-9, rel=1e-6) and tree.bandwidth_bps == pytest.approx(1e9)
 
 
 def test_tiny_benchmark_runs_end_to_end(tmp_path):
@@ -56,6 +68,11 @@ def test_tiny_benchmark_runs_end_to_end(tmp_path):
     assert res["emulation"] in ("netns-tc", "loopback-ratelimit")
     assert "git_commit" in data["provenance"] and "N2_100mbit" in data["calibration"]
     assert 0 < data["calibration"]["N2_100mbit"]["gamma_s_per_byte"] < 1e-7  # summing is > 10 MB/s
+    tb = data["testbeds"][0]
+    assert tb["idle_before_call_s"] >= B.IDLE_MIN_S
+    if tb["emulation"] == "netns-tc":  # tbf refills 15140 B in 1.2 ms at 100 Mbit/s: twice that
+        assert tb["idle_before_call_s"] == pytest.approx(2 * 15_140 * 8 / 1e8)
+        assert tb["congestion_control"] == "cubic"  # the benchmark's default
     for r in res["rows"]:
         if r["algorithm"] == "ring" and r["error"] == "lowbw.comm.allreduce not available":
             continue

@@ -195,3 +195,39 @@ def test_talk_crossover_ring_vs_tree():
     assert m == pytest.approx(1e-3 / 1e-6 * 4 / (3 - 7 / 8))
     assert cm.talk_allreduce_time("ring", m * 1.01, 8, L) < cm.talk_allreduce_time("tree", m * 1.01, 8, L)
     assert cm.talk_allreduce_time("ring", m * 0.99, 8, L) > cm.talk_allreduce_time("tree", m * 0.99, 8, L)
+
+
+def test_token_bucket_burst_shortens_transfers_that_start_on_idle_links():
+    plain = LinkParams(alpha_s=1e-4, bandwidth_bps=1e9)
+    tb = LinkParams(alpha_s=1e-4, bandwidth_bps=1e9, burst_bytes=125_000)  # tbf, 1 ms at 1 Gbit/s
+    assert tb.message(1e6) == pytest.approx(plain.message(1e6) - 1e-3)
+    assert tb.message(1e4) == pytest.approx(1e-4)  # inside the burst: latency only
+    M, n = 1e6, 4
+    # streaming algorithms get one burst, ps/tree two (root downlink, then uplink)
+    assert cm.allreduce_time("ring", M, n, tb) == pytest.approx(cm.allreduce_time("ring", M, n, plain) - 1e-3)
+    assert cm.allreduce_time("ps", M, n, tb) == pytest.approx(cm.allreduce_time("ps", M, n, plain) - 2e-3)
+    assert cm.allreduce_time("tree", M, n, tb, chunk_bytes=4 << 20) == pytest.approx(
+        cm.allreduce_time("tree", M, n, plain, chunk_bytes=4 << 20) - 3e-3)  # + the fill chunk's link
+    # never below the latency terms, whatever the burst
+    huge = LinkParams(alpha_s=1e-4, bandwidth_bps=1e9, burst_bytes=1e12)
+    assert cm.allreduce_time("ring", M, n, huge) == pytest.approx(2 * (n - 1) * 1e-4)
+    assert cm.allreduce_time("ring", M, 1, tb) == 0.0
+    with pytest.raises(ValueError):
+        LinkParams(alpha_s=0, bandwidth_bps=1e9, burst_bytes=-1)
+
+
+def test_calibration_recovers_a_token_bucket_burst():
+    true = LinkParams(alpha_s=8e-5, bandwidth_bps=9.6e8, burst_bytes=110_000)
+    sizes = [1 << 18, 1 << 20, 1 << 22, 1 << 24]
+    fit = cm.fit_alpha_beta(sizes, [true.message(s) for s in sizes], alpha_s=8e-5, weights="absolute",
+                            fit_burst=True)
+    assert fit.link.burst_bytes == pytest.approx(110_000, rel=1e-6)
+    assert fit.link.bandwidth_bps == pytest.approx(9.6e8, rel=1e-9) and fit.to_dict()["burst_bytes"] > 0
+    # a plain link: no burst is invented
+    plain = cm.fit_alpha_beta(sizes, [8e-5 + s * 8 / 9.6e8 for s in sizes], alpha_s=8e-5, fit_burst=True)
+    assert plain.link.burst_bytes == pytest.approx(0, abs=1e-3)
+    # a fixed burst: only beta is fitted
+    fixed = cm.fit_alpha_beta(sizes, [true.message(s) for s in sizes], alpha_s=8e-5, burst_bytes=110_000)
+    assert fixed.link.bandwidth_bps == pytest.approx(9.6e8, rel=1e-9) and fixed.link.burst_bytes == 110_000
+    with pytest.raises(ValueError, match="alpha_s"):
+        cm.fit_alpha_beta(sizes, [true.message(s) for s in sizes], fit_burst=True)

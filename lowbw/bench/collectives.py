@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+IDLE_MIN_S = 0.002  # idle time before each timed call (at least; see _run_testbed)
 FULL_WARMUP_MAX_S = 2.0  # measurements predicted to take at most this long get an untimed full-size call first
 
 __all__ = ["DEFAULTS", "QUICK", "run", "remodel", "summarize", "table", "targets", "main"]
@@ -41,6 +42,11 @@ DEFAULTS: dict[str, Any] = {
     "sizes_mb": [1, 10, 100],
     "delay_ms": 0,
     "queue_ms": 100,
+    # TCP congestion control on the testbed's links (None: the kernel default). cubic, Linux's default and
+    # what most clusters run: under BBR (this host's default) every 10 s ProbeRTT cut a flow to 4 packets
+    # for 200 ms, and 100 MB all-gather all-reduces at 1 Gbit/s (3 workers) took 1.77 s or 1.92 s at random
+    # (5 repetitions: 3 fast, 2 slow); under cubic 1.760-1.767 s
+    "congestion_control": "cubic",
     "algorithms": ALGORITHMS,
     "reps": 3,
     "max_seconds": 30,
@@ -167,22 +173,24 @@ DUPLEX_ALGORITHMS = ("ring", "native", "butterfly", "alltoall", "roundrobin", "a
 
 
 def _calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None = None) -> dict:
-    """alpha: the one-way time of the smallest message (pure latency, inside tbf's burst); beta: least
-    squares over the messages far larger than the burst with alpha fixed -- once for ping-pong (one
-    direction at a time) and once for the simultaneous exchange (both directions at once); gamma: the
-    measured local summing time per byte (0 if not measured)."""
+    """alpha: the one-way time of the smallest message (pure latency, inside tbf's burst); beta and the
+    shaper's burst: least squares over the messages far larger than the burst with alpha fixed, t = alpha +
+    (m - burst) beta (each ping-pong message starts on a link that idled during the reply) -- beta once for
+    ping-pong (one direction at a time) and once for the simultaneous exchange (both directions at once,
+    burst as in ping-pong); gamma: the measured local summing time per byte (0 if not measured)."""
     from lowbw.net.costmodel import fit_alpha_beta
 
     alpha = min(p["one_way_s"] for p in pp)
     big = [p for p in pp if p["nbytes"] >= FIT_MIN_BYTES]
     fit = fit_alpha_beta([p["nbytes"] for p in big], [p["one_way_s"] for p in big], weights="absolute",
-                         alpha_s=alpha)
+                         alpha_s=alpha, fit_burst=True)
     out = {"fit": fit.to_dict(), "pingpong": pp, "nominal_rate_bps": rate_bps, "fit_min_bytes": FIT_MIN_BYTES,
            "efficiency": fit.link.bandwidth_bps / rate_bps, "gamma_s_per_byte": float(gamma_s_per_byte or 0.0)}
     ex = [p for p in big if p.get("exchange_s")]
     if len(ex) >= 2:
+        # the same shapers, so the same burst (the exchange's own intercept is noisier: ACKs share the links)
         fx = fit_alpha_beta([p["nbytes"] for p in ex], [p["exchange_s"] for p in ex], weights="absolute",
-                            alpha_s=alpha)
+                            alpha_s=alpha, burst_bytes=fit.link.burst_bytes)
         out.update(fit_duplex=fx.to_dict(), efficiency_duplex=fx.link.bandwidth_bps / rate_bps)
     return out
 
@@ -192,7 +200,8 @@ def _model_link(cal: dict, algorithm: str):
 
     f = cal.get("fit_duplex") if algorithm in DUPLEX_ALGORITHMS and cal.get("fit_duplex") else cal["fit"]
     return LinkParams(alpha_s=f["alpha_s"], bandwidth_bps=f["bandwidth_bps"],
-                      gamma_s_per_byte=float(cal.get("gamma_s_per_byte") or 0.0))
+                      gamma_s_per_byte=float(cal.get("gamma_s_per_byte") or 0.0),
+                      burst_bytes=float(f.get("burst_bytes") or 0.0))
 
 
 def _result(cfg, rows, skipped, calibration, testbeds, t_start) -> dict:
@@ -211,20 +220,29 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
     with tempfile.TemporaryDirectory(prefix="lowbw-bench-") as tmp:
         plan_path = Path(tmp, "plan.json")
         res_path = Path(tmp, "result.json")
-        plan_path.write_text(json.dumps({"plan": plan, "pingpong_sizes": _pingpong_sizes(rate_bps),
-                                         "chunk_bytes": cfg.get("chunk_bytes"), "out": str(res_path)}))
         os.chmod(tmp, 0o755)
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         load0 = os.getloadavg()
         with Testbed(n, rate=rate_bps, delay=delay_s or None, emulation=cfg.get("emulation", "auto"),
-                     queue=float(cfg.get("queue_ms") or 100) / 1e3) as tb:
+                     queue=float(cfg.get("queue_ms") or 100) / 1e3,
+                     congestion_control=cfg.get("congestion_control") or None) as tb:
+            # idle time before each timed call: twice what refills the shapers' token buckets, so that every
+            # call starts on idle links with full buckets (as the cost model's burst term assumes, and as
+            # in training, where compute separates the all-reduces); without it a call's burst depended on
+            # the barrier's length (1 MB at 1 Gbit/s: ~10% of the call)
+            burst = tb.tbf_params(rate_bps)["burst"] if tb.emulation == "netns-tc" else 0
+            idle_s = max(IDLE_MIN_S, 2 * burst * 8 / rate_bps)
+            plan_path.write_text(json.dumps({"plan": plan, "pingpong_sizes": _pingpong_sizes(rate_bps),
+                                             "chunk_bytes": cfg.get("chunk_bytes"), "idle_s": idle_s,
+                                             "out": str(res_path)}))
             log_path = Path(tmp, "workers.log")
             with open(log_path, "w") as lf:
                 codes = tb.run([sys.executable, "-m", "lowbw.bench.collectives", "--worker", str(plan_path)],
                                env=env, timeout=timeout, grace=60, stdout=lf, stderr=subprocess.STDOUT)
             desc = tb.describe()
+            desc["idle_before_call_s"] = idle_s
         # other load on the machine disturbs the timings: record it (1-min load average, before/after)
         desc.update(loadavg_before=load0[0], loadavg_after=os.getloadavg()[0], cpu_count=os.cpu_count())
         if any(codes) or not res_path.exists():
@@ -313,6 +331,7 @@ def _worker(plan_path: str) -> int:
     dist.barrier()
 
     measurements = []
+    idle_s = float(spec.get("idle_s") or 0.0)
     kw = {"chunk_bytes": spec["chunk_bytes"]} if spec.get("chunk_bytes") else {}
     chunk_bytes = spec.get("chunk_bytes")
     if not chunk_bytes and have_comm:
@@ -348,6 +367,7 @@ def _worker(plan_path: str) -> int:
             times = []
             for _ in range(int(item["reps"])):
                 x.fill_(float(rank + 1))
+                time.sleep(idle_s)
                 dist.barrier()
                 t0 = time.perf_counter()
                 call(x)
@@ -384,7 +404,8 @@ def remodel(result: dict, chunk_bytes: int | None = None) -> dict:
                or result["calibration"].get(f"N{r['workers']}_{r['rate_mbit']}mbit"))
         if not cal or not r.get("ok") or not r.get("time_s"):
             continue
-        if "fit_duplex" not in cal and any(p.get("exchange_s") for p in cal["pingpong"]):
+        if ("fit_duplex" not in cal and any(p.get("exchange_s") for p in cal["pingpong"])) \
+                or "burst_bytes" not in cal["fit"]:  # calibrated before the model had these terms
             cal.update(_calibrate(cal["pingpong"], cal["nominal_rate_bps"], cal.get("gamma_s_per_byte")))
         link = _model_link(cal, r["algorithm"])
         chunk = chunk_bytes or r.get("chunk_bytes")
@@ -464,6 +485,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--delay-ms", type=float)
     ap.add_argument("--queue-ms", type=float, help="tbf queue of each link, in ms at its rate (default 100)")
     ap.add_argument("--max-seconds", type=float)
+    ap.add_argument("--congestion-control", help="TCP congestion control on the links (default cubic)")
     ap.add_argument("--chunk-bytes", type=int, help="message size of our algorithms (default: lowbw.comm's)")
     ap.add_argument("--emulation", choices=["auto", "netns-tc", "loopback-ratelimit"])
     ap.add_argument("--config-json", help="bench.collectives config as JSON (keys as in config/schema.yaml)")
@@ -473,8 +495,7 @@ def main(argv: list[str] | None = None) -> int:
         return _worker(a.worker)
     cfg = json.loads(a.config_json) if a.config_json else {}
     for k in ("workers", "rates_mbit", "sizes_mb", "algorithms", "reps", "delay_ms", "queue_ms", "max_seconds",
-              "chunk_bytes",
-              "emulation"):
+              "chunk_bytes", "congestion_control", "emulation"):
         v = getattr(a, k)
         if v is not None:
             cfg[k] = v

@@ -28,6 +28,8 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="queue of each shaped link as time at its rate (default 100ms; bufferbloat: e.g. 2s)")
     p.add_argument("--no-ack-priority", dest="ack_priority", action="store_false",
                    help="let ACKs queue behind bulk data (a plain FIFO bottleneck)")
+    p.add_argument("--congestion-control", "--cc", dest="congestion_control", default=None,
+                   help="TCP congestion control of the workers' links, e.g. cubic or bbr (default: the kernel's)")
     p.add_argument("--schedule", default=None, help='rate changes while running: "0:100mbit,10:10mbit" (s:rate)')
     p.add_argument("--emulation", default="auto", choices=["auto", "netns-tc", "loopback-ratelimit"])
     p.add_argument("--prefix", default="lbw", help="name prefix of namespaces (default lbw)")
@@ -68,7 +70,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         with Testbed(args.workers, rate=rate, delay=args.delay, jitter=args.jitter, loss=args.loss,
                      schedule=args.schedule, emulation=args.emulation, prefix=args.prefix, queue=args.queue,
-                     ack_priority=args.ack_priority,
+                     ack_priority=args.ack_priority, congestion_control=args.congestion_control,
                      master_port=args.master_port) as tb:
             if args.show:
                 print(json.dumps(tb.describe(), indent=1), file=sys.stderr)

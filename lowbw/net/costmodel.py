@@ -97,14 +97,17 @@ def parse_time(t: str | float | int | None) -> float:
 class LinkParams:
     """One worker's link: per-message latency ``alpha_s`` (s) and bandwidth ``bandwidth_bps`` (bits/s, each
     direction). ``gamma_s_per_byte`` optionally charges local reduction (summing) per byte reduced; the
-    talk's formulas use 0."""
+    talk's formulas use 0. ``burst_bytes``: what a token-bucket shaper (tc tbf, a cloud NIC's rate limit)
+    lets through at line rate when a transfer starts on a link that has idled (bucket full); a transfer of
+    m bytes then takes ``max(0, m - burst) b`` instead of ``m b``. 0 for a plain link (and in the talk)."""
 
     alpha_s: float
     bandwidth_bps: float
     gamma_s_per_byte: float = 0.0
+    burst_bytes: float = 0.0
 
     def __post_init__(self) -> None:
-        if self.alpha_s < 0 or self.bandwidth_bps <= 0 or self.gamma_s_per_byte < 0:
+        if self.alpha_s < 0 or self.bandwidth_bps <= 0 or self.gamma_s_per_byte < 0 or self.burst_bytes < 0:
             raise ValueError(f"invalid link parameters {self}")
 
     @property
@@ -118,8 +121,8 @@ class LinkParams:
         return cls(alpha_s=parse_time(latency), bandwidth_bps=parse_rate(rate))
 
     def message(self, nbytes: float) -> float:
-        """Time of one point-to-point message."""
-        return self.alpha_s + nbytes * self.beta
+        """Time of one point-to-point message on an idle link: ``alpha + max(0, m - burst) b``."""
+        return self.alpha_s + max(0.0, nbytes - self.burst_bytes) * self.beta
 
 
 def _log2(n: int) -> int:
@@ -171,6 +174,15 @@ def _allreduce_terms(algorithm: str, n: int) -> tuple[float, float, float]:
     raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; known: {', '.join(ALLREDUCE_ALGORITHMS)}")
 
 
+def _idle_starts(algorithm: str, n: int) -> int:
+    """Times the busiest link starts sending on the critical path after having idled (each such start gets
+    the shaper's burst free): ``ps`` and ``tree`` fill the root's downlink (reduce), then its uplink
+    (broadcast); every other algorithm streams on every link from the start of the call to its end."""
+    if n == 1:
+        return 0
+    return 2 if algorithm in ("ps", "tree") else 1
+
+
 def allreduce_time(algorithm: str, nbytes: float, world_size: int, link: LinkParams,
                    chunk_bytes: float | None = None) -> float:
     """Time of one all-reduce of ``nbytes`` per rank with ``algorithm`` on N = ``world_size`` workers.
@@ -184,13 +196,21 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, link: LinkPar
     ``chunk_bytes`` (the message size of a chunked, pipelined implementation, e.g. lowbw.comm's 4 MiB) adds
     the pipeline fill where it is on the critical path: the tree's broadcast reaches the deepest leaves
     (depth - 1) chunks after the root's last send, ``(floor(log2 N) - 1) min(c, M) b``.
+
+    A link with ``burst_bytes`` (token-bucket shaper) sends the first ``burst`` bytes of each of the
+    :func:`_idle_starts` phases free (e.g. 1 MB at 1 Gbit/s under tbf's 1 ms burst: ~10% faster); the
+    tree's fill chunks start on idle links too.
     """
     _check(nbytes, world_size)
     A, B, G = _allreduce_terms(algorithm, world_size)
-    t = A * link.alpha_s + B * nbytes * link.beta + G * nbytes * link.gamma_s_per_byte
+    phases = _idle_starts(algorithm, world_size)
+    link_bytes = B * nbytes
+    if phases and link.burst_bytes:
+        link_bytes -= phases * min(link.burst_bytes, link_bytes / phases)
+    t = A * link.alpha_s + link_bytes * link.beta + G * nbytes * link.gamma_s_per_byte
     if chunk_bytes and algorithm == "tree" and world_size > 1:
         depth = int(math.floor(math.log2(world_size)))
-        t += max(0, depth - 1) * min(float(chunk_bytes), nbytes) * link.beta
+        t += max(0, depth - 1) * max(0.0, min(float(chunk_bytes), nbytes) - link.burst_bytes) * link.beta
     return t
 
 
@@ -401,12 +421,12 @@ class Fit:
     def to_dict(self) -> dict:
         return {"alpha_s": self.link.alpha_s, "bandwidth_bps": self.link.bandwidth_bps,
                 "beta_s_per_byte": self.link.beta, "gamma_s_per_byte": self.link.gamma_s_per_byte,
-                "r2": self.r2, "max_rel_err": self.max_rel_err, "n": self.n}
+                "burst_bytes": self.link.burst_bytes, "r2": self.r2, "max_rel_err": self.max_rel_err, "n": self.n}
 
 
 def fit_alpha_beta(nbytes: Sequence[float], times: Sequence[float], *, weights: str = "relative",
                    latency_steps: Sequence[float] | None = None, byte_factors: Sequence[float] | None = None,
-                   alpha_s: float | None = None) -> Fit:
+                   alpha_s: float | None = None, fit_burst: bool = False, burst_bytes: float = 0.0) -> Fit:
     """Fit alpha and beta by (weighted) least squares.
 
     Ping-pong: ``times[i]`` is the one-way time of a message of ``nbytes[i]`` (t = alpha + m beta).
@@ -414,6 +434,11 @@ def fit_alpha_beta(nbytes: Sequence[float], times: Sequence[float], *, weights: 
     formula) so that t = A alpha + B m beta. ``weights="relative"`` minimises relative errors (every size
     counts, not just the largest); ``"absolute"`` is ordinary least squares. alpha is clamped at >= 0;
     ``alpha_s`` fixes it (e.g. measured separately with tiny messages) and only beta is fitted.
+
+    ``fit_burst`` (ping-pong form, with ``alpha_s``): also fit a token-bucket burst, t = alpha + (m - burst) b
+    for messages larger than the burst (each ping-pong message starts on a link that idled during the
+    reply): the line's intercept below alpha is burst b. Clamped at 0. ``burst_bytes`` instead fixes the
+    burst (e.g. from a ping-pong fit, for another traffic pattern on the same shaper).
     """
     import numpy as np
 
@@ -425,6 +450,15 @@ def fit_alpha_beta(nbytes: Sequence[float], times: Sequence[float], *, weights: 
     B = np.ones_like(m) if byte_factors is None else np.asarray(byte_factors, dtype=float)
     X = np.stack([A, B * m], axis=1)
     w = 1.0 / t if weights == "relative" else np.ones_like(t)
+    if burst_bytes < 0:
+        raise ValueError(f"burst_bytes must be >= 0, got {burst_bytes}")
+    burst = float(burst_bytes)
+    if fit_burst:
+        if alpha_s is None or latency_steps is not None or byte_factors is not None:
+            raise ValueError("fit_burst needs the ping-pong form with alpha_s fixed")
+        p, q = np.polyfit(m, t - float(alpha_s), 1, w=w)
+        if p > 0 and q < 0:
+            burst = float(-q / p)
     if alpha_s is not None:
         alpha = float(alpha_s)
     else:
@@ -433,14 +467,15 @@ def fit_alpha_beta(nbytes: Sequence[float], times: Sequence[float], *, weights: 
     if alpha < 0 or alpha_s is not None:  # (re)fit beta alone with alpha fixed (at 0 if it came out negative)
         alpha = max(alpha, 0.0)
         y = t - alpha * A
-        beta = float(np.sum(w * w * X[:, 1] * y) / np.sum(w * w * X[:, 1] ** 2))
+        x = X[:, 1] - burst  # burst is 0 unless fitted (then B = 1)
+        beta = float(np.sum(w * w * x * y) / np.sum(w * w * x**2))
     else:
         beta = float(coef[1])
     if beta <= 0:
         raise ValueError("fitted a non-positive beta: the measurements do not grow with size")
-    pred = alpha * A + beta * B * m
+    pred = alpha * A + beta * np.maximum(B * m - burst, 0.0)
     res = t - pred
     ss_tot = float(np.sum((t - t.mean()) ** 2))
     r2 = 1.0 - float(np.sum(res**2)) / ss_tot if ss_tot > 0 else float("nan")
-    return Fit(LinkParams(alpha_s=alpha, bandwidth_bps=8.0 / beta), res.tolist(), r2,
+    return Fit(LinkParams(alpha_s=alpha, bandwidth_bps=8.0 / beta, burst_bytes=burst), res.tolist(), r2,
                float(np.max(np.abs(res) / t)), int(m.size))

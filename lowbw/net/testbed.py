@@ -267,7 +267,8 @@ class Testbed:
                  jitter: str | float | None = None, loss: str | float | None = None,
                  schedule: str | Sequence | None = None, emulation: str = "auto", prefix: str = DEFAULT_PREFIX,
                  master_port: int = 29500, shape_ingress: bool = True, burst: int | None = None,
-                 limit: int | None = None, queue: str | float | None = DEFAULT_QUEUE_S, ack_priority: bool = True):
+                 limit: int | None = None, queue: str | float | None = DEFAULT_QUEUE_S, ack_priority: bool = True,
+                 congestion_control: str | None = None):
         if not 1 <= workers <= MAX_WORKERS:
             raise ValueError(f"workers must be in 1..{MAX_WORKERS}, got {workers}")
         if not re.fullmatch(r"[a-z][a-z0-9]{0,11}", prefix):
@@ -286,6 +287,12 @@ class Testbed:
         self._burst, self._limit = burst, limit
         self.queue_s = parse_time(queue) if queue is not None else DEFAULT_QUEUE_S
         self.ack_priority = bool(ack_priority)
+        self.congestion_control = congestion_control or None
+        if self.congestion_control is not None:
+            avail = available_congestion_controls()
+            if avail and self.congestion_control not in avail:
+                raise ValueError(f"congestion_control {congestion_control!r} is not available in this kernel "
+                                 f"(available: {' '.join(avail)})")
         if self.queue_s <= 0:
             raise ValueError(f"queue must be > 0 seconds, got {queue!r}")
         self.requested_emulation = emulation
@@ -363,6 +370,9 @@ class Testbed:
             if self.loss > 0:  # per-packet loss: no GSO super-packets on the lossy link
                 _run(["ip", "-n", ns, "link", "set", WORKER_IF, "gso_max_segs", "1"])
             _run(["ip", "-n", ns, "link", "set", WORKER_IF, "up"])
+            if self.congestion_control:  # per-route (RTAX_CC_ALGO): works where the netns sysctl is read-only
+                _run(["ip", "-n", ns, "route", "replace", f"{SUBNET}.0/24", "dev", WORKER_IF, "proto", "kernel",
+                      "scope", "link", "src", addr, "congctl", self.congestion_control])
             _run(["ip", "-n", ns, "link", "set", "lo", "up"])
             self.info.append(WorkerInfo(r, ns, addr, WORKER_IF))
         self._shape_all(self.rate_bps, initial=True)
@@ -671,11 +681,31 @@ class Testbed:
             "jitter_s": self.jitter_s, "loss": self.loss, "loss_method": self.loss_method, "queue_s": self.queue_s,
             "ack_priority": self.ack_priority and self.emulation == "netns-tc",
             "tbf": self.tbf_params(self.rate_bps) if self.rate_bps and self.emulation == "netns-tc" else None,
+            "congestion_control": (self.congestion_control or default_congestion_control())
+                                  if self.emulation == "netns-tc" else None,
             "schedule": self.schedule, "rate_log": list(self.rate_log), "shape_ingress": self.shape_ingress,
             "topology": "star: per-worker full-duplex links (tbf each way) through a bridge"
                         if self.emulation == "netns-tc" else "loopback (no kernel shaping)",
             "tag": self.tag, "addresses": [w.address for w in self.info],
         }
+
+
+def available_congestion_controls() -> list[str]:
+    """TCP congestion controls this kernel has loaded ([] if unknown)."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_available_congestion_control") as f:
+            return f.read().split()
+    except OSError:
+        return []
+
+
+def default_congestion_control() -> str | None:
+    """The kernel's default TCP congestion control (what new namespaces use unless told otherwise)."""
+    try:
+        with open("/proc/sys/net/ipv4/tcp_congestion_control") as f:
+            return f.read().strip() or None
+    except OSError:
+        return None
 
 
 def _parse_loss(loss: str | float | None) -> float:
