@@ -404,8 +404,7 @@ def remodel(result: dict, chunk_bytes: int | None = None) -> dict:
                or result["calibration"].get(f"N{r['workers']}_{r['rate_mbit']}mbit"))
         if not cal or not r.get("ok") or not r.get("time_s"):
             continue
-        if ("fit_duplex" not in cal and any(p.get("exchange_s") for p in cal["pingpong"])) \
-                or "burst_bytes" not in cal["fit"]:  # calibrated before the model had these terms
+        if "burst_bytes" not in cal["fit"]:  # calibrated before the model had the burst (or duplex) term
             cal.update(_calibrate(cal["pingpong"], cal["nominal_rate_bps"], cal.get("gamma_s_per_byte")))
         link = _model_link(cal, r["algorithm"])
         chunk = chunk_bytes or r.get("chunk_bytes")

@@ -174,12 +174,10 @@ def _allreduce_terms(algorithm: str, n: int) -> tuple[float, float, float]:
     raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; known: {', '.join(ALLREDUCE_ALGORITHMS)}")
 
 
-def _idle_starts(algorithm: str, n: int) -> int:
+def _idle_starts(algorithm: str) -> int:
     """Times the busiest link starts sending on the critical path after having idled (each such start gets
     the shaper's burst free): ``ps`` and ``tree`` fill the root's downlink (reduce), then its uplink
     (broadcast); every other algorithm streams on every link from the start of the call to its end."""
-    if n == 1:
-        return 0
     return 2 if algorithm in ("ps", "tree") else 1
 
 
@@ -203,10 +201,9 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, link: LinkPar
     """
     _check(nbytes, world_size)
     A, B, G = _allreduce_terms(algorithm, world_size)
-    phases = _idle_starts(algorithm, world_size)
-    link_bytes = B * nbytes
-    if phases and link.burst_bytes:
-        link_bytes -= phases * min(link.burst_bytes, link_bytes / phases)
+    phases = _idle_starts(algorithm)
+    link_bytes = B * nbytes  # 0 for one worker
+    link_bytes -= phases * min(link.burst_bytes, link_bytes / phases)
     t = A * link.alpha_s + link_bytes * link.beta + G * nbytes * link.gamma_s_per_byte
     if chunk_bytes and algorithm == "tree" and world_size > 1:
         depth = int(math.floor(math.log2(world_size)))
