@@ -62,6 +62,10 @@ def _worker(rank, world_size):
             nc = base.t()  # non-contiguous view: results must land in the caller's tensor
             comm.allreduce(nc, alg, group=grp, chunk_bytes=CHUNK, timeout=30)
             out[(gi, alg, "noncontig")] = base.clone()
+        # complex payloads travel as their real view (as dist.isend sends them)
+        zc = torch.full((5,), complex(grank + 1, -grank), dtype=torch.complex64)
+        out[(gi, "complex", "allgather")] = comm.allgather(zc, group=grp, chunk_bytes=CHUNK, timeout=30)
+        out[(gi, "complex", "ring")] = comm.allreduce(zc.clone(), "ring", group=grp, chunk_bytes=16, timeout=30)
     return out
 
 
@@ -173,3 +177,13 @@ def test_lockstep_schedule_same_bits(monkeypatch):
         monkeypatch.setattr(transport.ThreadTransport, "lockstep", False)
         for a, b in zip(piped, lock):
             assert torch.equal(a, b), alg
+
+
+def test_complex_payloads(results):
+    for gi, ranks in enumerate(GROUPS):
+        k = len(ranks)
+        for r in ranks:
+            parts = results[r][(gi, "complex", "allgather")]
+            assert [p[0].item() for p in parts] == [complex(j + 1, -j) for j in range(k)], (gi, r)
+            want = complex(k * (k + 1) / 2, -k * (k - 1) / 2)
+            assert torch.equal(results[r][(gi, "complex", "ring")], torch.full((5,), want, dtype=torch.complex64))

@@ -38,21 +38,33 @@ def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: i
     segs = split(t.numel(), N)
     G = 2 * (N - 1)
     right, left = (r + 1) % N, (r - 1) % N
-    rounds = [(g, a, b) for g in range(G) for (a, b) in chunk_ranges(*segs[(r - g - 1) % N], chunk)]
     if tp.lockstep:
+        rounds = [(g, a, b) for g in range(G) for (a, b) in chunk_ranges(*segs[(r - g - 1) % N], chunk)]
         _lockstep(t, tp, red, chunk, segs, rounds, right, left)
         return
 
     window = max(1, window)
-    slot_len = min(chunk, max(b - a for _, a, b in rounds)) if rounds else 0
-    slots = [torch.empty(slot_len, dtype=t.dtype, device=t.device) for _ in range(min(window, len(rounds)))]
     sends = {}  # (step, start) -> handle
+    first = chunk_ranges(*segs[r], chunk)
+    # The step-0 sends start the pipeline, so with N > 2 they go out before anything else (each post is
+    # tens of microseconds of Python; 1 MB at 1 Gbit/s on 4 ranks is 6 steps of 2 ms). With N = 2 the left
+    # and right neighbour are the same rank, and on gloo two ranks that both post isend before irecv move
+    # the two directions one after the other (2x slower on a full-duplex link): a receive goes first.
+    if N > 2:
+        for a, b in first:
+            sends[(0, a)] = tp.send(t[a:b], right)
+    rounds = [(g, a, b) for g in range(G) for (a, b) in chunk_ranges(*segs[(r - g - 1) % N], chunk)]
+    n_rs = sum(1 for g, _, _ in rounds if g < N - 1)  # reduce-scatter rounds land in scratch slots
+    slot_len = min(chunk, max((b - a for g, a, b in rounds if g < N - 1), default=0))
+    nslots = min(window, n_rs)
+    slab = torch.empty(nslots * slot_len, dtype=t.dtype, device=t.device)
+    slots = [slab[i * slot_len:(i + 1) * slot_len] for i in range(nslots)]
     pending: deque = deque()
     nxt = 0
 
-    def post_more() -> None:
+    def post_more(cap: int = window) -> None:
         nonlocal nxt
-        while nxt < len(rounds) and len(pending) < window:
+        while nxt < len(rounds) and len(pending) < cap:
             g, a, b = rounds[nxt]
             if g >= N - 1:  # all-gather: straight into place, once this region's earlier send is out
                 dep = sends.get((g + 1 - N, a))
@@ -61,16 +73,15 @@ def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: i
                 tp.wait(dep)
                 buf = t[a:b]
             else:
-                buf = slots[nxt % len(slots)][: b - a]
+                buf = slots[nxt % nslots][: b - a]
             pending.append((nxt, buf, tp.recv(buf, left)))
             nxt += 1
 
-    # the first receives go out before the first sends: on gloo, two ranks that both post isend before
-    # irecv move the two directions one after the other (2x slower on a full-duplex link)
-    post_more()
-    for a, b in chunk_ranges(*segs[r], chunk):
-        sends[(0, a)] = tp.send(t[a:b], right)
-    post_more()  # all-gather receives that wait on those sends (a rank whose only rounds are all-gather)
+    if N == 2:
+        post_more(1)
+        for a, b in first:
+            sends[(0, a)] = tp.send(t[a:b], right)
+    post_more()  # the window (all-gather receives among them wait on the step-0 sends)
     while pending:
         i, buf, h = pending.popleft()
         tp.wait(h)
