@@ -38,24 +38,13 @@ def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: i
     segs = split(t.numel(), N)
     G = 2 * (N - 1)
     right, left = (r + 1) % N, (r - 1) % N
+    rounds = [(g, a, b) for g in range(G) for (a, b) in chunk_ranges(*segs[(r - g - 1) % N], chunk)]
     if tp.lockstep:
-        rounds = [(g, a, b) for g in range(G) for (a, b) in chunk_ranges(*segs[(r - g - 1) % N], chunk)]
         _lockstep(t, tp, red, chunk, segs, rounds, right, left)
         return
 
     window = max(1, window)
     sends = {}  # (step, start) -> handle
-    first = chunk_ranges(*segs[r], chunk)
-    # The step-0 sends start the pipeline, so with N > 2 they go out before anything else (each post is
-    # tens of microseconds of Python; 1 MB at 1 Gbit/s on 4 ranks is 6 steps of 2 ms). With N = 2 the left
-    # and right neighbour are the same rank: on gloo two ranks that both post isend before irecv move the
-    # two directions one after the other (2x slower on a full-duplex link), and a send that finds its
-    # receive posted can hold the caller while it writes, so the whole window of receives goes first
-    # (with one receive first, 10 and 100 MB took 7-12% longer than gloo's all-reduce on the E1 grid).
-    if N > 2:
-        for a, b in first:
-            sends[(0, a)] = tp.send(t[a:b], right)
-    rounds = [(g, a, b) for g in range(G) for (a, b) in chunk_ranges(*segs[(r - g - 1) % N], chunk)]
     n_rs = sum(1 for g, _, _ in rounds if g < N - 1)  # reduce-scatter rounds land in scratch slots
     slot_len = min(chunk, max((b - a for g, a, b in rounds if g < N - 1), default=0))
     nslots = min(window, n_rs)
@@ -79,10 +68,16 @@ def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: i
             pending.append((nxt, buf, tp.recv(buf, left)))
             nxt += 1
 
+    # The step-0 sends start the pipeline, so with N > 2 they go out before anything else (each post is
+    # tens of microseconds of Python; 1 MB at 1 Gbit/s on 4 ranks is 6 steps of 2 ms). With N = 2 the left
+    # and right neighbour are the same rank: on gloo two ranks that both post isend before irecv move the
+    # two directions one after the other (2x slower on a full-duplex link), and a send that finds its
+    # receive posted can hold the caller while it writes, so the whole window of receives goes first
+    # (with one receive first, 10 and 100 MB took 7-12% longer than gloo's all-reduce on the E1 grid).
     if N == 2:
         post_more()
-        for a, b in first:
-            sends[(0, a)] = tp.send(t[a:b], right)
+    for a, b in chunk_ranges(*segs[r], chunk):
+        sends[(0, a)] = tp.send(t[a:b], right)
     post_more()  # the window (all-gather receives among them wait on the step-0 sends)
     while pending:
         i, buf, h = pending.popleft()
