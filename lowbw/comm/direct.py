@@ -40,13 +40,6 @@ def _exchange(tp: Transport, snd: list[tuple[Tensor, int]], rcv: list[tuple[Tens
     tp.wait_all(tp.post(ops))
 
 
-def _rank_ordered(red: Reducer, dst: Tensor, parts: list[Tensor]) -> None:
-    acc = red.accumulator(parts[0])
-    for p in parts[1:]:
-        red.add_to(acc, p)
-    red.store(dst, acc, last=True)
-
-
 def alltoall_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> None:
     N, r = tp.world_size, tp.rank
     if N == 1:
@@ -60,7 +53,7 @@ def alltoall_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> No
     for a, b in chunk_ranges(0, t.numel(), chunk):
         for dst, src in rounds:
             _exchange(tp, [(t[a:b], dst)], [(slots[src][: b - a], src)])
-        _rank_ordered(red, t[a:b], [t[a:b] if q == r else slots[q][: b - a] for q in range(N)])
+        red.reduce_ordered(t[a:b], [None if q == r else slots[q][: b - a] for q in range(N)])
 
 
 def roundrobin_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> None:
@@ -81,7 +74,7 @@ def roundrobin_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> 
     recv = {src: torch.empty(hi - lo, dtype=t.dtype, device=t.device) for _, src in rounds}
     for dst, src in rounds:
         _exchange(tp, pieces(t, *segs[dst], dst), pieces(recv[src], 0, hi - lo, src))
-    _rank_ordered(red, t[lo:hi], [t[lo:hi] if q == r else recv[q] for q in range(N)])
+    red.reduce_ordered(t[lo:hi], [None if q == r else recv[q] for q in range(N)])
     del recv
 
     # phase 2 (all-gather): my finished segment to dst; segment src from its master, into place

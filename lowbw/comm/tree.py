@@ -109,10 +109,7 @@ def reduce_to_root(t: Tensor, tp: Transport, red: Reducer, parent, children, chu
         i, bufs, hs = pending.popleft()
         tp.wait_all(hs)
         a, b = ranges[i]
-        acc = red.accumulator(t[a:b])
-        for buf in bufs:
-            red.add_to(acc, buf)
-        red.store(t[a:b], acc, last=parent is None)
+        red.reduce_ordered(t[a:b], [None, *bufs], last=parent is None)
         if parent is not None:
             sends[a] = tp.send(t[a:b], parent)
         post_more()
