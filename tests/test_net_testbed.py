@@ -175,6 +175,66 @@ def test_small_packets_take_the_priority_band_and_can_be_turned_off(tmp_path):
         assert "htb" not in tb.qdiscs() and tb.describe()["ack_priority"] is False
 
 
+# Crafted frames sent through the worker's link with an AF_PACKET socket (so they pass its qdisc): which
+# htb class each kind lands in. Payloads are never delivered anywhere (dst 10.231.0.250 does not exist).
+FRAMES_SCRIPT = textwrap.dedent("""
+    import socket, struct, sys
+    kind, count = sys.argv[1], int(sys.argv[2])
+    src, dst = socket.inet_aton("10.231.0.1"), socket.inet_aton("10.231.0.250")
+
+    def ipv4(body, proto=6, opts=b""):
+        ihl = 5 + len(opts) // 4
+        return struct.pack("!BBHHHBBH4s4s", 0x40 | ihl, 0, 4 * ihl + len(body), 0, 0, 64, proto, 0, src, dst) \\
+            + opts + body
+
+    def tcp(payload, opt_words=3):  # opt_words * 4 bytes of NOP options (3: as with timestamps)
+        hdr = struct.pack("!HHIIBBHHH", 40000, 29500, 1, 1, (5 + opt_words) << 4, 0x10, 512, 0, 0)
+        return hdr + b"\\x01" * (4 * opt_words) + payload
+
+    frames = {
+        "pure_ack": ipv4(tcp(b"")),
+        "pure_ack_ip_options": ipv4(tcp(b""), opts=b"\\x01" * 4),
+        "short_data": ipv4(tcp(b"z")),  # 67-byte frame: short, but data
+        "bulk_data": ipv4(tcp(b"z" * 1400)),
+        "short_udp": ipv4(b"\\0" * 20, proto=17),
+        "long_udp": ipv4(b"\\0" * 400, proto=17),
+    }
+    eth_ip = b"\\xff" * 6 + b"\\x02\\0\\0\\0\\0\\x01" + b"\\x08\\x00"
+    eth_arp = b"\\xff" * 6 + b"\\x02\\0\\0\\0\\0\\x01" + b"\\x08\\x06"
+    frame = eth_arp + b"\\0" * 28 if kind == "arp" else eth_ip + frames[kind]
+    s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+    s.bind(("lbw0", 0))
+    for _ in range(count):
+        s.send(frame)
+""")
+
+
+@pytest.mark.netns
+@netns
+@pytest.mark.parametrize("kind, band", [("pure_ack", "a1:1"), ("pure_ack_ip_options", "a1:1"), ("arp", "a1:1"),
+                                        ("short_udp", "a1:1"), ("short_data", "a1:2"), ("bulk_data", "a1:2"),
+                                        ("long_udp", "a1:2")])
+def test_priority_band_takes_pure_acks_not_short_data(kind, band):
+    """Short TCP *data* segments must queue with their connection's data (else they overtake it and the
+    receiver's out-of-order reports trigger spurious retransmissions); payload-free ACKs jump the queue."""
+    with Testbed(2, rate="100mbit", prefix=_prefix()) as tb:
+        ns = tb.worker_ns(0)
+
+        def sent() -> dict[str, int]:
+            stats = subprocess.run(["ip", "netns", "exec", ns, "tc", "-s", "class", "show", "dev", "lbw0"],
+                                   capture_output=True, text=True, check=True).stdout
+            return {blk.split()[1]: int(blk.split("Sent ")[1].split()[2]) for blk in stats.split("class ")[1:]
+                    if "Sent " in blk and blk.startswith("htb")}
+
+        before = sent()
+        subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", FRAMES_SCRIPT, kind, "50"], check=True,
+                       timeout=30)
+        after = sent()
+        delta = {c: after[c] - before.get(c, 0) for c in ("a1:1", "a1:2")}
+        other = "a1:2" if band == "a1:1" else "a1:1"
+        assert delta[band] >= 50 and delta[other] <= 5, (kind, delta)
+
+
 @pytest.mark.netns
 @netns
 def test_exit_status_is_nonzero_if_any_worker_fails_and_the_others_are_stopped():

@@ -19,8 +19,8 @@ recovery and made duplex transfers at 10 Mbit/s vary by 25% between repetitions.
 full-size frames (``MIN_QUEUE_BYTES``, 310 ms at 10 Mbit/s): with 125 KB at 10 Mbit/s, each new flow of the
 pairwise-round algorithms (butterfly, roundrobin, alltoall; 4 workers) overflowed the sender's queue (TCP
 BBR's start-up, 600-1000 drops per link) and a 1 MB all-reduce took 1.7-2.3 s instead of 1.27 s; with 375 KB
-nothing dropped and all three matched the cost model within 3%. Packets under 128 bytes
-(pure ACKs) leave before queued bulk data (``ack_priority``, default on), as under fq_codel, Linux's default
+nothing dropped and all three matched the cost model within 3%. Pure TCP ACKs (no payload; and non-TCP
+frames under 128 bytes) leave before queued bulk data (``ack_priority``, default on), as under fq_codel, Linux's default
 qdisc, which serves sparse flows first: otherwise each direction's ACKs wait behind the other direction's
 data and duplex transfers at 10 Mbit/s came out 2-12% slower and erratic (8.5 s vs 8.7-9.6 s for 10 MB).
 The rate can be changed on a schedule while a job runs (``tc qdisc change``).
@@ -75,9 +75,33 @@ WORKER_IF = "lbw0"
 MAX_WORKERS = 250
 DEFAULT_QUEUE_S = 0.1  # seconds of data each tbf queues at its rate
 MIN_QUEUE_BYTES = 256 * 1514  # ... but at least 256 full-size frames (387 KB: 310 ms at 10 Mbit/s)
-# classic BPF for cls_bpf: packets shorter than 128 bytes (skb len, Ethernet header included) -> the
-# filter's classid (ret -1), others -> no match (ret 0): ld len; jge #128 ? ret 0 : ret -1
-SMALL_PACKET_BPF = "4,128 0 0 0,53 1 0 128,6 0 0 4294967295,6 0 0 0"
+# classic BPF for cls_bpf (the packet from its Ethernet header): the filter's classid (ret -1) for IPv4 TCP
+# segments without payload (pure ACKs; total length = IP header + TCP header) and for non-TCP frames shorter
+# than 128 bytes (ARP, ICMP); no match (ret 0) for everything else. Classifying by length alone also put
+# short *data* segments (gloo's small control messages) ahead of their own connection's queued data: the
+# receiver saw them out of order and the sender retransmitted spuriously (2 workers, 1 Gbit/s, 40 x 1 MB ring
+# all-reduces: 80 fast retransmits, all undone by D-SACK).
+PURE_ACK_BPF = ",".join([
+    "18",
+    "40 0 0 12",    # 0  ldh [12]             ethertype
+    "21 0 12 2048",  # 1  jeq #0x800 ? 2 : 14  IPv4
+    "48 0 0 23",    # 2  ldb [23]             IP protocol
+    "21 0 10 6",    # 3  jeq #6 ? 4 : 14       TCP
+    "40 0 0 16",    # 4  ldh [16]             IP total length
+    "2 0 0 0",      # 5  st M[0]
+    "177 0 0 14",   # 6  ldxb 4*([14]&0xf)    X = IP header length
+    "80 0 0 26",    # 7  ldb [x+26]           TCP data offset (high nibble)
+    "116 0 0 4",    # 8  rsh #4
+    "100 0 0 2",    # 9  lsh #2               A = TCP header length
+    "12 0 0 0",     # 10 add x                A = IP + TCP header length
+    "7 0 0 0",      # 11 tax
+    "96 0 0 0",     # 12 ld M[0]
+    "29 2 3 0",     # 13 jeq x ? 16 : 17      no payload?
+    "128 0 0 0",    # 14 ld len               (not IPv4 TCP)
+    "53 1 0 128",   # 15 jge #128 ? 17 : 16
+    "6 0 0 4294967295",  # 16 ret -1 (match)
+    "6 0 0 0",      # 17 ret 0
+])
 
 
 class TestbedUnavailable(RuntimeError):
@@ -395,9 +419,9 @@ class Testbed:
 
     def _add_shaper(self, ns: str, dev: str, where: list[str], major: int, bps: float, prio: bool = True) -> None:
         """tbf (handle ``major:``) at ``where``; with ``ack_priority`` its queue is two bands under an HTB
-        used as a strict-priority scheduler (classes far above the rate, so tbf alone shapes): packets
-        shorter than 128 bytes (pure TCP ACKs, small control messages) leave before bulk data, which
-        queues in a ``queue``-second bfifo."""
+        used as a strict-priority scheduler (classes far above the rate, so tbf alone shapes): pure TCP ACKs
+        and short non-TCP frames (``PURE_ACK_BPF``) leave before everything else, which queues in a
+        ``queue``-second bfifo."""
         self._tc(ns, ["qdisc", "add", "dev", dev, *where, "handle", f"{major}:", *self._tbf_args(bps)])
         if not (self.ack_priority and prio):
             return
@@ -412,7 +436,7 @@ class Testbed:
         self._tc(ns, ["qdisc", "add", "dev", dev, "parent", f"{h}:2", "handle", f"c{major}:", "bfifo",
                       "limit", str(self.tbf_params(bps)["limit"])])
         self._tc(ns, ["filter", "add", "dev", dev, "parent", f"{h}:", "protocol", "all", "prio", "1", "bpf",
-                      "bytecode", SMALL_PACKET_BPF, "classid", f"{h}:1"])
+                      "bytecode", PURE_ACK_BPF, "classid", f"{h}:1"])
 
     def _change_shaper(self, ns: str, dev: str, where: list[str], major: int, bps: float) -> None:
         self._tc(ns, ["qdisc", "change", "dev", dev, *where, "handle", f"{major}:", *self._tbf_args(bps)])
