@@ -237,6 +237,29 @@ def test_priority_band_takes_pure_acks_not_short_data(kind, band):
 
 @pytest.mark.netns
 @netns
+def test_realtime_runs_the_workers_under_sched_rr_and_is_recorded(tmp_path):
+    script = "import os, sys; p = os.sched_getparam(0).sched_priority; " \
+             "print(os.environ['RANK'], os.sched_getscheduler(0) == os.SCHED_RR, p, flush=True)"
+    if not T.realtime_available():
+        with pytest.raises(T.RealtimeUnavailable, match="realtime=7"):
+            Testbed(2, rate=None, prefix=_prefix(), realtime=7).start()
+        return
+    for rt, want in ((7, "True 7"), (None, "False 0")):
+        out = tmp_path / f"rt{rt}.txt"
+        with Testbed(2, rate=None, prefix=_prefix(), realtime=rt) as tb, open(out, "w") as f:
+            assert tb.run([sys.executable, "-c", script], timeout=60, stdout=f) == [0, 0]
+            assert tb.describe()["scheduling"] == ("fair (SCHED_OTHER)" if rt is None else "SCHED_RR priority 7")
+        assert sorted(out.read_text().split("\n")[:2]) == [f"0 {want}", f"1 {want}"]
+
+
+def test_realtime_unavailable_is_a_clear_error(monkeypatch):
+    monkeypatch.setattr(T, "realtime_available", lambda: False)
+    with pytest.raises(T.RealtimeUnavailable, match="realtime=5: .*SCHED_RR.*CAP_SYS_NICE"):
+        Testbed(2, emulation="loopback-ratelimit", realtime=5).start()
+
+
+@pytest.mark.netns
+@netns
 def test_exit_status_is_nonzero_if_any_worker_fails_and_the_others_are_stopped():
     p = _prefix()
     t = time.time()
@@ -385,6 +408,9 @@ def test_bad_arguments():
         Testbed(2, loss="150%")
     with pytest.raises(ValueError):
         Testbed(2, emulation="wifi")
+    for bad in (0, 100, "10"):
+        with pytest.raises(ValueError, match=f"realtime must be .* got {bad!r}"):
+            Testbed(2, realtime=bad)
     assert T.parse_schedule("0:100mbit, 10:10mbit") == [(0.0, 1e8), (10.0, 1e7)]
     assert T.parse_schedule([("500ms", "1gbit")]) == [(0.5, 1e9)]
     with pytest.raises(ValueError):

@@ -47,6 +47,10 @@ DEFAULTS: dict[str, Any] = {
     # for 200 ms, and 100 MB all-gather all-reduces at 1 Gbit/s (3 workers) took 1.77 s or 1.92 s at random
     # (5 repetitions: 3 fast, 2 slow); under cubic 1.760-1.767 s
     "congestion_control": "cubic",
+    # workers under SCHED_RR at this priority where allowed (None: the fair scheduler), as if each emulated
+    # machine had its own CPU: on 2 shared cores, wake-up delays added 2-6 ms to 20-50% of the 1 MB
+    # all-reduces at 1 Gbit/s (2 workers, 7.5-7.9 ms undisturbed; gloo's and ours alike), to none under RR
+    "realtime": 10,
     "algorithms": ALGORITHMS,
     "reps": 3,
     "max_seconds": 30,
@@ -215,7 +219,7 @@ def _result(cfg, rows, skipped, calibration, testbeds, t_start) -> dict:
 
 def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[dict], timeout: float
                  ) -> tuple[dict, dict]:
-    from lowbw.net.testbed import Testbed
+    from lowbw.net.testbed import Testbed, realtime_available
 
     with tempfile.TemporaryDirectory(prefix="lowbw-bench-") as tmp:
         plan_path = Path(tmp, "plan.json")
@@ -225,9 +229,14 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
         load0 = os.getloadavg()
+        rt = cfg.get("realtime") or None
+        if rt is not None and not realtime_available():
+            print(f"[collectives] realtime={rt} not allowed here: workers under the fair scheduler "
+                  "(recorded in testbeds[].scheduling)", file=sys.stderr)
+            rt = None
         with Testbed(n, rate=rate_bps, delay=delay_s or None, emulation=cfg.get("emulation", "auto"),
                      queue=float(cfg.get("queue_ms") or 100) / 1e3,
-                     congestion_control=cfg.get("congestion_control") or None) as tb:
+                     congestion_control=cfg.get("congestion_control") or None, realtime=rt) as tb:
             # idle time before each timed call: twice what refills the shapers' token buckets, so that every
             # call starts on idle links with full buckets (as the cost model's burst term assumes, and as
             # in training, where compute separates the all-reduces); without it a call's burst depended on
@@ -487,6 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--congestion-control", help="TCP congestion control on the links (default cubic)")
     ap.add_argument("--chunk-bytes", type=int, help="message size of our algorithms (default: lowbw.comm's)")
     ap.add_argument("--emulation", choices=["auto", "netns-tc", "loopback-ratelimit"])
+    ap.add_argument("--realtime", type=int, metavar="PRIO",
+                    help="SCHED_RR priority of the workers where allowed (default 10; 0 = fair scheduler)")
     ap.add_argument("--config-json", help="bench.collectives config as JSON (keys as in config/schema.yaml)")
     ap.add_argument("--out", default="runs/bench/collectives.json")
     a = ap.parse_args(argv)
@@ -494,7 +505,7 @@ def main(argv: list[str] | None = None) -> int:
         return _worker(a.worker)
     cfg = json.loads(a.config_json) if a.config_json else {}
     for k in ("workers", "rates_mbit", "sizes_mb", "algorithms", "reps", "delay_ms", "queue_ms", "max_seconds",
-              "chunk_bytes", "congestion_control", "emulation"):
+              "chunk_bytes", "congestion_control", "emulation", "realtime"):
         v = getattr(a, k)
         if v is not None:
             cfg[k] = v

@@ -30,6 +30,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="let ACKs queue behind bulk data (a plain FIFO bottleneck)")
     p.add_argument("--congestion-control", "--cc", dest="congestion_control", default=None,
                    help="TCP congestion control of the workers' links, e.g. cubic or bbr (default: the kernel's)")
+    p.add_argument("--realtime", type=int, nargs="?", const=10, default=None, metavar="PRIO",
+                   help="run the workers under SCHED_RR (priority PRIO, default 10): one CPU per emulated machine, "
+                        "no wake-up delays from sharing cores (needs root; for communication benchmarks)")
     p.add_argument("--schedule", default=None, help='rate changes while running: "0:100mbit,10:10mbit" (s:rate)')
     p.add_argument("--emulation", default="auto", choices=["auto", "netns-tc", "loopback-ratelimit"])
     p.add_argument("--prefix", default="lbw", help="name prefix of namespaces (default lbw)")
@@ -45,7 +48,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lowbw.net.testbed import Testbed, TestbedUnavailable, cleanup, netns_missing
+    from lowbw.net.testbed import RealtimeUnavailable, Testbed, TestbedUnavailable, cleanup, netns_missing
 
     if args.cleanup:
         missing = netns_missing()
@@ -71,12 +74,12 @@ def main(args: argparse.Namespace) -> int:
         with Testbed(args.workers, rate=rate, delay=args.delay, jitter=args.jitter, loss=args.loss,
                      schedule=args.schedule, emulation=args.emulation, prefix=args.prefix, queue=args.queue,
                      ack_priority=args.ack_priority, congestion_control=args.congestion_control,
-                     master_port=args.master_port) as tb:
+                     master_port=args.master_port, realtime=args.realtime) as tb:
             if args.show:
                 print(json.dumps(tb.describe(), indent=1), file=sys.stderr)
                 print(tb.qdiscs(), file=sys.stderr)
             codes = tb.run(cmd, timeout=args.timeout, grace=args.grace)
-    except TestbedUnavailable as e:
+    except (TestbedUnavailable, RealtimeUnavailable) as e:
         print(f"lowbw testbed: {e}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:
