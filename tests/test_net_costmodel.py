@@ -181,12 +181,21 @@ def test_fit_rejects_nonsense():
 
 def test_pipelined_tree_fill():
     # N=4 heap tree, one chunk (store-and-forward): reduce 2 M b, broadcast 2 M b + 1 M b down to rank 3
-    assert cm.allreduce_time("tree", M, 4, L, chunk_bytes=4 * M) == pytest.approx(4e-3 + 5.0)
+    m = cm.HEAP_TREE_MAX_CHUNK_BYTES / 2
+    assert cm.allreduce_time("tree", m, 4, L, chunk_bytes=4 * m) == pytest.approx(4e-3 + 5 * m * 1e-6)
+    # lowbw.comm's heap tree sends at most 256 KiB per message, so the fill is 262144 B x 1 us/B here
+    assert cm.allreduce_time("tree", M, 4, L, chunk_bytes=4 * M) == pytest.approx(4e-3 + 4.0 + 0.262144)
     # many small chunks: the fill vanishes
     assert cm.allreduce_time("tree", M, 4, L, chunk_bytes=M / 100) == pytest.approx(4e-3 + 4.01)
     # depth 1 (N <= 3): nothing to fill; other algorithms ignore chunking
     assert cm.allreduce_time("tree", M, 3, L, chunk_bytes=M) == cm.allreduce_time("tree", M, 3, L)
     assert cm.allreduce_time("ring", M, 4, L, chunk_bytes=M) == cm.allreduce_time("ring", M, 4, L)
+
+
+def test_tree_chunk_cap_is_the_one_lowbw_comm_uses():
+    from lowbw.comm import tree
+
+    assert cm.HEAP_TREE_MAX_CHUNK_BYTES == tree.HEAP_TREE_MAX_CHUNK_BYTES
 
 
 def test_talk_crossover_ring_vs_tree():

@@ -54,6 +54,9 @@ __all__ = [
 ]
 
 # every all-reduce algorithm the model knows (lowbw.comm.ALGORITHMS + aliases)
+# lowbw.comm's heap tree caps its chunks at this (lowbw.comm.tree.HEAP_TREE_MAX_CHUNK_BYTES; kept here so the
+# model needs no torch)
+HEAP_TREE_MAX_CHUNK_BYTES = 256 << 10
 ALLREDUCE_ALGORITHMS = ("ring", "tree", "ps", "butterfly", "alltoall", "roundrobin", "allgather", "native")
 
 
@@ -193,7 +196,8 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, link: LinkPar
 
     ``chunk_bytes`` (the message size of a chunked, pipelined implementation, e.g. lowbw.comm's 4 MiB) adds
     the pipeline fill where it is on the critical path: the tree's broadcast reaches the deepest leaves
-    (depth - 1) chunks after the root's last send, ``(floor(log2 N) - 1) min(c, M) b``.
+    (depth - 1) chunks after the root's last send, ``(floor(log2 N) - 1) min(c, 256 KiB, M) b`` (lowbw.comm's
+    heap tree caps its chunks at 256 KiB).
 
     A link with ``burst_bytes`` (token-bucket shaper) sends the first ``burst`` bytes of each of the
     :func:`_idle_starts` phases free (e.g. 1 MB at 1 Gbit/s under tbf's 1 ms burst: ~10% faster); the
@@ -207,7 +211,8 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, link: LinkPar
     t = A * link.alpha_s + link_bytes * link.beta + G * nbytes * link.gamma_s_per_byte
     if chunk_bytes and algorithm == "tree" and world_size > 1:
         depth = int(math.floor(math.log2(world_size)))
-        t += max(0, depth - 1) * max(0.0, min(float(chunk_bytes), nbytes) - link.burst_bytes) * link.beta
+        c = min(float(chunk_bytes), float(HEAP_TREE_MAX_CHUNK_BYTES), nbytes)
+        t += max(0, depth - 1) * max(0.0, c - link.burst_bytes) * link.beta
     return t
 
 
