@@ -176,11 +176,11 @@ def test_small_packets_take_the_priority_band_and_can_be_turned_off(tmp_path):
 
 
 # Crafted frames sent through the worker's link with an AF_PACKET socket (so they pass its qdisc): which
-# htb class each kind lands in. Payloads are never delivered anywhere (dst 10.231.0.250 does not exist).
+# htb class each kind lands in. Payloads are never delivered to any socket (no port listens).
 FRAMES_SCRIPT = textwrap.dedent("""
     import socket, struct, sys
-    kind, count = sys.argv[1], int(sys.argv[2])
-    src, dst = socket.inet_aton("10.231.0.1"), socket.inet_aton("10.231.0.250")
+    kind, count, dst = sys.argv[1], int(sys.argv[2]), sys.argv[3]
+    src, dst = socket.inet_aton("10.231.0.1"), socket.inet_aton(dst)
 
     def ipv4(body, proto=6, opts=b""):
         ihl = 5 + len(opts) // 4
@@ -212,12 +212,13 @@ FRAMES_SCRIPT = textwrap.dedent("""
 @pytest.mark.netns
 @netns
 @pytest.mark.parametrize("kind, band", [("pure_ack", "a1:1"), ("pure_ack_ip_options", "a1:1"), ("arp", "a1:1"),
-                                        ("short_udp", "a1:1"), ("short_data", "a1:2"), ("bulk_data", "a1:2"),
-                                        ("long_udp", "a1:2")])
-def test_priority_band_takes_pure_acks_not_short_data(kind, band):
+                                        ("short_udp", "a1:1"), ("short_data", "peer"), ("bulk_data", "peer"),
+                                        ("long_udp", "peer")])
+def test_priority_band_takes_pure_acks_and_data_queues_per_peer(kind, band):
     """Short TCP *data* segments must queue with their connection's data (else they overtake it and the
-    receiver's out-of-order reports trigger spurious retransmissions); payload-free ACKs jump the queue."""
-    with Testbed(2, rate="100mbit", prefix=_prefix()) as tb:
+    receiver's out-of-order reports trigger spurious retransmissions); payload-free ACKs jump the queue;
+    data queues per peer (class a1:1xx, xx = the peer's address octet in hex), unknown peers in a1:2."""
+    with Testbed(3, rate="100mbit", prefix=_prefix()) as tb:
         ns = tb.worker_ns(0)
 
         def sent() -> dict[str, int]:
@@ -226,13 +227,14 @@ def test_priority_band_takes_pure_acks_not_short_data(kind, band):
             return {blk.split()[1]: int(blk.split("Sent ")[1].split()[2]) for blk in stats.split("class ")[1:]
                     if "Sent " in blk and blk.startswith("htb")}
 
-        before = sent()
-        subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", FRAMES_SCRIPT, kind, "50"], check=True,
-                       timeout=30)
-        after = sent()
-        delta = {c: after[c] - before.get(c, 0) for c in ("a1:1", "a1:2")}
-        other = "a1:2" if band == "a1:1" else "a1:1"
-        assert delta[band] >= 50 and delta[other] <= 5, (kind, delta)
+        for dst, want in (("10.231.0.3", "a1:103"), ("10.231.0.250", "a1:2")):
+            want = band if band != "peer" else want
+            before = sent()
+            subprocess.run(["ip", "netns", "exec", ns, sys.executable, "-c", FRAMES_SCRIPT, kind, "50", dst],
+                           check=True, timeout=30)
+            after = sent()
+            delta = {c: after[c] - before.get(c, 0) for c in after}
+            assert delta[want] >= 50 and sum(delta.values()) - delta[want] <= 5, (kind, dst, delta)
 
 
 @pytest.mark.netns

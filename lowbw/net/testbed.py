@@ -19,10 +19,13 @@ recovery and made duplex transfers at 10 Mbit/s vary by 25% between repetitions.
 full-size frames (``MIN_QUEUE_BYTES``, 310 ms at 10 Mbit/s): with 125 KB at 10 Mbit/s, each new flow of the
 pairwise-round algorithms (butterfly, roundrobin, alltoall; 4 workers) overflowed the sender's queue (TCP
 BBR's start-up, 600-1000 drops per link) and a 1 MB all-reduce took 1.7-2.3 s instead of 1.27 s; with 375 KB
-nothing dropped and all three matched the cost model within 3%. Pure TCP ACKs (no payload; and non-TCP
-frames under 128 bytes) leave before queued bulk data (``ack_priority``, default on), as under fq_codel, Linux's default
-qdisc, which serves sparse flows first: otherwise each direction's ACKs wait behind the other direction's
-data and duplex transfers at 10 Mbit/s came out 2-12% slower and erratic (8.5 s vs 8.7-9.6 s for 10 MB).
+nothing dropped and all three matched the cost model within 3%. With ``ack_priority`` (default on) each
+shaper's queue schedules like fq_codel, Linux's default qdisc (which this kernel may lack): pure TCP ACKs
+(no payload; and non-TCP frames under 128 bytes) leave first, and data waits in one queue per peer, the
+queues served round robin, so a connection's packets stay in order and a short message to one peer does not
+wait behind data to another (:func:`queue_classifier_bpf`). Without ACK priority each direction's ACKs wait
+behind the other direction's data and duplex transfers at 10 Mbit/s came out 2-12% slower and erratic
+(8.5 s vs 8.7-9.6 s for 10 MB).
 The rate can be changed on a schedule while a job runs (``tc qdisc change``).
 
 ``realtime=p`` runs the workers under SCHED_RR priority ``p``, as if each had its CPU to itself: N emulated
@@ -82,34 +85,56 @@ SUBNET = "10.231.0"  # only ever configured inside our own namespaces
 WORKER_IF = "lbw0"
 MAX_WORKERS = 250
 DEFAULT_QUEUE_S = 0.1  # seconds of data each tbf queues at its rate
+QUANTUM = 1514  # bytes a bulk queue may send per round-robin turn (one full frame, as fq_codel)
 MIN_QUEUE_BYTES = 256 * 1514  # ... but at least 256 full-size frames (387 KB: 310 ms at 10 Mbit/s)
-# classic BPF for cls_bpf (the packet from its Ethernet header): the filter's classid (ret -1) for IPv4 TCP
-# segments without payload (pure ACKs; total length = IP header + TCP header) and for non-TCP frames shorter
-# than 128 bytes (ARP, ICMP); no match (ret 0) for everything else. Classifying by length alone also put
-# short *data* segments (gloo's small control messages) ahead of their own connection's queued data: the
-# receiver saw them out of order and the sender retransmitted spuriously (2 workers, 1 Gbit/s, 40 x 1 MB ring
-# all-reduces: 80 fast retransmits, all undone by D-SACK).
-PURE_ACK_BPF = ",".join([
-    "18",
-    "40 0 0 12",    # 0  ldh [12]             ethertype
-    "21 0 12 2048",  # 1  jeq #0x800 ? 2 : 14  IPv4
-    "48 0 0 23",    # 2  ldb [23]             IP protocol
-    "21 0 10 6",    # 3  jeq #6 ? 4 : 14       TCP
-    "40 0 0 16",    # 4  ldh [16]             IP total length
-    "2 0 0 0",      # 5  st M[0]
-    "177 0 0 14",   # 6  ldxb 4*([14]&0xf)    X = IP header length
-    "80 0 0 26",    # 7  ldb [x+26]           TCP data offset (high nibble)
-    "116 0 0 4",    # 8  rsh #4
-    "100 0 0 2",    # 9  lsh #2               A = TCP header length
-    "12 0 0 0",     # 10 add x                A = IP + TCP header length
-    "7 0 0 0",      # 11 tax
-    "96 0 0 0",     # 12 ld M[0]
-    "29 2 3 0",     # 13 jeq x ? 16 : 17      no payload?
-    "128 0 0 0",    # 14 ld len               (not IPv4 TCP)
-    "53 1 0 128",   # 15 jge #128 ? 17 : 16
-    "6 0 0 4294967295",  # 16 ret -1 (match)
-    "6 0 0 0",      # 17 ret 0
-])
+# Uplink octet (destination address) and downlink octet (source address) of a frame: byte offsets from the
+# Ethernet header of the last octet of the IPv4 destination / source address.
+DST_OCTET, SRC_OCTET = 33, 29
+
+
+def queue_classifier_bpf(h: int, octet_offset: int) -> str:
+    """Classic BPF for cls_bpf (the packet from its Ethernet header) on the HTB with handle ``h``:
+
+    * pure TCP ACKs (IPv4 TCP with no payload: total length = IP header + TCP header) and short (< 128 bytes)
+      frames that are not TCP: ``-1``, the filter's classid (the priority class ``h:1``);
+    * every other IPv4 frame: class ``h:(0x100 + the peer's last address octet, at octet_offset)``, one
+      queue per peer, served round robin;
+    * anything else: no match (the HTB's default class).
+
+    Classifying by length alone (an earlier version) also put short *data* segments (gloo's control
+    messages) ahead of their own connection's queued data: the receiver saw them out of order and the sender
+    retransmitted spuriously (2 workers, 1 Gbit/s, 40 x 1 MB ring all-reduces: 80 fast retransmits, all
+    undone by D-SACK). One FIFO for all bulk data instead made a control message to one peer wait behind up
+    to ``queue`` seconds of data to another (3 workers, 1 Gbit/s, 1 MB ring all-reduce: 12.2 ms against
+    10.7 ms). Per-peer queues keep each connection in order and let a sparse flow pass after one round.
+    """
+    base = (h << 16) | 0x100
+    prog = [
+        "40 0 0 12",      # 0  ldh [12]             ethertype
+        "21 0 17 2048",   # 1  jeq #0x800 ? 2 : 19   IPv4
+        "48 0 0 23",      # 2  ldb [23]             IP protocol
+        "21 0 10 6",      # 3  jeq #6 ? 4 : 14       TCP
+        "40 0 0 16",      # 4  ldh [16]             IP total length
+        "2 0 0 0",        # 5  st M[0]
+        "177 0 0 14",     # 6  ldxb 4*([14]&0xf)    X = IP header length
+        "80 0 0 26",      # 7  ldb [x+26]           TCP data offset (high nibble)
+        "116 0 0 4",      # 8  rsh #4
+        "100 0 0 2",      # 9  lsh #2               A = TCP header length
+        "12 0 0 0",       # 10 add x                A = IP + TCP header length
+        "7 0 0 0",        # 11 tax
+        "96 0 0 0",       # 12 ld M[0]
+        "29 7 2 0",       # 13 jeq x ? 21 : 16      no payload: priority; else per peer
+        "128 0 0 0",      # 14 ld len               IPv4, not TCP
+        "53 0 5 128",     # 15 jge #128 ? 16 : 21
+        f"48 0 0 {octet_offset}",  # 16 ldb [peer octet]
+        f"68 0 0 {base}",  # 17 or #(h << 16 | 0x100)
+        "22 0 0 0",       # 18 ret a                 classid h:(100 + octet)
+        "128 0 0 0",      # 19 ld len               not IPv4
+        "53 1 0 128",     # 20 jge #128 ? 22 : 21
+        "6 0 0 4294967295",  # 21 ret -1 (the filter's classid: priority)
+        "6 0 0 0",        # 22 ret 0 (no match: default class)
+    ]
+    return ",".join([str(len(prog)), *prog])
 
 
 class RealtimeUnavailable(RuntimeError):
@@ -436,32 +461,48 @@ class Testbed:
     def _tc(self, ns: str, args: list[str]) -> None:
         _run(["ip", "netns", "exec", ns, "tc", *args])
 
-    def _add_shaper(self, ns: str, dev: str, where: list[str], major: int, bps: float, prio: bool = True) -> None:
-        """tbf (handle ``major:``) at ``where``; with ``ack_priority`` its queue is two bands under an HTB
-        used as a strict-priority scheduler (classes far above the rate, so tbf alone shapes): pure TCP ACKs
-        and short non-TCP frames (``PURE_ACK_BPF``) leave before everything else, which queues in a
-        ``queue``-second bfifo."""
+    def _bulk_queues(self, h: int) -> list[tuple[str, str]]:
+        """(classid, qdisc handle) of the bulk queues under HTB ``h``: the default class, then one per peer."""
+        out = [(f"{h:x}:2", f"{h + 0x20:x}:")]
+        for w in range(self.workers):
+            octet = int(self.info[w].address.rsplit(".", 1)[1]) if w < len(self.info) else w + 1
+            out.append((f"{h:x}:{0x100 + octet:x}", f"{(h << 8) | octet:x}:"))
+        return out
+
+    def _add_shaper(self, ns: str, dev: str, where: list[str], major: int, bps: float, prio: bool = True,
+                    peer_octet: int = DST_OCTET) -> None:
+        """tbf (handle ``major:``) at ``where``; with ``ack_priority`` its queue is an HTB used as a scheduler
+        (classes far above the rate, so tbf alone shapes): pure TCP ACKs and short non-TCP frames first
+        (strict priority), then one ``queue``-second bfifo per peer (the address octet at ``peer_octet``),
+        served round robin one packet's worth at a time -- per-flow fair queueing as fq_codel gives a Linux
+        host, which this kernel may lack (see :func:`queue_classifier_bpf`)."""
         self._tc(ns, ["qdisc", "add", "dev", dev, *where, "handle", f"{major}:", *self._tbf_args(bps)])
         if not (self.ack_priority and prio):
             return
-        h = f"a{major}"
-        self._tc(ns, ["qdisc", "add", "dev", dev, "parent", f"{major}:1", "handle", f"{h}:", "htb", "default", "2",
-                      "r2q", "100000"])
-        for minor, prio in (("1", "0"), ("2", "1")):
-            self._tc(ns, ["class", "add", "dev", dev, "parent", f"{h}:", "classid", f"{h}:{minor}", "htb",
-                          "rate", "40gbit", "quantum", "200000", "prio", prio])
-        self._tc(ns, ["qdisc", "add", "dev", dev, "parent", f"{h}:1", "handle", f"b{major}:", "pfifo",
-                      "limit", "10000"])
-        self._tc(ns, ["qdisc", "add", "dev", dev, "parent", f"{h}:2", "handle", f"c{major}:", "bfifo",
-                      "limit", str(self.tbf_params(bps)["limit"])])
-        self._tc(ns, ["filter", "add", "dev", dev, "parent", f"{h}:", "protocol", "all", "prio", "1", "bpf",
-                      "bytecode", PURE_ACK_BPF, "classid", f"{h}:1"])
+        h = 0xA0 + major
+        limit = str(self.tbf_params(bps)["limit"])
+        lines = [f"qdisc add dev {dev} parent {major}:1 handle {h:x}: htb default 2 r2q 100000",
+                 f"class add dev {dev} parent {h:x}: classid {h:x}:1 htb rate 40gbit quantum 200000 prio 0",
+                 f"qdisc add dev {dev} parent {h:x}:1 handle {h + 0x10:x}: pfifo limit 10000"]
+        for cid, qh in self._bulk_queues(h):
+            lines += [f"class add dev {dev} parent {h:x}: classid {cid} htb rate 40gbit quantum {QUANTUM} prio 1",
+                      f"qdisc add dev {dev} parent {cid} handle {qh} bfifo limit {limit}"]
+        lines.append(f"filter add dev {dev} parent {h:x}: protocol all prio 1 bpf bytecode "
+                     f'"{queue_classifier_bpf(h, peer_octet)}" classid {h:x}:1')
+        self._tc_batch(ns, lines)
 
     def _change_shaper(self, ns: str, dev: str, where: list[str], major: int, bps: float) -> None:
         self._tc(ns, ["qdisc", "change", "dev", dev, *where, "handle", f"{major}:", *self._tbf_args(bps)])
-        if self.ack_priority:  # tbf leaves a non-fifo child alone: resize the bulk band's queue to the rate
-            self._tc(ns, ["qdisc", "change", "dev", dev, "parent", f"a{major}:2", "handle", f"c{major}:", "bfifo",
-                          "limit", str(self.tbf_params(bps)["limit"])])
+        if self.ack_priority:  # tbf leaves a non-fifo child alone: resize the bulk queues to the rate
+            limit = self.tbf_params(bps)["limit"]
+            self._tc_batch(ns, [f"qdisc change dev {dev} parent {cid} handle {qh} bfifo limit {limit}"
+                                for cid, qh in self._bulk_queues(0xA0 + major)])
+
+    def _tc_batch(self, ns: str, lines: list[str]) -> None:
+        p = subprocess.run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], input="\n".join(lines) + "\n",
+                           capture_output=True, text=True, timeout=60)
+        if p.returncode != 0:
+            raise RuntimeError(f"tc -batch failed ({p.returncode}) in {ns}: {p.stderr.strip()}\n" + "\n".join(lines))
 
     def _shape_link(self, rank: int, bps: float | None, initial: bool) -> None:
         ns, br = self.worker_ns(rank), self.bridge_ns
@@ -505,7 +546,7 @@ class Testbed:
                 if bps is not None:
                     self._add_shaper(ns, WORKER_IF, *self._up[:2], bps)
             if bps is not None and self.shape_ingress:  # downlink: bridge port egress towards the worker
-                self._add_shaper(br, f"p{rank}", ["root"], 1, bps)
+                self._add_shaper(br, f"p{rank}", ["root"], 1, bps, peer_octet=SRC_OCTET)
             return
         if bps is None:
             raise ValueError("cannot change the rate of an unshaped testbed (created with rate=None)")
