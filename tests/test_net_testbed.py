@@ -152,9 +152,10 @@ def test_rate_schedule_changes_tc_while_running():
         q = tb.qdiscs()
         assert q.count("rate 10Mbit") == 4 and "50Mbit" not in q
         assert [r for _, r in tb.rate_log] == [50e6, 50e6, 10e6]
-        assert q.count("bfifo") == 4 and q.count("limit 387584b") == 4  # bulk queue: the 256-frame floor
+        # bulk queues (4 shapers x (default + one per worker)) at the 256-frame floor
+        assert q.count("bfifo") == 12 and q.count("limit 387584b") == 12
         tb.set_rate("20mbit", ranks=[1])
-        assert tb.qdiscs().count("rate 20Mbit") == 2 and tb.qdiscs().count("limit 387584b") == 4  # floor again
+        assert tb.qdiscs().count("rate 20Mbit") == 2 and tb.qdiscs().count("limit 387584b") == 12  # floor again
     assert codes == [0, 0]
 
 
