@@ -74,17 +74,10 @@ class Reducer:
             raise ValueError(f"op='avg' needs a floating-point tensor, got dtype={dtype}")
 
     def _apply(self, acc: Tensor, x: Tensor) -> None:
-        if self.op in ("sum", "avg"):
-            acc.add_(x)
-        elif self.op == "prod":
-            acc.mul_(x)
-        elif self.op == "max":
-            torch.maximum(acc, x, out=acc)
-        else:
-            torch.minimum(acc, x, out=acc)
+        self._apply_into(acc, acc, x)
 
     def _apply_into(self, out: Tensor, a: Tensor, x: Tensor) -> None:
-        """``out <- a (op) x``, the same arithmetic as ``_apply(a, x)`` (``out`` may be ``x``)."""
+        """``out <- a (op) x`` (``out`` may be ``a`` or ``x``)."""
         if self.op in ("sum", "avg"):
             torch.add(a, x, out=out)
         elif self.op == "prod":

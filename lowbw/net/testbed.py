@@ -48,6 +48,7 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import functools
 import json
 import os
 import re
@@ -157,8 +158,9 @@ class TestbedUnavailable(RuntimeError):
 
 
 # -------------------------------------------------------------------------------------- probes
-def _run(cmd: Sequence[str], check: bool = True, timeout: float = 30) -> subprocess.CompletedProcess:
-    p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout)
+def _run(cmd: Sequence[str], check: bool = True, timeout: float = 30, input: str | None = None
+         ) -> subprocess.CompletedProcess:
+    p = subprocess.run(list(cmd), capture_output=True, text=True, timeout=timeout, input=input)
     if check and p.returncode != 0:
         raise RuntimeError(f"command failed ({p.returncode}): {' '.join(cmd)}\n{p.stderr.strip()}")
     return p
@@ -464,8 +466,7 @@ class Testbed:
     def _bulk_queues(self, h: int) -> list[tuple[str, str]]:
         """(classid, qdisc handle) of the bulk queues under HTB ``h``: the default class, then one per peer."""
         out = [(f"{h:x}:2", f"{h + 0x20:x}:")]
-        for w in range(self.workers):
-            octet = int(self.info[w].address.rsplit(".", 1)[1]) if w < len(self.info) else w + 1
+        for octet in range(1, self.workers + 1):  # worker r's address is SUBNET.(r + 1) (see _build)
             out.append((f"{h:x}:{0x100 + octet:x}", f"{(h << 8) | octet:x}:"))
         return out
 
@@ -499,10 +500,8 @@ class Testbed:
                                 for cid, qh in self._bulk_queues(0xA0 + major)])
 
     def _tc_batch(self, ns: str, lines: list[str]) -> None:
-        p = subprocess.run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], input="\n".join(lines) + "\n",
-                           capture_output=True, text=True, timeout=60)
-        if p.returncode != 0:
-            raise RuntimeError(f"tc -batch failed ({p.returncode}) in {ns}: {p.stderr.strip()}\n" + "\n".join(lines))
+        """Several tc commands in one ``tc -batch`` process (a shaper has 2 + 2 (N + 1) of them)."""
+        _run(["ip", "netns", "exec", ns, "tc", "-batch", "-"], timeout=60, input="\n".join(lines) + "\n")
 
     def _shape_link(self, rank: int, bps: float | None, initial: bool) -> None:
         ns, br = self.worker_ns(rank), self.bridge_ns
@@ -782,8 +781,10 @@ def _set_rr(priority: int):
     return apply
 
 
+@functools.cache
 def realtime_available() -> bool:
-    """Whether a child process may switch itself to SCHED_RR (root/CAP_SYS_NICE, and allowed here)."""
+    """Whether a child process may switch itself to SCHED_RR (root/CAP_SYS_NICE, and allowed here); probed
+    once per process, like :func:`netns_missing`."""
     if not hasattr(os, "sched_setscheduler"):
         return False
     probe = "import os; os.sched_setscheduler(0, os.SCHED_RR, os.sched_param(1))"
