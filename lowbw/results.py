@@ -12,7 +12,9 @@ is a run; ``runs/bench`` and checkpoint folders are skipped.
 
 A run without ``summary.json`` is incomplete; by default that is an error naming the run (``incomplete=
 "skip"`` leaves it out, ``"include"`` keeps it with ``complete=False``). A corrupt file is always an error
-naming the file.
+naming the file: a metrics.jsonl whose line count or sha256 differs from what summary.json recorded
+(truncated, emptied, appended to), or whose steps go backwards or repeat (two runs interleaved), naming the
+line.
 """
 
 from __future__ import annotations
@@ -81,6 +83,25 @@ def _path_params(run: Path, root: Path) -> tuple[str, dict[str, Any]]:
     return experiment, params
 
 
+def _check_metrics_digest(run: Path, summ: dict[str, Any]) -> None:
+    """A complete run's metrics.jsonl must be the file its summary.json sealed (line count and sha256;
+    summaries written before the seal existed carry neither and are not checked)."""
+    if "metrics_lines" not in summ:
+        return
+    from lowbw.runio import metrics_digest
+
+    mp = run / "metrics.jsonl"
+    if not mp.exists():
+        raise RunError(run, f"{mp.name} is missing but summary.json records {summ['metrics_lines']} lines")
+    got = metrics_digest(mp)
+    if got["metrics_lines"] != summ["metrics_lines"]:
+        raise RunError(run, f"{mp} has {got['metrics_lines']} lines, summary.json recorded "
+                            f"{summ['metrics_lines']} (truncated or edited; delete the run directory and rerun it)")
+    if summ.get("metrics_sha256") and got["metrics_sha256"] != summ["metrics_sha256"]:
+        raise RunError(run, f"{mp} does not match the sha256 summary.json recorded (edited after the run; delete "
+                            f"the run directory and rerun it)")
+
+
 def load_run(run: str | Path, root: str | Path | None = None, incomplete: str = "error") -> dict[str, Any] | None:
     """One run as a flat dict (the row :func:`load_runs` makes)."""
     run = Path(run)
@@ -113,6 +134,7 @@ def load_run(run: str | Path, root: str | Path | None = None, incomplete: str = 
             row["emulation"] = c["emulation"]
     if complete:
         s = _read_json(summ_p, run)
+        _check_metrics_digest(run, s)
         for k, v in s.items():
             if k == "time_to_target" and isinstance(v, dict):
                 for t, rec in v.items():
@@ -142,7 +164,7 @@ def load_metrics(root: str | Path = "runs", incomplete: str = "error", id_column
     parameters and ``id_columns`` taken from each run's config (e.g. ``("compressor", "workers")``)."""
     import pandas as pd
 
-    from lowbw.runio import read_jsonl
+    from lowbw.runio import check_steps, read_jsonl
 
     root = Path(root)
     frames = []
@@ -155,6 +177,7 @@ def load_metrics(root: str | Path = "runs", incomplete: str = "error", id_column
             raise RunError(d, "metrics.jsonl is missing")
         try:
             lines = read_jsonl(mp)
+            check_steps(lines, mp)
         except ValueError as e:
             raise RunError(d, f"metrics.jsonl is corrupt ({e})") from e
         df = pd.DataFrame(lines)

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 __all__ = ["atomic_write", "atomic_write_json", "atomic_write_text", "append_jsonl", "read_jsonl", "provenance",
-           "git_commit"]
+           "git_commit", "metrics_digest", "seal_summary", "check_steps", "lock_holders", "set_parent_death_signal"]
 
 
 def atomic_write(path: str | os.PathLike, write: Callable[[BinaryIO], None]) -> Path:
@@ -136,3 +136,78 @@ def provenance() -> dict[str, Any]:
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
     }
+
+
+# ------------------------------------------------------------------------------------ completeness, locks
+def metrics_digest(path: str | os.PathLike) -> dict[str, Any]:
+    """``{"metrics_lines": n, "metrics_sha256": hex}`` of a metrics.jsonl (n = non-empty lines).
+
+    summary.json records it when the run completes, so a loader can tell a truncated or emptied file from
+    a complete one (see :func:`check_metrics`)."""
+    import hashlib
+
+    data = Path(path).read_bytes() if Path(path).exists() else b""
+    n = sum(1 for line in data.split(b"\n") if line.strip())
+    return {"metrics_lines": n, "metrics_sha256": hashlib.sha256(data).hexdigest()}
+
+
+def seal_summary(out: str | os.PathLike) -> dict[str, Any]:
+    """Add :func:`metrics_digest` of ``out/metrics.jsonl`` to ``out/summary.json`` (atomically); returns it."""
+    out = Path(out)
+    summ = json.loads((out / "summary.json").read_text(encoding="utf-8"))
+    summ.update(metrics_digest(out / "metrics.jsonl"))
+    atomic_write_json(out / "summary.json", summ)
+    return summ
+
+
+def check_steps(lines: list[dict[str, Any]], path: str | os.PathLike) -> None:
+    """Raise ValueError naming ``path`` and the line if ``step`` goes backwards or repeats.
+
+    A step may appear twice only as a training line followed by the evaluation-only line of the run's end
+    (``loss`` is None on it); anything else is two runs interleaved or a line written twice."""
+    prev: dict[str, Any] | None = None
+    for i, rec in enumerate(lines):
+        step = rec.get("step")
+        if prev is not None and isinstance(step, int | float):
+            ps = prev.get("step")
+            if step < ps:
+                raise ValueError(f"{path}: line {i + 1} has step {step} after step {ps} (two runs interleaved? "
+                                 f"delete the run directory and rerun it)")
+            if step == ps and (rec.get("loss") is not None or prev.get("loss") is None):
+                raise ValueError(f"{path}: line {i + 1} repeats step {step} (duplicated lines; delete the run "
+                                 f"directory and rerun it)")
+        prev = rec
+
+
+def lock_holders(path: str | os.PathLike) -> list[int]:
+    """PIDs holding a flock on ``path`` (from /proc/locks; [] if none or unknown)."""
+    try:
+        st = os.stat(path)
+        text = Path("/proc/locks").read_text()
+    except OSError:
+        return []
+    want = f"{os.major(st.st_dev):02x}:{os.minor(st.st_dev):02x}:{st.st_ino}"
+    pids = []
+    for line in text.splitlines():
+        parts = line.split()
+        # "1: FLOCK  ADVISORY  WRITE 1234 08:01:5678 0 EOF" (blocked waiters have "->" after the number)
+        if len(parts) >= 6 and "FLOCK" in parts:
+            k = parts.index("FLOCK")
+            if len(parts) > k + 4 and parts[k + 4] == want:
+                with contextlib.suppress(ValueError):
+                    pids.append(int(parts[k + 3]))
+    return sorted(set(pids))
+
+
+def set_parent_death_signal(sig: int = 9, parent_pid: int | None = None) -> None:
+    """Ask Linux to send ``sig`` to this process when its parent dies (prctl PR_SET_PDEATHSIG).
+
+    If ``parent_pid`` is given and the parent is already gone (we were re-parented before the call), exit
+    at once: a worker must never train without the launcher that holds its run directory."""
+    import ctypes
+    import sys
+
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(None, use_errno=True).prctl(1, sig, 0, 0, 0)  # PR_SET_PDEATHSIG = 1
+    if parent_pid is not None and os.getppid() != parent_pid:
+        sys.exit(f"lowbw: parent {parent_pid} is gone; exiting")

@@ -25,7 +25,7 @@ from lowbw.runio import atomic_write, atomic_write_json
 __all__ = ["fingerprint", "save_part", "write_marker", "read_marker", "load_part", "prune", "RUN_ONLY_KEYS"]
 
 # keys that may change between a run and its resumption without changing its numbers
-RUN_ONLY_KEYS = ("progress", "max_wall_s", "checkpoint_every", "master_port", "threads", "name")
+RUN_ONLY_KEYS = ("progress", "max_wall_s", "checkpoint_every", "master_port", "threads", "name", "peer_timeout_s")
 
 
 def fingerprint(cfg_dict: dict[str, Any]) -> str:

@@ -71,6 +71,9 @@ class RunConfig:
                           group="run")
     testbed: bool = _f(False, "procs: each worker in its own network namespace behind a tc-shaped link at "
                        "bandwidth_mbit / latency_ms (needs root, ip, tc)", group="run")
+    peer_timeout_s: float = _f(0.0, "procs/torchrun: seconds any wait on another worker may take before the run "
+                               "fails naming the rank (0: 30 s + 10x the modelled gradient all-reduce time)",
+                               minimum=0, group="run")
 
     # --- data
     dataset: str = _f("cifar10_small", "dataset name (lowbw.data.available()), or synthetic (no files: 10 classes "
@@ -538,28 +541,57 @@ def keys_help() -> str:
 
 
 def parse_override(s: str) -> tuple[str, Any]:
-    """``key=value`` with the value parsed as YAML (``lr=0.1``, ``targets=[0.5,0.6]``, ``ddp_hook=true``)."""
+    """``key=value`` with the value parsed as YAML (``lr=0.1``, ``targets=[0.5,0.6]``, ``ddp_hook=true``).
+
+    Raises ConfigError naming the override when it is not ``key=value`` or its value is not valid YAML."""
     import yaml
 
     if "=" not in s:
         raise ConfigError(s, "override must look like key=value")
     k, v = s.split("=", 1)
     k = k.strip()
-    val = yaml.safe_load(v) if v.strip() else ""
+    if not k:
+        raise ConfigError(s, "override has no key before '=' (use key=value)")
+    try:
+        val = yaml.safe_load(v) if v.strip() else ""
+    except yaml.YAMLError as e:
+        where = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(k, f"--set {s}: value {v!r} is not valid YAML ({where}); quote strings, "
+                             f"e.g. {k}='{v}'") from None
     return k, val
 
 
 def load_file(path: str) -> dict[str, Any]:
-    """A run config file (YAML or JSON) as a dict. A ``config`` key (as in a run's config.json) is unwrapped."""
+    """A run config file (YAML or JSON) as a dict. A ``config`` key (as in a run's config.json) is unwrapped.
+
+    Raises ConfigError (one line, naming the file and the line) for syntax errors, an empty file, or a
+    file that does not hold a mapping; OSError if it cannot be read."""
     import json
 
     import yaml
 
     with open(path, encoding="utf-8") as fh:
         text = fh.read()
-    d = json.loads(text) if str(path).endswith(".json") else (yaml.safe_load(text) or {})
+    if not text.strip() or all(not ln.strip() or ln.lstrip().startswith("#") for ln in text.splitlines()):
+        raise ConfigError(str(path), "empty config file: give at least one key (e.g. `workers: 4`), or omit -c "
+                                     "for the defaults")
+    try:
+        if str(path).endswith(".json"):
+            d = json.loads(text)
+        else:
+            d = yaml.safe_load(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(str(path), f"not valid JSON at line {e.lineno} column {e.colno}: {e.msg}") from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        at = f" at line {mark.line + 1} column {mark.column + 1}" if mark is not None else ""
+        what = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise ConfigError(str(path), f"not valid YAML{at}: {what}") from None
+    if d is None:
+        raise ConfigError(str(path), "empty config file: give at least one key (e.g. `workers: 4`), or omit -c "
+                                     "for the defaults")
     if not isinstance(d, dict):
-        raise ConfigError(str(path), "a run config file must hold a mapping")
+        raise ConfigError(str(path), f"a run config file must hold a mapping of keys, got a {type(d).__name__}")
     if "config" in d and isinstance(d["config"], dict):
         d = d["config"]
     return d

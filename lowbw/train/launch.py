@@ -8,6 +8,12 @@
 * ``torchrun``: the same worker under ``torchrun`` (env:// rendezvous from its environment). Called inside
   torchrun (``RANK`` set) this process *is* a worker; otherwise it starts
   ``python -m torch.distributed.run --standalone --nproc_per_node M -m lowbw.train.worker ...``.
+
+Failure behaviour (issue 18): the run directory's ``.lock`` is held by the launcher *and* every worker
+(flock, shared once the launcher has checked it is alone), so a rerun cannot start while an orphan still
+writes; workers die with the launcher (parent-death signal) and a guardian process deletes the testbed's
+namespaces if the launcher is SIGKILLed; a worker that stops answering ends the run within the peer timeout
+with an error naming its rank; the first failing worker's error line becomes the launcher's error.
 """
 
 from __future__ import annotations
@@ -19,13 +25,24 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
+from collections import deque
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lowbw.train.config import RunConfig
 
-__all__ = ["run", "free_port"]
+__all__ = ["run", "free_port", "RunDirError", "WorkerError", "config_diff", "peer_timeout_s"]
+
+
+class RunDirError(RuntimeError):
+    """The run directory cannot be used as asked (locked, holds another config); the message says why."""
+
+
+class WorkerError(RuntimeError):
+    """A worker failed; the message names the rank and carries its error line."""
 
 
 def free_port() -> int:
@@ -34,58 +51,167 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _prepare_out(out: str | os.PathLike, overwrite: bool) -> Path:
-    out = Path(out)
-    out.mkdir(parents=True, exist_ok=True)
-    if (out / "summary.json").exists():
-        if not overwrite:
-            raise FileExistsError(f"{out}/summary.json exists: the run is complete (use overwrite / --force to redo)")
-        (out / "summary.json").unlink()
-        for p in (out / "checkpoint").glob("*") if (out / "checkpoint").exists() else []:
-            p.unlink()
-    return out
+def peer_timeout_s(cfg: RunConfig, grad_bytes: int | None = None) -> float:
+    """Seconds any wait on a peer may take before the run fails naming the rank.
+
+    ``peer_timeout_s`` when set; else 30 s plus ten times the modelled time of moving the gradient twice
+    (a ring all-reduce) over the configured world link, so slow links and big models get longer."""
+    t = float(getattr(cfg, "peer_timeout_s", 0.0) or 0.0)
+    if t > 0:
+        return t
+    t = 30.0
+    if grad_bytes:
+        t += 10 * 2 * grad_bytes * 8 / (max(cfg.bandwidth_mbit, 1e-3) * 1e6) + 10 * 2 * cfg.latency_ms / 1e3
+    return t
 
 
-@contextlib.contextmanager
-def _exclusive(out: Path):
-    """Hold ``out/.lock`` (flock) while training: two processes never write one run directory."""
-    import fcntl
+# --------------------------------------------------------------------------------------- run directory
+class RunLock:
+    """``DIR/.lock`` (flock): exclusive while the launcher checks and prepares the directory, then shared
+    with the workers (each takes a shared lock too), so no second run starts while any of them lives."""
 
-    f = open(out / ".lock", "w")  # noqa: SIM115 (held for the duration of the run)
-    try:
+    def __init__(self, out: Path):
+        self.path = out / ".lock"
+        self._f = None
+
+    def acquire(self, shared: bool = False) -> RunLock:
+        import fcntl
+
+        self._f = open(self.path, "a")  # noqa: SIM115 (held for the duration of the run)
         try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            fcntl.flock(self._f, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
-            raise RuntimeError(f"{out} is being written by another process (it holds {out}/.lock)") from None
-        yield
-    finally:
-        f.close()
+            self.release()
+            from lowbw.runio import lock_holders
+
+            pids = [p for p in lock_holders(self.path) if p != os.getpid()]
+            who = f"process(es) {', '.join(map(str, pids))}" if pids else "another process"
+            raise RunDirError(f"{self.path.parent} is being written by {who} (they hold {self.path}; "
+                              f"if none is a live run, `python -m lowbw doctor` removes them)") from None
+        return self
+
+    def share(self) -> None:
+        """Downgrade to a shared lock so the workers can take theirs."""
+        import fcntl
+
+        fcntl.flock(self._f, fcntl.LOCK_SH | fcntl.LOCK_NB)
+
+    def release(self) -> None:
+        if self._f is not None:
+            self._f.close()
+            self._f = None
+
+
+def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """Keys whose values differ between two run configs, ignoring keys that do not change the numbers."""
+    from lowbw.train.checkpoint import RUN_ONLY_KEYS
+
+    skip = set(RUN_ONLY_KEYS)
+    # fill defaults on both sides (a key added to RunConfig since the old run is not a difference); an old
+    # config that no longer validates is compared as written
+    with contextlib.suppress(Exception):
+        old = RunConfig.from_dict({k: v for k, v in old.items() if k in new}, check_registries=False).to_dict()
+    return sorted(k for k in set(old) | set(new) if k not in skip and old.get(k) != new.get(k))
+
+
+def _old_config(out: Path) -> dict[str, Any] | None:
+    try:
+        c = json.loads((out / "config.json").read_text())
+    except (OSError, ValueError):
+        return None
+    return c.get("config", c) if isinstance(c, dict) else None
+
+
+def _describe_diff(out: Path, keys: list[str], old: dict[str, Any], new: dict[str, Any]) -> str:
+    shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys[:6])
+    return shown + (f" (+{len(keys) - 6} more)" if len(keys) > 6 else "")
+
+
+def check_out(cfg: RunConfig, out: Path, overwrite: bool) -> str:
+    """What a run into ``out`` would do: ``"new"``, ``"resume"`` (a matching checkpoint), ``"complete"``
+    (same config, summary.json exists) or ``"redo"`` (overwrite). Raises RunDirError when the directory
+    holds a run of another config (naming the differing keys) and ``overwrite`` is false."""
+    complete = (out / "summary.json").exists()
+    if overwrite:
+        return "redo"
+    old = _old_config(out)
+    new = cfg.to_dict()
+    if complete:
+        keys = config_diff(old, new) if old is not None else []
+        if keys:
+            raise RunDirError(f"{out} holds a complete run of another config ({_describe_diff(out, keys, old, new)}); "
+                              f"use another --out, or --force to replace it")
+        return "complete"
+    marker = out / "checkpoint" / "latest.json"
+    if marker.exists():
+        from lowbw.train.checkpoint import fingerprint
+
+        try:
+            fp = json.loads(marker.read_text())["fingerprint"]
+        except (OSError, ValueError, KeyError):
+            raise RunDirError(f"{marker} is corrupt; delete {marker.parent} (or use --force) to start over") from None
+        if fp != fingerprint(new):
+            keys = config_diff(old, new) if old is not None else []
+            what = _describe_diff(out, keys, old, new) if keys else "config.json is missing"
+            raise RunDirError(f"{out}/checkpoint was written by another config ({what}); use the same config to "
+                              f"resume, or --force to start over")
+        return "resume"
+    return "new"
+
+
+def _prepare_out(out: Path, overwrite: bool) -> None:
+    if overwrite:
+        import shutil
+
+        for name in ("summary.json",):
+            with contextlib.suppress(FileNotFoundError):
+                (out / name).unlink()
+        shutil.rmtree(out / "checkpoint", ignore_errors=True)
+
+
+def finish(out: Path, keep_checkpoint: bool = False) -> dict[str, Any]:
+    """Seal summary.json with the metrics digest and drop the checkpoint (unless kept): the run is done."""
+    import shutil
+
+    from lowbw.runio import seal_summary
+
+    summ = seal_summary(out)
+    if not keep_checkpoint:
+        shutil.rmtree(out / "checkpoint", ignore_errors=True)
+    return summ
 
 
 def run(cfg: RunConfig | dict[str, Any], out: str | os.PathLike, *, overwrite: bool = False, data=None,
-        quiet: bool = False) -> dict[str, Any]:
-    """Train ``cfg`` into run directory ``out``; returns summary.json's content."""
+        quiet: bool = False, keep_checkpoint: bool = False) -> dict[str, Any]:
+    """Train ``cfg`` into run directory ``out``; returns summary.json's content.
+
+    ``overwrite`` redoes a complete run or one of another config; ``keep_checkpoint`` keeps ``checkpoint/``
+    after the run completes (by default it is deleted once summary.json is written)."""
     if not isinstance(cfg, RunConfig):
         cfg = RunConfig.from_dict(cfg)
+    outp = Path(out).resolve()  # workers may start elsewhere (testbed: cwd is the checkout)
     if cfg.backend == "torchrun" and "RANK" in os.environ and "WORLD_SIZE" in os.environ:
         from lowbw.train.worker import worker_main  # inside torchrun: this process is one worker
 
-        return worker_main(cfg, Path(out))
-    outp = Path(out)
+        return worker_main(cfg, outp, keep_checkpoint=keep_checkpoint)
     outp.mkdir(parents=True, exist_ok=True)
-    with _exclusive(outp):
-        outp = _prepare_out(outp, overwrite)
-        return _run(cfg, outp, data, quiet)
+    lock = RunLock(outp).acquire()
+    try:
+        if check_out(cfg, outp, overwrite) == "complete":
+            raise FileExistsError(f"{outp}/summary.json exists: the run is complete (use overwrite / --force to redo)")
+        _prepare_out(outp, overwrite)
+        if cfg.backend == "sim":
+            _run_sim(cfg, outp, data)
+        else:
+            if data is None and cfg.dataset != "synthetic":  # fill the dataset cache once, before M processes
+                from lowbw.data import load
 
-
-def _run(cfg: RunConfig, outp: Path, data, quiet: bool) -> dict[str, Any]:
-    if cfg.backend == "sim":
-        return _run_sim(cfg, outp, data)
-    if data is None and cfg.dataset != "synthetic":  # fill the dataset cache once, before M processes read it
-        from lowbw.data import load
-
-        load(cfg.dataset)
-    return _run_procs(cfg, outp, quiet=quiet)
+                load(cfg.dataset)
+            lock.share()
+            _run_procs(cfg, outp, quiet=quiet)
+        return finish(outp, keep_checkpoint)
+    finally:
+        lock.release()
 
 
 def _run_sim(cfg: RunConfig, out: Path, data) -> dict[str, Any]:
@@ -101,69 +227,199 @@ def _run_sim(cfg: RunConfig, out: Path, data) -> dict[str, Any]:
     return tr.run()
 
 
+# --------------------------------------------------------------------------------------- worker processes
 def _worker_cmd(cfg_path: Path, out: Path) -> list[str]:
     return [sys.executable, "-m", "lowbw.train.worker", "--config", str(cfg_path), "--out", str(out)]
 
 
-def _run_procs(cfg: RunConfig, out: Path, quiet: bool = False) -> dict[str, Any]:
+@dataclass
+class _Worker:
+    """One supervised process: its stderr is copied to ``log`` (and the console unless quiet), the last
+    lines kept to report its error."""
+
+    rank: int | str
+    proc: subprocess.Popen
+    log: Path
+    tail: deque = field(default_factory=lambda: deque(maxlen=40))
+    reader: threading.Thread | None = None
+    failed_at: float | None = None
+    stopped_since: float | None = None
+
+    def start_reader(self, echo: bool) -> None:
+        def pump() -> None:
+            with open(self.log, "wb") as f:
+                for raw in iter(self.proc.stderr.readline, b""):
+                    f.write(raw)
+                    f.flush()
+                    self.tail.append(raw.decode("utf-8", "replace").rstrip())
+                    if echo:
+                        with contextlib.suppress(OSError, ValueError):
+                            sys.stderr.write(raw.decode("utf-8", "replace"))
+                            sys.stderr.flush()
+
+        self.reader = threading.Thread(target=pump, daemon=True, name=f"lowbw-stderr-{self.rank}")
+        self.reader.start()
+
+    def error_line(self) -> str:
+        lines = [x for x in self.tail if x.strip()]
+        for x in reversed(lines):
+            if x.startswith("lowbw worker"):
+                return x
+        return lines[-1] if lines else "(no error output)"
+
+
+def _state(pid: int) -> str:
+    """The kernel's one-letter state of ``pid`` (T/t = stopped/traced), '' if unknown."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return ""
+
+
+def _kill_all(workers: list[_Worker]) -> None:
+    for w in workers:
+        if w.proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.killpg(w.proc.pid, signal.SIGKILL)
+    for w in workers:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            w.proc.wait(timeout=10)
+
+
+def _supervise(workers: list[_Worker], stall_s: float, grace: float) -> str | None:
+    """Wait for the workers; returns None if all exited 0, else the reason, naming the rank.
+
+    A worker whose process is stopped (SIGSTOP, a debugger) for ``stall_s`` ends the run; once one fails
+    the others get ``grace`` seconds to report their own errors. Every worker is dead on return."""
+    stalled: list[_Worker] = []
+    fail_at = None
+    try:
+        while True:
+            now = time.time()
+            live = [w for w in workers if w.proc.poll() is None]
+            for w in workers:
+                if w.proc.returncode not in (None, 0) and w.failed_at is None:
+                    w.failed_at = now
+                    fail_at = fail_at or now
+            if not live:
+                break
+            for w in live:
+                if isinstance(w.rank, int) and _state(w.proc.pid) in ("T", "t"):
+                    w.stopped_since = w.stopped_since or now
+                    if now - w.stopped_since >= stall_s or fail_at is not None:
+                        stalled.append(w)
+                else:
+                    w.stopped_since = None
+            if stalled or (fail_at is not None and now - fail_at > grace):
+                break
+            time.sleep(0.1)
+    finally:
+        _kill_all(workers)
+        for w in workers:
+            if w.reader is not None:
+                w.reader.join(timeout=5)
+    if stalled:
+        w = stalled[0]
+        others = [f"rank {x.rank}: {x.error_line()}" for x in workers if x.failed_at is not None]
+        return (f"rank {w.rank} stopped answering (its process {w.proc.pid} is stopped) for "
+                f"{time.time() - w.stopped_since:.0f} s (peer timeout {stall_s:g} s)"
+                + ("; " + "; ".join(others[:1]) if others else ""))
+    failed = sorted((w for w in workers if w.failed_at is not None), key=lambda w: (w.failed_at, str(w.rank)))
+    if not failed:
+        return None
+    first = failed[0]
+    codes = ", ".join(f"{w.rank}: {w.proc.returncode}" for w in workers)
+    return f"rank {first.rank} failed (exit {first.proc.returncode}): {first.error_line()} [exit codes {codes}; " \
+           f"logs: {first.log}]"
+
+
+def _guardian(tag: str) -> subprocess.Popen:
+    """A helper that deletes the testbed's namespaces (and kills what runs in them) once this process is
+    gone, however it died: it waits for EOF on its stdin, which only our death or exit closes."""
+    return subprocess.Popen([sys.executable, "-m", "lowbw.doctor", "--guard", tag], stdin=subprocess.PIPE,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+
+
+def _env_paths(env: dict[str, str]) -> None:
+    """Make dataset paths absolute: workers may run in another directory."""
+    from lowbw.data import DATA_DIR_ENV, MIRROR_ENV
+
+    for k in (DATA_DIR_ENV, MIRROR_ENV):
+        v = env.get(k)
+        if v and "://" not in v:
+            env[k] = str(Path(v).expanduser().resolve())
+
+
+def _run_procs(cfg: RunConfig, out: Path, quiet: bool = False) -> None:
     from lowbw.train.world import default_threads
 
     cfg_path = out / ".worker-config.json"
     cfg_path.write_text(json.dumps(cfg.to_dict(), sort_keys=True))
     threads = default_threads(cfg)
     env = dict(os.environ)
+    _env_paths(env)
     env["OMP_NUM_THREADS"] = str(threads)
     env["LOWBW_THREADS"] = str(threads)
+    env["LOWBW_LAUNCHED"] = "1"  # the launcher seals summary.json, not rank 0
+    if cfg.backend != "torchrun":  # torchrun's agent is the workers' parent; it dies with us instead
+        env["LOWBW_PARENT_PID"] = str(os.getpid())
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     port = cfg.master_port or free_port()
-    stderr = subprocess.DEVNULL if quiet else None
-    if cfg.backend == "torchrun":
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", f"--nproc_per_node={cfg.workers}",
-               "-m", "lowbw.train.worker", "--config", str(cfg_path), "--out", str(out)]
-        rc = subprocess.run(cmd, env=env, stdout=stderr, stderr=stderr).returncode
-        codes = [rc]
-    elif cfg.testbed:
-        from lowbw.net.testbed import Testbed
+    stdout = subprocess.DEVNULL if quiet else None
+    stall = peer_timeout_s(cfg)
+    grace = 10.0
+    cmd = _worker_cmd(cfg_path, out)
+    workers: list[_Worker] = []
 
-        rate = f"{cfg.bandwidth_mbit}mbit"
-        delay = f"{cfg.latency_ms}ms" if cfg.latency_ms else None
-        with Testbed(workers=cfg.workers, rate=rate, delay=delay, master_port=port) as tb:
-            env["PYTHONPATH"] = env["PYTHONPATH"]
-            codes = tb.run(_worker_cmd(cfg_path, out), env=env, cwd=root, stdout=stderr, stderr=stderr)
-            (out / ".testbed.json").write_text(json.dumps(tb.describe(), default=str))
-    else:
-        codes = _spawn(cfg, _worker_cmd(cfg_path, out), env, port, stderr)
-    if any(c != 0 for c in codes):
-        raise RuntimeError(f"backend={cfg.backend}: worker exit codes {codes} (see the workers' stderr)")
+    def watch(procs: list[subprocess.Popen], ranks: list) -> str | None:
+        for r, p in zip(ranks, procs):
+            workers.append(_Worker(r, p, out / f".worker-{r}.log"))
+        for w in workers:
+            w.start_reader(echo=not quiet)
+        return _supervise(workers, stall, grace)
+
+    try:
+        if cfg.backend == "torchrun":
+            from lowbw.runio import set_parent_death_signal
+
+            tcmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                    f"--nproc_per_node={cfg.workers}", *cmd[1:]]
+            p = subprocess.Popen(tcmd, env=env, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True,
+                                 preexec_fn=lambda: set_parent_death_signal(signal.SIGTERM))
+            reason = watch([p], ["torchrun"])
+        elif cfg.testbed:
+            from lowbw.net.testbed import Testbed
+
+            rate = f"{cfg.bandwidth_mbit}mbit"
+            delay = f"{cfg.latency_ms}ms" if cfg.latency_ms else None
+            with Testbed(workers=cfg.workers, rate=rate, delay=delay, master_port=port) as tb:
+                guard = _guardian(tb.tag) if tb.emulation == "netns-tc" else None
+                try:
+                    procs = tb.launch(cmd, env=env, cwd=root, stdout=stdout, stderr=subprocess.PIPE)
+                    reason = watch(procs, list(range(cfg.workers)))
+                    (out / ".testbed.json").write_text(json.dumps(tb.describe(), default=str))
+                finally:
+                    if guard is not None:
+                        tb.close()
+                        guard.stdin.close()
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            guard.wait(timeout=30)
+        else:
+            procs = []
+            for r in range(cfg.workers):
+                e = dict(env)
+                e.update({"RANK": str(r), "WORLD_SIZE": str(cfg.workers), "LOCAL_RANK": str(r),
+                          "LOCAL_WORLD_SIZE": str(cfg.workers), "MASTER_ADDR": "127.0.0.1",
+                          "MASTER_PORT": str(port)})
+                procs.append(subprocess.Popen(cmd, env=e, stdout=stdout, stderr=subprocess.PIPE,
+                                              start_new_session=True))
+            reason = watch(procs, list(range(cfg.workers)))
+    finally:
+        _kill_all(workers)
+    if reason:
+        raise WorkerError(f"backend={cfg.backend}: {reason}")
     summ = out / "summary.json"
     if not summ.exists():
-        raise RuntimeError(f"backend={cfg.backend}: workers exited but {summ} was not written")
-    return json.loads(summ.read_text())
-
-
-def _spawn(cfg: RunConfig, cmd: list[str], env: dict[str, str], port: int, stderr, grace: float = 30.0) -> list[int]:
-    procs = []
-    for r in range(cfg.workers):
-        e = dict(env)
-        e.update({"RANK": str(r), "WORLD_SIZE": str(cfg.workers), "LOCAL_RANK": str(r),
-                  "LOCAL_WORLD_SIZE": str(cfg.workers), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
-        procs.append(subprocess.Popen(cmd, env=e, stdout=stderr, stderr=stderr, start_new_session=True))
-    fail_at = None
-    try:
-        while True:
-            codes = [p.poll() for p in procs]
-            if all(c is not None for c in codes):
-                break
-            if fail_at is None and any(c not in (None, 0) for c in codes):
-                fail_at = time.time()
-            if fail_at is not None and time.time() - fail_at > grace:
-                break
-            time.sleep(0.05)
-    finally:
-        for p in procs:  # a failed or interrupted run leaves no orphans
-            if p.poll() is None:
-                with contextlib.suppress(ProcessLookupError, PermissionError):
-                    os.killpg(p.pid, signal.SIGKILL)
-                p.wait()
-    return [p.returncode for p in procs]
+        raise WorkerError(f"backend={cfg.backend}: workers exited but {summ} was not written")

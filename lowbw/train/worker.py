@@ -6,6 +6,11 @@
 Initialises torch.distributed (env://; gloo on CPU, NCCL on CUDA), installs the loopback rate limiter when
 the testbed asks for it, and runs the same :class:`~lowbw.train.loop.Trainer` as ``sim`` over a
 :class:`~lowbw.train.world.DistWorld`.
+
+A worker dies with its launcher (parent-death signal; ``LOWBW_PARENT_PID`` names the launcher), holds the
+run directory's lock (shared with the launcher and the other workers) while it writes, and gives every wait
+on a peer the run's peer timeout. On failure it prints one line ``lowbw worker rank R: Error: message`` last
+on stderr (after the traceback), which the launcher reports.
 """
 
 from __future__ import annotations
@@ -13,17 +18,31 @@ from __future__ import annotations
 import argparse
 import os
 import sys
+import traceback
 from datetime import timedelta
+from pathlib import Path
 from typing import Any
 
 
-def worker_main(cfg, out) -> dict[str, Any]:
+def _init_timeout_s(t: float) -> float:
+    """Rendezvous and metadata-group timeout: at least 2 minutes (workers start and import torch on shared
+    cores; rank 0 evaluates while the others wait on the metadata group)."""
+    return max(120.0, t)
+
+
+def worker_main(cfg, out, keep_checkpoint: bool = False) -> dict[str, Any]:
     import torch
     import torch.distributed as dist
 
+    from lowbw.runio import set_parent_death_signal
+    from lowbw.train.launch import RunLock, finish, peer_timeout_s
     from lowbw.train.loop import Trainer, resolve_device
     from lowbw.train.world import DistWorld, default_threads
 
+    parent = os.environ.get("LOWBW_PARENT_PID")
+    set_parent_death_signal(9, int(parent) if parent else None)
+    out = Path(out).resolve()
+    lock = RunLock(out).acquire(shared=True)
     torch.set_num_threads(int(os.environ.get("LOWBW_THREADS") or default_threads(cfg)))
     device = resolve_device(cfg)
     if os.environ.get("LOWBW_EMULATION") == "loopback-ratelimit":
@@ -31,9 +50,11 @@ def worker_main(cfg, out) -> dict[str, Any]:
 
         install_from_env()
     backend = "nccl" if device.type == "cuda" else "gloo"
+    t0 = peer_timeout_s(cfg)
     if not dist.is_initialized():
-        dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=600))
-    world = DistWorld(cfg)
+        dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=_init_timeout_s(t0)))
+    world = DistWorld(cfg, timeout_s=t0, meta_timeout_s=_init_timeout_s(t0))
+    ok = False
     try:
         levels = []
         if cfg.sync == "hierarchical":
@@ -47,9 +68,15 @@ def worker_main(cfg, out) -> dict[str, Any]:
             tr = DDPTrainer(cfg, world, out)
         else:
             tr = Trainer(cfg, world, out)
-        return tr.run()
+        world.set_timeout(peer_timeout_s(cfg, getattr(getattr(tr, "rep", None), "P", 0) * 4))
+        summ = tr.run()
+        ok = True
     finally:
-        world.close()
+        world.close(clean=ok)
+        lock.release()
+    if world.is_main and not os.environ.get("LOWBW_LAUNCHED"):
+        summ = finish(out, keep_checkpoint)  # torchrun without our launcher: rank 0 completes the run
+    return summ
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -61,8 +88,17 @@ def main(argv: list[str] | None = None) -> int:
     a = ap.parse_args(argv)
     from lowbw.train.config import load_file
 
-    cfg = RunConfig.from_dict(load_file(a.config))
-    worker_main(cfg, a.out)
+    rank = os.environ.get("RANK", "?")
+    try:
+        cfg = RunConfig.from_dict(load_file(a.config))
+        worker_main(cfg, a.out)
+    except BaseException as e:  # noqa: BLE001 (one line for the launcher, after the traceback)
+        if isinstance(e, SystemExit) and e.code in (0, None):
+            raise
+        traceback.print_exc()
+        msg = " ".join(str(e).split())[:500]
+        print(f"lowbw worker rank {rank}: {type(e).__name__}: {msg}", file=sys.stderr, flush=True)
+        return 1
     return 0
 
 

@@ -246,10 +246,14 @@ class SimWorld:
 class DistWorld:
     """One worker per process (torch.distributed already initialised); ``rank`` = worker id."""
 
-    def __init__(self, cfg):
+    def __init__(self, cfg, timeout_s: float = 600.0, meta_timeout_s: float | None = None):
+        """``timeout_s``: seconds any collective may wait on a peer (raises naming the rank);
+        ``meta_timeout_s``: the same for the metadata group (rank 0 evaluates while the others wait there)."""
         import torch.distributed as dist
 
         self.cfg = cfg
+        self.timeout_s = float(timeout_s)
+        self.meta_timeout_s = float(meta_timeout_s or timeout_s)
         self.M = dist.get_world_size()
         if cfg.workers != self.M:
             raise RuntimeError(f"world size {self.M} != workers={cfg.workers}")
@@ -259,7 +263,9 @@ class DistWorld:
         self.kind = "dist"
         self.lock = None
         # metadata (stats, objects) go over a separate gloo group: never metered, works next to NCCL
-        self.meta_group = dist.new_group(backend="gloo")
+        from datetime import timedelta
+
+        self.meta_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.meta_timeout_s))
         self._colls: dict[str, Any] = {}
         self._meters: dict[str, Any] = {}
         self._groups_made: set[str] = set()
@@ -285,7 +291,7 @@ class DistWorld:
                         mine = pg
                 pg = mine
             meter = Meter()
-            self._colls[level] = DistCollective(self.cfg.collective, group=pg, meter=meter, timeout=600.0)
+            self._colls[level] = DistCollective(self.cfg.collective, group=pg, meter=meter, timeout=self.timeout_s)
             self._meters[level] = meter
         return self._colls[level], self._meters[level]
 
@@ -344,13 +350,30 @@ class DistWorld:
 
         dist.barrier(group=self.meta_group)
 
-    def close(self) -> None:
+    def set_timeout(self, timeout_s: float) -> None:
+        """Change the peer timeout of every collective (e.g. once the model, hence the transfer, is known)."""
+        self.timeout_s = float(timeout_s)
+        for c in self._colls.values():
+            c.timeout = self.timeout_s
+
+    def close(self, clean: bool = True) -> None:
+        """Leave the process group. ``clean``: meet the others first (bounded by the metadata timeout, after
+        which the error names this rank); after a failure no barrier: a dead peer must not hang the exit."""
         import torch.distributed as dist
 
-        if dist.is_initialized():
-            try:
-                dist.barrier(group=self.meta_group)
-            finally:
+        if not dist.is_initialized():
+            return
+        try:
+            if clean and self.M > 1:
+                from datetime import timedelta
+
+                try:
+                    dist.monitored_barrier(group=self.meta_group, timeout=timedelta(seconds=self.meta_timeout_s))
+                except RuntimeError as e:
+                    msg = " ".join(str(e).split())[:300]
+                    raise RuntimeError(f"rank {self.rank}: the final barrier failed: {msg}") from e
+        finally:
+            if clean:
                 dist.destroy_process_group()
 
 
