@@ -17,6 +17,7 @@ COMMANDS: dict[str, str] = {
     "data": "lowbw.data.cli",
     "report": "lowbw.report.cli",
     "bench": "lowbw.bench.cli",
+    "doctor": "lowbw.doctor",
 }
 
 
