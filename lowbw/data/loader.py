@@ -3,7 +3,9 @@
 Cache layout (``$LOWBW_DATA_DIR``, default ``~/.cache/lowbw/data``)::
 
     <cache>/<name>/x_train.npy y_train.npy x_test.npy y_test.npy   uncompressed, memory-mapped on load
-    <cache>/<name>/manifest.json                                  written last = the cache entry is complete
+    <cache>/<name>/manifest.json                                  written last = the cache entry is complete;
+                                                                  sha256 + size of every .npy, verified on
+                                                                  the first load in each process
     <cache>/<name>/raw/                                           verified original archives (downloads)
 
 Mirror (``$LOWBW_DATA_MIRROR``: directory, ``file://`` or ``http(s)://``) may hold either the original
@@ -23,11 +25,11 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from lowbw.data.fetch import MIRROR_ENV, ChecksumError, download, mirror_get, verify
+from lowbw.data.fetch import MIRROR_ENV, ChecksumError, download, file_digest, mirror_get, verify
 from lowbw.data.parse import Arrays, FormatError, parse_cifar_tar, parse_idx_gz
 from lowbw.data.specs import SPECS, DatasetSpec
 
-__all__ = ["Dataset", "load", "load_arrays", "cache_dir", "DATA_DIR_ENV", "available"]
+__all__ = ["Dataset", "load", "load_arrays", "cache_dir", "DATA_DIR_ENV", "available", "verify_cache"]
 
 DATA_DIR_ENV = "LOWBW_DATA_DIR"
 _KEYS = ("x_train", "y_train", "x_test", "y_test")
@@ -87,28 +89,88 @@ def _check(spec: DatasetSpec, arrays: Arrays, origin: str) -> Arrays:
     return out
 
 
+def _readable(fd: int) -> None:
+    """mkstemp makes files 0600; the cache is shared like run files: 0666 minus the umask."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+
+
 def _write_cache(entry: Path, arrays: Arrays, source: str) -> None:
-    """Write ``.npy`` files then ``manifest.json`` (atomic), so a half-written cache is never used."""
+    """Write ``.npy`` files then ``manifest.json`` (atomic), so a half-written cache is never used.
+
+    The manifest records each file's sha256 and size: loads verify them (see :func:`verify_cache`)."""
     entry.mkdir(parents=True, exist_ok=True)
+    sums = {}
     for k in _KEYS:
         fd, tmp = tempfile.mkstemp(prefix=f".{k}.", suffix=".npy", dir=entry)
+        _readable(fd)
         with os.fdopen(fd, "wb") as f:
             np.save(f, arrays[k])
+        sums[k] = {"sha256": file_digest(tmp, "sha256"), "bytes": os.path.getsize(tmp)}
         os.replace(tmp, entry / f"{k}.npy")
     manifest = {
         "source": source,
         "created": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
-        "arrays": {k: {"shape": list(arrays[k].shape), "dtype": str(arrays[k].dtype)} for k in _KEYS},
+        "arrays": {k: {"shape": list(arrays[k].shape), "dtype": str(arrays[k].dtype), **sums[k]} for k in _KEYS},
     }
     fd, tmp = tempfile.mkstemp(prefix=".manifest.", dir=entry)
+    _readable(fd)
     with os.fdopen(fd, "w") as f:
         json.dump(manifest, f, indent=2)
     os.replace(tmp, entry / "manifest.json")
 
 
+# files verified in this process, keyed by (path, size, mtime_ns, inode): each is hashed once per process
+_VERIFIED: set[tuple[str, int, int, int]] = set()
+
+
+def verify_cache(entry: Path, force: bool = False) -> list[str]:
+    """Problems of cache entry ``entry`` (empty list = every file matches its recorded sha256 and size).
+
+    Each file is hashed once per process (``force``: again), keyed by its size, mtime and inode."""
+    problems = []
+    try:
+        meta = json.loads((entry / "manifest.json").read_text())["arrays"]
+    except (OSError, ValueError, KeyError) as e:
+        return [f"{entry / 'manifest.json'}: unreadable ({e})"]
+    for k in _KEYS:
+        p = entry / f"{k}.npy"
+        want = (meta.get(k) or {}).get("sha256")
+        if not want:
+            problems.append(f"{p}: no checksum recorded (cache written by an older lowbw)")
+            continue
+        try:
+            st = p.stat()
+        except OSError as e:
+            problems.append(f"{p}: {e.strerror}")
+            continue
+        key = (str(p), st.st_size, st.st_mtime_ns, st.st_ino)
+        if key in _VERIFIED and not force:
+            continue
+        if st.st_size != meta[k].get("bytes", st.st_size):
+            problems.append(f"{p}: {st.st_size} bytes, the cache recorded {meta[k]['bytes']}")
+            continue
+        got = file_digest(p, "sha256")
+        if got != want:
+            problems.append(f"{p}: sha256 {got[:16]}... does not match the recorded {want[:16]}... (corrupt)")
+            continue
+        _VERIFIED.add(key)
+    return problems
+
+
 def _read_cache(entry: Path) -> Arrays | None:
+    """The cached arrays, or None when the entry is missing, damaged or fails verification (it is then
+    rebuilt from the sources; a corrupt one is reported on stderr)."""
     manifest = entry / "manifest.json"
     if not manifest.is_file():
+        return None
+    problems = verify_cache(entry)
+    if problems:
+        import sys
+
+        print(f"lowbw data: cache entry {entry} rejected, rebuilding it from the sources: {problems[0]}",
+              file=sys.stderr)
         return None
     try:
         meta = json.loads(manifest.read_text())["arrays"]
