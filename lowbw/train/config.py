@@ -444,6 +444,8 @@ def _coerce(f, v: Any) -> Any:
     kind = _kind(f)
     k = f.name
     if kind == "string":
+        if k == "error_feedback" and isinstance(v, bool):  # YAML 1.1 reads on/off as booleans (issue 19)
+            v = "on" if v else "off"
         if not isinstance(v, str):
             raise ConfigError(k, f"expected a string, got {v!r}")
         return v
