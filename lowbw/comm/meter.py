@@ -2,7 +2,8 @@
 
 Every point-to-point message that a lowbw collective posts goes through a transport that reports it
 here, so the counts are exact (payload bytes; no TCP/IP or gloo header overhead). ``native`` calls
-(torch's own all_reduce) are opaque: they are recorded with ``measured=False`` and zero counts.
+(torch's own all_reduce) are opaque: they are recorded with ``measured=False`` and zero counts, which
+:func:`estimate_native` fills in from the payload size and gloo's known pattern (``estimated=True``).
 
 Textbook volumes (M = tensor bytes, N = world size) that tests hold the meter to, see :func:`expected`:
 
@@ -26,7 +27,7 @@ from collections import defaultdict
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-__all__ = ["CallStats", "Meter", "active_meters", "metering"]
+__all__ = ["CallStats", "Meter", "active_meters", "metering", "native_volume", "estimate_native"]
 
 
 @dataclass
@@ -45,6 +46,7 @@ class CallStats:
     msgs_recv: int = 0
     seconds: float = 0.0
     measured: bool = True  # False for opaque backends (native)
+    estimated: bool = False  # counts filled in by estimate_native (from the size and the known pattern)
     sent_to: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # peer -> bytes
     recv_from: dict[int, int] = field(default_factory=lambda: defaultdict(int))
 
@@ -141,3 +143,40 @@ def expected(algorithm: str, nbytes: int, world_size: int, rank: int, root: int 
         up = 0 if rank == 0 else M
         return up + kids * M, kids * M + (0 if rank == 0 else M)
     raise ValueError(f"no textbook volume for algorithm={algorithm!r}")
+
+
+def native_volume(op: str, nbytes: int, world_size: int, rank: int, root: int = 0) -> tuple[int, int]:
+    """(bytes_sent, bytes_recv) of one torch.distributed (gloo) call of ``nbytes`` per rank, from the
+    pattern gloo runs: all_reduce is a ring (reduce-scatter + all-gather: 2(N-1)/N M each way),
+    all_gather a ring ((N-1) M each way), broadcast a binomial tree from ``root`` (M received by every
+    other rank; a rank sends M to each of its children). Payload bytes only, like the measured counts."""
+    N, M = world_size, nbytes
+    if N == 1:
+        return 0, 0
+    if op == "all_reduce":
+        v = 2 * (N - 1) * M // N
+        return v, v
+    if op == "all_gather":
+        return (N - 1) * M, (N - 1) * M
+    if op == "broadcast":
+        rel = (rank - root) % N
+        kids, step = 0, 1
+        while step < N:  # binomial tree: rel sends to rel + step for every step > rel's highest bit
+            if rel < step and rel + step < N:
+                kids += 1
+            step *= 2
+        return kids * M, (0 if rel == 0 else M)
+    raise ValueError(f"no native volume for op={op!r}; allowed: all_reduce, all_gather, broadcast")
+
+
+def estimate_native(calls) -> int:
+    """Fill in the counts of unmeasured (native) calls in ``calls`` from :func:`native_volume`; returns how
+    many were filled. Calls already measured or estimated are left alone."""
+    k = 0
+    for c in calls:
+        if c.measured or c.estimated or c.op not in ("all_reduce", "all_gather", "broadcast"):
+            continue
+        c.bytes_sent, c.bytes_recv = native_volume(c.op, c.nbytes, c.world_size, c.rank)
+        c.estimated = True
+        k += 1
+    return k
