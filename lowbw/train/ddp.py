@@ -5,8 +5,10 @@ The module's parameters are views into the replica's flat row, so the optimiser,
 and metrics are those of :class:`~lowbw.train.loop.Trainer`; only the gradient exchange differs (DDP's
 buckets, reverse parameter order, its own overlap of communication with the backward pass). BatchNorm
 buffers are not broadcast (``broadcast_buffers=False``), as in the other schemes each worker keeps its own.
-The hook's time is measured and reported as communication + compression; compute is the rest of
-forward+backward. The virtual clock uses the hook's call records like any other step.
+The hook returns at once and its exchange thread works while backward goes on (issue 19), so the step's
+forward+backward wall time is split as: communication = the meter's seconds, compression = the rest of the
+exchange thread's busy time, compute = what remains (overlap counts as exchange, never twice). The
+virtual clock uses the hook's call records like any other step.
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ class DDPTrainer(Trainer):
             warnings.simplefilter("ignore", FutureWarning)
             self.ddp = DDP(m, device_ids=dev_ids, broadcast_buffers=False)
         comp = self.comp if self.comp is not None else "none"
-        self.hook_state, hook = make_hook(comp, algorithm=cfg.collective,
+        self.hook_state, hook = make_hook(comp, algorithm=cfg.collective, module=m,
                                           seed=seed_for(cfg.seed, "compress", world.rank) % (2**31))
         self.hook_s = 0.0
 
@@ -65,6 +67,7 @@ class DDPTrainer(Trainer):
         meter = self.hook_state.meter
         n0, m0 = len(coll.calls), len(meter.calls)
         self.hook_s = 0.0
+        busy0 = self.hook_state.stats.busy_s
         self.ddp.train()
         self.ddp.zero_grad(set_to_none=True)
         out = self.ddp(x)
@@ -72,7 +75,8 @@ class DDPTrainer(Trainer):
         loss.backward()
         with torch.no_grad():
             grads = torch.cat([p.grad.reshape(-1) for p in self.model_template.parameters()]).unsqueeze(0)
-        compute = time.perf_counter() - t0 - self.hook_s
+        busy = self.hook_state.stats.busy_s - busy0  # the exchange thread's seconds in this step
+        compute = max(0.0, time.perf_counter() - t0 - busy - self.hook_s)
         self.step += 1
         self.opt.step(rep.params, grads, lr)
         self.samples += b * cfg.workers
@@ -88,7 +92,7 @@ class DDPTrainer(Trainer):
         comm_s = sum(c.seconds for c in meter.calls[m0:])
         del coll.calls[n0:], meter.calls[m0:]
         correct = int((out.detach().argmax(1) == y).sum())
-        rows = torch.tensor([[float(loss.detach()), correct, b, compute, max(0.0, self.hook_s - comm_s), comm_s,
+        rows = torch.tensor([[float(loss.detach()), correct, b, compute, max(0.0, busy + self.hook_s - comm_s), comm_s,
                               sent]], dtype=torch.float64)
         allrows = self.world.allgather_rows(rows)
         v_compress = self._compress_model_s() if cfg.clock == "model" else None
