@@ -247,12 +247,19 @@ class _Worker:
 
     def start_reader(self, echo: bool) -> None:
         def pump() -> None:
+            in_tb = False  # a worker's traceback goes to its log only; the launcher reports its last line
             with open(self.log, "wb") as f:
                 for raw in iter(self.proc.stderr.readline, b""):
                     f.write(raw)
                     f.flush()
-                    self.tail.append(raw.decode("utf-8", "replace").rstrip())
-                    if echo:
+                    line = raw.decode("utf-8", "replace").rstrip()
+                    self.tail.append(line)
+                    if line.startswith("Traceback (most recent call last)"):
+                        in_tb = True
+                    quiet_line = in_tb or line.startswith("lowbw worker rank")
+                    if line.startswith("lowbw worker rank"):
+                        in_tb = False
+                    if echo and not quiet_line:
                         with contextlib.suppress(OSError, ValueError):
                             sys.stderr.write(raw.decode("utf-8", "replace"))
                             sys.stderr.flush()
@@ -330,8 +337,11 @@ def _supervise(workers: list[_Worker], stall_s: float, grace: float) -> str | No
         return None
     first = failed[0]
     codes = ", ".join(f"{w.rank}: {w.proc.returncode}" for w in workers)
-    return f"rank {first.rank} failed (exit {first.proc.returncode}): {first.error_line()} [exit codes {codes}; " \
-           f"logs: {first.log}]"
+    rc = first.proc.returncode
+    if rc < 0:
+        with contextlib.suppress(ValueError):
+            return f"rank {first.rank} was killed by {signal.Signals(-rc).name} [exit codes {codes}; logs: {first.log}]"
+    return f"rank {first.rank} failed (exit {rc}): {first.error_line()} [exit codes {codes}; logs: {first.log}]"
 
 
 def _guardian(tag: str) -> subprocess.Popen:
