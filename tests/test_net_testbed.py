@@ -445,3 +445,67 @@ def test_loopback_ratelimit_limits_torch_distributed_sends():
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     with Testbed(2, rate="20mbit", emulation="loopback-ratelimit", master_port=29631) as tb:
         assert tb.run([sys.executable, "-c", LOOPBACK_SCRIPT], env=env, timeout=120) == [0, 0]
+
+
+# ------------------------------------------------------------------- launch contract (issue 19, point 5)
+ALLREDUCE_SCRIPT = textwrap.dedent("""
+    import os, torch, torch.distributed as dist
+    dist.init_process_group("gloo")
+    t = torch.ones(200_000) * (dist.get_rank() + 1)
+    dist.all_reduce(t)
+    with open(f"out-{os.environ['LOCAL_RANK']}.txt", "w") as f:
+        f.write(f"{dist.get_rank()} {dist.get_world_size()} {t[0].item()}")
+    dist.destroy_process_group()
+""")
+
+
+def _run_cli(tmp_path, *args, timeout=120):
+    env = dict(os.environ, PYTHONPATH=str(ROOT))
+    return subprocess.run([sys.executable, "-m", "lowbw", "testbed", *args], env=env, cwd=tmp_path,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.netns
+@netns
+def test_idle_links_end_with_a_loud_warning_and_busy_ones_do_not(tmp_path):
+    p = _prefix()
+    idle = _run_cli(tmp_path, "--workers", "2", "--prefix", p, "--", sys.executable, "-c", "pass")
+    assert idle.returncode == 0 and "WARNING: the shaped links carried almost no traffic" in idle.stderr
+    (tmp_path / "s.py").write_text(ALLREDUCE_SCRIPT)
+    busy = _run_cli(tmp_path, "--workers", "2", "--prefix", p, "--worker-dir", "wd/w{rank}", "--",
+                    sys.executable, "s.py")
+    assert busy.returncode == 0, busy.stderr
+    assert "WARNING" not in busy.stderr
+    # each worker ran in its own directory (the script path was made absolute), both wrote out-0.txt
+    assert [(tmp_path / f"wd/w{r}/out-0.txt").read_text() for r in range(2)] == ["0 2 3.0", "1 2 3.0"]
+    assert _ours(p) == []
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+@netns
+def test_launcher_torchrun_runs_one_node_per_namespace(tmp_path):
+    p = _prefix()
+    (tmp_path / "s.py").write_text(ALLREDUCE_SCRIPT)
+    res = _run_cli(tmp_path, "--workers", "2", "--prefix", p, "--launcher", "torchrun", "--worker-dir", "w{rank}",
+                   "--", "python", "s.py")
+    assert res.returncode == 0, res.stderr[-2000:]
+    assert "WARNING" not in res.stderr
+    assert [(tmp_path / f"w{r}/out-0.txt").read_text() for r in range(2)] == ["0 2 3.0", "1 2 3.0"]
+    assert _ours(p) == []
+
+
+def test_launch_contract_helpers_and_bad_arguments(tmp_path):
+    argv = T.torchrun_argv(["python3", "train.py", "--lr", "1"], 3, "10.0.0.1", 1234)
+    assert argv[:3] == [sys.executable, "-m", "torch.distributed.run"] and argv[-3:] == ["train.py", "--lr", "1"]
+    assert argv[argv.index("--nnodes") + 1] == "3" and argv[argv.index("--master-addr") + 1] == "10.0.0.1"
+    assert T.torchrun_argv(["-m", "pkg.mod"], 2, "a", 1)[-2:] == ["-m", "pkg.mod"]
+    with pytest.raises(ValueError, match="needs a script"):
+        T.torchrun_argv(["python"], 2, "a", 1)
+    assert T.worker_dir(str(tmp_path / "w{rank}"), 3) == str(tmp_path / "w3") and (tmp_path / "w3").is_dir()
+    assert T.worker_dir("same", 1) == "same" and T.worker_dir(None, 0) is None
+    res = _run_cli(tmp_path, "--worker-dir", "shared", "--", "true", timeout=30)
+    assert res.returncode == 2 and "--worker-dir 'shared' has no {rank}" in res.stderr
+    res = _run_cli(tmp_path, "--emulation", "loopback-ratelimit", "--launcher", "torchrun", "--", "python",
+                   timeout=30)
+    assert res.returncode == 2 and "needs a script" in res.stderr

@@ -6,6 +6,20 @@
 
 Needs root and iproute2 (``ip``, ``tc``); otherwise ``--emulation auto`` falls back to loopback with
 in-process rate limiting (labelled ``loopback-ratelimit``). The exit status is non-zero if any worker failed.
+
+Launch contract (--launcher direct, the default): the command runs once per worker, each in its own
+network namespace behind its own shaped link, with torchrun's environment for a one-process node:
+  RANK=0..N-1  WORLD_SIZE=N  LOCAL_RANK=0  LOCAL_WORLD_SIZE=1  GROUP_RANK=RANK
+  MASTER_ADDR=<worker 0's address>  MASTER_PORT=<--master-port>  GLOO_SOCKET_IFNAME=<the shaped interface>
+  OMP_NUM_THREADS=1 (unless set)  LOWBW_EMULATION, LOWBW_LINK_RATE_BPS, LOWBW_TESTBED (provenance)
+so torch.distributed.init_process_group("gloo") (init_method env://) just works. Do not wrap the command
+in torchrun yourself: `torchrun --nproc_per_node 1` in every namespace starts N separate 1-worker jobs
+(no traffic on the links). Use --launcher torchrun instead: each namespace runs
+  torchrun --nnodes N --node-rank RANK --nproc-per-node 1 --master-addr ... --master-port ... SCRIPT ARGS
+with the command after -- being `[python] script.py args` (or `-m module args`).
+All workers share the current directory (LOCAL_RANK is 0 everywhere, so files named after it collide):
+--worker-dir 'DIR/w{rank}' runs each worker in its own directory (created; script paths given relative to
+the current directory are made absolute). A run whose links carried (almost) nothing ends with a warning.
 """
 
 from __future__ import annotations
@@ -37,6 +51,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--emulation", default="auto", choices=["auto", "netns-tc", "loopback-ratelimit"])
     p.add_argument("--prefix", default="lbw", help="name prefix of namespaces (default lbw)")
     p.add_argument("--master-port", type=int, default=29500)
+    p.add_argument("--launcher", default="direct", choices=["direct", "torchrun"],
+                   help="direct: run the command per worker with torchrun's environment (default); torchrun: run "
+                        "a one-process torchrun node per worker (--nnodes N --node-rank RANK)")
+    p.add_argument("--worker-dir", default=None, metavar="'DIR/w{rank}'",
+                   help="each worker's working directory ({rank} is filled in; created); default: the current one")
     p.add_argument("--timeout", type=float, default=None, help="kill the workers after this many seconds")
     p.add_argument("--grace", type=float, default=30.0,
                    help="seconds the other workers get after one fails before they are killed")
@@ -48,7 +67,14 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lowbw.net.testbed import RealtimeUnavailable, Testbed, TestbedUnavailable, cleanup, netns_missing
+    from lowbw.net.testbed import (
+        RealtimeUnavailable,
+        Testbed,
+        TestbedUnavailable,
+        cleanup,
+        netns_missing,
+        torchrun_argv,
+    )
 
     if args.cleanup:
         missing = netns_missing()
@@ -64,6 +90,12 @@ def main(args: argparse.Namespace) -> int:
     if not cmd:
         print("lowbw testbed: no command given (put it after --)", file=sys.stderr)
         return 2
+    if args.worker_dir is not None and "{rank}" not in args.worker_dir:
+        print(f"lowbw testbed: --worker-dir {args.worker_dir!r} has no {{rank}}: the workers would share it",
+              file=sys.stderr)
+        return 2
+    if args.worker_dir is not None:
+        cmd = _absolute_paths(cmd)
     rate = None if str(args.rate).lower() in ("none", "0", "") else args.rate
     # SIGINT -> KeyboardInterrupt and SIGTERM/SIGHUP -> SystemExit unwind the with-block: teardown runs
     # (SIGINT explicitly: a shell starts background jobs with SIGINT ignored)
@@ -78,7 +110,18 @@ def main(args: argparse.Namespace) -> int:
             if args.show:
                 print(json.dumps(tb.describe(), indent=1), file=sys.stderr)
                 print(tb.qdiscs(), file=sys.stderr)
-            codes = tb.run(cmd, timeout=args.timeout, grace=args.grace)
+            per_rank = None
+            if args.launcher == "torchrun":
+                try:
+                    cmd = torchrun_argv(cmd, args.workers, tb.info[0].address, args.master_port)
+                except ValueError as e:
+                    print(f"lowbw testbed: {e}", file=sys.stderr)
+                    return 2
+                per_rank = {r: {"PET_NODE_RANK": str(r)} for r in range(args.workers)}
+            before = tb.link_bytes()
+            procs = tb.launch(cmd, cwd=args.worker_dir, per_rank_env=per_rank)
+            codes = tb.wait(procs, timeout=args.timeout, grace=args.grace)
+            _warn_if_idle(before, tb.link_bytes(), args.workers)
     except (TestbedUnavailable, RealtimeUnavailable) as e:
         print(f"lowbw testbed: {e}", file=sys.stderr)
         return 1
@@ -96,3 +139,34 @@ def main(args: argparse.Namespace) -> int:
             return positive[0] if positive[0] < 256 else 1
         return min(255, 128 - failed[0][1])
     return 0
+
+
+#: below this many bytes per worker over the whole run, the shaped links count as idle (a gloo rendezvous
+#: alone moves a few KB; any real gradient exchange moves far more)
+IDLE_BYTES_PER_WORKER = 64 * 1024
+
+
+def _warn_if_idle(before: list[int] | None, after: list[int] | None, workers: int) -> bool:
+    """Print a loud warning when the shaped links carried (almost) nothing; True if it did."""
+    if before is None or after is None:
+        return False  # loopback: no per-worker links to count
+    moved = [a - b for a, b in zip(after, before)]
+    if workers < 2 or sum(moved) >= IDLE_BYTES_PER_WORKER * workers:
+        return False
+    bar = "!" * 78
+    print(f"{bar}\nlowbw testbed: WARNING: the shaped links carried almost no traffic "
+          f"({', '.join(f'rank {r}: {b} B' for r, b in enumerate(moved))}).\n"
+          "The workers did not talk to each other through the testbed: did the command start its own "
+          "rendezvous\n(e.g. torchrun --nproc_per_node inside each namespace: use --launcher torchrun), or "
+          f"bind to another\naddress than MASTER_ADDR / GLOO_SOCKET_IFNAME? See python -m lowbw testbed --help.\n{bar}",
+          file=sys.stderr)
+    return True
+
+
+def _absolute_paths(cmd: list[str]) -> list[str]:
+    """Arguments naming existing files relative to the current directory, made absolute (the workers
+    run elsewhere with --worker-dir)."""
+    import os
+
+    return [os.path.abspath(a) if not a.startswith("-") and not os.path.isabs(a) and os.path.isfile(a) else a
+            for a in cmd]

@@ -686,7 +686,8 @@ class Testbed:
                stdout: Any = None, stderr: Any = None, per_rank_env: dict[int, dict[str, str]] | None = None
                ) -> list[subprocess.Popen]:
         """Start one process per worker (``command``: argv list, or a string run by ``sh -c``) in its
-        namespace, each in its own process group; the rate schedule starts now."""
+        namespace, each in its own process group; the rate schedule starts now. ``cwd`` with ``{rank}``
+        (e.g. ``"work/w{rank}"``) gives each worker its own working directory, created if missing."""
         with self._lock:
             self._require_started()
             argv = ["sh", "-c", command] if isinstance(command, str) else list(command)
@@ -700,7 +701,8 @@ class Testbed:
                 if per_rank_env and r in per_rank_env:
                     e.update(per_rank_env[r])
                 full = argv if self.emulation != "netns-tc" else ["ip", "netns", "exec", self.worker_ns(r), *argv]
-                p = subprocess.Popen(full, env=e, cwd=cwd, stdout=stdout, stderr=stderr, start_new_session=True,
+                wd = worker_dir(cwd, r)
+                p = subprocess.Popen(full, env=e, cwd=wd, stdout=stdout, stderr=stderr, start_new_session=True,
                                      preexec_fn=None if self.realtime is None else _set_rr(self.realtime))
                 procs.append(p)
                 self._procs.append(p)
@@ -758,6 +760,21 @@ class Testbed:
         return self.wait(self.launch(command, env=env, cwd=cwd, stdout=stdout, stderr=stderr),
                          timeout=timeout, grace=grace)
 
+    def link_bytes(self) -> list[int] | None:
+        """Bytes each worker's shaped link has carried so far (sent + received on its interface), or None
+        without netns + tc (loopback has no per-worker link to count on)."""
+        if self.emulation != "netns-tc":
+            return None
+        out = []
+        for r in range(self.workers):
+            res = _run(["ip", "-n", self.worker_ns(r), "-j", "-s", "link", "show", "dev", WORKER_IF], check=False)
+            try:
+                st = json.loads(res.stdout)[0]["stats64"]
+                out.append(int(st["tx"]["bytes"]) + int(st["rx"]["bytes"]))
+            except (ValueError, LookupError, TypeError):
+                out.append(0)
+        return out
+
     def describe(self) -> dict[str, Any]:
         """Provenance of the network: emulation mode, link parameters, names."""
         return {
@@ -773,6 +790,32 @@ class Testbed:
                         if self.emulation == "netns-tc" else "loopback (no kernel shaping)",
             "tag": self.tag, "addresses": [w.address for w in self.info],
         }
+
+
+def worker_dir(cwd: str | None, rank: int) -> str | None:
+    """``cwd`` with ``{rank}`` filled in (the directory is created), else ``cwd`` unchanged."""
+    if cwd is None or "{rank}" not in str(cwd):
+        return cwd
+    wd = str(cwd).replace("{rank}", str(rank))
+    os.makedirs(wd, exist_ok=True)
+    return wd
+
+
+def torchrun_argv(command: Sequence[str], workers: int, master_addr: str, master_port: int) -> list[str]:
+    """``torchrun --nnodes N --nproc-per-node 1 ... SCRIPT ARGS`` for ``--launcher torchrun``: every
+    namespace runs one single-process torchrun node; the node rank comes from ``PET_NODE_RANK`` (torchrun
+    reads its flags from ``PET_<FLAG>``). ``command``: ``[python] script.py args`` or ``[python] -m mod args``."""
+    cmd = list(command)
+    if cmd and os.path.basename(cmd[0]).startswith("python"):
+        cmd = cmd[1:]
+    if not cmd:
+        raise ValueError("--launcher torchrun needs a script (or -m module) after --")
+    if cmd[0] == "-m":
+        if len(cmd) < 2:
+            raise ValueError("--launcher torchrun: -m needs a module name")
+        cmd = ["-m", *cmd[1:]]
+    return [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(workers), "--nproc-per-node", "1",
+            "--master-addr", master_addr, "--master-port", str(master_port), *cmd]
 
 
 def _set_rr(priority: int):
