@@ -13,8 +13,8 @@ BASE = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=5,
             clock_compress_mbyte_s=200.0)
 
 
-def metrics(tmp_path, name, **kw):
-    run(RunConfig.from_dict({**BASE, **kw}), tmp_path / name, quiet=True)
+def metrics(tmp_path, name, keep_checkpoint=False, **kw):
+    run(RunConfig.from_dict({**BASE, **kw}), tmp_path / name, quiet=True, keep_checkpoint=keep_checkpoint)
     return read_jsonl(tmp_path / name / "metrics.jsonl")
 
 
@@ -81,7 +81,7 @@ def test_procs_resume_from_checkpoint(tmp_path):
 
     kw = dict(backend="procs", steps=6, checkpoint_every=2, compressor="topk", compressor_args={"ratio": 0.1},
               error_feedback="on")
-    full = metrics(tmp_path, "r", **kw)
+    full = metrics(tmp_path, "r", keep_checkpoint=True, **kw)
     d = tmp_path / "r"
     marker = json.loads((d / "checkpoint" / "latest.json").read_text())
     assert marker["step"] == 4 and len(marker["files"]) == 2

@@ -132,7 +132,7 @@ def test_resume_refuses_a_different_config(tmp_path, monkeypatch):
     with pytest.raises(KeyboardInterrupt):
         run(c, tmp_path / "r")
     monkeypatch.setattr(Trainer, "train_step", real)
-    with pytest.raises(RuntimeError, match="different config"):
+    with pytest.raises(RuntimeError, match=r"checkpoint was written by another config \(lr: 0.05 -> 0.2\)"):
         run(cfg(steps=6, checkpoint_every=2, lr=0.2), tmp_path / "r")
 
 
