@@ -24,8 +24,9 @@ from lowbw.train.config import validate_grid  # noqa: E402  (checks every run's 
 validate_grid(config)
 
 RUNS = run_dirs(config)
-BENCH = ["runs/bench/collectives.json", "runs/bench/compressors.json", "runs/bench/models.json"]
-EXPERIMENTS = [f"e{i}" for i in range(1, 8)]
+BENCH = ["runs/bench/collectives.json", "runs/bench/compressors.json", "runs/bench/models.json",
+         "runs/bench/e2e.json"]
+EXPERIMENTS = [f"e{i}" for i in range(1, 9)]
 GENERATED = (
     ["paper/generated/numbers.tex", "paper/generated/setup.tex"]
     + [f"paper/generated/{kind}_{e}.{ext}" for e in EXPERIMENTS
@@ -115,6 +116,25 @@ rule bench_models:
         "environment.yml"
     shell:
         "python -m lowbw.bench.models {params.args} --out {output} > {log} 2>&1"
+
+
+rule bench_e2e:
+    """E8: the same training on sim (virtual clock) and on procs over the testbed's shaped links, per cell.
+    Like E1's, an existing runs/bench/e2e.json is kept (the full grid is `python -m lowbw bench e2e`)."""
+    output:
+        "runs/bench/e2e.json",
+    log:
+        "runs/bench/e2e.log",
+    threads: 2
+    params:
+        args=lambda w: " ".join(
+            f"--{k.replace('_', '-')} " + (",".join(map(str, v)) if k == "methods" else
+                                           " ".join(map(str, v)) if isinstance(v, list) else str(v))
+            for k, v in config["bench"].get("e2e", {}).items()),
+    conda:
+        "environment.yml"
+    shell:
+        "python -m lowbw bench e2e {params.args} --runs-dir runs/bench/e2e --out {output} > {log} 2>&1"
 
 
 rule report:

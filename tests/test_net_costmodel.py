@@ -109,12 +109,14 @@ def test_allgather_broadcast_art_and_compressed():
 def test_collective_time_and_calls_time():
     calls = [CallRecord("all_reduce", int(M), "ring", 4), CallRecord("all_gather", int(M), "ring", 4),
              CallRecord("broadcast", int(M), "tree", 4)]
-    want = (6e-3 + 1.5) + (3e-3 + 3.0) + 2 * (1e-3 + 1.0)
+    # lowbw.comm's all_gather first all-gathers the sizes: (N-1) more latency terms, no bandwidth
+    want = (6e-3 + 1.5) + (3e-3 + 3e-3 + 3.0) + 2 * (1e-3 + 1.0)
     assert cm.calls_time(calls, L) == pytest.approx(want)
     assert cm.calls_time([], L) == 0.0
+    assert cm.collective_time("all_gather", "ring", M, 4, L, exchange_sizes=False) == pytest.approx(3e-3 + 3.0)
     # per-rank lists: all_gather uses every rank's own contribution
     per_rank = [[CallRecord("all_gather", s, "ring", 4)] for s in (int(M), int(2 * M), 0, int(M))]
-    assert cm.calls_time(per_rank, L) == pytest.approx(3e-3 + 4.0)
+    assert cm.calls_time(per_rank, L) == pytest.approx(3e-3 + 3e-3 + 4.0)
     with pytest.raises(ValueError, match="op"):
         cm.collective_time("scatter", "ring", M, 4, L)
 

@@ -68,7 +68,7 @@ def test_tiny_workflow_end_to_end(tmp_path):
     assert len(summaries) == 8
     assert (proj / "runs" / "e4_compression" / "method~topk1" / "seed~1" / "train.ipynb").is_file()
     gen = proj / "paper" / "generated"
-    for e in range(1, 8):
+    for e in range(1, 9):
         assert (gen / f"tab_e{e}.tex").is_file() and (gen / f"fig_e{e}.pdf").is_file()
     numbers = (gen / "numbers.tex").read_text()
     assert r"\newcommand{\EFourTarget}" in numbers

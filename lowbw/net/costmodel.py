@@ -325,14 +325,20 @@ def collective_time(op: str, algorithm: str, nbytes: float, world_size: int, lin
     """Time of one collective ``op`` (``all_reduce`` | ``all_gather`` | ``broadcast`` | ``art_topk``).
 
     For all_gather ``nbytes`` is one rank's contribution (equal contributions) unless ``sizes=`` is given;
-    broadcast/all_gather take their own algorithm names and map all-reduce names to the matching pattern.
+    it includes the exchange of the sizes that precedes lowbw.comm's all_gather (``exchange_sizes=False``:
+    the bare all-gather). broadcast/all_gather take their own algorithm names and map all-reduce names to
+    the matching pattern.
     """
     op = op.replace("-", "_").lower()
     if op in ("all_reduce", "allreduce"):
         return allreduce_time(algorithm, nbytes, world_size, link)
     if op in ("all_gather", "allgather"):
         sizes = kw.get("sizes", nbytes)
-        return allgather_time(sizes, world_size, link, "direct" if algorithm in ("alltoall", "direct") else "ring")
+        how = "direct" if algorithm in ("alltoall", "direct") else "ring"
+        # lowbw.comm's all_gather takes tensors of any size: it first all-gathers their sizes (one more pass
+        # of the same pattern with 8-byte headers, i.e. latency only)
+        header = allgather_time(0.0, world_size, link, how) if kw.get("exchange_sizes", True) else 0.0
+        return header + allgather_time(sizes, world_size, link, how)
     if op == "broadcast":
         alg = {"ring": "pipeline", "ps": "flat", "alltoall": "flat", "pipeline": "pipeline", "flat": "flat"}
         return broadcast_time(nbytes, world_size, link, alg.get(algorithm, "tree"))

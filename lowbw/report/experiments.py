@@ -9,6 +9,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from lowbw.report.build import Context, Section, missing_section
+from lowbw.report.e8 import e8
 from lowbw.report.latex import booktabs, escape, fmt_num, macro_name
 
 __all__ = ["ALL", "fmt_duration"]
@@ -624,4 +625,5 @@ ALL: dict[str, Callable[[Context], Section]] = {
     "e5": e5,
     "e6": e6,
     "e7": e7,
+    "e8": e8,
 }

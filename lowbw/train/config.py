@@ -195,6 +195,17 @@ class RunConfig:
                                group="clock")
     clock_compress_mbyte_s: float = _f(0.0, "clock=model: compressor throughput in MB of gradient per second "
                                        "(0: compression costs nothing)", minimum=0, group="clock")
+    link_goodput: float = _f(1448 / 1514, "fraction of the link rate that carries payload: TCP/IPv4 with "
+                             "timestamps over Ethernet (MTU 1500) carries 1448 bytes per 1514-byte frame as a "
+                             "shaper counts it; 1 = the nominal rate", exclusive_minimum=0, maximum=1,
+                             group="clock")
+    clock_overhead_ms: float = _f(0.0, "virtual clock: per-message cost of the communication software on each "
+                                  "worker (ms), added to latency_ms in every message's alpha (python -m lowbw "
+                                  "bench e2e measures it for this host; 0: an ideal stack)", minimum=0,
+                                  group="clock")
+    clock_compute_scale: float = _f(1.0, "virtual clock: factor on each worker's compute and (de)compression "
+                                    "time, for workers that share cores (N processes on C < N cores: about "
+                                    "N/C); 1: one machine per worker", exclusive_minimum=0, group="clock")
 
     # --- evaluation and logging
     log_every: int = _f(10, "write a metrics line every this many steps", minimum=1, group="log")

@@ -41,7 +41,7 @@ from lowbw.train.sync import Scheme, aggregate_rank, average_rank, make_compress
 __all__ = ["Trainer", "TIME_FIELDS", "WALL_FIELDS"]
 
 # measured (machine- and load-dependent) fields of a metrics line; t_virtual* are measured too unless clock=model
-WALL_FIELDS = ("t_compute", "t_compress", "t_comm", "t_step", "t_wall")
+WALL_FIELDS = ("t_compute", "t_compress", "t_comm", "t_step", "t_meta", "t_wall")
 TIME_FIELDS = WALL_FIELDS + ("t_virtual", "t_virtual_compute", "t_virtual_compress", "t_virtual_comm")
 # per-worker statistics gathered every step
 _K = ("loss", "correct", "count", "t_compute", "t_compress", "t_comm", "bytes_sent")
@@ -107,8 +107,11 @@ class Trainer:
         self.bytes_sent = 0
         self.clock = {k: 0.0 for k in ("t_virtual", "t_virtual_compute", "t_virtual_compress", "t_virtual_comm",
                                        "comm_alpha_terms", "comm_beta_bytes")}
-        self.meas = {k: 0.0 for k in ("t_compute", "t_compress", "t_comm", "t_step")}
+        # measured seconds (slowest worker per step); t_meta: lowbw's own bookkeeping exchanges (statistics and
+        # call records between processes), part of t_step but not of training
+        self.meas = {k: 0.0 for k in ("t_compute", "t_compress", "t_comm", "t_step", "t_meta")}
         self.wall0 = 0.0  # wall seconds of earlier (checkpointed) segments of this run
+        self._meta_s = 0.0
         self.interval = self._zero_interval()
         self.epoch_interval = self._zero_interval()
         self.eval_every_samples = cfg.eval_every * self.N
@@ -158,18 +161,21 @@ class Trainer:
     def train_step(self) -> None:
         cfg, rep, world = self.cfg, self.rep, self.world
         t0 = time.perf_counter()
+        self._meta_s = 0.0  # bookkeeping seconds inside this step's exchanges
         b = self.local_batch
         lr = self.sched(self.samples)
         progress = self.samples / self.total
+        R = len(world.ranks)
         xs, ys = [], []
-        for i in range(len(world.ranks)):
+        t_batch = time.perf_counter()
+        for i in range(R):
             x, y = self.batch(i, b)
             xs.append(x)
             ys.append(y)
+        t_batch = (time.perf_counter() - t_batch) / R  # per replica: loading and augmenting its batch
         losses, correct, secs = rep.forward_backward(xs, ys)
         self.step += 1
         act = self.scheme.action(self.step, progress)
-        R = len(world.ranks)
         busy = [0.0] * R
         comm = [0.0] * R
         sent = [0] * R
@@ -189,15 +195,20 @@ class Trainer:
                 ex = world.exchange(act.grad, work)
             grads = torch.stack(ex.outputs)
             v_comm += self._tally(ex, busy, comm, sent)
+        t_opt = time.perf_counter()
         self.opt.step(rep.params, grads, lr)
+        t_opt = (time.perf_counter() - t_opt) / R  # per replica: the optimiser's update of its row
         if act.avg is not None:
             v_comm += self._tally(self._average(act.avg), busy, comm, sent)
         # replicas are equal after a world average, or after a world gradient step from equal replicas
         self.in_sync = act.avg == "world" or (act.grad == "world" and self.in_sync)
         self.samples += b * cfg.workers
-        rows = torch.tensor([[losses[i], correct[i], b, secs[i], busy[i], comm[i], sent[i]] for i in range(R)],
-                            dtype=torch.float64)
+        # a worker's compute: its batch, forward + backward, and its optimiser update
+        rows = torch.tensor([[losses[i], correct[i], b, t_batch + secs[i] + t_opt, busy[i], comm[i], sent[i]]
+                             for i in range(R)], dtype=torch.float64)
+        t_meta = time.perf_counter()
         allrows = world.allgather_rows(rows)
+        self.meas["t_meta"] += time.perf_counter() - t_meta + self._meta_s
         v_compress = self._compress_model_s() if (cfg.clock == "model" and act.grad is not None) else None
         self._record_step(allrows, v_comm, v_compress, time.perf_counter() - t0)
 
@@ -245,6 +256,7 @@ class Trainer:
     def _tally(self, ex, busy: list[float], comm: list[float], sent: list[int]) -> float:
         """Add one exchange's per-replica busy/comm seconds and bytes into the step's lists; returns its
         modelled communication time (and accumulates its alpha-beta coefficients)."""
+        self._meta_s += ex.meta_s
         for i in range(len(busy)):
             busy[i] += ex.busy_s[i]
             comm[i] += ex.comm_s[i]
@@ -267,6 +279,8 @@ class Trainer:
         else:
             v_compute = float(col("t_compute").max())
             v_compress = float(col("t_compress").max())
+        v_compute *= cfg.clock_compute_scale  # workers sharing cores (1: one machine each)
+        v_compress *= cfg.clock_compute_scale
         self.clock["t_virtual_compute"] += v_compute
         self.clock["t_virtual_compress"] += v_compress
         self.clock["t_virtual_comm"] += v_comm

@@ -35,6 +35,7 @@ class Exchange:
     # v_comm = v_alpha * alpha_s + v_beta_bytes * 8 / bandwidth_bps (latency terms, critical-path bytes)
     v_alpha: float = 0.0
     v_beta_bytes: float = 0.0
+    meta_s: float = 0.0  # seconds of bookkeeping exchanges between processes (call records), not training
 
 
 def bandwidth_at(cfg, t_virtual: float) -> float:
@@ -50,14 +51,18 @@ def bandwidth_at(cfg, t_virtual: float) -> float:
 
 
 def link_for(cfg, level: str, t_virtual: float = 0.0):
-    """The link of a synchronisation level; the world link follows ``bandwidth_schedule`` in virtual time."""
+    """The link of a synchronisation level as the virtual clock sees it: alpha = ``latency_ms`` +
+    ``clock_overhead_ms``, bandwidth = the level's rate x ``link_goodput`` (payload bytes per second); the
+    world link follows ``bandwidth_schedule`` in virtual time."""
     from lowbw.net.costmodel import LinkParams
 
     if level == "world":
-        return LinkParams(alpha_s=cfg.latency_ms / 1e3, bandwidth_bps=bandwidth_at(cfg, t_virtual) * 1e6)
-    bw = cfg.household_bandwidth_mbit or cfg.bandwidth_mbit
-    lat = cfg.latency_ms if cfg.household_latency_ms < 0 else cfg.household_latency_ms
-    return LinkParams(alpha_s=lat / 1e3, bandwidth_bps=bw * 1e6)
+        lat, bw = cfg.latency_ms, bandwidth_at(cfg, t_virtual)
+    else:
+        bw = cfg.household_bandwidth_mbit or cfg.bandwidth_mbit
+        lat = cfg.latency_ms if cfg.household_latency_ms < 0 else cfg.household_latency_ms
+    # alpha = network latency + the sending/receiving software's own per-message cost; beta = 1 / goodput
+    return LinkParams(alpha_s=(lat + cfg.clock_overhead_ms) / 1e3, bandwidth_bps=bw * 1e6 * cfg.link_goodput)
 
 
 def _bytes_of(stats) -> int:
@@ -312,7 +317,9 @@ class DistWorld:
         # every rank needs every rank's call records for the (deterministic) modelled time
         g, _, _ = group_of(level, self.rank, self.cfg)
         rec = [(c.op, c.nbytes, c.algorithm, c.world_size) for c in calls]
+        t_meta = time.perf_counter()
         allrec = self.allgather_obj((g, rec))
+        meta_s = time.perf_counter() - t_meta
         from lowbw.compress.collective import CallRecord
 
         per_group: dict[int, list[list]] = {}
@@ -320,7 +327,7 @@ class DistWorld:
             per_group.setdefault(gg, []).append([CallRecord(*x) for x in rr])
         coll.calls.clear()
         meter.calls.clear()
-        return Exchange([out], [busy], [tc.comm_s], [sent], calls=[calls],
+        return Exchange([out], [busy], [tc.comm_s], [sent], calls=[calls], meta_s=meta_s,
                         **_comm_cost(per_group, link_for(self.cfg, level, self.now)))
 
     def allgather_rows(self, rows: torch.Tensor) -> torch.Tensor:

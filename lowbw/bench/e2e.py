@@ -1,0 +1,396 @@
+"""E8 -- does the simulator tell the truth? The same run config, seed and steps, once on ``sim`` (virtual clock:
+measured compute + the alpha-beta model at the link) and once on ``procs`` with ``testbed: true`` (one process
+per worker, every byte through a real tc-shaped link, gloo), per cell (method x link rate x workers).
+
+    python -m lowbw bench e2e --methods dense,fp16,q8nl,topk1,powersgd,local16 --rates 10 100 1000 \\
+        --workers 2 4 --steps 60 --out runs/bench/e2e.json
+
+``--methods`` takes the preset names of ``config/config.yaml``'s ``methods:``; ``NAME+ddp`` runs the preset
+through torch DDP with the compressor as its communication hook (``ddp_hook: true``).
+
+Before the cells of each (rate, workers) pair, one probe on the same testbed measures what the virtual clock
+needs to know about *this host* and nothing about the training runs:
+
+* ``overhead_ms``: the per-message cost of the software stack (Python + gloo + TCP + wake-ups), from tiny
+  all-gathers through lowbw.comm: t / (2 (N-1)) (the sizes exchange and the payload each take N-1 steps);
+* ``compute_scale``: forward + backward + update of the model at the local batch, all N workers at once
+  against one alone (N processes share this machine's cores; the virtual clock assumes a machine each).
+
+The sim runs with ``clock_overhead_ms`` and ``clock_compute_scale`` set to them; each row also carries the
+prediction of the uncalibrated clock (ideal stack, a machine per worker), recomputed from the run's
+alpha-beta coefficients, so the paper can show what the calibration changed.
+
+Per cell (steps ``warmup`` .. ``steps``; t_meta, lowbw's own bookkeeping exchanges, is not training):
+``predicted_step_s`` = d t_virtual / d step (sim); ``measured_step_s`` = d (t_step - t_meta) / d step
+(procs, rank 0's wall clock); ``err_step`` = (pred - meas) / meas; the same split into compute, compress and
+comm; time-to-accuracy at the first evaluation at or above ``--target`` (training time, evaluations excluded).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import math
+import os
+import statistics
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+__all__ = ["main", "run_cells", "cell_row", "method_config", "BASE"]
+
+DEFAULT_OUT = "runs/bench/e2e.json"
+# The training every cell runs (MLP on MNIST: the quick profile's E4 model), with knobs E8 needs: frequent
+# metrics lines, evaluations for time-to-accuracy, bit-identical dense sums in sim (threads), latency 0 (this
+# kernel has no netem; the testbed's links add none).
+BASE: dict[str, Any] = {
+    "dataset": "mnist", "model": "mlp", "batch_size": 128, "train_limit": 24000, "test_limit": 2000,
+    "optimizer": "sgd", "lr": 0.1, "momentum": 0.9, "weight_decay": 1e-4, "lr_schedule": "constant",
+    "latency_ms": 0.0, "log_every": 5, "eval_every": 0.05, "progress": False, "sim_dense": "threads",
+    "eval_batch_size": 1000,
+}
+WARMUP_STEPS = 10  # steps excluded from the per-step figures (TCP slow start, first-touch allocations)
+PROBE_REPS = 40
+
+
+# ----------------------------------------------------------------------------------------------- configs
+def load_methods(path: str | os.PathLike = "config/config.yaml") -> dict[str, dict[str, Any]]:
+    import yaml
+
+    p = Path(path)
+    if not p.exists():
+        p = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
+    return dict(yaml.safe_load(p.read_text())["methods"])
+
+
+def method_config(name: str, methods: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The run-config keys of a method preset; ``NAME+ddp`` adds ``ddp_hook: true``."""
+    base, _, suffix = name.partition("+")
+    if base not in methods:
+        raise ValueError(f"--methods: {base!r} is not a preset of config/config.yaml (known: "
+                         f"{', '.join(sorted(methods))})")
+    if suffix not in ("", "ddp"):
+        raise ValueError(f"--methods: {name!r}: the only suffix is +ddp")
+    out = dict(methods[base])
+    if suffix == "ddp":
+        out["ddp_hook"] = True
+    return out
+
+
+def cell_config(method: dict[str, Any], workers: int, rate: float, steps: int, args, probe: dict[str, float]
+                ) -> dict[str, Any]:
+    from lowbw.train.world import default_threads
+
+    cfg = {**BASE, "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size, "seed": args.seed,
+           **method, "workers": workers, "bandwidth_mbit": float(rate), "steps": steps,
+           "targets": [args.target], "clock": "measured",
+           "clock_overhead_ms": probe["overhead_ms"], "clock_compute_scale": probe["compute_scale"]}
+    from lowbw.train.config import RunConfig
+
+    rc = RunConfig.from_dict(cfg)
+    cfg["threads"] = default_threads(rc)  # sim measures each worker's compute with the threads a process gets
+    return cfg
+
+
+# ----------------------------------------------------------------------------------------------- the probe
+def _probe_worker(spec_path: str) -> int:
+    """One testbed worker of the probe (see the module docstring); rank 0 writes the result."""
+    import torch
+    import torch.distributed as dist
+
+    from lowbw.comm.distributed import DistCollective
+    from lowbw.train.config import RunConfig
+    from lowbw.train.models import build_model
+    from lowbw.train.optim import FlatOptimizer
+    from lowbw.train.replicas import Replicas
+
+    spec = json.loads(Path(spec_path).read_text())
+    cfg = RunConfig.from_dict(spec["config"])
+    torch.set_num_threads(int(os.environ.get("LOWBW_THREADS", "1")))
+    dist.init_process_group("gloo", init_method="env://", timeout=_dt.timedelta(seconds=120))
+    rank, n = dist.get_rank(), dist.get_world_size()
+    coll = DistCollective(cfg.collective, timeout=120)
+    one = torch.zeros(1)
+    gathers = []
+    for i in range(PROBE_REPS + 5):
+        dist.barrier()
+        time.sleep(0.01)  # the link idles between calls, as between training steps
+        t0 = time.perf_counter()
+        coll.all_gather(one)
+        if i >= 5:
+            gathers.append(time.perf_counter() - t0)
+    # compute: rank 0 alone (the others wait in a barrier), then every rank at once
+    c, h, w = spec["image_shape"]
+    torch.manual_seed(0)
+    rep = Replicas(build_model(cfg.model, spec["num_classes"], c, h), 1)
+    opt = FlatOptimizer(cfg.optimizer, (1, rep.P), "cpu", momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    x = torch.randn(cfg.local_batch, c, h, w)
+    y = torch.randint(0, spec["num_classes"], (cfg.local_batch,))
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        rep.forward_backward([x], [y])
+        opt.step(rep.params, rep.grads, 1e-3)
+        return time.perf_counter() - t0
+
+    reps = spec["compute_reps"]
+    alone: list[float] = []
+    if rank == 0:
+        step()
+        alone = [step() for _ in range(reps)]
+    dist.barrier()
+    step()
+    dist.barrier()
+    together = [step() for _ in range(reps)]
+    t_all = [None] * n
+    dist.all_gather_object(t_all, statistics.median(together))
+    if rank == 0:
+        Path(spec["out"]).write_text(json.dumps({
+            "allgather_s": gathers, "overhead_ms": statistics.median(gathers) / (2 * (n - 1)) * 1e3 if n > 1 else 0.0,
+            "compute_alone_s": statistics.median(alone), "compute_together_s": max(t_all),
+            "compute_scale": max(1.0, max(t_all) / statistics.median(alone))}))
+    dist.destroy_process_group()
+    return 0
+
+
+def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list[int], int]) -> dict[str, float]:
+    """Per-message overhead and core-sharing factor on a testbed of ``workers`` at ``rate`` Mbit/s."""
+    from lowbw.net.testbed import Testbed
+    from lowbw.train.launch import free_port
+
+    root = str(Path(__file__).resolve().parents[2])
+    with tempfile.TemporaryDirectory(prefix="lowbw-e2e-") as td:
+        spec = Path(td) / "spec.json"
+        out = Path(td) / "probe.json"
+        spec.write_text(json.dumps({"config": cfg, "out": str(out), "image_shape": data_shape[0],
+                                    "num_classes": data_shape[1], "compute_reps": 15}))
+        env = dict(os.environ, OMP_NUM_THREADS="1", LOWBW_THREADS="1",
+                   PYTHONPATH=root + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
+        with Testbed(workers=workers, rate=f"{rate}mbit", master_port=free_port()) as tb:
+            codes = tb.run([sys.executable, "-m", "lowbw.bench.e2e", "--probe-worker", str(spec)], env=env, cwd=root,
+                           timeout=600)
+            emulation = tb.emulation
+        if any(codes) or not out.exists():
+            raise RuntimeError(f"e2e probe at {rate} Mbit/s, {workers} workers: worker exit codes {codes}")
+        res = json.loads(out.read_text())
+    res["emulation"] = emulation
+    return res
+
+
+# ----------------------------------------------------------------------------------------------- one cell
+def _lines(run_dir: Path) -> list[dict[str, Any]]:
+    return [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+
+
+def _train_lines(lines: list[dict[str, Any]], steps: int) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The metrics lines at the end of the warm-up and at the last step of the loop (before the run's final
+    averaging/evaluation)."""
+    first = next(x for x in lines if x["step"] >= min(WARMUP_STEPS, steps - 1))
+    last = next(x for x in lines if x["step"] >= steps)
+    return first, last
+
+
+def _ttt(lines: list[dict[str, Any]], target: float, key) -> tuple[int | None, float | None]:
+    for x in lines:
+        if x.get("test_acc") is not None and x["test_acc"] >= target:
+            return x["step"], key(x)
+    return None, None
+
+
+def _rel(pred: float | None, meas: float | None) -> float | None:
+    if pred is None or meas is None or meas <= 0:
+        return None
+    return (pred - meas) / meas
+
+
+def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate: float, steps: int, target: float,
+             probe_res: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    """One row of e2e.json from the two run directories (see the module docstring)."""
+    s_lines, p_lines = _lines(sim_dir), _lines(procs_dir)
+    s0, s1 = _train_lines(s_lines, steps)
+    p0, p1 = _train_lines(p_lines, steps)
+    n = s1["step"] - s0["step"]
+    if p1["step"] - p0["step"] != n:
+        raise RuntimeError(f"{method}: sim and procs logged different steps ({s0['step']}..{s1['step']} vs "
+                           f"{p0['step']}..{p1['step']})")
+
+    def d(a, b, k):
+        return (b[k] - a[k]) / n
+
+    pred = {k: d(s0, s1, f"t_virtual_{k}") for k in ("compute", "compress", "comm")}
+    pred_step = d(s0, s1, "t_virtual")
+    meas = {k: d(p0, p1, f"t_{k}") for k in ("compute", "compress", "comm")}
+    meas_step = d(p0, p1, "t_step") - d(p0, p1, "t_meta")
+    # the uncalibrated clock: ideal stack (alpha = latency_ms), nominal rate, a machine per worker
+    alpha_terms = d(s0, s1, "comm_alpha_terms")
+    beta_bytes = d(s0, s1, "comm_beta_bytes")
+    scale = float(cfg["clock_compute_scale"])
+    nominal_comm = alpha_terms * cfg["latency_ms"] / 1e3 + beta_bytes * 8 / (rate * 1e6)
+    nominal_step = (pred["compute"] + pred["compress"]) / scale + nominal_comm
+    s_ttt_step, s_ttt = _ttt(s_lines, target, lambda x: x["t_virtual"])
+    p_ttt_step, p_ttt = _ttt(p_lines, target, lambda x: x["t_step"] - x["t_meta"])
+    fl_s, fl_p = s1.get("loss"), p1.get("loss")
+    link_bound = pred["comm"] >= 0.5 * pred_step
+    return {
+        "method": method, "workers": workers, "rate_mbit": rate, "steps": steps, "window": [s0["step"], s1["step"]],
+        "ddp_hook": bool(cfg.get("ddp_hook", False)), "sync": cfg.get("sync", "sync"),
+        "predicted_step_s": pred_step, "measured_step_s": meas_step, "err_step": _rel(pred_step, meas_step),
+        "predicted_comm_s": pred["comm"], "measured_comm_s": meas["comm"], "err_comm": _rel(pred["comm"], meas["comm"]),
+        "predicted_compute_s": pred["compute"], "measured_compute_s": meas["compute"],
+        "predicted_compress_s": pred["compress"], "measured_compress_s": meas["compress"],
+        "nominal_step_s": nominal_step, "err_step_nominal": _rel(nominal_step, meas_step),
+        "bookkeeping_s": d(p0, p1, "t_meta"),
+        "bytes_per_step": d(s0, s1, "bytes_sent"), "bytes_per_step_procs": d(p0, p1, "bytes_sent"),
+        "link_bound": link_bound,
+        "final_loss_sim": fl_s, "final_loss_procs": fl_p,
+        "loss_identical": fl_s is not None and fl_s == fl_p,
+        "max_loss_diff": max((abs(a["loss"] - b["loss"]) for a, b in zip(s_lines, p_lines)
+                              if a.get("loss") is not None and b.get("loss") is not None), default=None),
+        "target": target, "ttt_step_sim": s_ttt_step, "ttt_step_procs": p_ttt_step,
+        "predicted_ttt_s": s_ttt, "measured_ttt_s": p_ttt, "err_ttt": _rel(s_ttt, p_ttt),
+        "overhead_ms": probe_res["overhead_ms"], "compute_scale": scale,
+        "emulation": probe_res.get("emulation"),
+    }
+
+
+# ----------------------------------------------------------------------------------------------- the grid
+def _provenance() -> dict[str, Any]:
+    from lowbw.runio import provenance
+
+    p = provenance()
+    return {"host": p["host"], "cores": os.cpu_count(), "cpu": p["cpu"], "torch": p["torch_version"],
+            "commit": p["git_commit"], "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
+            "python": p["python_version"], "platform": p["platform"]}
+
+
+def run_cells(args) -> dict[str, Any]:
+    from lowbw.data import load
+    from lowbw.runio import atomic_write_json
+    from lowbw.train.launch import run
+
+    methods = load_methods()
+    wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
+    mcfg = {m: method_config(m, methods) for m in wanted}  # bad names fail here, before any work
+    if args.dataset == "synthetic":
+        shape = ([3, 16, 16], 10)
+    else:  # [N, H, W(, C)] uint8 -> the model's [C, H, W]
+        ds = load(args.dataset)
+        x = ds.x_train
+        shape = ([x.shape[3] if x.dim() == 4 else 1, x.shape[1], x.shape[2]], ds.num_classes)
+    runs_dir = Path(args.runs_dir)
+    out = Path(args.out)
+    rows: list[dict[str, Any]] = []
+    probes: list[dict[str, Any]] = []
+    t_start = time.perf_counter()
+    for n in args.workers:
+        for rate in args.rates:
+            base = cell_config({}, n, rate, args.steps, args, {"overhead_ms": 0.0, "compute_scale": 1.0})
+            pr = probe(base, n, rate, shape)
+            probes.append({"workers": n, "rate_mbit": rate, **pr})
+            print(f"probe N={n} {rate:g} Mbit/s: overhead {pr['overhead_ms']:.3f} ms/message, compute x"
+                  f"{pr['compute_scale']:.2f} ({pr['emulation']})", flush=True)
+            for m in wanted:
+                cfg = cell_config(mcfg[m], n, rate, args.steps, args, pr)
+                cell = runs_dir / f"{m}_n{n}_r{rate:g}"
+                t0 = time.perf_counter()
+                run({**cfg, "backend": "sim"}, cell / "sim", overwrite=True, quiet=True)
+                run({**cfg, "backend": "procs", "testbed": True}, cell / "procs", overwrite=True, quiet=True)
+                row = cell_row(cell / "sim", cell / "procs", method=m, workers=n, rate=rate, steps=args.steps,
+                               target=args.target, probe_res=pr, cfg=cfg)
+                row["wall_s"] = time.perf_counter() - t0
+                rows.append(row)
+                print(_fmt_row(row), flush=True)
+                atomic_write_json(out, _result(rows, probes, args, t_start, complete=False))
+    res = _result(rows, probes, args, t_start, complete=True)
+    atomic_write_json(out, res)
+    return res
+
+
+def _result(rows, probes, args, t_start, complete: bool) -> dict[str, Any]:
+    return {"provenance": _provenance(), "complete": complete, "seconds": time.perf_counter() - t_start,
+            "args": {k: v for k, v in vars(args).items() if k not in ("probe_worker",)},
+            "base_config": BASE, "warmup_steps": WARMUP_STEPS, "probes": probes, "rows": rows,
+            "summary": summarise(rows)}
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Worst |err_step| per method, and the issue's target (N = 2 at 10 and 100 Mbit/s; 1000 where link-bound)."""
+    by_method: dict[str, float] = {}
+    for r in rows:
+        if r["err_step"] is not None:
+            by_method[r["method"]] = max(by_method.get(r["method"], 0.0), abs(r["err_step"]))
+    target_cells = [r for r in rows if r["workers"] == 2 and (r["rate_mbit"] <= 100 or r["link_bound"])]
+    worst = max((abs(r["err_step"]) for r in target_cells if r["err_step"] is not None), default=None)
+    return {"worst_abs_err_step_by_method": by_method,
+            "target": {"what": "|err_step| <= 0.10 at N=2, 10 and 100 Mbit/s, and 1000 where link-bound",
+                       "max_abs_err": worst, "n": len(target_cells),
+                       "met": worst is not None and worst <= 0.10}}
+
+
+def _fmt(v, spec: str) -> str:
+    return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else format(v, spec)
+
+
+def _fmt_row(r: dict[str, Any]) -> str:
+    return (f"{r['method']:<12} {r['workers']:>2} {r['rate_mbit']:>6g} {_fmt(r['predicted_step_s'], '9.4f')} "
+            f"{_fmt(r['measured_step_s'], '9.4f')} {_fmt(r['err_step'], '+8.1%')} "
+            f"{_fmt(r['err_step_nominal'], '+8.1%')} "
+            f"{_fmt(r['predicted_comm_s'], '9.4f')} {_fmt(r['measured_comm_s'], '9.4f')} "
+            f"{_fmt(r['err_ttt'], '+8.1%')} {'yes' if r['loss_identical'] else 'no':>4}")
+
+
+HEADER = (f"{'method':<12} {'N':>2} {'Mbit/s':>6} {'pred s':>9} {'meas s':>9} {'err':>8} {'nominal':>8} "
+          f"{'pred comm':>9} {'meas comm':>9} {'err ttt':>8} {'same':>4}")
+
+
+def print_table(res: dict[str, Any]) -> None:
+    print(HEADER)
+    for r in res["rows"]:
+        print(_fmt_row(r))
+    print(json.dumps(res["summary"], indent=1))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lowbw bench e2e", description=__doc__.splitlines()[0])
+    ap.add_argument("--methods", default="dense,fp16,q8nl,topk1,powersgd,local16,fp16+ddp",
+                    help="comma-separated presets of config/config.yaml's methods (NAME+ddp: through DDP's hook)")
+    ap.add_argument("--rates", type=float, nargs="+", default=[10, 100, 1000], help="link rates, Mbit/s")
+    ap.add_argument("--workers", type=int, nargs="+", default=[2, 4], help="worker counts")
+    ap.add_argument("--steps", type=int, default=60, help="training steps per run")
+    ap.add_argument("--model", default=BASE["model"])
+    ap.add_argument("--dataset", default=BASE["dataset"])
+    ap.add_argument("--batch-size", type=int, default=BASE["batch_size"], help="global batch size")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target", type=float, default=0.8, help="test accuracy for time-to-accuracy")
+    ap.add_argument("--runs-dir", default="runs/bench/e2e", help="where the cells' run directories go")
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--probe-worker", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.probe_worker:
+        return _probe_worker(a.probe_worker)
+    for flag, vals, lo in (("--rates", a.rates, 0), ("--workers", a.workers, 1)):
+        bad = [v for v in vals if v <= lo or (flag == "--workers" and v < 2)]
+        if bad:
+            ap.error(f"{flag}: {bad[0]:g} is not allowed ({'> 0' if flag == '--rates' else '>= 2'})")
+    if a.steps <= WARMUP_STEPS:
+        ap.error(f"--steps {a.steps}: must exceed the {WARMUP_STEPS} warm-up steps")
+    if not 0 < a.target <= 1:
+        ap.error(f"--target {a.target}: an accuracy in (0, 1]")
+    try:
+        method_config_check = load_methods()
+        for m in a.methods.split(","):
+            if m.strip():
+                method_config(m.strip(), method_config_check)
+    except ValueError as e:
+        ap.error(str(e))
+    res = run_cells(a)
+    print()
+    print_table(res)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
