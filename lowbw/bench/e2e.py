@@ -90,9 +90,15 @@ def cell_config(method: dict[str, Any], workers: int, rate: float, steps: int, a
            "clock_overhead_ms": probe["overhead_ms"], "clock_compute_scale": probe["compute_scale"]}
     from lowbw.train.config import RunConfig
 
-    rc = RunConfig.from_dict(cfg)
+    rc = RunConfig.from_dict({**cfg, "backend": "procs", "testbed": True})  # bad keys fail here, before work
     cfg["threads"] = default_threads(rc)  # sim measures each worker's compute with the threads a process gets
     return cfg
+
+
+def sim_twin(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The sim run of a cell: the same config; a DDP-hook cell's twin aggregates with the same compressor
+    through lowbw's own per-tensor path (sim has no DDP), which sends the same payloads."""
+    return {k: v for k, v in cfg.items() if k != "ddp_hook"} | {"backend": "sim"}
 
 
 # ----------------------------------------------------------------------------------------------- the probe
@@ -280,6 +286,10 @@ def run_cells(args) -> dict[str, Any]:
         ds = load(args.dataset)
         x = ds.x_train
         shape = ([x.shape[3] if x.dim() == 4 else 1, x.shape[1], x.shape[2]], ds.num_classes)
+    for n in args.workers:  # every cell's config is valid before the first probe
+        for rate in args.rates:
+            for m in wanted:
+                cell_config(mcfg[m], n, rate, args.steps, args, {"overhead_ms": 0.0, "compute_scale": 1.0})
     runs_dir = Path(args.runs_dir)
     out = Path(args.out)
     rows: list[dict[str, Any]] = []
@@ -296,7 +306,7 @@ def run_cells(args) -> dict[str, Any]:
                 cfg = cell_config(mcfg[m], n, rate, args.steps, args, pr)
                 cell = runs_dir / f"{m}_n{n}_r{rate:g}"
                 t0 = time.perf_counter()
-                run({**cfg, "backend": "sim"}, cell / "sim", overwrite=True, quiet=True)
+                run(sim_twin(cfg), cell / "sim", overwrite=True, quiet=True)
                 run({**cfg, "backend": "procs", "testbed": True}, cell / "procs", overwrite=True, quiet=True)
                 row = cell_row(cell / "sim", cell / "procs", method=m, workers=n, rate=rate, steps=args.steps,
                                target=args.target, probe_res=pr, cfg=cfg)

@@ -1,0 +1,121 @@
+"""E8's benchmark (lowbw.bench.e2e): method presets, the per-cell row from two run directories, the summary,
+and bad flags rejected before any work. The real sim-vs-testbed run is exercised by the tiny workflow."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from lowbw.bench import e2e
+from lowbw.runio import append_jsonl
+
+
+def _write_run(d, lines):
+    d.mkdir(parents=True)
+    for x in lines:
+        append_jsonl(d / "metrics.jsonl", x)
+
+
+def _line(step, t, comm, meta=0.0, loss=1.0, acc=None, alpha=0.0, beta=0.0):
+    x = {"step": step, "loss": loss, "bytes_sent": 1000 * step,
+         "t_virtual": t, "t_virtual_compute": 0.2 * t, "t_virtual_compress": 0.1 * t, "t_virtual_comm": comm,
+         "t_step": t, "t_meta": meta, "t_compute": 0.2 * t, "t_compress": 0.1 * t, "t_comm": comm,
+         "comm_alpha_terms": alpha, "comm_beta_bytes": beta}
+    if acc is not None:
+        x["test_acc"] = acc
+    return x
+
+
+def test_method_presets_and_ddp_suffix():
+    methods = {"dense": {"compressor": "none"}, "fp16": {"compressor": "fp16"}}
+    assert e2e.method_config("fp16", methods) == {"compressor": "fp16"}
+    assert e2e.method_config("fp16+ddp", methods) == {"compressor": "fp16", "ddp_hook": True}
+    with pytest.raises(ValueError, match="'nope' is not a preset"):
+        e2e.method_config("nope", methods)
+    with pytest.raises(ValueError, match="only suffix is \\+ddp"):
+        e2e.method_config("fp16+x", methods)
+    twin = e2e.sim_twin({"ddp_hook": True, "compressor": "fp16", "backend": "procs"})
+    assert twin == {"compressor": "fp16", "backend": "sim"}
+
+
+def test_cell_row_from_two_runs(tmp_path):
+    # sim: 0.1 s/step; procs: 0.125 s/step of which 0.005 s bookkeeping -> measured 0.12, err -1/6
+    sim = [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20, beta=1e5), _line(20, 2.0, 1.0, acc=0.9, alpha=40,
+                                                                              beta=2e5)]
+    procs = [_line(0, 0.0, 0.0), _line(10, 1.25, 0.6, meta=0.05), _line(20, 2.5, 1.2, meta=0.1, acc=0.9)]
+    _write_run(tmp_path / "sim", sim)
+    _write_run(tmp_path / "procs", procs)
+    cfg = {"clock_compute_scale": 1.5, "latency_ms": 0.0}
+    row = e2e.cell_row(tmp_path / "sim", tmp_path / "procs", method="topk1", workers=2, rate=10.0, steps=20,
+                       target=0.8, probe_res={"overhead_ms": 1.0, "emulation": "netns-tc"}, cfg=cfg)
+    assert row["window"] == [10, 20]
+    assert row["predicted_step_s"] == pytest.approx(0.1)
+    assert row["measured_step_s"] == pytest.approx(0.12)
+    assert row["err_step"] == pytest.approx(0.1 / 0.12 - 1)
+    assert row["predicted_comm_s"] == pytest.approx(0.05) and row["measured_comm_s"] == pytest.approx(0.06)
+    assert row["bookkeeping_s"] == pytest.approx(0.005)
+    # uncalibrated: compute+compress without the 1.5 factor, comm from the coefficients at the nominal rate
+    nominal = (0.02 + 0.01) / 1.5 + 1e4 * 8 / 10e6
+    assert row["nominal_step_s"] == pytest.approx(nominal)
+    assert row["predicted_ttt_s"] == 2.0 and row["measured_ttt_s"] == pytest.approx(2.4)
+    assert row["err_ttt"] == pytest.approx(2.0 / 2.4 - 1)
+    assert row["loss_identical"] and row["max_loss_diff"] == 0.0
+    s = e2e.summarise([row])
+    assert s["worst_abs_err_step_by_method"]["topk1"] == pytest.approx(abs(row["err_step"]))
+    assert s["target"]["met"] is False and s["target"]["n"] == 1
+
+
+def test_cell_row_refuses_mismatched_logs(tmp_path):
+    _write_run(tmp_path / "sim", [_line(10, 1.0, 0.5), _line(20, 2.0, 1.0)])
+    _write_run(tmp_path / "procs", [_line(10, 1.0, 0.5), _line(25, 2.0, 1.0)])
+    with pytest.raises(RuntimeError, match="different steps"):
+        e2e.cell_row(tmp_path / "sim", tmp_path / "procs", method="m", workers=2, rate=10.0, steps=20, target=0.9,
+                     probe_res={"overhead_ms": 0.0}, cfg={"clock_compute_scale": 1.0, "latency_ms": 0.0})
+
+
+@pytest.mark.parametrize("argv, culprit", [
+    (["--methods", "dense,bogus"], "bogus"),
+    (["--rates", "0"], "--rates"),
+    (["--workers", "1"], "--workers"),
+    (["--steps", "5"], "--steps 5"),
+    (["--target", "1.5"], "--target 1.5"),
+])
+def test_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
+    out = tmp_path / "e2e.json"
+    with pytest.raises(SystemExit) as ei:
+        e2e.main([*argv, "--out", str(out)])
+    assert ei.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert culprit in err[-1]
+    assert not out.exists()
+
+
+def test_bench_command_lists_e2e(capsys):
+    from lowbw.cli import main
+
+    with pytest.raises(SystemExit):
+        main(["bench", "--help"])
+    assert "e2e" in capsys.readouterr().out
+
+
+def test_report_section_from_rows(tmp_path):
+    from lowbw.report.build import build
+
+    rows = []
+    for m, n, r, err in (("dense", 2, 10.0, -0.02), ("topk1", 2, 10.0, 0.05), ("topk1", 4, 10.0, 0.3)):
+        rows.append({"method": m, "workers": n, "rate_mbit": r, "err_step": err, "err_step_nominal": err - 0.3,
+                     "predicted_step_s": 1 + err, "measured_step_s": 1.0, "predicted_ttt_s": None,
+                     "measured_ttt_s": None, "err_ttt": None, "link_bound": True, "loss_identical": n == 2,
+                     "emulation": "netns-tc"})
+    (tmp_path / "runs" / "bench").mkdir(parents=True)
+    (tmp_path / "runs" / "bench" / "e2e.json").write_text(json.dumps({
+        "provenance": {"date": "2026-11-23T21:00:00+00:00", "commit": "abc"}, "rows": rows,
+        "probes": [{"workers": 2, "overhead_ms": 0.9, "compute_scale": 1.1},
+                   {"workers": 4, "overhead_ms": 1.2, "compute_scale": 2.2}]}))
+    res = build({"profile": "tiny", "seeds": [0]}, tmp_path / "runs", tmp_path / "gen", only=["e8"])
+    numbers = (tmp_path / "gen" / "numbers.tex").read_text()
+    assert r"\newcommand{\EEightTargetWorst}{5" in numbers
+    assert r"\newcommand{\EEightComputeScaleFour}{2.2}" in numbers
+    assert r"\newcommand{\EEightLossIdentical}{2}" in numbers
+    assert (tmp_path / "gen" / "fig_e8.pdf").is_file() and res.sections[0].key == "e8"
