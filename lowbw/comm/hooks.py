@@ -105,10 +105,11 @@ class _Exchanger:
 
 
 class _Split:
-    """The Collective protocol with all-reduce/broadcast on one collective and all-gather on another."""
+    """The Collective protocol with all-reduce/broadcast on one collective and all-gather on another (or the
+    same); broadcasts note their root on the meter (native volumes depend on it)."""
 
-    def __init__(self, main, gather) -> None:
-        self.main, self.gather = main, gather
+    def __init__(self, main, gather, meter: Meter) -> None:
+        self.main, self.gather, self.meter = main, gather, meter
         self.rank, self.world_size = main.rank, main.world_size
         self.calls = main.calls
         gather.calls = main.calls  # one record list, in call order
@@ -118,7 +119,11 @@ class _Split:
         return self.main.all_reduce(tensor)
 
     def broadcast(self, tensor, src):
-        return self.main.broadcast(tensor, src)
+        n0 = len(self.meter.calls)
+        out = self.main.broadcast(tensor, src)
+        for c in self.meter.calls[n0:]:
+            c.root = src
+        return out
 
     def all_gather(self, tensor):
         return self.gather.all_gather(tensor)
@@ -152,16 +157,13 @@ class HookState:
         if self.coll is None:
             from lowbw.comm.distributed import DistCollective
 
-            main = DistCollective(self.algorithm, self.group, self.meter, self.timeout, self.chunk_bytes)
+            main = gather = DistCollective(self.algorithm, self.group, self.meter, self.timeout, self.chunk_bytes)
             ring = self.gather == "ring" or (self.gather == "auto" and self.algorithm == "native")
             if ring and self.algorithm == "native":
                 gather = DistCollective("ring", self.group, self.meter, self.timeout, self.chunk_bytes)
-                self.coll = _Split(main, gather)
             elif self.gather == "native" and self.algorithm != "native":
                 gather = DistCollective("native", self.group, self.meter, self.timeout, self.chunk_bytes)
-                self.coll = _Split(main, gather)
-            else:
-                self.coll = main
+            self.coll = _Split(main, gather, self.meter)
         return self.coll
 
     def per_parameter(self) -> bool:
@@ -218,12 +220,15 @@ def lowbw_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tensor]:
 def _exchange(state: HookState, job: _Job) -> torch.Tensor:
     """Runs on the exchange thread: the average over ranks written into ``job.buffer``."""
     from lowbw.compress.base import Compressor
+    from lowbw.compress.quantize import Cast
 
     t0 = time.perf_counter()
     coll = state.collective()
     m0 = len(state.meter.calls)
     comp = state.compressor
-    if type(comp).aggregate is Compressor.aggregate:
+    if isinstance(comp, Cast) and len(job.tensors) == 1 and job.tensors[0] is job.buffer:
+        _cast_in_place(comp, job.buffer, coll, state)
+    elif type(comp).aggregate is Compressor.aggregate:
         _aggregate_together(comp, job, coll, state.cstate)
     else:
         for t, name in zip(job.tensors, job.names):
@@ -237,6 +242,32 @@ def _exchange(state: HookState, job: _Job) -> torch.Tensor:
         state.iteration += 1
     st.busy_s += time.perf_counter() - t0
     return job.buffer
+
+
+def _cast_in_place(comp, buf: torch.Tensor, coll, state: HookState) -> None:
+    """``none``/``fp16``/``bf16`` on the flat bucket with as few passes as torch's fp16 hook: cast (a copy
+    for fp16/bf16), divide by N, one finiteness check on the wire tensor, all-reduce it in place, cast back
+    into the bucket. Same numbers as ``Cast.aggregate`` for power-of-two N (the division is then exact);
+    the same errors: non-finite input, or |x| beyond fp16's range."""
+    from lowbw.comm.collectives import allreduce
+    from lowbw.compress.base import NonFiniteError
+    from lowbw.compress.collective import CallRecord
+
+    n = coll.world_size
+    wire = buf.div_(n) if comp.wire == buf.dtype else buf.to(comp.wire).div_(n)
+    if wire.numel() and not torch.isfinite(wire.sum(dtype=torch.float32)):
+        bad = int((~torch.isfinite(buf)).sum())
+        if bad:
+            raise NonFiniteError(f"input has {bad} non-finite value(s) (NaN/Inf) out of {buf.numel()}; "
+                                 "compressors do not pass them through")
+        m = float(buf.abs().max()) * (n if wire is buf else 1)
+        raise ValueError(f"{comp.kind}: input magnitude {m:.4g} exceeds {comp.kind}'s range; use bf16 or scale it")
+    main = coll.main if isinstance(coll, _Split) else coll
+    allreduce(wire, main.algorithm, "sum", main.group, main.timeout, meter=state.meter,
+              chunk_bytes=main.chunk_bytes, window=main.window)
+    main.calls.append(CallRecord("all_reduce", wire.numel() * wire.element_size(), main.algorithm, n))
+    if wire is not buf:
+        buf.copy_(wire)
 
 
 def _aggregate_together(comp, job: _Job, coll, cstate) -> None:

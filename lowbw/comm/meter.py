@@ -47,6 +47,7 @@ class CallStats:
     seconds: float = 0.0
     measured: bool = True  # False for opaque backends (native)
     estimated: bool = False  # counts filled in by estimate_native (from the size and the known pattern)
+    root: int | None = None  # a broadcast's source rank, where the caller knows it (estimate_native uses it)
     sent_to: dict[int, int] = field(default_factory=lambda: defaultdict(int))  # peer -> bytes
     recv_from: dict[int, int] = field(default_factory=lambda: defaultdict(int))
 
@@ -176,7 +177,7 @@ def estimate_native(calls) -> int:
     for c in calls:
         if c.measured or c.estimated or c.op not in ("all_reduce", "all_gather", "broadcast"):
             continue
-        c.bytes_sent, c.bytes_recv = native_volume(c.op, c.nbytes, c.world_size, c.rank)
+        c.bytes_sent, c.bytes_recv = native_volume(c.op, c.nbytes, c.world_size, c.rank, c.root or 0)
         c.estimated = True
         k += 1
     return k
