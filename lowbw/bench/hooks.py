@@ -34,9 +34,12 @@ WORLD = 2
 
 
 def all_hooks() -> list[str]:
+    """torch's hooks each next to ours of the same kind (a drifting machine load hits both alike), then the
+    other lowbw compressors, then block-wise over gloo's all_gather."""
     import lowbw.compress as C
 
-    return [*TORCH_HOOKS, *C.available(), "blockwise@native"]
+    pairs = ["torch-none", "none", "torch-fp16", "fp16", "torch-bf16", "bf16"]
+    return [*pairs, *(n for n in C.available() if n not in pairs), "blockwise@native"]
 
 
 # ------------------------------------------------------------------------------------------------ worker
@@ -66,14 +69,15 @@ def _expected_bytes(name: str, comp, model, rec: dict, buckets: int) -> int | No
             ms = comp.matrix_shape(p.shape)
             total += 4 * ((ms[0] + ms[1]) * ms[2] if ms else p.numel())
         return total
-    if name == "artopk":  # averaged over steps: the leader alternates (count + indices), values all-reduced
+    if name == "artopk":  # values all-reduced; the leader (step mod 2) also sends count + indices
         from lowbw.compress.artopk import _index_dtype, _k_of
 
+        lead = rec["lead"]  # fraction of the timed steps rank 0 led
         total = 0.0
         for p in model.parameters():
             k = _k_of(comp.ratio, p.numel())
-            total += 4 * k + (8 + k * torch.empty(0, dtype=_index_dtype(p.numel())).element_size()) / 2
-        return int(total)
+            total += 4 * k + lead * (8 + k * torch.empty(0, dtype=_index_dtype(p.numel())).element_size())
+        return round(total)
     if comp.summable:
         return rec["data"]
     return rec["nbytes"] + 80 * buckets  # one packed ring all-gather per bucket (+ its 80-byte header)
@@ -148,8 +152,9 @@ def _run_hook(name: str, spec: dict, dist, rank: int) -> dict:
     if state is not None:
         buckets = (state.stats.buckets - b0) // k
         row["bytes_metered"] = (state.meter.bytes_sent - m0) / k
-        row["bytes_expected"] = _expected_bytes(name.partition("@")[0], comp, model,
-                                                {kk: v / k for kk, v in rec.items()}, buckets)
+        per_step = {kk: v / k for kk, v in rec.items()}
+        per_step["lead"] = sum(1 for s in range(2, 2 + k) if s % WORLD == 0) / k  # warm-up: steps 0, 1
+        row["bytes_expected"] = _expected_bytes(name.partition("@")[0], comp, model, per_step, buckets)
         row["buckets"] = buckets
         state.close()
     else:
