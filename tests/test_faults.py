@@ -430,3 +430,24 @@ def test_testbed_relative_out_then_sigkill_leaves_no_namespace(tmp_path):
     finally:
         p.kill()
         subprocess.run([sys.executable, "-m", "lowbw", "testbed", "--cleanup"], capture_output=True, cwd=ROOT)
+
+
+@pytest.mark.netns
+def test_doctor_removes_a_dead_testbeds_namespaces(tmp_path, capsys):
+    from lowbw.net.testbed import netns_missing
+
+    if netns_missing():
+        pytest.skip("needs root, ip netns and tc: " + "; ".join(netns_missing()))
+    dead = 4194304 + RNG.randrange(1000)  # above pid_max's default: no live process has it
+    names = [f"lbw-{dead}-abc123-br", f"lbw-{dead}-abc123-w0"]
+    for n in names:
+        subprocess.run(["ip", "netns", "add", n], check=True)
+    try:
+        rc, _ = cli(["doctor", "--runs", str(tmp_path), "--dry-run"], capsys)
+        assert rc == 1 and all(f"namespace {n}: left by a dead testbed" in cli.out for n in names)
+        rc, _ = cli(["doctor", "--runs", str(tmp_path)], capsys)
+        listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+        assert rc == 0 and "2 namespace(s)" in cli.out and not any(n in listing for n in names)
+    finally:
+        for n in names:
+            subprocess.run(["ip", "netns", "del", n], capture_output=True)
