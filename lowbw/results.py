@@ -84,13 +84,18 @@ def _path_params(run: Path, root: Path) -> tuple[str, dict[str, Any]]:
 
 
 def _check_metrics_digest(run: Path, summ: dict[str, Any]) -> None:
-    """A complete run's metrics.jsonl must be the file its summary.json sealed (line count and sha256;
-    summaries written before the seal existed carry neither and are not checked)."""
-    if "metrics_lines" not in summ:
-        return
-    from lowbw.runio import metrics_digest
+    """A complete run's metrics.jsonl must have monotonic steps and be the file its summary.json sealed
+    (line count and sha256; summaries written before the seal existed carry neither)."""
+    from lowbw.runio import check_steps, metrics_digest, read_jsonl
 
     mp = run / "metrics.jsonl"
+    if mp.exists():
+        try:
+            check_steps(read_jsonl(mp), mp)
+        except ValueError as e:
+            raise RunError(run, f"metrics.jsonl is corrupt ({e})") from e
+    if "metrics_lines" not in summ:
+        return
     if not mp.exists():
         raise RunError(run, f"{mp.name} is missing but summary.json records {summ['metrics_lines']} lines")
     got = metrics_digest(mp)

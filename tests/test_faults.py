@@ -210,7 +210,7 @@ def complete_run(tmp_path_factory):
 @pytest.mark.parametrize("damage,needle", [
     (lambda t: t[: t.index("\n") + 1], "has 1 lines, summary.json recorded 8"),  # truncated
     (lambda t: "", "has 0 lines, summary.json recorded 8"),  # emptied
-    (lambda t: t + t.splitlines(keepends=True)[-1], "has 9 lines"),  # a line appended twice
+    (lambda t: t + t.splitlines(keepends=True)[-1], "line 9 repeats step 6"),  # a line appended twice
     (lambda t: t.replace('"seed"', '"seed" ', 1) if '"seed"' in t else t.replace(": ", ":  ", 1), "sha256"),
 ])
 def test_damaged_metrics_of_a_complete_run_are_named(tmp_path, complete_run, damage, needle):
@@ -237,8 +237,9 @@ def test_interleaved_metrics_are_named_with_file_and_line(tmp_path, complete_run
     for k in ("metrics_lines", "metrics_sha256"):  # even without the seal (an older run)
         s.pop(k)
     (d / "summary.json").write_text(json.dumps(s))
-    with pytest.raises(RunError, match=r"metrics.jsonl: line 5 has step 1 after step 3"):
-        load_metrics(tmp_path)
+    for load in (load_metrics, load_runs):
+        with pytest.raises(RunError, match=r"metrics.jsonl: line 5 has step 1 after step 3"):
+            load(tmp_path)
 
 
 def test_summary_records_the_metrics_it_completed_with(complete_run):
