@@ -385,18 +385,20 @@ def test_a_failing_workers_own_error_is_the_launchers(tmp_path):
     assert time.time() - t0 < 60 and gone(out, 2.0) < 2.0
 
 
-def test_sigint_stops_a_background_run_that_ignored_it(tmp_path):
+@pytest.mark.parametrize("sig,rc_want,needle", [(signal.SIGINT, 130, "interrupted"),
+                                                 (signal.SIGTERM, 143, "stopped by SIGTERM")])
+def test_sigint_or_sigterm_stops_a_background_run_that_ignored_sigint(tmp_path, sig, rc_want, needle):
     out = tmp_path / "r"
     p = start_train(tmp_path, {**LONG, "backend": "procs"}, str(out), ignore_sigint=True)
     try:
         wait_for(lambda: metrics_lines(out) >= 1, 90, "the first metrics line")
         time.sleep(RNG.uniform(0.0, 0.5))
         t0 = time.time()
-        p.send_signal(signal.SIGINT)
+        p.send_signal(sig)
         rc = p.wait(timeout=20)
     finally:
         p.kill()
-    assert rc == 130 and "interrupted" in one_line(p.err_path.read_text(), launcher=True) and time.time() - t0 < 20
+    assert rc == rc_want and needle in one_line(p.err_path.read_text(), launcher=True) and time.time() - t0 < 20
     assert gone(out, 2.0) < 2.0
 
 

@@ -95,6 +95,11 @@ def main(args: argparse.Namespace) -> int:
         summ = run(cfg, args.out, overwrite=args.force, keep_checkpoint=args.keep_checkpoint)
     except KeyboardInterrupt:
         return _err("interrupted (a rerun with the same --out resumes from the last checkpoint)", 130)
+    except SystemExit as e:  # SIGTERM/SIGHUP (above): workers and namespaces are gone by now
+        if not isinstance(e.code, int) or e.code <= 128:
+            raise
+        name = signal.Signals(e.code - 128).name if e.code - 128 in signal.Signals._value2member_map_ else e.code
+        return _err(f"stopped by {name} (a rerun with the same --out resumes from the last checkpoint)", e.code)
     except RunDirError as e:
         return _err(e, 2)
     except ConfigError as e:
