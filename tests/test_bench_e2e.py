@@ -36,7 +36,7 @@ def test_method_presets_and_ddp_suffix():
     with pytest.raises(ValueError, match="only suffix is \\+ddp"):
         e2e.method_config("fp16+x", methods)
     twin = e2e.sim_twin({"ddp_hook": True, "compressor": "fp16", "backend": "procs"})
-    assert twin == {"compressor": "fp16", "backend": "sim"}
+    assert twin == {"compressor": "fp16", "backend": "sim", "granularity": "flat"}
 
 
 def test_cell_row_from_two_runs(tmp_path):
@@ -119,3 +119,43 @@ def test_report_section_from_rows(tmp_path):
     assert r"\newcommand{\EEightComputeScaleFour}{2.2}" in numbers
     assert r"\newcommand{\EEightLossIdentical}{2}" in numbers
     assert (tmp_path / "gen" / "fig_e8.pdf").is_file() and res.sections[0].key == "e8"
+
+
+def test_calibrated_clock_fills_model_runs_from_the_table(tmp_path):
+    from lowbw.bench.clock import clock_key
+    from lowbw.grid import run_config
+
+    run = {"model": "mlp", "dataset": "mnist", "batch_size": 64, "workers": 2, "compressor": "topk",
+           "compressor_args": {"ratio": 0.01}, "error_feedback": "on", "clock": "model"}
+    key = clock_key(run)
+    table = tmp_path / "clock.json"
+    table.write_text(json.dumps({"entries": {key: {"clock_sample_s": 1e-3, "clock_compress_mbyte_s": 50.0}}}))
+    config = {"clock_calibration": str(table), "train_defaults": {}, "methods": {},
+              "experiments": {"e": {"base": run, "grid": {"seed": [0]}}}}
+    cfg = run_config(config, "e", {"seed": 0})
+    assert cfg["clock_sample_s"] == 1e-3 and cfg["clock_compress_mbyte_s"] == 50.0
+    # another local batch is another key: a clear error naming the run and the command that writes the table
+    config["experiments"]["e"]["base"] = {**run, "batch_size": 128}
+    with pytest.raises(ValueError, match="run e/seed~0: .* has no calibration .*python -m lowbw bench clock"):
+        run_config(config, "e", {"seed": 0})
+    # clock: measured runs are left alone
+    config["experiments"]["e"]["base"] = {**run, "clock": "measured"}
+    assert "clock_sample_s" not in run_config(config, "e", {"seed": 0})
+
+
+def test_committed_clock_tables_cover_their_grids():
+    """config/config.yaml and config/tiny.yaml name calibration tables that hold every model-clock run."""
+    from pathlib import Path
+
+    import yaml
+
+    from lowbw.grid import decode, run_config, run_dirs
+
+    root = Path(__file__).resolve().parents[1]
+    for name in ("config.yaml", "tiny.yaml"):
+        config = yaml.safe_load((root / "config" / name).read_text())
+        config["clock_calibration"] = str(root / config["clock_calibration"])
+        for d in run_dirs(config):
+            _, exp, rest = d.split("/", 2)
+            cfg = run_config(config, exp, decode(rest))
+            assert cfg["clock"] == "model" and cfg["clock_sample_s"] > 0, d

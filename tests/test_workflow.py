@@ -79,3 +79,7 @@ def test_tiny_workflow_end_to_end(tmp_path):
     again = _snakemake(proj, "-n", "--configfile=config/tiny.yaml", *target, timeout=300)
     assert again.returncode == 0
     assert "Nothing to be done" in again.stdout + again.stderr
+    # every training run again (clock: model from config/clock_tiny.json): the same numbers, to the digit
+    rerun = _snakemake(proj, "--configfile=config/tiny.yaml", "--forcerun", "train", "report")
+    assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
+    assert (gen / "numbers.tex").read_text().split("\n", 1)[1] == numbers.split("\n", 1)[1]

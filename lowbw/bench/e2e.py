@@ -96,9 +96,13 @@ def cell_config(method: dict[str, Any], workers: int, rate: float, steps: int, a
 
 
 def sim_twin(cfg: dict[str, Any]) -> dict[str, Any]:
-    """The sim run of a cell: the same config; a DDP-hook cell's twin aggregates with the same compressor
-    through lowbw's own per-tensor path (sim has no DDP), which sends the same payloads."""
-    return {k: v for k, v in cfg.items() if k != "ddp_hook"} | {"backend": "sim"}
+    """The sim run of a cell: the same config. Sim has no DDP: a DDP-hook cell's twin aggregates with the
+    same compressor the flat gradient in one exchange, as the hook sends a bucket (the gradient of a model
+    under DDP's 25 MB bucket cap is one bucket) in one packed collective."""
+    twin = {k: v for k, v in cfg.items() if k != "ddp_hook"} | {"backend": "sim"}
+    if cfg.get("ddp_hook"):
+        twin["granularity"] = "flat"
+    return twin
 
 
 # ----------------------------------------------------------------------------------------------- the probe
