@@ -126,3 +126,13 @@ def test_yaml_strings_of_numbers_are_accepted():
     k, v = parse_override("lr=1e-3")
     assert RunConfig.from_dict({k: v}).lr == 0.001
     assert err(steps="5.5").key == "steps"
+
+
+def test_bad_compressor_argument_blames_compressor_args_and_integers_read_right():
+    from lowbw.train.config import ConfigError, RunConfig
+
+    with pytest.raises(ConfigError, match="unknown parameter 'bogus'") as ei:
+        RunConfig.from_dict({"compressor": "topk", "compressor_args": {"bogus": 1}})
+    assert ei.value.key == "compressor_args"
+    with pytest.raises(ConfigError, match="expected an integer, got 'abc'"):
+        RunConfig.from_dict({"workers": "abc"})

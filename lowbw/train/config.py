@@ -470,7 +470,7 @@ def _coerce(f, v: Any) -> Any:
         try:
             v = float(v.strip())
         except ValueError:
-            raise ConfigError(k, f"expected a {'number' if kind == 'number' else 'integer'}, got {v!r}") from None
+            raise ConfigError(k, f"expected {'a number' if kind == 'number' else 'an integer'}, got {v!r}") from None
     if kind == "integer":
         if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not v.is_integer()):
             raise ConfigError(k, f"expected an integer, got {v!r}")

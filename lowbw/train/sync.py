@@ -171,11 +171,14 @@ def check_compressor(cfg) -> None:
     names = base.available()
     if cfg.compressor not in names:
         raise ConfigError("compressor", f"{cfg.compressor!r} is unknown; allowed: {', '.join(names)}")
+    try:  # the arguments alone first, so a bad argument is blamed on compressor_args, not on error_feedback
+        base.make(cfg.compressor, **dict(cfg.compressor_args))
+    except (ValueError, TypeError) as e:
+        raise ConfigError("compressor_args", str(e)) from e
     try:
         make_compressor(cfg)
     except (ValueError, TypeError) as e:
-        key = "error_feedback" if "error_feedback" in str(e) else "compressor_args"
-        raise ConfigError(key, str(e)) from e
+        raise ConfigError("error_feedback", str(e)) from e
 
 
 def make_states(cfg, ranks: list[int]):
