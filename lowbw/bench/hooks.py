@@ -142,7 +142,7 @@ def _run_hook(name: str, spec: dict, dist, rank: int) -> dict:
         out.backward()
         opt.step()
         dt = time.perf_counter() - t0
-        loss = float(out)
+        loss = float(out.detach())
         if timed_step:
             times.append(dt)
             hooks.append(hook_s[0])
