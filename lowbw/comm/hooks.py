@@ -30,6 +30,7 @@ shaped links gloo's ``all_gather`` took 1.0-1.5x the wire time, ours about 1.0x 
 
 # No ``from __future__ import annotations`` here: DDP's register_comm_hook inspects the hook's return
 # annotation and accepts only the evaluated ``torch.futures.Future[torch.Tensor]`` (a string is rejected).
+import contextlib
 import queue
 import threading
 import time
@@ -38,7 +39,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from lowbw.comm.aggregate import resolve
-from lowbw.comm.meter import Meter, estimate_native
+from lowbw.comm.meter import Meter, active_meters, estimate_native, metering
 
 __all__ = ["HookState", "HookStats", "make_hook", "compressor_hook", "lowbw_hook", "GRANULARITIES"]
 
@@ -199,6 +200,7 @@ class _Job:
     tensors: list  # per-parameter gradient views into buffer
     names: list  # their state names
     last: bool
+    meters: list = field(default_factory=list)  # metering() contexts active where DDP called the hook
 
 
 def lowbw_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tensor]:
@@ -213,7 +215,7 @@ def lowbw_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tensor]:
         names = [state.name_of(p) for p in bucket.parameters()]
     else:
         tensors, names = [buf], [state.bucket_name(bucket.index(), buf.numel())]
-    job = _Job(bucket.index(), buf, tensors, names, bucket.is_last())
+    job = _Job(bucket.index(), buf, tensors, names, bucket.is_last(), active_meters())
     return state.exchanger.submit(lambda: _exchange(state, job))
 
 
@@ -224,16 +226,21 @@ def _exchange(state: HookState, job: _Job) -> torch.Tensor:
 
     t0 = time.perf_counter()
     coll = state.collective()
-    m0 = len(state.meter.calls)
+    meters = [state.meter, *(m for m in job.meters if m is not state.meter)]
+    m0 = [len(m.calls) for m in meters]
     comp = state.compressor
-    if isinstance(comp, Cast) and len(job.tensors) == 1 and job.tensors[0] is job.buffer:
-        _cast_in_place(comp, job.buffer, coll, state)
-    elif type(comp).aggregate is Compressor.aggregate:
-        _aggregate_together(comp, job, coll, state.cstate)
-    else:
-        for t, name in zip(job.tensors, job.names):
-            t.copy_(comp.aggregate(t, coll, name, state.cstate))
-    estimate_native(state.meter.calls[m0:])
+    with contextlib.ExitStack() as stack:  # the caller's metering() contexts count this exchange too
+        for m in meters[1:]:
+            stack.enter_context(metering(m))
+        if isinstance(comp, Cast) and len(job.tensors) == 1 and job.tensors[0] is job.buffer:
+            _cast_in_place(comp, job.buffer, coll, state)
+        elif type(comp).aggregate is Compressor.aggregate:
+            _aggregate_together(comp, job, coll, state.cstate)
+        else:
+            for t, name in zip(job.tensors, job.names):
+                t.copy_(comp.aggregate(t, coll, name, state.cstate))
+    for m, k in zip(meters, m0):
+        estimate_native(m.calls[k:])
     st = state.stats
     st.buckets += 1
     st.dense_bytes += job.buffer.numel() * job.buffer.element_size()
