@@ -8,17 +8,19 @@ per worker, every byte through a real tc-shaped link, gloo), per cell (method x 
 ``--methods`` takes the preset names of ``config/config.yaml``'s ``methods:``; ``NAME+ddp`` runs the preset
 through torch DDP with the compressor as its communication hook (``ddp_hook: true``).
 
-Before the cells of each (rate, workers) pair, one probe on the same testbed measures what the virtual clock
-needs to know about *this host* and nothing about the training runs:
+Around the testbed runs of each (rate, workers) pair, a probe before and one after (samples pooled) on the same
+testbed measure what the virtual clock needs to know about *this host* and nothing about the training runs:
 
 * ``overhead_ms``: the per-message cost of the software stack (Python + gloo + TCP + wake-ups), from tiny
-  all-gathers through lowbw.comm: t / (2 (N-1)) (the sizes exchange and the payload each take N-1 steps);
+  all-gathers through lowbw.comm, back to back: t / (2 (N-1)) (the sizes exchange and the payload each
+  take N-1 steps);
 * ``compute_scale``: forward + backward + update of the model at the local batch, all N workers at once
-  against one alone (N processes share this machine's cores; the virtual clock assumes a machine each).
+  (the slowest) against one alone, alternately (N processes share this machine's cores; the virtual clock
+  assumes a machine each).
 
-The sim runs with ``clock_overhead_ms`` and ``clock_compute_scale`` set to them; each row also carries the
-prediction of the uncalibrated clock (ideal stack, a machine per worker), recomputed from the run's
-alpha-beta coefficients, so the paper can show what the calibration changed.
+The sim runs (after the group's testbed runs) with ``clock_overhead_ms`` and ``clock_compute_scale`` set to
+them; each row also carries the prediction of the uncalibrated clock (ideal stack, a machine per worker),
+recomputed from the run's alpha-beta coefficients, so the paper can show what the calibration changed.
 
 Per cell (steps ``warmup`` .. ``steps``; t_meta, lowbw's own bookkeeping exchanges, is not training):
 ``predicted_step_s`` = d t_virtual / d step (sim); ``measured_step_s`` = d (t_step - t_meta) / d step
@@ -53,7 +55,8 @@ BASE: dict[str, Any] = {
     "eval_batch_size": 1000,
 }
 WARMUP_STEPS = 10  # steps excluded from the per-step figures (TCP slow start, first-touch allocations)
-PROBE_REPS = 40
+PROBE_REPS = 20  # repetitions of a burst of PROBE_BURST tiny all-gathers
+PROBE_BURST = 10
 
 
 # ----------------------------------------------------------------------------------------------- configs
@@ -121,17 +124,18 @@ def _probe_worker(spec_path: str) -> int:
     cfg = RunConfig.from_dict(spec["config"])
     torch.set_num_threads(int(os.environ.get("LOWBW_THREADS", "1")))
     dist.init_process_group("gloo", init_method="env://", timeout=_dt.timedelta(seconds=120))
-    rank, n = dist.get_rank(), dist.get_world_size()
+    rank = dist.get_rank()
     coll = DistCollective(cfg.collective, timeout=120)
     one = torch.zeros(1)
     gathers = []
-    for i in range(PROBE_REPS + 5):
+    for i in range(PROBE_REPS + 2):
+        # back to back, as a step's per-layer exchanges: the ranks' skew leaving the barrier is paid once
         dist.barrier()
-        time.sleep(0.01)  # the link idles between calls, as between training steps
         t0 = time.perf_counter()
-        coll.all_gather(one)
-        if i >= 5:
-            gathers.append(time.perf_counter() - t0)
+        for _ in range(PROBE_BURST):
+            coll.all_gather(one)
+        if i >= 2:
+            gathers.append((time.perf_counter() - t0) / PROBE_BURST)
     # compute: rank 0 alone (the others wait in a barrier), then every rank at once
     c, h, w = spec["image_shape"]
     torch.manual_seed(0)
@@ -146,28 +150,37 @@ def _probe_worker(spec_path: str) -> int:
         opt.step(rep.params, rep.grads, 1e-3)
         return time.perf_counter() - t0
 
-    reps = spec["compute_reps"]
     alone: list[float] = []
-    if rank == 0:
-        step()
-        alone = [step() for _ in range(reps)]
-    dist.barrier()
+    together: list[float] = []
     step()
-    dist.barrier()
-    together = [step() for _ in range(reps)]
-    t_all = [None] * n
-    dist.all_gather_object(t_all, statistics.median(together))
+    for _ in range(spec["compute_reps"]):  # alternate, so that background load hits both alike
+        dist.barrier()
+        if rank == 0:
+            alone.append(step())
+        dist.barrier()
+        t = torch.tensor([step()], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the clock takes the slowest worker
+        together.append(float(t))
     if rank == 0:
-        Path(spec["out"]).write_text(json.dumps({
-            "allgather_s": gathers, "overhead_ms": statistics.median(gathers) / (2 * (n - 1)) * 1e3 if n > 1 else 0.0,
-            "compute_alone_s": statistics.median(alone), "compute_together_s": max(t_all),
-            "compute_scale": max(1.0, max(t_all) / statistics.median(alone))}))
+        Path(spec["out"]).write_text(json.dumps({"allgather_s": gathers, "compute_alone_s": alone,
+                                                 "compute_together_s": together}))
     dist.destroy_process_group()
     return 0
 
 
+def probe_summary(samples: list[dict[str, list[float]]], workers: int) -> dict[str, Any]:
+    """Medians over the pooled samples of several probes: overhead per message (ms), core-sharing factor."""
+    g = [x for s in samples for x in s["allgather_s"]]
+    alone = [x for s in samples for x in s["compute_alone_s"]]
+    together = [x for s in samples for x in s["compute_together_s"]]
+    return {"overhead_ms": statistics.median(g) / (2 * (workers - 1)) * 1e3 if workers > 1 else 0.0,
+            "compute_alone_s": statistics.median(alone), "compute_together_s": statistics.median(together),
+            "compute_scale": max(1.0, statistics.median(together) / statistics.median(alone)),
+            "samples": samples}
+
+
 def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list[int], int]) -> dict[str, float]:
-    """Per-message overhead and core-sharing factor on a testbed of ``workers`` at ``rate`` Mbit/s."""
+    """Raw samples of one probe on a testbed of ``workers`` at ``rate`` Mbit/s (see :func:`probe_summary`)."""
     from lowbw.net.testbed import Testbed
     from lowbw.train.launch import free_port
 
@@ -176,7 +189,7 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
         spec = Path(td) / "spec.json"
         out = Path(td) / "probe.json"
         spec.write_text(json.dumps({"config": cfg, "out": str(out), "image_shape": data_shape[0],
-                                    "num_classes": data_shape[1], "compute_reps": 15}))
+                                    "num_classes": data_shape[1], "compute_reps": 20}))
         env = dict(os.environ, OMP_NUM_THREADS="1", LOWBW_THREADS="1",
                    PYTHONPATH=root + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
         with Testbed(workers=workers, rate=f"{rate}mbit", master_port=free_port()) as tb:
@@ -302,22 +315,33 @@ def run_cells(args) -> dict[str, Any]:
     for n in args.workers:
         for rate in args.rates:
             base = cell_config({}, n, rate, args.steps, args, {"overhead_ms": 0.0, "compute_scale": 1.0})
-            pr = probe(base, n, rate, shape)
-            probes.append({"workers": n, "rate_mbit": rate, **pr})
+            # probes before the cells and after them (pooled): one burst of background load during a probe
+            # should not decide the calibration of a whole group
+            pre = probe(base, n, rate, shape)
+            pr = {**probe_summary([pre], n), "emulation": pre["emulation"]}
+            group: list[dict[str, Any]] = []
             print(f"probe N={n} {rate:g} Mbit/s: overhead {pr['overhead_ms']:.3f} ms/message, compute x"
                   f"{pr['compute_scale']:.2f} ({pr['emulation']})", flush=True)
             for m in wanted:
                 cfg = cell_config(mcfg[m], n, rate, args.steps, args, pr)
                 cell = runs_dir / f"{m}_n{n}_r{rate:g}"
                 t0 = time.perf_counter()
-                run(sim_twin(cfg), cell / "sim", overwrite=True, quiet=True)
                 run({**cfg, "backend": "procs", "testbed": True}, cell / "procs", overwrite=True, quiet=True)
-                row = cell_row(cell / "sim", cell / "procs", method=m, workers=n, rate=rate, steps=args.steps,
-                               target=args.target, probe_res=pr, cfg=cfg)
-                row["wall_s"] = time.perf_counter() - t0
+                group.append({"method": m, "cell": cell, "cfg": cfg, "wall_s": time.perf_counter() - t0})
+            post = probe(base, n, rate, shape)
+            pr = {**probe_summary([pre, post], n), "emulation": pre["emulation"]}
+            probes.append({"workers": n, "rate_mbit": rate, **pr})
+            print(f"probes N={n} {rate:g} Mbit/s, pooled: overhead {pr['overhead_ms']:.3f} ms/message, compute x"
+                  f"{pr['compute_scale']:.2f}", flush=True)
+            for g in group:  # the sims again with the pooled calibration (cheap: no links)
+                cfg = cell_config(mcfg[g["method"]], n, rate, args.steps, args, pr)
+                run(sim_twin(cfg), g["cell"] / "sim", overwrite=True, quiet=True)
+                row = cell_row(g["cell"] / "sim", g["cell"] / "procs", method=g["method"], workers=n, rate=rate,
+                               steps=args.steps, target=args.target, probe_res=pr, cfg=cfg)
+                row["wall_s"] = g["wall_s"]
                 rows.append(row)
                 print(_fmt_row(row), flush=True)
-                atomic_write_json(out, _result(rows, probes, args, t_start, complete=False))
+            atomic_write_json(out, _result(rows, probes, args, t_start, complete=False))
     res = _result(rows, probes, args, t_start, complete=True)
     atomic_write_json(out, res)
     return res
