@@ -509,3 +509,25 @@ def test_launch_contract_helpers_and_bad_arguments(tmp_path):
     res = _run_cli(tmp_path, "--emulation", "loopback-ratelimit", "--launcher", "torchrun", "--", "python",
                    timeout=30)
     assert res.returncode == 2 and "needs a script" in res.stderr
+
+
+@pytest.mark.parametrize("argv, culprit", [
+    (["--rate", "0"], "--rate '0' is not a rate > 0"),
+    (["--rate", "fast"], "--rate 'fast'"),
+    (["--delay", "bogus"], "bad time 'bogus'"),
+])
+def test_testbed_cli_bad_values_one_line_before_any_work(argv, culprit, capsys):
+    from lowbw.cli import main
+
+    rc = main(["testbed", *argv, "--", sys.executable, "-c", "pass"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and culprit in err[0]
+
+
+def test_testbed_cli_says_when_its_timeout_fired(capsys):
+    from lowbw.cli import main
+
+    rc = main(["testbed", "--workers", "2", "--emulation", "loopback-ratelimit", "--timeout", "1", "--grace", "1",
+               "--", sys.executable, "-c", "import time; time.sleep(30)"])
+    err = capsys.readouterr().err
+    assert rc == 124 and "--timeout 1s fired" in err

@@ -28,6 +28,7 @@ import argparse
 import json
 import signal
 import sys
+import time
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -96,17 +97,32 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.worker_dir is not None:
         cmd = _absolute_paths(cmd)
-    rate = None if str(args.rate).lower() in ("none", "0", "") else args.rate
+    rate = None if str(args.rate).strip().lower() in ("none", "") else args.rate
+    if rate is not None:
+        from lowbw.net.costmodel import parse_rate
+
+        try:
+            parse_rate(rate)
+        except ValueError:
+            print(f"lowbw testbed: --rate {args.rate!r} is not a rate > 0 (tc units: 10mbit, 1gbit; "
+                  "--rate none for unshaped links)", file=sys.stderr)
+            return 2
     # SIGINT -> KeyboardInterrupt and SIGTERM/SIGHUP -> SystemExit unwind the with-block: teardown runs
     # (SIGINT explicitly: a shell starts background jobs with SIGINT ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(SystemExit(128 + s)))
     signal.signal(signal.SIGHUP, lambda s, f: (_ for _ in ()).throw(SystemExit(128 + s)))
+    try:  # bad values (delay, loss, schedule, queue, ...) are named in one line before anything is set up
+        testbed = Testbed(args.workers, rate=rate, delay=args.delay, jitter=args.jitter, loss=args.loss,
+                          schedule=args.schedule, emulation=args.emulation, prefix=args.prefix, queue=args.queue,
+                          ack_priority=args.ack_priority, congestion_control=args.congestion_control,
+                          master_port=args.master_port, realtime=args.realtime)
+    except ValueError as e:
+        print(f"lowbw testbed: {e}", file=sys.stderr)
+        return 2
+    timed_out = False
     try:
-        with Testbed(args.workers, rate=rate, delay=args.delay, jitter=args.jitter, loss=args.loss,
-                     schedule=args.schedule, emulation=args.emulation, prefix=args.prefix, queue=args.queue,
-                     ack_priority=args.ack_priority, congestion_control=args.congestion_control,
-                     master_port=args.master_port, realtime=args.realtime) as tb:
+        with testbed as tb:
             if args.show:
                 print(json.dumps(tb.describe(), indent=1), file=sys.stderr)
                 print(tb.qdiscs(), file=sys.stderr)
@@ -120,7 +136,9 @@ def main(args: argparse.Namespace) -> int:
                 per_rank = {r: {"PET_NODE_RANK": str(r)} for r in range(args.workers)}
             before = tb.link_bytes()
             procs = tb.launch(cmd, cwd=args.worker_dir, per_rank_env=per_rank)
+            t_wait = time.monotonic()
             codes = tb.wait(procs, timeout=args.timeout, grace=args.grace)
+            timed_out = bool(args.timeout) and time.monotonic() - t_wait >= args.timeout
             _warn_if_idle(before, tb.link_bytes(), args.workers)
     except (TestbedUnavailable, RealtimeUnavailable) as e:
         print(f"lowbw testbed: {e}", file=sys.stderr)
@@ -129,6 +147,10 @@ def main(args: argparse.Namespace) -> int:
         print("lowbw testbed: interrupted; torn down", file=sys.stderr)
         return 130
     failed = [(r, c) for r, c in enumerate(codes) if c != 0]
+    if failed and timed_out:
+        print(f"lowbw testbed: --timeout {args.timeout:g}s fired: the workers were killed "
+              f"({', '.join(f'rank {r} exit {c}' for r, c in failed)})", file=sys.stderr)
+        return 124  # as timeout(1)
     if failed:
         print("lowbw testbed: worker(s) failed: " + ", ".join(f"rank {r} exit {c}" for r, c in failed),
               file=sys.stderr)
