@@ -13,7 +13,8 @@ testbed measure what the virtual clock needs to know about *this host* and nothi
 
 * ``overhead_ms``: the per-message cost of the software stack (Python + gloo + TCP + wake-ups), from tiny
   all-gathers through lowbw.comm, back to back: t / (2 (N-1)) (the sizes exchange and the payload each
-  take N-1 steps);
+  take N-1 steps). Recorded beside it, not used by the clock: ``overhead_pingpong_ms``, the one-way time of
+  a one-float ping-pong between ranks 0 and 1 (Hockney's alpha, as E1 calibrates it);
 * ``compute_scale``: forward + backward + update of the model at the local batch, all N workers at once
   (the slowest) against one alone, alternately (N processes share this machine's cores; the virtual clock
   assumes a machine each).
@@ -54,9 +55,11 @@ BASE: dict[str, Any] = {
     "latency_ms": 0.0, "log_every": 5, "eval_every": 0.05, "progress": False, "sim_dense": "threads",
     "eval_batch_size": 1000,
 }
+GOODPUT = 1448 / 1514  # RunConfig.link_goodput's default
 WARMUP_STEPS = 10  # steps excluded from the per-step figures (TCP slow start, first-touch allocations)
 PROBE_REPS = 20  # repetitions of a burst of PROBE_BURST tiny all-gathers
 PROBE_BURST = 10
+PROBE_PINGPONG = 200  # round trips of one float between ranks 0 and 1
 
 
 # ----------------------------------------------------------------------------------------------- configs
@@ -136,6 +139,23 @@ def _probe_worker(spec_path: str) -> int:
             coll.all_gather(one)
         if i >= 2:
             gathers.append((time.perf_counter() - t0) / PROBE_BURST)
+    # ping-pong of one float between ranks 0 and 1 (the others wait): one-way = round trip / 2, Hockney's
+    # alpha, as E1 calibrates it
+    pingpong = []
+    dist.barrier()
+    if rank < 2:
+        buf = torch.zeros(1)
+        for i in range(PROBE_PINGPONG + 10):
+            t0 = time.perf_counter()
+            if rank == 0:
+                dist.send(buf, 1)
+                dist.recv(buf, 1)
+            else:
+                dist.recv(buf, 0)
+                dist.send(buf, 0)
+            if i >= 10:
+                pingpong.append((time.perf_counter() - t0) / 2)
+    dist.barrier()
     # compute: rank 0 alone (the others wait in a barrier), then every rank at once
     c, h, w = spec["image_shape"]
     torch.manual_seed(0)
@@ -162,8 +182,8 @@ def _probe_worker(spec_path: str) -> int:
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the clock takes the slowest worker
         together.append(float(t))
     if rank == 0:
-        Path(spec["out"]).write_text(json.dumps({"allgather_s": gathers, "compute_alone_s": alone,
-                                                 "compute_together_s": together}))
+        Path(spec["out"]).write_text(json.dumps({"allgather_s": gathers, "pingpong_s": pingpong,
+                                                 "compute_alone_s": alone, "compute_together_s": together}))
     dist.destroy_process_group()
     return 0
 
@@ -171,9 +191,12 @@ def _probe_worker(spec_path: str) -> int:
 def probe_summary(samples: list[dict[str, list[float]]], workers: int) -> dict[str, Any]:
     """Medians over the pooled samples of several probes: overhead per message (ms), core-sharing factor."""
     g = [x for s in samples for x in s["allgather_s"]]
+    pp = [x for s in samples for x in s.get("pingpong_s", [])]
     alone = [x for s in samples for x in s["compute_alone_s"]]
     together = [x for s in samples for x in s["compute_together_s"]]
-    return {"overhead_ms": statistics.median(g) / (2 * (workers - 1)) * 1e3 if workers > 1 else 0.0,
+    per_round = statistics.median(g) / (2 * (workers - 1)) * 1e3 if workers > 1 else 0.0
+    return {"overhead_ms": per_round,
+            "overhead_pingpong_ms": statistics.median(pp) * 1e3 if pp else None,
             "compute_alone_s": statistics.median(alone), "compute_together_s": statistics.median(together),
             "compute_scale": max(1.0, statistics.median(together) / statistics.median(alone)),
             "samples": samples}
@@ -266,6 +289,11 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
         "predicted_compress_s": pred["compress"], "measured_compress_s": meas["compress"],
         "nominal_step_s": nominal_step, "err_step_nominal": _rel(nominal_step, meas_step),
         "bookkeeping_s": d(p0, p1, "t_meta"),
+        "alpha_terms_per_step": alpha_terms, "beta_bytes_per_step": beta_bytes,
+        # the per-message cost the measured communication implies, for steps with many messages:
+        # (measured comm - modelled wire time) / latency terms
+        "implied_overhead_ms": ((meas["comm"] - beta_bytes * 8 / (rate * 1e6 * cfg.get("link_goodput", GOODPUT)))
+                                / alpha_terms * 1e3) if alpha_terms >= 8 else None,
         "bytes_per_step": d(s0, s1, "bytes_sent"), "bytes_per_step_procs": d(p0, p1, "bytes_sent"),
         "link_bound": link_bound,
         "final_loss_sim": fl_s, "final_loss_procs": fl_p,
@@ -347,6 +375,28 @@ def run_cells(args) -> dict[str, Any]:
     return res
 
 
+def reanalyse(args) -> dict[str, Any]:
+    """The rows of an existing e2e.json recomputed from its run directories (analysis only, no measurement)."""
+    from lowbw.runio import atomic_write_json
+
+    res = json.loads(Path(args.out).read_text())
+    methods = load_methods()
+    probes = {(p["workers"], p["rate_mbit"]): p for p in res["probes"]}
+    a = argparse.Namespace(**{**vars(args), **{k: v for k, v in res["args"].items() if k in (
+        "model", "dataset", "batch_size", "seed", "target", "runs_dir")}})
+    rows = []
+    for r in res["rows"]:
+        pr = probes[(r["workers"], r["rate_mbit"])]
+        cfg = cell_config(method_config(r["method"], methods), r["workers"], r["rate_mbit"], r["steps"], a, pr)
+        cell = Path(a.runs_dir) / f"{r['method']}_n{r['workers']}_r{r['rate_mbit']:g}"
+        rows.append({**cell_row(cell / "sim", cell / "procs", method=r["method"], workers=r["workers"],
+                                rate=r["rate_mbit"], steps=r["steps"], target=r["target"], probe_res=pr, cfg=cfg),
+                     "wall_s": r.get("wall_s")})
+    res.update(rows=rows, summary=summarise(rows), reanalysed=_provenance())
+    atomic_write_json(Path(args.out), res)
+    return res
+
+
 def _result(rows, probes, args, t_start, complete: bool) -> dict[str, Any]:
     return {"provenance": _provenance(), "complete": complete, "seconds": time.perf_counter() - t_start,
             "args": {k: v for k, v in vars(args).items() if k not in ("probe_worker",)},
@@ -406,6 +456,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--runs-dir", default="runs/bench/e2e", help="where the cells' run directories go")
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--probe-worker", help=argparse.SUPPRESS)
+    ap.add_argument("--reanalyse", action="store_true",
+                    help="recompute the rows of --out from its cells' run directories and stored probes (no runs)")
     a = ap.parse_args(argv)
     if a.probe_worker:
         return _probe_worker(a.probe_worker)
@@ -424,7 +476,7 @@ def main(argv: list[str] | None = None) -> int:
                 method_config(m.strip(), method_config_check)
     except ValueError as e:
         ap.error(str(e))
-    res = run_cells(a)
+    res = reanalyse(a) if a.reanalyse else run_cells(a)
     print()
     print_table(res)
     return 0
