@@ -84,7 +84,7 @@ def _figure(df):
                               label=f"hollow: N={int(df['workers'].max())}"))
     fig.legend(handles=handles, loc="lower center", ncol=min(6, len(handles)), fontsize=6.5, frameon=False,
                bbox_to_anchor=(0.5, -0.08))
-    axes[0].set_title("per step (grey: $\\pm$10\\%)", fontsize=8)
+    axes[0].set_title("per step (grey: $\\pm$10%)", fontsize=8)
     axes[1].set_title("to the target accuracy", fontsize=8)
     fig.tight_layout(rect=(0, 0.08, 1, 1))
     return fig
@@ -152,8 +152,8 @@ def e8(ctx: Context) -> Section:
         r"We ran the same configuration, seed and number of steps on the simulator and on the testbed in "
         r"\EEightCells{} cells (links emulated with \EEightEmulation; measured \EEightDate{} at commit "
         r"\EEightCommit).",
-        r"Before each (rate, $N$) group a probe measures two properties of this host that the virtual clock "
-        r"did not know: the software's cost per message (median \EEightOverheadMs\,ms, "
+        r"Probes before and after the testbed runs of each (rate, $N$) group measure two properties of this host "
+        r"that the virtual clock did not know: the software's cost per message (median \EEightOverheadMs\,ms, "
         r"\EEightOverheadMin--\EEightOverheadMax\,ms across groups: Python, gloo and wake-ups on a 2-core "
         r"virtual machine) and how much slower the workers compute when they run at once on shared cores.",
     ]

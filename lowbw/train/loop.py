@@ -550,6 +550,7 @@ class Trainer:
                 self._pbar.close()
         # the final model: synchronise if the last step left replicas apart (counted as communication)
         if not self.in_sync and self.stopped is None and not self.ps_mode:
+            t_sync = time.perf_counter()
             ex = self._average("world")
             rows = torch.tensor([[0, 0, 0, 0, ex.busy_s[i], ex.comm_s[i], ex.bytes_sent[i]]
                                  for i in range(len(world.ranks))], dtype=torch.float64)
@@ -559,6 +560,9 @@ class Trainer:
             self.clock["t_virtual"] += ex.v_comm
             self._count_comm(ex)
             self.in_sync = True
+            t_sync = time.perf_counter() - t_sync  # measured like a step: the final synchronisation is training
+            self.meas["t_step"] += t_sync
+            self.meas["t_comm"] += t_sync
         if self.last_eval_step != self.step or self.interval["n"]:
             ev = self.evaluate() if self.last_eval_step != self.step else {}
             if ev:
