@@ -46,9 +46,9 @@ def _table(df, rates: list[float], workers: list[int]) -> str:
 
 
 def _figure(df):
-    from lowbw.report.experiments import _plt
+    from lowbw.report.common import plotting
 
-    plt, _ = _plt()
+    plt, _ = plotting()
     methods = list(dict.fromkeys(df["method"]))
     rates = sorted(df["rate_mbit"].unique())
     markers = dict(zip(methods, "osD^v<>pP*Xh"))

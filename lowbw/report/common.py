@@ -1,0 +1,58 @@
+"""What several experiments of the report share: units, the plotting style, the training runs of an
+experiment, the report's link settings, the models' printed names."""
+
+from __future__ import annotations
+
+from lowbw.report.build import Context
+from lowbw.report.latex import fmt_num
+
+__all__ = ["fmt_duration", "plotting", "training_runs", "report_links", "PRETTY"]
+
+PRETTY = {"mlp": "MLP", "cnn": "Small CNN", "resnet20": "ResNet-20", "vgg16": "VGG-16 (CIFAR)",
+          "resnet50": "ResNet-50", "inception_v4": "Inception-v4", "vgg16_imagenet": "VGG-16 (ImageNet)"}
+
+
+def fmt_duration(seconds: float) -> str:
+    """Seconds -> '850 ms', '12.3 s', '4.2 min', '3.1 h', '2.4 d', '1.3 y'."""
+    if seconds != seconds:
+        return "--"
+    for unit, size in (("y", 365 * 86400), ("d", 86400), ("h", 3600), ("min", 60), ("s", 1)):
+        if seconds >= size:
+            return f"{fmt_num(seconds / size, 2 if seconds / size < 10 else 3)} {unit}"
+    return f"{fmt_num(seconds * 1e3, 2)} ms"
+
+
+def plotting():
+    """matplotlib (Agg) and seaborn in the paper's style."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    import seaborn as sns
+
+    sns.set_theme(context="paper", style="whitegrid", font_scale=0.9)
+    return plt, sns
+
+
+def training_runs(ctx: Context, experiments: list[str]):
+    """(runs, metrics) DataFrames of the named experiments' completed runs, or (None, None)."""
+    import pandas as pd
+
+    from lowbw.results import load_metrics, load_runs
+
+    runs, mets = [], []
+    for e in experiments:
+        d = ctx.runs_dir / e
+        if d.is_dir():
+            runs.append(load_runs(d).assign(experiment=e))
+            mets.append(load_metrics(d).assign(experiment=e))
+    if not runs:
+        return None, None
+    return pd.concat(runs, ignore_index=True), pd.concat(mets, ignore_index=True)
+
+
+def report_links(ctx: Context) -> tuple[list[float], float, float]:
+    """(bandwidths to re-time at in Mbit/s, latency in ms, the focus bandwidth) of the report config."""
+    r = ctx.config.get("report") or {}
+    return list(r.get("bandwidths_mbit", [1, 10, 100, 1000])), float(r.get("latency_ms", 0.5)), float(
+        r.get("focus_mbit", 10))
