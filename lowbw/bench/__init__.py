@@ -1,1 +1,20 @@
 """Benchmarks: scripts that measure, write runs/bench/<name>.json (with provenance) and print a table."""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["bench_provenance"]
+
+
+def bench_provenance() -> dict[str, Any]:
+    """Where and when a benchmark measured: host, cores, CPU, torch, commit, UTC date (ISO 8601), Python and
+    platform -- the ``provenance`` record of every runs/bench/*.json."""
+    import datetime as dt
+
+    from lowbw.runio import provenance
+
+    p = provenance()
+    return {"host": p["host"], "cores": p["cpu_count"], "cpu": p["cpu"], "torch": p["torch_version"],
+            "commit": p["git_commit"], "date": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
+            "python": p["python_version"], "platform": p["platform"], "cuda": p["cuda"]}

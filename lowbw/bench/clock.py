@@ -14,7 +14,6 @@ grid, ``--reps`` times, and stores medians, spreads and provenance. The workflow
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import statistics
 import sys
@@ -87,7 +86,8 @@ def grid_configs(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     import yaml
 
-    from lowbw.runio import atomic_write_json, provenance
+    from lowbw.bench import bench_provenance
+    from lowbw.runio import atomic_write_json
 
     ap = argparse.ArgumentParser(prog="python -m lowbw bench clock", description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="config/config.yaml", help="workflow config (its grid)")
@@ -132,10 +132,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{e['model']:<6} b={b:<4} {e['compressor']:<10} compute {med * 1e3:8.2f} ms/step (n={len(comp)}, "
               f"spread {100 * e['spread_compute']:.0f}%)  compress {med_c * 1e3:8.2f} ms/step "
               f"(spread {100 * e['spread_compress']:.0f}%)", flush=True)
-    p = provenance()
     atomic_write_json(Path(a.out), {
-        "provenance": {"host": p["host"], "cores": p["cpu_count"], "cpu": p["cpu"], "torch": p["torch_version"],
-                       "commit": p["git_commit"], "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds")},
+        "provenance": bench_provenance(),
         "what": "per-worker compute and (de)compression of the grid's runs, one thread, sim Trainer, "
                 f"{a.steps} steps after 3 warm-up, {a.reps} repetitions (median)",
         "config": a.config, "seconds": time.perf_counter() - t0, "entries": entries})

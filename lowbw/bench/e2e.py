@@ -43,6 +43,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lowbw.bench import bench_provenance
+
 __all__ = ["main", "run_cells", "cell_row", "method_config", "BASE"]
 
 DEFAULT_OUT = "runs/bench/e2e.json"
@@ -308,15 +310,6 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
 
 
 # ----------------------------------------------------------------------------------------------- the grid
-def _provenance() -> dict[str, Any]:
-    from lowbw.runio import provenance
-
-    p = provenance()
-    return {"host": p["host"], "cores": os.cpu_count(), "cpu": p["cpu"], "torch": p["torch_version"],
-            "commit": p["git_commit"], "date": _dt.datetime.now(_dt.UTC).isoformat(timespec="seconds"),
-            "python": p["python_version"], "platform": p["platform"]}
-
-
 def run_cells(args) -> dict[str, Any]:
     from lowbw.data import load
     from lowbw.runio import atomic_write_json
@@ -392,13 +385,13 @@ def reanalyse(args) -> dict[str, Any]:
         rows.append({**cell_row(cell / "sim", cell / "procs", method=r["method"], workers=r["workers"],
                                 rate=r["rate_mbit"], steps=r["steps"], target=r["target"], probe_res=pr, cfg=cfg),
                      "wall_s": r.get("wall_s")})
-    res.update(rows=rows, summary=summarise(rows), reanalysed=_provenance())
+    res.update(rows=rows, summary=summarise(rows), reanalysed=bench_provenance())
     atomic_write_json(Path(args.out), res)
     return res
 
 
 def _result(rows, probes, args, t_start, complete: bool) -> dict[str, Any]:
-    return {"provenance": _provenance(), "complete": complete, "seconds": time.perf_counter() - t_start,
+    return {"provenance": bench_provenance(), "complete": complete, "seconds": time.perf_counter() - t_start,
             "args": {k: v for k, v in vars(args).items() if k not in ("probe_worker",)},
             "base_config": BASE, "warmup_steps": WARMUP_STEPS, "probes": probes, "rows": rows,
             "summary": summarise(rows)}

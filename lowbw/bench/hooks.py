@@ -28,6 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from lowbw.bench import bench_provenance
+
 TORCH_HOOKS = ("torch-none", "torch-fp16", "torch-bf16")
 RATES_MBIT = (10, 100, 1000)
 WORLD = 2
@@ -191,7 +193,6 @@ def _worker(spec_path: str) -> int:
 def run(rates=RATES_MBIT, hooks=None, steps: int = 5, params: float = 5e6, batch: int = 32,
         emulation: str = "auto", out: str | None = "runs/bench/hooks.json", timeout: float = 3000) -> dict:
     from lowbw.net.testbed import Testbed
-    from lowbw.runio import git_commit
 
     hooks = list(hooks or all_hooks())
     rows, testbeds = [], []
@@ -222,8 +223,7 @@ def run(rates=RATES_MBIT, hooks=None, steps: int = 5, params: float = 5e6, batch
                    "workers": WORLD},
         "notes": ["torch's powerSGD_hook is not run: on gloo/CPU in torch 2.13 it hangs (Future.wait() inside "
                   "then callbacks); compare on NCCL with python -m lowbw.bench.cuda"],
-        "provenance": {"host": os.uname().nodename, "cores": os.cpu_count(), "torch": _torch_version(),
-                       "commit": git_commit(), "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+        "provenance": bench_provenance(),
     }
     if out:
         from lowbw.runio import atomic_write_json
@@ -231,12 +231,6 @@ def run(rates=RATES_MBIT, hooks=None, steps: int = 5, params: float = 5e6, batch
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out, result)
     return result
-
-
-def _torch_version() -> str:
-    import torch
-
-    return torch.__version__
 
 
 def targets(rows: list[dict]) -> dict:
