@@ -45,7 +45,7 @@ from typing import Any
 
 from lowbw.bench import bench_provenance
 
-__all__ = ["main", "run_cells", "cell_row", "method_config", "BASE"]
+__all__ = ["main", "plan", "run_cells", "cell_row", "method_config", "sim_twin", "BASE"]
 
 DEFAULT_OUT = "runs/bench/e2e.json"
 # The training every cell runs (MLP on MNIST: the quick profile's E4 model), with knobs E8 needs: frequent
@@ -310,24 +310,33 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
 
 
 # ----------------------------------------------------------------------------------------------- the grid
-def run_cells(args) -> dict[str, Any]:
+UNCALIBRATED = {"overhead_ms": 0.0, "compute_scale": 1.0}
+
+
+def plan(args) -> tuple[dict[str, dict[str, Any]], tuple[list[int], int]]:
+    """The cells' method configs and the data's (image shape [C, H, W], classes); raises ValueError (naming
+    the method or key) for any cell that would not run, before any work."""
     from lowbw.data import load
-    from lowbw.runio import atomic_write_json
-    from lowbw.train.launch import run
 
     methods = load_methods()
     wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
-    mcfg = {m: method_config(m, methods) for m in wanted}  # bad names fail here, before any work
-    if args.dataset == "synthetic":
-        shape = ([3, 16, 16], 10)
-    else:  # [N, H, W(, C)] uint8 -> the model's [C, H, W]
-        ds = load(args.dataset)
-        x = ds.x_train
-        shape = ([x.shape[3] if x.dim() == 4 else 1, x.shape[1], x.shape[2]], ds.num_classes)
-    for n in args.workers:  # every cell's config is valid before the first probe
+    mcfg = {m: method_config(m, methods) for m in wanted}
+    for n in args.workers:
         for rate in args.rates:
             for m in wanted:
-                cell_config(mcfg[m], n, rate, args.steps, args, {"overhead_ms": 0.0, "compute_scale": 1.0})
+                cell_config(mcfg[m], n, rate, args.steps, args, UNCALIBRATED)
+    if args.dataset == "synthetic":
+        return mcfg, ([3, 16, 16], 10)
+    ds = load(args.dataset)  # [N, H, W(, C)] uint8 -> the model's [C, H, W]
+    x = ds.x_train
+    return mcfg, ([x.shape[3] if x.dim() == 4 else 1, x.shape[1], x.shape[2]], ds.num_classes)
+
+
+def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int]) -> dict[str, Any]:
+    """Every cell of ``mcfg`` x ``args.workers`` x ``args.rates`` (see the module docstring)."""
+    from lowbw.runio import atomic_write_json
+    from lowbw.train.launch import run
+
     runs_dir = Path(args.runs_dir)
     out = Path(args.out)
     rows: list[dict[str, Any]] = []
@@ -335,7 +344,7 @@ def run_cells(args) -> dict[str, Any]:
     t_start = time.perf_counter()
     for n in args.workers:
         for rate in args.rates:
-            base = cell_config({}, n, rate, args.steps, args, {"overhead_ms": 0.0, "compute_scale": 1.0})
+            base = cell_config({}, n, rate, args.steps, args, UNCALIBRATED)
             # probes before the cells and after them (pooled): one burst of background load during a probe
             # should not decide the calibration of a whole group
             pre = probe(base, n, rate, shape)
@@ -343,18 +352,18 @@ def run_cells(args) -> dict[str, Any]:
             group: list[dict[str, Any]] = []
             print(f"probe N={n} {rate:g} Mbit/s: overhead {pr['overhead_ms']:.3f} ms/message, compute x"
                   f"{pr['compute_scale']:.2f} ({pr['emulation']})", flush=True)
-            for m in wanted:
+            for m in mcfg:
                 cfg = cell_config(mcfg[m], n, rate, args.steps, args, pr)
                 cell = runs_dir / f"{m}_n{n}_r{rate:g}"
                 t0 = time.perf_counter()
                 run({**cfg, "backend": "procs", "testbed": True}, cell / "procs", overwrite=True, quiet=True)
-                group.append({"method": m, "cell": cell, "cfg": cfg, "wall_s": time.perf_counter() - t0})
+                group.append({"method": m, "cell": cell, "wall_s": time.perf_counter() - t0})
             post = probe(base, n, rate, shape)
             pr = {**probe_summary([pre, post], n), "emulation": pre["emulation"]}
             probes.append({"workers": n, "rate_mbit": rate, **pr})
             print(f"probes N={n} {rate:g} Mbit/s, pooled: overhead {pr['overhead_ms']:.3f} ms/message, compute x"
                   f"{pr['compute_scale']:.2f}", flush=True)
-            for g in group:  # the sims again with the pooled calibration (cheap: no links)
+            for g in group:  # the sims, with the pooled calibration (cheap: no links)
                 cfg = cell_config(mcfg[g["method"]], n, rate, args.steps, args, pr)
                 run(sim_twin(cfg), g["cell"] / "sim", overwrite=True, quiet=True)
                 row = cell_row(g["cell"] / "sim", g["cell"] / "procs", method=g["method"], workers=n, rate=rate,
@@ -462,14 +471,14 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--steps {a.steps}: must exceed the {WARMUP_STEPS} warm-up steps")
     if not 0 < a.target <= 1:
         ap.error(f"--target {a.target}: an accuracy in (0, 1]")
-    try:
-        method_config_check = load_methods()
-        for m in a.methods.split(","):
-            if m.strip():
-                method_config(m.strip(), method_config_check)
-    except ValueError as e:
-        ap.error(str(e))
-    res = reanalyse(a) if a.reanalyse else run_cells(a)
+    if a.reanalyse:
+        res = reanalyse(a)
+    else:
+        try:
+            mcfg, shape = plan(a)
+        except ValueError as e:
+            ap.error(str(e))
+        res = run_cells(a, mcfg, shape)
     print()
     print_table(res)
     return 0
