@@ -241,8 +241,10 @@ def test_priority_band_takes_pure_acks_and_data_queues_per_peer(kind, band):
 @pytest.mark.netns
 @netns
 def test_realtime_runs_the_workers_under_sched_rr_and_is_recorded(tmp_path):
-    script = "import os, sys; p = os.sched_getparam(0).sched_priority; " \
-             "print(os.environ['RANK'], os.sched_getscheduler(0) == os.SCHED_RR, p, flush=True)"
+    # One write(2) per worker: both workers share the file, and under PYTHONUNBUFFERED print() writes each
+    # field separately, so two workers' lines could interleave (seen in CI).
+    script = "import os; p = os.sched_getparam(0).sched_priority; " \
+             "os.write(1, f\"{os.environ['RANK']} {os.sched_getscheduler(0) == os.SCHED_RR} {p}\\n\".encode())"
     if not T.realtime_available():
         with pytest.raises(T.RealtimeUnavailable, match="realtime=7"):
             Testbed(2, rate=None, prefix=_prefix(), realtime=7).start()
