@@ -11,25 +11,21 @@ whose ``algorithm`` is the algorithm that moved the bytes: the all-reduce algori
 
 from __future__ import annotations
 
-import time
 from datetime import timedelta
 
 import torch
 from torch import Tensor
 
-from lowbw.comm.collectives import (
+from lowbw.comm.collectives import allgather, allreduce, broadcast
+from lowbw.comm.engine import (
     ALGORITHMS,
     BROADCAST_FOR,
     DEFAULT_WINDOW,
-    _check_algorithm,
-    _header,
-    _seconds,
-    _wait_native,
-    allgather,
-    allreduce,
-    broadcast,
-    close_stats,
-    open_stats,
+    as_seconds,
+    check_algorithm,
+    metered,
+    shape_header,
+    wait_native,
 )
 from lowbw.comm.errors import PeerFailedError, PeerTimeoutError
 from lowbw.comm.meter import Meter
@@ -47,10 +43,10 @@ class DistCollective:
 
         if not dist.is_initialized():
             raise RuntimeError("DistCollective needs torch.distributed.init_process_group(...) first")
-        self.algorithm = _check_algorithm(algorithm, ALGORITHMS)
+        self.algorithm = check_algorithm(algorithm, ALGORITHMS)
         self.group = group
         self.meter = meter
-        self.timeout = _seconds(timeout)
+        self.timeout = as_seconds(timeout)
         self.chunk_bytes = chunk_bytes
         self.window = window
         self.rank = dist.get_rank(group)
@@ -96,7 +92,7 @@ class DistCollective:
             if "gloo" in str(dist.get_backend(self.group)):
                 dist.monitored_barrier(self.group, timeout=to)
             else:
-                _wait_native(dist.barrier(self.group, async_op=True), self.timeout, self.rank, "barrier")
+                wait_native(dist.barrier(self.group, async_op=True), self.timeout, self.rank, "barrier")
         except (PeerTimeoutError, PeerFailedError):
             raise
         except Exception as e:
@@ -108,25 +104,23 @@ class DistCollective:
         import torch.distributed as dist
 
         N = self.world_size
-        stats = open_stats(self.meter, op="all_gather", algorithm="native", rank=self.rank, world_size=N,
-                           tensor=tensor, measured=False)
-        t0 = time.perf_counter()
-        dev = tensor.device
-        hdr = _header(tensor).to(dev)
-        hdrs = [torch.empty_like(hdr) for _ in range(N)]
-        _wait_native(dist.all_gather(hdrs, hdr, group=self.group, async_op=True), self.timeout, self.rank,
-                     "native all_gather")
-        shapes = [tuple(int(x) for x in h[2:2 + int(h[1])].tolist()) for h in hdrs]
-        sizes = [int(torch.Size(s).numel()) for s in shapes]
-        m = max(sizes)
-        if m == 0:
-            out = [torch.empty(s, dtype=tensor.dtype, device=dev) for s in shapes]
-        else:
-            src = torch.zeros(m, dtype=tensor.dtype, device=dev)
-            src[: tensor.numel()] = tensor.detach().reshape(-1)
-            bufs = [torch.empty(m, dtype=tensor.dtype, device=dev) for _ in range(N)]
-            _wait_native(dist.all_gather(bufs, src, group=self.group, async_op=True), self.timeout, self.rank,
-                         "native all_gather")
-            out = [b[:s].view(sh) for b, s, sh in zip(bufs, sizes, shapes)]
-        close_stats(stats, t0)
+        with metered(self.meter, op="all_gather", algorithm="native", rank=self.rank, world_size=N, tensor=tensor,
+                     measured=False):
+            dev = tensor.device
+            hdr = shape_header(tensor).to(dev)
+            hdrs = [torch.empty_like(hdr) for _ in range(N)]
+            wait_native(dist.all_gather(hdrs, hdr, group=self.group, async_op=True), self.timeout, self.rank,
+                        "native all_gather")
+            shapes = [tuple(int(x) for x in h[2:2 + int(h[1])].tolist()) for h in hdrs]
+            sizes = [int(torch.Size(s).numel()) for s in shapes]
+            m = max(sizes)
+            if m == 0:
+                out = [torch.empty(s, dtype=tensor.dtype, device=dev) for s in shapes]
+            else:
+                src = torch.zeros(m, dtype=tensor.dtype, device=dev)
+                src[: tensor.numel()] = tensor.detach().reshape(-1)
+                bufs = [torch.empty(m, dtype=tensor.dtype, device=dev) for _ in range(N)]
+                wait_native(dist.all_gather(bufs, src, group=self.group, async_op=True), self.timeout,
+                            self.rank, "native all_gather")
+                out = [b[:s].view(sh) for b, s, sh in zip(bufs, sizes, shapes)]
         return out

@@ -24,10 +24,8 @@ What the hook does with a bucket (DDP's flat gradient buffer of several paramete
    calls are filled in from the payload size and gloo's known pattern
    (:func:`lowbw.comm.meter.estimate_native`, marked ``estimated``).
 
-Under ``algorithm="native"`` all-reduces are torch's; all-gathers take our ring (``gather="auto"``). Measured
-with ``python -m lowbw bench hooks`` (block-wise 8-bit, 4.7M parameters, 2 workers; step time with our ring /
-with gloo's ``all_gather``): 0.86 at 10 Mbit/s, 0.78 and 0.81 at 100 Mbit/s; at 1 Gbit/s, where the step is
-mostly compute on a shared 2-core CPU, 0.68 and 1.29 (noise; issue 19, point 4).
+Under ``algorithm="native"`` all-reduces are torch's; all-gathers take our ring (``gather="auto"``), which
+on shaped links is faster than gloo's ``all_gather`` (``python -m lowbw bench hooks`` measures both).
 """
 
 # No ``from __future__ import annotations`` here: DDP's register_comm_hook inspects the hook's return
@@ -40,8 +38,13 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
+from lowbw.algorithms import ALLREDUCE_ALGORITHMS, check_algorithm
 from lowbw.comm.aggregate import resolve
+from lowbw.comm.collectives import allreduce
 from lowbw.comm.meter import Meter, active_meters, estimate_native, metering
+from lowbw.compress.base import Compressor, NonFiniteError, State
+from lowbw.compress.collective import CallRecord
+from lowbw.compress.quantize import Cast
 
 __all__ = ["HookState", "HookStats", "make_hook", "compressor_hook", "lowbw_hook", "GRANULARITIES"]
 
@@ -223,9 +226,6 @@ def lowbw_hook(state: HookState, bucket) -> torch.futures.Future[torch.Tensor]:
 
 def _exchange(state: HookState, job: _Job) -> torch.Tensor:
     """Runs on the exchange thread: the average over ranks written into ``job.buffer``."""
-    from lowbw.compress.base import Compressor
-    from lowbw.compress.quantize import Cast
-
     t0 = time.perf_counter()
     coll = state.collective()
     meters = [state.meter, *(m for m in job.meters if m is not state.meter)]
@@ -258,9 +258,6 @@ def _cast_in_place(comp, buf: torch.Tensor, coll, state: HookState) -> None:
     for fp16/bf16), divide by N, one finiteness check on the wire tensor, all-reduce it in place, cast back
     into the bucket. Same numbers as ``Cast.aggregate`` for power-of-two N (the division is then exact);
     the same errors: non-finite input, or |x| beyond fp16's range."""
-    from lowbw.comm.collectives import allreduce
-    from lowbw.compress.base import NonFiniteError
-    from lowbw.compress.collective import CallRecord
 
     n = coll.world_size
     wire = buf.div_(n) if comp.wire == buf.dtype else buf.to(comp.wire).div_(n)
@@ -361,10 +358,8 @@ def make_hook(compressor="none", algorithm: str = "native", group=None, timeout=
     parameter's state after it (else ``param<k>``). ``seed``: seeds this worker's compressor State (give
     each rank its own for stochastic compressors, e.g. ``base + rank``). ``timeout``: seconds per wait.
     """
-    from lowbw.comm.collectives import ALGORITHMS, _check_algorithm
-    from lowbw.compress.base import State
 
-    _check_algorithm(algorithm, ALGORITHMS)
+    check_algorithm(algorithm, ALLREDUCE_ALGORITHMS)
     if granularity not in GRANULARITIES:
         raise ValueError(f"make_hook: granularity={granularity!r}; allowed: {', '.join(GRANULARITIES)}")
     if gather not in GATHERS:

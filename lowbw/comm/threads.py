@@ -21,17 +21,16 @@ import torch
 from torch import Tensor
 
 from lowbw.comm.allgather import count_ring_allgather
-from lowbw.comm.collectives import (
+from lowbw.comm.engine import (
     ALGORITHMS,
     BROADCAST_FOR,
     DEFAULT_WINDOW,
     MAX_DIMS,
-    _check_algorithm,
-    _chunk_elems,
-    _Flat,
-    _seconds,
-    close_stats,
-    open_stats,
+    FlatView,
+    as_seconds,
+    check_algorithm,
+    chunk_elems,
+    metered,
     run_allgather,
     run_allreduce,
     run_broadcast,
@@ -54,8 +53,8 @@ class ThreadCollective:
         self.hub = hub
         self.rank = rank
         self.world_size = hub.world_size
-        self.algorithm = _check_algorithm(algorithm, ALGORITHMS)
-        self.timeout = _seconds(timeout)
+        self.algorithm = check_algorithm(algorithm, ALGORITHMS)
+        self.timeout = as_seconds(timeout)
         self.chunk_bytes = chunk_bytes
         self.window = window
         self.meter = meter
@@ -79,7 +78,7 @@ class ThreadCollective:
         """
         if world_size < 1:
             raise ValueError(f"world_size={world_size} must be >= 1")
-        _check_algorithm(algorithm, ALGORITHMS)
+        check_algorithm(algorithm, ALGORITHMS)
         if meters is not None and len(meters) != world_size:
             raise ValueError(f"meters: need one per rank ({world_size}), got {len(meters)}")
         hub = ThreadHub(world_size)
@@ -106,31 +105,26 @@ class ThreadCollective:
     def all_reduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
         alg = "ps" if self.algorithm == "native" else self.algorithm
         tp = self._transport(f"{self.algorithm} all_reduce (threads)")
-        tp.stats = open_stats(self.meter, op="all_reduce", algorithm=self.algorithm, rank=self.rank,
-                              world_size=self.world_size, tensor=tensor, measured=self.algorithm != "native")
-        t0 = time.perf_counter()
         red = Reducer(op, tensor.dtype, self.world_size)
-        with torch.no_grad():
+        with metered(self.meter, op="all_reduce", algorithm=self.algorithm, rank=self.rank,
+                     world_size=self.world_size, tensor=tensor, transport=tp,
+                     measured=self.algorithm != "native"), torch.no_grad():
             out = tensor.detach().clone()
-            f = _Flat(out)
-            run_allreduce(f.flat, tp, alg, red, _chunk_elems(self.chunk_bytes, tensor.element_size()),
+            f = FlatView(out)
+            run_allreduce(f.flat, tp, alg, red, chunk_elems(self.chunk_bytes, tensor.element_size()),
                           self.window)
             f.write_back()
-        close_stats(tp.stats, t0)
         self._record("all_reduce", tensor, self.algorithm)
         return out
 
     def all_gather(self, tensor: Tensor) -> list[Tensor]:
         tp = self._transport("ring all_gather (threads)")
-        tp.stats = open_stats(self.meter, op="all_gather", algorithm="ring", rank=self.rank,
-                              world_size=self.world_size, tensor=tensor)
-        t0 = time.perf_counter()
-        with torch.no_grad():
+        with metered(self.meter, op="all_gather", algorithm="ring", rank=self.rank, world_size=self.world_size,
+                     tensor=tensor, transport=tp), torch.no_grad():
             if self.gather == "direct" and self.world_size > 1:
                 out = self._direct_all_gather(tensor, tp)
             else:
                 out = run_allgather(tensor, tp, self.chunk_bytes, self.window)
-        close_stats(tp.stats, t0)
         self._record("all_gather", tensor, "native" if self.algorithm == "native" else "ring")
         return out
 
@@ -158,7 +152,7 @@ class ThreadCollective:
         offsets = [0]
         for _, _, flat in items:
             offsets.append(offsets[-1] + flat.numel())
-        count_ring_allgather(tp, offsets, tensor.element_size(), _chunk_elems(self.chunk_bytes,
+        count_ring_allgather(tp, offsets, tensor.element_size(), chunk_elems(self.chunk_bytes,
                                                                               tensor.element_size()))
         out = torch.empty(offsets[-1], dtype=tensor.dtype, device=tensor.device)
         for j, (_, _, flat) in enumerate(items):
@@ -171,15 +165,12 @@ class ThreadCollective:
         how = BROADCAST_FOR[self.algorithm]
         shape = "tree" if how == "native" else how
         tp = self._transport(f"{how} broadcast (threads)")
-        tp.stats = open_stats(self.meter, op="broadcast", algorithm=how, rank=self.rank, world_size=self.world_size,
-                              tensor=tensor, measured=how != "native")
-        t0 = time.perf_counter()
-        with torch.no_grad():
+        with metered(self.meter, op="broadcast", algorithm=how, rank=self.rank, world_size=self.world_size,
+                     tensor=tensor, transport=tp, measured=how != "native"), torch.no_grad():
             out = tensor.detach().clone()
-            f = _Flat(out)
-            run_broadcast(f.flat, tp, src, shape, _chunk_elems(self.chunk_bytes, tensor.element_size()), self.window)
+            f = FlatView(out)
+            run_broadcast(f.flat, tp, src, shape, chunk_elems(self.chunk_bytes, tensor.element_size()), self.window)
             f.write_back()
-        close_stats(tp.stats, t0)
         self._record("broadcast", tensor, how)
         return out
 
