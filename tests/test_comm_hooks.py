@@ -139,14 +139,14 @@ def _expected_sent(name, r0, r1, rank):
             per_step += 4 * ((ms[0] + ms[1]) * ms[2] if ms else math.prod(s))
         return STEPS * per_step
     if name == "artopk":  # leader (step mod 2) broadcasts count + indices; values all-reduced (ring)
-        from lowbw.compress.artopk import _index_dtype, _k_of
+        from lowbw.compress.artopk import index_dtype, topk_count
 
         total = 0
         for step in range(STEPS):
             for s in SHAPES:
                 n = math.prod(s)
-                k = _k_of(comp.ratio, n)
-                isz = torch.empty(0, dtype=_index_dtype(n)).element_size()
+                k = topk_count(comp.ratio, n)
+                isz = torch.empty(0, dtype=index_dtype(n)).element_size()
                 total += 4 * k + ((8 + k * isz) if step % 2 == rank else 0)
         return total
     if comp.summable:  # random-k: the values, all-reduced together per bucket

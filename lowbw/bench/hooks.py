@@ -72,13 +72,13 @@ def _expected_bytes(name: str, comp, model, rec: dict, buckets: int) -> int | No
             total += 4 * ((ms[0] + ms[1]) * ms[2] if ms else p.numel())
         return total
     if name == "artopk":  # values all-reduced; the leader (step mod 2) also sends count + indices
-        from lowbw.compress.artopk import _index_dtype, _k_of
+        from lowbw.compress.artopk import index_dtype, topk_count
 
         lead = rec["lead"]  # fraction of the timed steps rank 0 led
         total = 0.0
         for p in model.parameters():
-            k = _k_of(comp.ratio, p.numel())
-            total += 4 * k + lead * (8 + k * torch.empty(0, dtype=_index_dtype(p.numel())).element_size())
+            k = topk_count(comp.ratio, p.numel())
+            total += 4 * k + lead * (8 + k * torch.empty(0, dtype=index_dtype(p.numel())).element_size())
         return round(total)
     if comp.summable:
         return rec["data"]

@@ -18,7 +18,7 @@ from torch import Tensor
 
 from lowbw.compress.base import State, check_bool, check_choice, check_float, register
 from lowbw.compress.collective import Collective
-from lowbw.compress.sparsify import Sparse, _index_dtype, _k_of, topk_indices
+from lowbw.compress.sparsify import Sparse, index_dtype, topk_count, topk_indices
 
 __all__ = ["ARTopK", "choose_leader"]
 
@@ -63,7 +63,7 @@ class ARTopK(Sparse):
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         slot = state[name]
         corrected = self._corrected(x, slot)
-        idx = topk_indices(corrected, _k_of(self.ratio, x.numel())).sort().values
+        idx = topk_indices(corrected, topk_count(self.ratio, x.numel())).sort().values
         parts = self._pack(corrected, idx)
         self._keep_residual(corrected, idx, slot)
         return parts, {}
@@ -80,9 +80,9 @@ class ARTopK(Sparse):
             var = corrected.var() if n > 1 else torch.zeros((), device=x.device)
             variances = [float(v) for v in coll.all_gather(var.reshape(1).float())]
         leader = choose_leader(self.mode, step, world, variances)
-        idx_dtype = _index_dtype(n)
+        idx_dtype = index_dtype(n)
         if coll.rank == leader:
-            idx = topk_indices(corrected, _k_of(self.ratio, n)).sort().values.to(idx_dtype)
+            idx = topk_indices(corrected, topk_count(self.ratio, n)).sort().values.to(idx_dtype)
             count = torch.tensor([idx.numel()], dtype=torch.int64, device=x.device)
         else:
             idx, count = None, torch.zeros(1, dtype=torch.int64, device=x.device)

@@ -49,12 +49,13 @@ def _warm_up_sqrt() -> None:
 _warm_up_sqrt()
 
 
-def _chunk_target(device: torch.device) -> int:
-    # on CPU, chunks sized for L2; on GPUs one launch per op is best
+def chunk_target(device: torch.device) -> int:
+    """Elements per chunk of the chunked elementwise passes on ``device``: L2-sized on CPU, unbounded on
+    accelerators (where one kernel launch per op is best)."""
     return CPU_CHUNK if device.type == "cpu" else 1 << 62
 
 
-def _row_views(x: Tensor, block: int) -> list[tuple[int, Tensor]]:
+def row_views(x: Tensor, block: int) -> list[tuple[int, Tensor]]:
     """(first block index, 2-D view) pairs covering ``x``: the full blocks, then the short tail block."""
     n = x.numel()
     nfull = n // block
@@ -160,10 +161,10 @@ class Blockwise(Compressor):
         scales = torch.empty(math.ceil(x.numel() / B), dtype=torch.float32, device=x.device)
         codes = torch.empty(x.numel(), dtype=self.code_dtype, device=x.device)
         gen = state.generator(x.device) if self.stochastic else None
-        target = _chunk_target(x.device)
+        target = chunk_target(x.device)
         nonlinear = self.codebook == "nonlinear"
         top = L * L if nonlinear else L
-        for b0, v in _row_views(x, B):
+        for b0, v in row_views(x, B):
             rows, cols = v.shape
             cv = codes[b0 * B : b0 * B + v.numel()].view(rows, cols)
             step = chunk_rows(rows, cols, target)
@@ -212,10 +213,10 @@ class Blockwise(Compressor):
         B, L = self.block_size, float(self.levels)
         n = codes.numel()
         out = torch.empty(n, dtype=torch.float32, device=codes.device)
-        target = _chunk_target(codes.device)
+        target = chunk_target(codes.device)
         fast = not _has_tiny(scales)  # else s / L^2 could be subnormal: scale k / L by s instead
         fac = scales / (L * L if self.codebook == "nonlinear" else L)
-        for b0, ov in _row_views(out, B):
+        for b0, ov in row_views(out, B):
             rows, cols = ov.shape
             cv = codes[b0 * B : b0 * B + ov.numel()].view(rows, cols)
             step = chunk_rows(rows, cols, target)
@@ -269,8 +270,8 @@ class QSGD(Compressor):
         gen = state.generator(x.device)
         code_dtype = torch.int16 if self.width == 16 else torch.int8
         codes = torch.empty(n, dtype=code_dtype, device=x.device)
-        target = _chunk_target(x.device)
-        for b0, v in _row_views(x, B):
+        target = chunk_target(x.device)
+        for b0, v in row_views(x, B):
             rows, cols = v.shape
             cv = codes[b0 * B : b0 * B + v.numel()].view(rows, cols)
             step = chunk_rows(rows, cols, target)
@@ -297,7 +298,7 @@ class QSGD(Compressor):
         else:
             q = codes.float()
         f = norms / self.levels
-        for b0, v in _row_views(q, self.block_size):
+        for b0, v in row_views(q, self.block_size):
             v.mul_(f[b0 : b0 + v.shape[0], None])
         return q
 
@@ -320,7 +321,7 @@ class TernGrad(Compressor):
         div = smax if smax > 0 else 1.0
         gen = state.generator(x.device)
         codes = torch.empty(n, dtype=torch.uint8, device=x.device)
-        step = chunk_rows(n, 1, _chunk_target(x.device))
+        step = chunk_rows(n, 1, chunk_target(x.device))
         y = torch.empty(step, device=x.device)
         u = torch.empty(step, device=x.device)
         for i, j in chunks(n, step):
@@ -356,7 +357,7 @@ class TwoBit(Compressor):
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         n, t = x.numel(), self.threshold
         codes = torch.empty(n, dtype=torch.uint8, device=x.device)
-        step = chunk_rows(n, 1, _chunk_target(x.device))
+        step = chunk_rows(n, 1, chunk_target(x.device))
         for i, j in chunks(n, step):
             xs, c = x[i:j], codes[i:j]
             c.copy_(xs >= t)

@@ -14,7 +14,7 @@ from torch import Tensor
 
 from lowbw.compress._bits import chunk_rows, chunks, pack, unpack
 from lowbw.compress.base import Compressor, Payload, State, check_choice, check_int, register
-from lowbw.compress.quantize import _chunk_target, _row_views
+from lowbw.compress.quantize import chunk_target, row_views
 
 __all__ = ["SignSGD", "ScaledSign", "OneBit"]
 
@@ -86,7 +86,7 @@ class OneBit(Compressor):
     def _groups(self, x: Tensor, shape: torch.Size) -> list[tuple[int, Tensor, int]]:
         """(first group index, 2-D view, reduce dim) triples: reduce along ``dim`` to get the groups' sums."""
         if self.granularity == "block":
-            return [(b0, v, 1) for b0, v in _row_views(x, self.block_size)]
+            return [(b0, v, 1) for b0, v in row_views(x, self.block_size)]
         if x.numel() == 0:
             return []
         if len(shape) < 2:
@@ -104,7 +104,7 @@ class OneBit(Compressor):
         ng = self._ngroups(x.numel(), shape)
         means = torch.zeros(2 * ng, dtype=torch.float32, device=x.device)  # [pos means..., neg means...]
         pos_m, neg_m = means[:ng], means[ng:]
-        target = _chunk_target(x.device)
+        target = chunk_target(x.device)
         for g0, v, dim in self._groups(x, shape):
             rows, cols = v.shape
             if dim == 1:  # groups are rows: chunk over rows

@@ -23,19 +23,20 @@ from lowbw.compress.base import (
     name_seed,
     register,
 )
-from lowbw.compress.quantize import _chunk_target
+from lowbw.compress.quantize import chunk_target
 
 __all__ = ["Sparse", "Threshold", "TopK", "RandomK", "DGC", "topk_indices", "select_magnitude_at_least"]
 
 
-def _index_dtype(n: int) -> torch.dtype:
+def index_dtype(n: int) -> torch.dtype:
+    """The narrowest index dtype on the wire for a tensor of ``n`` elements (int32 below 2**31)."""
     return torch.int32 if n < 2**31 else torch.int64
 
 
 def select_magnitude_at_least(x: Tensor, t: float | Tensor) -> Tensor:
     """Indices (int64, ascending) of the entries with ``|x| >= t``, computed chunk by chunk (cache-friendly)."""
     n = x.numel()
-    step = chunk_rows(n, 1, _chunk_target(x.device))
+    step = chunk_rows(n, 1, chunk_target(x.device))
     buf = torch.empty(step, device=x.device)
     mask = torch.empty(step, dtype=torch.bool, device=x.device)
     out = []
@@ -97,10 +98,11 @@ class Sparse(Compressor):
 
     @staticmethod
     def _pack(x: Tensor, idx: Tensor) -> list[Tensor]:
-        return [idx.to(_index_dtype(x.numel())), x[idx]]
+        return [idx.to(index_dtype(x.numel())), x[idx]]
 
 
-def _k_of(ratio: float, n: int) -> int:
+def topk_count(ratio: float, n: int) -> int:
+    """k = ceil(ratio * n), at least 1 and at most n (0 for an empty tensor)."""
     return 0 if n == 0 else min(n, max(1, math.ceil(ratio * n)))
 
 
@@ -132,7 +134,7 @@ class TopK(Sparse):
         self.params = {"ratio": ratio}
 
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
-        idx = topk_indices(x, _k_of(self.ratio, x.numel()))
+        idx = topk_indices(x, topk_count(self.ratio, x.numel()))
         return self._pack(x, idx.sort().values), {}
 
 
@@ -173,7 +175,7 @@ class RandomK(Sparse):
         step = slot.get("randomk.step", 0)
         slot["randomk.step"] = step + 1
         n = x.numel()
-        k = _k_of(self.ratio, n)
+        k = topk_count(self.ratio, n)
         meta = {"seed": name_seed(self.seed, name, step), "k": k}
         idx = random_indices(n, k, meta["seed"], x.device)
         vals = x[idx]
@@ -234,7 +236,7 @@ class DGC(Sparse):
                 g = x * (self.clip_norm / norm)
         u.mul_(self.momentum).add_(g)  # momentum correction
         v.add_(u)
-        idx = topk_indices(v, _k_of(self.density(step), x.numel())).sort().values
+        idx = topk_indices(v, topk_count(self.density(step), x.numel())).sort().values
         parts = self._pack(v, idx)
         u.index_fill_(0, idx, 0.0)  # momentum factor masking
         v.index_fill_(0, idx, 0.0)
