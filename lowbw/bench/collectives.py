@@ -22,7 +22,6 @@ import argparse
 import json
 import math
 import os
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -30,12 +29,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+
 IDLE_MIN_S = 0.002  # idle time before each timed call (at least; see _run_testbed)
 FULL_WARMUP_MAX_S = 2.0  # measurements predicted to take at most this long get an untimed full-size call first
 
 __all__ = ["DEFAULTS", "QUICK", "run", "remodel", "summarize", "table", "targets", "main"]
 
-ALGORITHMS = ["ring", "tree", "ps", "butterfly", "alltoall", "roundrobin", "allgather", "native"]
+ALGORITHMS = list(ALLREDUCE_ALGORITHMS)
 DEFAULTS: dict[str, Any] = {
     "workers": [2, 3, 4],
     "rates_mbit": [10, 100, 1000],
@@ -43,13 +44,12 @@ DEFAULTS: dict[str, Any] = {
     "delay_ms": 0,
     "queue_ms": 100,
     # TCP congestion control on the testbed's links (None: the kernel default). cubic, Linux's default and
-    # what most clusters run: under BBR (this host's default) every 10 s ProbeRTT cut a flow to 4 packets
-    # for 200 ms, and 100 MB all-gather all-reduces at 1 Gbit/s (3 workers) took 1.77 s or 1.92 s at random
-    # (5 repetitions: 3 fast, 2 slow); under cubic 1.760-1.767 s
+    # what most clusters run; BBR's ProbeRTT (every 10 s, a flow cut to 4 packets for 200 ms) makes long
+    # transfers bimodal
     "congestion_control": "cubic",
     # workers under SCHED_RR at this priority where allowed (None: the fair scheduler), as if each emulated
-    # machine had its own CPU: on 2 shared cores, wake-up delays added 2-6 ms to 20-50% of the 1 MB
-    # all-reduces at 1 Gbit/s (2 workers, 7.5-7.9 ms undisturbed; gloo's and ours alike), to none under RR
+    # machine had its own CPU: with workers sharing cores, scheduler wake-up delays of a few ms land on
+    # short collectives at random
     "realtime": 10,
     "algorithms": ALGORITHMS,
     "reps": 3,
@@ -260,149 +260,6 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
         return json.loads(res_path.read_text()), desc
 
 
-# ------------------------------------------------------------------------------------- worker
-def _worker(plan_path: str) -> int:
-    from datetime import timedelta
-
-    import torch
-    import torch.distributed as dist
-
-    from lowbw.net.ratelimit import install_from_env
-
-    spec = json.loads(Path(plan_path).read_text())
-    limiter = install_from_env()  # loopback-ratelimit only; the kernel shapes netns-tc links
-    dist.init_process_group("gloo", timeout=timedelta(seconds=600))
-    rank, n = dist.get_rank(), dist.get_world_size()
-    torch.set_num_threads(1)
-    try:
-        import lowbw.comm as comm
-
-        have_comm = hasattr(comm, "allreduce")
-    except ImportError:
-        comm, have_comm = None, False
-
-    def slowest(dt: float) -> float:
-        t = torch.tensor([dt], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)
-        return float(t.item())
-
-    # ping-pong between ranks 0 and 1 (everyone else waits at the barrier)
-    pingpong = []
-    for nb in spec["pingpong_sizes"]:
-        buf = torch.zeros(max(1, nb // 4), dtype=torch.float32)
-        times = []
-        dist.barrier()
-        for i in range(6):
-            if rank == 0:
-                t0 = time.perf_counter()
-                dist.send(buf, 1)
-                dist.recv(buf, 1)
-                if i:  # the first exchange warms up
-                    times.append((time.perf_counter() - t0) / 2)
-            elif rank == 1:
-                dist.recv(buf, 0)
-                dist.send(buf, 0)
-        # exchange: both send at once (receive posted first), one direction's time = the whole exchange
-        other = torch.zeros_like(buf)
-        xtimes = []
-        for i in range(4):
-            if rank in (0, 1):
-                peer = 1 - rank
-                sync = torch.zeros(1)
-                if rank == 0:  # align the start with a tiny ping
-                    dist.send(sync, 1)
-                    dist.recv(sync, 1)
-                else:
-                    dist.recv(sync, 0)
-                    dist.send(sync, 0)
-                t0 = time.perf_counter()
-                wr = dist.irecv(other, peer)
-                ws = dist.isend(buf, peer)
-                wr.wait()
-                ws.wait()
-                if i:
-                    xtimes.append(time.perf_counter() - t0)
-        if rank == 0:
-            pingpong.append({"nbytes": buf.numel() * 4, "one_way_s": statistics.median(times), "samples_s": times,
-                             "exchange_s": statistics.median(xtimes), "exchange_samples_s": xtimes})
-    # gamma (alpha-beta-gamma model, Thakur et al. 2005): seconds per byte summed locally, on one thread as
-    # the algorithms run here; it charges the reductions that are not hidden behind the transfers
-    gamma = None
-    if rank == 0:
-        a, b = torch.ones(4 << 20), torch.ones(4 << 20)
-        gts = []
-        for _ in range(6):
-            t0 = time.perf_counter()
-            a.add_(b)
-            gts.append(time.perf_counter() - t0)
-        gamma = statistics.median(gts[1:]) / (a.numel() * a.element_size())
-        del a, b
-    dist.barrier()
-
-    measurements = []
-    idle_s = float(spec.get("idle_s") or 0.0)
-    kw = {"chunk_bytes": spec["chunk_bytes"]} if spec.get("chunk_bytes") else {}
-    chunk_bytes = spec.get("chunk_bytes")
-    if not chunk_bytes and have_comm:
-        try:
-            from lowbw.comm.collectives import DEFAULT_CHUNK_BYTES as chunk_bytes
-        except ImportError:
-            chunk_bytes = None
-    for item in spec["plan"]:
-        alg, nb = item["algorithm"], item["nbytes"]
-        numel = nb // 4
-        entry = {k: item[k] for k in ("size_mb", "nbytes", "algorithm", "predicted_s")}
-        if alg != "native" and not have_comm:
-            entry.update(ok=False, error="lowbw.comm.allreduce not available", time_s=None)
-            measurements.append(entry)
-            continue
-
-        def call(x: torch.Tensor, alg: str = alg) -> None:
-            if alg == "native":
-                dist.all_reduce(x)  # gloo's own all-reduce, synchronous (padded under loopback emulation)
-            else:
-                comm.allreduce(x, algorithm=alg, **kw)
-
-        x = torch.full((numel,), float(rank + 1), dtype=torch.float32)
-        try:
-            warm = torch.ones(1024)
-            call(warm)  # warm-up on a small tensor: connections, code paths
-            # and, where it is cheap, one untimed call at full size (as nccl-tests warm up every size): the TCP
-            # state a previous algorithm left on these connections otherwise shows up in the first timed calls
-            # (our ring, 4 workers, 100 MB at 1 Gbit/s: 1.44 s after the 10 MB calls, 1.26 s on its own)
-            full_warmup = float(item["predicted_s"]) <= FULL_WARMUP_MAX_S
-            if full_warmup:
-                call(x)
-            times = []
-            for _ in range(int(item["reps"])):
-                x.fill_(float(rank + 1))
-                time.sleep(idle_s)
-                dist.barrier()
-                t0 = time.perf_counter()
-                call(x)
-                times.append(slowest(time.perf_counter() - t0))
-            want = n * (n + 1) / 2
-            ok = bool(x[0].item() == want and x[-1].item() == want and x[numel // 2].item() == want)
-            entry.update(ok=ok, times_s=times, time_s=statistics.median(times), full_warmup=full_warmup,
-                         error=None if ok else f"wrong result {x[0].item()} != {want}")
-        except Exception as e:  # a broken algorithm must not hide the others
-            entry.update(ok=False, time_s=None, error=f"{type(e).__name__}: {str(e)[:300]}")
-            if rank == 0:
-                print(f"[worker] {alg} {nb} failed: {e}", file=sys.stderr)
-            measurements.append(entry)
-            break  # the group state is unknown after a failure
-        measurements.append(entry)
-        if rank == 0:
-            print(f"[worker] N={n} {alg:10s} {nb / 1e6:7.1f} MB {entry['time_s']:.3f} s", file=sys.stderr, flush=True)
-    if rank == 0:
-        Path(spec["out"]).write_text(json.dumps({"pingpong": pingpong, "measurements": measurements,
-                                                 "gamma_s_per_byte": gamma,
-                                                 "limiter": limiter is not None, "chunk_bytes": chunk_bytes}))
-    dist.barrier()
-    dist.destroy_process_group()
-    return 0
-
-
 def remodel(result: dict, chunk_bytes: int | None = None) -> dict:
     """Recompute every row's model prediction from the stored calibration (e.g. after a cost-model change)
     and the targets; ``chunk_bytes`` overrides the chunk size recorded in the rows. Returns ``result``."""
@@ -502,7 +359,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", default="runs/bench/collectives.json")
     a = ap.parse_args(argv)
     if a.worker:
-        return _worker(a.worker)
+        from lowbw.bench._collectives_worker import main as worker_main
+
+        return worker_main(a.worker)
     cfg = json.loads(a.config_json) if a.config_json else {}
     for k in ("workers", "rates_mbit", "sizes_mb", "algorithms", "reps", "delay_ms", "queue_ms", "max_seconds",
               "chunk_bytes", "congestion_control", "emulation", "realtime"):

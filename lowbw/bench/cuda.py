@@ -29,6 +29,8 @@ import sys
 import time
 from typing import Any
 
+from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+
 __all__ = ["check_world", "run", "main"]
 
 DTYPE_TOL = {"float32": 1e-5, "float16": 2e-3, "bfloat16": 2e-2}
@@ -200,11 +202,9 @@ def run(worlds: list[tuple[str, int]], algorithms: list[str] | None = None, time
         reps: int = 5) -> dict[str, Any]:
     import torch
 
-    from lowbw.comm.collectives import ALGORITHMS
-
     if not torch.cuda.is_available():
         raise RuntimeError("python -m lowbw.bench.cuda needs a CUDA device (torch.cuda.is_available() is False)")
-    algs = list(algorithms or ALGORITHMS)
+    algs = list(algorithms or ALLREDUCE_ALGORITHMS)
     env = {"device_name": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(),
            "torch": torch.__version__, "cuda": torch.version.cuda,
            "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.distributed.is_nccl_available() else None}

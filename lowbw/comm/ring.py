@@ -68,12 +68,11 @@ def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: i
             pending.append((nxt, buf, tp.recv(buf, left)))
             nxt += 1
 
-    # The step-0 sends start the pipeline, so with N > 2 they go out before anything else (each post is
-    # tens of microseconds of Python; 1 MB at 1 Gbit/s on 4 ranks is 6 steps of 2 ms). With N = 2 the left
-    # and right neighbour are the same rank: on gloo two ranks that both post isend before irecv move the
-    # two directions one after the other (2x slower on a full-duplex link), and a send that finds its
-    # receive posted can hold the caller while it writes, so the whole window of receives goes first
-    # (with one receive first, 10 and 100 MB took 7-12% longer than gloo's all-reduce on the E1 grid).
+    # The step-0 sends start the pipeline, so with N > 2 they go out before anything else (each post costs
+    # tens of microseconds of Python, comparable with a step of a small all-reduce on a fast link). With
+    # N = 2 the left and right neighbour are the same rank: on gloo two ranks that both post isend before
+    # irecv move the two directions one after the other (half the full-duplex rate), and a send that finds
+    # its receive posted can hold the caller while it writes, so the whole window of receives goes first.
     if N == 2:
         post_more()
     for a, b in chunk_ranges(*segs[r], chunk):
