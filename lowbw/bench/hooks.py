@@ -9,8 +9,8 @@ in turn: 2 warm-up steps (DDP rebuilds its buckets after the first), then ``--st
 started after a barrier. Rows: median step time (s), bytes per step sent by rank 0 (metered by the hook's
 meter, and expected from the compressor's payload sizes and the algorithm's pattern), loss after the
 steps, and the time spent inside the hook *call* per step (what blocks backward). The wire time is the
-expected bytes at the link rate. ``blockwise@native`` runs block-wise with gloo's all_gather (the old
-default, issue 19 point 4) next to ``blockwise`` (our ring). torch's ``powerSGD_hook`` is not run: on
+expected bytes at the link rate. ``blockwise@native`` runs block-wise with gloo's all_gather next to
+``blockwise`` (our ring, the hook's default for all-gathered payloads). torch's ``powerSGD_hook`` is not run: on
 gloo/CPU in torch 2.13 it hangs (it calls ``Future.wait()`` inside ``then`` callbacks); compare with it on
 NCCL (``python -m lowbw.bench.cuda``). Writes ``runs/bench/hooks.json`` with provenance and the targets.
 """

@@ -102,8 +102,8 @@ _local = threading.local()
 def _workspace(numel: int, dtype: torch.dtype, device: torch.device) -> Tensor:
     """A gather buffer of ``numel`` elements, reused across calls (per thread, dtype and device).
 
-    A fresh N*M buffer per call costs a first touch of every page (measured: ~0.1 s per 100 MB, on the
-    critical path at 1 Gbit/s); the buffer only grows, and :func:`clear_workspace` frees it.
+    A fresh N*M buffer per call costs a first touch of every page, on the critical path on fast links; the
+    buffer only grows, and :func:`clear_workspace` frees it.
     """
     cache = _local.__dict__.setdefault("bufs", {})
     key = (dtype, str(device))
@@ -128,7 +128,7 @@ def allgather_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, wind
         return
     out = _workspace(N * n, t.dtype, t.device)
     # this rank's block is sent straight from t and reduced from t (its slot in out stays unused): no copy
-    # in or out of the gather buffer (2 M-sized passes on the critical path; 100 MB: ~20 ms on 2 cores)
+    # in or out of the gather buffer (which would be 2 M-sized passes on the critical path)
     ring_allgather_into(out, [j * n for j in range(N + 1)], tp, chunk, window, own=t)
     parts = out.view(N, n)
     red.reduce_ordered(t, [None if j == r else parts[j] for j in range(N)])

@@ -9,8 +9,8 @@
 
 Both move their messages in N-1 *pairwise-exchange* rounds (MPI's pairwise all-to-all): in round k rank r
 sends to (r+k) mod N and receives from (r-k) mod N, so every link carries one flow in each direction at a
-time. Posting everything at once instead puts N-1 flows into each link's queue at the same moment (incast):
-on the tc testbed that made both 30-50% slower than the bandwidth term at 10 Mbit/s, and erratic.
+time. Posting everything at once instead puts N-1 flows into each link's queue at the same moment (incast),
+which on a shaped link costs retransmissions and makes the time erratic.
 """
 
 from __future__ import annotations

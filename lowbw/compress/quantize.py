@@ -30,10 +30,10 @@ from lowbw.compress.collective import Collective
 __all__ = ["Cast", "Blockwise", "QSGD", "TernGrad", "TwoBit"]
 
 
-# Elements per chunk on CPU (8 MiB of fp32). Smaller chunks (1 MiB, L2-sized) are ~15% faster in a fresh process,
-# but every op is an OpenMP parallel region, and once a second thread of the process has used OpenMP (a DDP
-# hook's callback, the threaded sim) libgomp throttles its spin-waits and each region costs ~30 us more: 2M
-# keeps the worst case (66 ms vs 88 ms for 25M entries, 8-bit blockwise, 2 cores) close to the best.
+# Elements per chunk on CPU (8 MiB of fp32). L2-sized chunks would be faster in a fresh process, but every op
+# is an OpenMP parallel region, and once a second thread of the process has used OpenMP (a DDP hook's
+# callback, the threaded sim) libgomp throttles its spin-waits and each region costs tens of microseconds
+# more: fewer, larger chunks keep that worst case close to the best.
 CPU_CHUNK = 1 << 21
 
 
