@@ -1,0 +1,61 @@
+# lowbw: two commands on a fresh machine (Debian/Ubuntu; root installs the system packages itself).
+#
+#   make          set up what is missing, then run every experiment and build paper/build/paper.pdf
+#   make test     set up what is missing, then ruff and the test suite
+#
+# Set-up = a virtual environment in .venv with lowbw[dev] (torch 2.13.0: the local CPU wheel on CPU-only
+# machines), and LaTeX + iproute2 + poppler from apt when run as root (otherwise the missing commands are
+# named, with the apt-get line to run). It is redone only when pyproject.toml changes.
+# Variables: CORES (snakemake --cores, default: all), PROFILE (e.g. PROFILE=config/profiles/gpu),
+# SMK (extra snakemake arguments), PYTEST (extra pytest arguments).
+
+SHELL := /bin/bash
+.SHELLFLAGS := -eu -o pipefail -c
+.DEFAULT_GOAL := all
+.PHONY: all test setup system-packages clean-venv
+
+PYTHON ?= python3
+VENV := .venv
+STAMP := $(VENV)/.lowbw-installed
+CORES ?= $(shell nproc)
+PROFILE ?=
+SMK ?=
+PYTEST ?=
+APT_PACKAGES := latexmk texlive-latex-recommended texlive-science texlive-pictures texlive-fonts-recommended \
+                texlive-plain-generic iproute2 poppler-utils
+# command -> the Debian package that provides it
+NEEDED_COMMANDS := latexmk:latexmk pdflatex:texlive-latex-recommended ip:iproute2 tc:iproute2 pdftotext:poppler-utils
+
+all: setup
+	. $(VENV)/bin/activate && snakemake --cores $(CORES) $(if $(PROFILE),--profile $(PROFILE)) $(SMK)
+	@echo "paper: paper/build/paper.pdf   results: runs/"
+
+test: setup
+	. $(VENV)/bin/activate && ruff check . && pytest -q $(PYTEST)
+
+setup: system-packages $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	. $(VENV)/bin/activate && pip install -q --upgrade pip && pip install -q -e ".[dev]"
+	@# torch must stay the pinned CPU wheel on CPU machines: no dependency may pull a CUDA build
+	@if [ ! -e /dev/nvidia0 ] && . $(VENV)/bin/activate && pip list 2>/dev/null | grep -qiE '^nvidia-|^torch .*\+cu'; then \
+	  echo "make setup: a CUDA torch or nvidia-* package was pulled in on a machine without a GPU" >&2; exit 1; fi
+	touch $@
+
+system-packages:
+	@missing=""; for pair in $(NEEDED_COMMANDS); do \
+	  command -v "$${pair%%:*}" >/dev/null || missing="$$missing $${pair#*:}"; done; \
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	missing=$$(printf '%s\n' $$missing | sort -u | tr '\n' ' '); \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  echo "make setup: apt-get install (LaTeX, iproute2, poppler)"; \
+	  export DEBIAN_FRONTEND=noninteractive; apt-get update -qq; \
+	  apt-get install -y -qq --no-install-recommends $(APT_PACKAGES) >/dev/null; \
+	else \
+	  echo "make setup: missing $$missing; install them with: sudo apt-get install -y --no-install-recommends $(APT_PACKAGES)" >&2; \
+	  echo "  (without them: no paper PDF; the testbed falls back to loopback; their tests skip, naming why)" >&2; \
+	fi
+
+clean-venv:
+	rm -rf $(VENV)
