@@ -365,8 +365,10 @@ def test_delay_needs_netem_or_says_so():
 
 # ------------------------------------------------------------------------------- no root needed
 def test_missing_tools_give_a_clear_error_and_auto_falls_back(monkeypatch, capsys):
-    monkeypatch.setattr(T, "_PROBE", {"missing": ["root (...)", "the 'tc' command (package iproute2)"],
-                                      "netem": False})
+    from lowbw.net import probe
+
+    monkeypatch.setitem(probe._PROBE, "caps", probe.Capabilities(
+        ("root (...)", "the 'tc' command (package iproute2)"), netem=False))
     with pytest.raises(TestbedUnavailable) as e:
         Testbed(2, emulation="netns-tc").start()
     assert "root" in str(e.value) and "iproute2" in str(e.value) and "loopback-ratelimit" in str(e.value)

@@ -1,0 +1,68 @@
+"""The testbed's namespaces: their names, deleting them, and finding those a dead testbed left behind.
+
+A testbed named ``<prefix>-<pid>-<random>`` owns the namespaces ``<tag>-br`` and ``<tag>-w<rank>``; the pid
+is its creator's, so a namespace whose creator is gone is a leftover. Deleting a namespace deletes its veth
+ends, its bridge and every qdisc on them.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import re
+import signal
+from collections.abc import Iterable
+
+from lowbw.net.probe import run_command
+
+__all__ = ["DEFAULT_PREFIX", "make_tag", "list_leftovers", "kill_ns_pids", "delete_namespaces", "cleanup"]
+
+DEFAULT_PREFIX = "lbw"
+_NAME_RE = re.compile(r"^(?P<prefix>[a-z][a-z0-9]*)-(?P<pid>\d+)-(?P<rand>[0-9a-f]+)-(?:br|w\d+)$")
+_PREFIX_RE = re.compile(r"[a-z][a-z0-9]{0,11}")
+
+
+def make_tag(prefix: str, rand: str) -> str:
+    """``<prefix>-<this pid>-<rand>``; ValueError names a bad prefix."""
+    if not _PREFIX_RE.fullmatch(prefix):
+        raise ValueError(f"prefix must match [a-z][a-z0-9]{{0,11}}, got {prefix!r}")
+    return f"{prefix}-{os.getpid()}-{rand}"
+
+
+def list_leftovers(prefix: str = DEFAULT_PREFIX, all_: bool = False) -> list[str]:
+    """Namespaces created by testbeds with ``prefix`` whose creating process is gone (or all of them)."""
+    p = run_command(["ip", "netns", "list"], check=False)
+    out = []
+    for line in p.stdout.splitlines():
+        name = line.split()[0] if line.split() else ""
+        m = _NAME_RE.match(name)
+        if not m or m.group("prefix") != prefix:
+            continue
+        pid = int(m.group("pid"))
+        alive = pid == os.getpid() or os.path.exists(f"/proc/{pid}")
+        if all_ or not alive:
+            out.append(name)
+    return sorted(out)
+
+
+def kill_ns_pids(ns: str, sig: int = signal.SIGKILL) -> None:
+    """Kill the processes running inside namespace ``ns`` (only ever called on our own namespaces)."""
+    p = run_command(["ip", "netns", "pids", ns], check=False)
+    for tok in p.stdout.split():
+        with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
+            os.kill(int(tok), sig)
+
+
+def delete_namespaces(names: Iterable[str]) -> None:
+    """Kill what runs in each namespace, then delete it (errors ignored: teardown must finish)."""
+    for ns in names:
+        kill_ns_pids(ns)
+        run_command(["ip", "netns", "del", ns], check=False)
+
+
+def cleanup(prefix: str = DEFAULT_PREFIX, all_: bool = False) -> list[str]:
+    """Delete leftover testbed namespaces (those of dead testbeds; ``all_`` = also live ones) and return
+    their names."""
+    names = list_leftovers(prefix, all_)
+    delete_namespaces(names)
+    return names
