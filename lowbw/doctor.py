@@ -115,14 +115,12 @@ def scan(runs: str | Path = "runs", prefix: str = "lbw", all_: bool = False) -> 
 
 def clean(f: Findings) -> None:
     """Remove what ``f`` lists: kill orphans (which releases their locks) and delete namespaces."""
-    from lowbw.net.testbed import _kill_ns_pids, _run
+    from lowbw.net.namespaces import delete_namespaces
 
     for pid in f.orphans:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
-    for ns in f.namespaces:
-        _kill_ns_pids(ns)
-        _run(["ip", "netns", "del", ns], check=False)
+    delete_namespaces(f.namespaces)
 
 
 def guard(tag: str) -> int:
@@ -132,14 +130,12 @@ def guard(tag: str) -> int:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         while sys.stdin.buffer.read(65536):
             pass
-    from lowbw.net.testbed import _kill_ns_pids, _run
+    from lowbw.net.namespaces import delete_namespaces
+    from lowbw.net.probe import run_command
 
-    p = _run(["ip", "netns", "list"], check=False)
-    for line in p.stdout.splitlines():
-        name = line.split()[0] if line.split() else ""
-        if name.startswith(tag + "-"):
-            _kill_ns_pids(name)
-            _run(["ip", "netns", "del", name], check=False)
+    p = run_command(["ip", "netns", "list"], check=False)
+    names = [line.split()[0] for line in p.stdout.splitlines() if line.split()]
+    delete_namespaces(n for n in names if n.startswith(tag + "-"))
     return 0
 
 
