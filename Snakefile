@@ -33,6 +33,12 @@ GENERATED = (
        for kind, ext in (("tab", "tex"), ("fig", "pdf"), ("findings", "tex"))]
 )
 THREADS = config.get("threads_per_job", 1)
+# What every job asks the scheduler for (the SLURM executor plugin turns them into sbatch --cpus-per-task,
+# --mem, -t and --gpus; locally `--resources` can cap them): threads, mem_mb (MB of RAM), runtime (minutes
+# of wall time) and, for training, gpu (GPUs per run, config gpus_per_run). Two sizes: the full profile's
+# GPU-scale runs (ResNet-20/VGG-16 on CIFAR-10, up to 64k iterations, 25M-element compressor benchmarks)
+# and the CPU-scale quick/tiny profiles, whose jobs take seconds to minutes.
+FULL = config["profile"] == "full"
 
 
 wildcard_constraints:
@@ -61,6 +67,8 @@ rule train:
     threads: THREADS
     resources:
         gpu=config.get("gpus_per_run", 0),
+        mem_mb=16000 if FULL else 2000,
+        runtime=720 if FULL else 60,
     params:
         cfg=lambda w: shlex.quote(json.dumps(run_config(config, w.exp, decode(w.params)), sort_keys=True)),
         out=lambda w: f"runs/{w.exp}/{w.params}",
@@ -77,6 +85,10 @@ rule bench_collectives:
         "runs/bench/collectives.json",
     log:
         "runs/bench/collectives.log",
+    threads: 1
+    resources:
+        mem_mb=4000 if FULL else 2000,
+        runtime=240 if FULL else 30,
     params:
         cfg=shlex.quote(json.dumps(config["bench"]["collectives"], sort_keys=True)),
     conda:
@@ -93,6 +105,9 @@ rule bench_compressors:
     log:
         "runs/bench/compressors.log",
     threads: 2
+    resources:
+        mem_mb=8000 if FULL else 2000,
+        runtime=120 if FULL else 30,
     params:
         cfg=shlex.quote(json.dumps(config["bench"]["compressors"], sort_keys=True)),
     conda:
@@ -109,6 +124,9 @@ rule bench_models:
     log:
         "runs/bench/models.log",
     threads: 2
+    resources:
+        mem_mb=16000 if FULL else 3000,
+        runtime=120 if FULL else 30,
     params:
         args=" ".join(f"--{k.replace('_', '-')} " + (" ".join(map(str, v)) if isinstance(v, list) else str(v))
                       for k, v in config["bench"].get("models", {}).items()),
@@ -126,6 +144,9 @@ rule bench_e2e:
     log:
         "runs/bench/e2e.log",
     threads: 2
+    resources:
+        mem_mb=8000 if FULL else 2000,
+        runtime=720 if FULL else 60,
     params:
         args=lambda w: " ".join(
             f"--{k.replace('_', '-')} " + (",".join(map(str, v)) if k == "methods" else
@@ -146,6 +167,10 @@ rule report:
         GENERATED,
     log:
         "runs/report/report.log",
+    threads: 1
+    resources:
+        mem_mb=4000 if FULL else 2000,
+        runtime=60 if FULL else 30,
     params:
         cfg=shlex.quote(json.dumps(config, sort_keys=True)),
     conda:
@@ -168,6 +193,10 @@ rule paper:
         "paper/build/paper.pdf",
     log:
         "runs/report/paper.log",
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=15,
     conda:
         "environment.yml"
     shell:
