@@ -51,30 +51,44 @@ def _block_scales(x: torch.Tensor, b: int) -> torch.Tensor:
 
 
 @settings(max_examples=60, deadline=None)
-@given(arr=scaled_arrays, block=st.sampled_from([1, 3, 64, 100, 2048]), bits=st.sampled_from([8, 16]))
+@given(arr=scaled_arrays, block=st.sampled_from([1, 3, 64, 100, 2048]), bits=st.sampled_from([2, 4, 8, 16]))
 def test_blockwise_linear_error_bound(arr, block, bits):
     x = _tensor(arr)
     comp = make("blockwise", bits=bits, block_size=block, codebook="linear")
     y = comp.decompress(comp.compress(x))
-    L = 127 if bits == 8 else 32767
+    L = {2: 1, 4: 7, 8: 127, 16: 32767}[bits]
     s = _block_scales(x, block)
     assert torch.all((y - x).abs() <= s * (0.5 / L + 1e-6) + 1e-37)
 
 
 @settings(max_examples=60, deadline=None)
-@given(arr=scaled_arrays, block=st.sampled_from([1, 5, 64, 2048]), bits=st.sampled_from([8, 16]))
+@given(arr=scaled_arrays, block=st.sampled_from([1, 5, 64, 2048]), bits=st.sampled_from([4, 8, 16]))
 def test_blockwise_nonlinear_error_bound_in_companded_space(arr, block, bits):
     """Levels are sign(k) (k/L)^2 absmax: in sqrt space the rounding error is at most half a level."""
     x = _tensor(arr)
     comp = make("blockwise", bits=bits, block_size=block, codebook="nonlinear")
     y = comp.decompress(comp.compress(x))
-    L = 127 if bits == 8 else 32767
+    L = {4: 7, 8: 127, 16: 32767}[bits]
     s = _block_scales(x, block).double()
     safe = torch.where(s > 0, s, torch.ones_like(s))
     cx = (x.double().abs() / safe).sqrt() * x.double().sign()
     cy = (y.double().abs() / safe).sqrt() * y.double().sign()
     assert torch.all((cx - cy).abs() <= 0.5 / L + 1e-5)
     assert torch.all(y.abs() <= s.float() * (1 + 1e-6))
+
+
+@pytest.mark.parametrize("bits", [2, 4])
+def test_low_bit_blockwise_packs_its_codes_and_2_bits_is_the_nearest_of_three_levels(bits):
+    x = torch.randn(1001, generator=torch.Generator().manual_seed(3))
+    comps = [make("blockwise", bits=bits, block_size=100, codebook=cb) for cb in ("linear", "nonlinear")]
+    payloads = [c.compress(x) for c in comps]
+    for p in payloads:
+        assert p.data_nbytes == math.ceil(1001 * bits / 8) + 4 * 11  # packed codes + one fp32 scale per block
+    if bits == 2:  # both codes have levels {-s, 0, s}: the same nearest-level rounding
+        y = comps[1].decompress(payloads[1])
+        assert torch.equal(y, comps[0].decompress(payloads[0]))
+        s = _block_scales(x, 100)
+        assert torch.equal(y, torch.where(x.abs() >= s / 2, x.sign() * s, torch.zeros_like(x)))
 
 
 def test_blockwise_sign_and_exact_extremes():
@@ -118,6 +132,8 @@ def _mean_over_seeds(comp, x: torch.Tensor, seeds: int) -> torch.Tensor:
     [
         ("blockwise", {"stochastic": True, "codebook": "linear"}),
         ("blockwise", {"stochastic": True, "codebook": "nonlinear"}),
+        ("blockwise", {"stochastic": True, "bits": 4}),
+        ("blockwise", {"stochastic": True, "bits": 2}),
         ("qsgd", {"levels": 4, "block_size": 64}),
         ("qsgd", {"levels": 1}),
         ("terngrad", {}),

@@ -122,9 +122,11 @@ register("bf16", doc="cast to bfloat16 (torch's bf16 hook)")(lambda: Cast("bf16"
 
 # ---------------------------------------------------------------------------------------------------------
 class Blockwise(Compressor):
-    """Block-wise absmax quantization to 8 or 16 bits: one fp32 scale per block of ``block_size`` values.
+    """Block-wise absmax quantization to 2, 4, 8 or 16 bits: one fp32 scale per block of ``block_size`` values.
 
-    ``codebook="linear"``: levels ``k/L * absmax`` for k in [-L, L] (L = 127 or 32767), equal-width bins.
+    ``codebook="linear"``: levels ``k/L * absmax`` for k in [-L, L] (L = 1, 7, 127 or 32767 for 2, 4, 8, 16
+    bits: 2L + 1 symmetric codes, so 0 is exact), equal-width bins. 2 and 4-bit codes are packed, 4 or 2 to
+    a byte (the low-bit pseudo-gradients of DiLoCo-style methods).
     ``codebook="nonlinear"``: square-root companding, levels ``sign(k) (k/L)^2 * absmax``: bins are densest
     near zero, where gradient entries concentrate (the optimal point density for a density p is ~ p^(1/3);
     gradients are heavy-tailed and peaked at 0, and a square law approximates that with closed-form encode
@@ -132,18 +134,21 @@ class Blockwise(Compressor):
     ResNet gradients, vs 1.25% / 1.31% for bitsandbytes' dynamic code.
     ``stochastic=True``: stochastic rounding between the two neighbouring levels with probabilities that make
     the decoded value unbiased (in value space, also for the non-linear code).
-    A tail block shorter than ``block_size`` gets its own scale. Wire: codes (n * bits/8 bytes) + scales.
+    A tail block shorter than ``block_size`` gets its own scale. Wire: codes (ceil(n * bits/8) bytes) +
+    4 bytes per block.
     """
+
+    LEVELS = {2: 1, 4: 7, 8: 127, 16: 32767}  # bits -> L
 
     def __init__(self, bits: int = 8, block_size: int = 2048, codebook: str = "nonlinear", stochastic: bool = False):
         super().__init__()
-        self.bits = check_choice("blockwise", "bits", bits, (8, 16))
+        self.bits = check_choice("blockwise", "bits", bits, tuple(self.LEVELS))
         self.block_size = check_int("blockwise", "block_size", block_size, 1)
         self.codebook = check_choice("blockwise", "codebook", codebook, ("linear", "nonlinear"))
         self.stochastic = check_bool("blockwise", "stochastic", stochastic)
         self.params = {"bits": bits, "block_size": block_size, "codebook": codebook, "stochastic": stochastic}
-        self.levels = 127 if bits == 8 else 32767
-        self.code_dtype = torch.int8 if bits == 8 else torch.int16
+        self.levels = self.LEVELS[bits]
+        self.code_dtype = torch.int16 if bits == 16 else torch.int8
 
     name = "blockwise"
 
@@ -162,7 +167,8 @@ class Blockwise(Compressor):
         codes = torch.empty(x.numel(), dtype=self.code_dtype, device=x.device)
         gen = state.generator(x.device) if self.stochastic else None
         target = chunk_target(x.device)
-        nonlinear = self.codebook == "nonlinear"
+        # at 2 bits both codes have the levels {-s, 0, s}: round to the nearest in value (the linear path)
+        nonlinear = self.codebook == "nonlinear" and self.levels > 1
         top = L * L if nonlinear else L
         for b0, v in row_views(x, B):
             rows, cols = v.shape
@@ -206,12 +212,16 @@ class Blockwise(Compressor):
                 cv[i:j].copy_(ab)  # float -> int truncates toward zero
         if scales.numel() and not bool(torch.isfinite(scales).all()):
             _raise_nonfinite(x)
+        if self.bits < 8:  # codes k in [-L, L] -> k + L in [0, 2L], packed
+            codes = pack(codes.add_(self.levels).view(torch.uint8), self.bits)
         return [codes, scales], {}
 
     def _decode(self, payload: Payload) -> Tensor:
         codes, scales = payload.parts
         B, L = self.block_size, float(self.levels)
-        n = codes.numel()
+        n = payload.numel
+        if self.bits < 8:
+            codes = unpack(codes, self.bits, n).view(torch.int8).sub(self.levels)
         out = torch.empty(n, dtype=torch.float32, device=codes.device)
         target = chunk_target(codes.device)
         fast = not _has_tiny(scales)  # else s / L^2 could be subnormal: scale k / L by s instead
@@ -234,7 +244,7 @@ class Blockwise(Compressor):
         return out
 
 
-register("blockwise", doc="block-wise absmax quantization, 8/16 bits, linear or non-linear code")(Blockwise)
+register("blockwise", doc="block-wise absmax quantization, 2/4/8/16 bits, linear or non-linear code")(Blockwise)
 
 
 # ---------------------------------------------------------------------------------------------------------
