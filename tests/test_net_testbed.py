@@ -354,13 +354,17 @@ def test_loss_drops_packets(tmp_path):
 
 @pytest.mark.netns
 @netns
-def test_delay_needs_netem_or_says_so():
-    if T.has_netem():
-        with Testbed(2, rate="50mbit", delay="20ms", prefix=_prefix()) as tb:
-            assert "netem" in tb.qdiscs() and "delay 20ms" in tb.qdiscs()
-    else:
+def test_delay_uses_netem_or_the_userspace_emulator_and_netem_on_request_says_so():
+    with Testbed(2, rate="50mbit", delay="20ms", prefix=_prefix()) as tb:
+        if T.has_netem():
+            assert tb.impairment == "netem" and "netem" in tb.qdiscs() and "delay 20ms" in tb.qdiscs()
+        else:
+            assert tb.impairment == "userspace" and "netem" not in tb.qdiscs()
+    if not T.has_netem():
+        p = _prefix()
         with pytest.raises(TestbedUnavailable, match="netem"):
-            Testbed(2, rate="50mbit", delay="20ms", prefix=_prefix()).start()
+            Testbed(2, rate="50mbit", delay="20ms", prefix=p, link_emulator="netem").start()
+        assert _ours(p) == []
 
 
 # ------------------------------------------------------------------------------- no root needed

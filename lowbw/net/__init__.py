@@ -3,7 +3,10 @@
 * :mod:`lowbw.net.costmodel` -- time of every collective on a star of per-worker full-duplex links
   (``collective_time``, ``calls_time``, ``lower_bound``, ``step_time``, crossovers, calibration);
 * :mod:`lowbw.net.testbed` -- N network namespaces behind a bridge, each worker's link shaped with ``tc``
-  (``Testbed`` context manager; ``python -m lowbw testbed``), rate schedules, guaranteed teardown;
+  (``Testbed`` context manager; ``python -m lowbw testbed``), rate schedules, guaranteed teardown; built
+  from :mod:`~lowbw.net.link` (``LinkSpec``), :mod:`~lowbw.net.tc` (the ip/tc commands),
+  :mod:`~lowbw.net.probe`, :mod:`~lowbw.net.namespaces`, :mod:`~lowbw.net.runner` and
+  :mod:`~lowbw.net.linkemu` (delay, jitter and loss in userspace where the kernel has no netem);
 * :mod:`lowbw.net.ratelimit` -- the ``loopback-ratelimit`` fallback (in-process pacing of our own sends).
 
 Nothing here imports torch at import time.

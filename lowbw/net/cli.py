@@ -36,8 +36,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", "-n", type=int, default=2, help="number of workers (default 2)")
     p.add_argument("--rate", default="100mbit", help="link rate, tc units (100mbit, 1gbit); 'none' = unshaped")
-    p.add_argument("--delay", default=None, help="one-way delay per message, e.g. 5ms (needs netem)")
-    p.add_argument("--jitter", default=None, help="delay jitter, e.g. 1ms (needs netem)")
+    p.add_argument("--delay", default=None,
+                   help="one-way delay added to each uplink, e.g. 5ms (netem, or the userspace link emulator)")
+    p.add_argument("--jitter", default=None, help="delay jitter (standard deviation), e.g. 1ms")
+    p.add_argument("--link-emulator", default="auto", choices=["auto", "netem", "userspace"],
+                   help="what adds delay/jitter/loss: auto (netem if the kernel has it, else userspace), netem, "
+                        "userspace (TAP devices and a delay line per direction, lowbw.net.linkemu)")
     p.add_argument("--loss", default=None, help="packet loss on each uplink, e.g. 0.1%%")
     p.add_argument("--queue", default="100ms",
                    help="queue of each shaped link as time at its rate (default 100ms; bufferbloat: e.g. 2s)")
@@ -116,7 +120,8 @@ def main(args: argparse.Namespace) -> int:
         testbed = Testbed(args.workers, rate=rate, delay=args.delay, jitter=args.jitter, loss=args.loss,
                           schedule=args.schedule, emulation=args.emulation, prefix=args.prefix, queue=args.queue,
                           ack_priority=args.ack_priority, congestion_control=args.congestion_control,
-                          master_port=args.master_port, realtime=args.realtime)
+                          master_port=args.master_port, realtime=args.realtime,
+                          link_emulator=args.link_emulator)
     except ValueError as e:
         print(f"lowbw testbed: {e}", file=sys.stderr)
         return 2
@@ -143,6 +148,9 @@ def main(args: argparse.Namespace) -> int:
     except (TestbedUnavailable, RealtimeUnavailable) as e:
         print(f"lowbw testbed: {e}", file=sys.stderr)
         return 1
+    except ValueError as e:  # links the chosen emulation cannot carry: refused before anything is built
+        print(f"lowbw testbed: {e}", file=sys.stderr)
+        return 2
     except KeyboardInterrupt:
         print("lowbw testbed: interrupted; torn down", file=sys.stderr)
         return 130

@@ -142,14 +142,16 @@ def bridge_commands(bridge_ns: str) -> list[Command]:
 
 
 def worker_commands(bridge_ns: str, ns: str, rank: int, lossy: bool = False,
-                    congestion_control: str | None = None) -> list[Command]:
+                    congestion_control: str | None = None, tap: bool = False) -> list[Command]:
     """Create worker ``rank``'s namespace and its veth link to the bridge, addressed and up. ``lossy``:
     one packet per GSO segment (loss then drops single packets); ``congestion_control`` is set per route
-    (RTAX_CC_ALGO), which works where the namespace's sysctl is read-only."""
+    (RTAX_CC_ALGO), which works where the namespace's sysctl is read-only. ``tap``: the namespace and the
+    link's two ends (TAP devices ``lbw0`` and ``p<rank>``, :mod:`lowbw.net.linkemu`) exist already."""
     addr, port = worker_address(rank), port_name(rank)
-    cmds = [Command(("ip", "netns", "add", ns)),
-            _ip(bridge_ns, "link", "add", port, "type", "veth", "peer", "name", WORKER_IF, "netns", ns),
-            _ip(bridge_ns, "link", "set", port, "master", BRIDGE), _ip(bridge_ns, "link", "set", port, "up"),
+    create = [] if tap else [
+        Command(("ip", "netns", "add", ns)),
+        _ip(bridge_ns, "link", "add", port, "type", "veth", "peer", "name", WORKER_IF, "netns", ns)]
+    cmds = [*create, _ip(bridge_ns, "link", "set", port, "master", BRIDGE), _ip(bridge_ns, "link", "set", port, "up"),
             _ip(ns, "addr", "add", f"{addr}/24", "dev", WORKER_IF)]
     if lossy:
         cmds.append(_ip(ns, "link", "set", WORKER_IF, "gso_max_segs", "1"))

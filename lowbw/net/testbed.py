@@ -30,22 +30,25 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import dataclasses
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import weakref
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
-from lowbw.net import tc
+from lowbw.net import linkemu, tc
 from lowbw.net.costmodel import parse_rate
 from lowbw.net.link import DEFAULT_QUEUE_S, MIN_QUEUE_BYTES, LinkSpec, parse_schedule
-from lowbw.net.namespaces import DEFAULT_PREFIX, cleanup, delete_namespaces, kill_ns_pids, list_leftovers, make_tag
+from lowbw.net.namespaces import cleanup, delete_namespaces, kill_ns_pids, list_leftovers, make_tag
+from lowbw.net.options import EMULATIONS, LinkShapers, TestbedOptions, WorkerInfo
 from lowbw.net.probe import (
     RealtimeUnavailable,
     TestbedUnavailable,
@@ -97,61 +100,9 @@ __all__ = [
     "WORKER_IF",
 ]
 
-EMULATIONS = ("netns-tc", "loopback-ratelimit")
 MAX_WORKERS = 250  # worker r's address is SUBNET.(r + 1), inside one /24
 # lowbw.doctor imports these two under their former private names
 _run, _kill_ns_pids = run_command, kill_ns_pids
-
-
-@dataclass(frozen=True)
-class TestbedOptions:
-    """How the testbed runs, apart from what its links do."""
-
-    __test__ = False  # not a pytest test class
-
-    schedule: tuple[tuple[float, float], ...] = ()  # (seconds after launch, bits/s): every link's new rate
-    emulation: str = "auto"  # "auto" (netns-tc if possible, else loopback), "netns-tc", "loopback-ratelimit"
-    prefix: str = DEFAULT_PREFIX  # namespace name prefix, [a-z][a-z0-9]{0,11}
-    master_port: int = 29500  # MASTER_PORT of the workers' environment
-    shape_ingress: bool = True  # shape each downlink too (bridge port egress towards the worker)
-    ack_priority: bool = True  # fair-queueing shapers: ACKs first, one queue per peer (see lowbw.net.tc)
-    congestion_control: str | None = None  # TCP congestion control of the links; None = the kernel's default
-    realtime: int | None = None  # SCHED_RR priority 1..99 of the workers; None = the fair scheduler
-
-    @classmethod
-    def parse(cls, schedule: str | Sequence | None = None, emulation: str = "auto", prefix: str = DEFAULT_PREFIX,
-              master_port: int = 29500, shape_ingress: bool = True, ack_priority: bool = True,
-              congestion_control: str | None = None, realtime: int | None = None) -> TestbedOptions:
-        """Options from user-facing values; ValueError names the bad one."""
-        if emulation not in ("auto", *EMULATIONS):
-            raise ValueError(f"emulation must be auto, netns-tc or loopback-ratelimit, got {emulation!r}")
-        make_tag(prefix, "0")  # validates the prefix
-        cc = congestion_control or None
-        if cc is not None:
-            avail = available_congestion_controls()
-            if avail and cc not in avail:
-                raise ValueError(f"congestion_control {congestion_control!r} is not available in this kernel "
-                                 f"(available: {' '.join(avail)})")
-        if realtime is not None and not (isinstance(realtime, int) and 1 <= realtime <= 99):
-            raise ValueError(f"realtime must be a SCHED_RR priority in 1..99 or None, got {realtime!r}")
-        return cls(tuple(parse_schedule(schedule)), emulation, prefix, int(master_port), bool(shape_ingress),
-                   bool(ack_priority), cc, realtime)
-
-
-@dataclass(frozen=True)
-class WorkerInfo:
-    rank: int
-    namespace: str | None  # None on loopback
-    address: str  # the worker's IPv4 address (rank 0's is MASTER_ADDR)
-    ifname: str  # the interface its traffic leaves by (GLOO_SOCKET_IFNAME)
-
-
-@dataclass(frozen=True)
-class LinkShapers:
-    """Where worker ``rank``'s two shapers sit (for rate changes)."""
-
-    up: tc.Shaper
-    down: tc.Shaper
 
 
 # Live testbeds, closed at interpreter exit.
@@ -210,6 +161,10 @@ class Testbed:
         self._scheduler = RateScheduler(f"{self.tag}-schedule")
         self._t0: float | None = None  # launch time (time.time()) of the current job
         self._signals = SignalGuard()
+        self.impairment: str | None = None  # what adds delay/jitter/loss: "netem", "userspace" or None
+        self._emulator: linkemu.Emulator | None = None
+        self._workdir: str | None = None  # the emulator's spec and statistics
+        self.emulator_stats: dict | None = None  # the emulator's statistics, once closed (lowbw.net.linkemu)
 
     # ----------------------------------------------------------------- link parameters (every worker's)
     @property
@@ -277,10 +232,7 @@ class Testbed:
                 self._started = True
                 _LIVE.add(self)
                 return self
-            if any(link.delayed for link in self.links) and not has_netem():
-                raise TestbedUnavailable([
-                    "tc netem (kernel sch_netem, CONFIG_NET_SCH_NETEM) for delay/jitter -- this kernel lacks it; "
-                    "rate shaping (tbf) and loss work without it"])
+            self.impairment = linkemu.method(self.links, opts.link_emulator, has_netem())
             self.emulation = "netns-tc"
             self._started = True
             _LIVE.add(self)
@@ -296,19 +248,31 @@ class Testbed:
             run_command(c.argv, input=c.stdin, timeout=60 if c.stdin else 30)
 
     def _build(self) -> None:
-        """Create the bridge, then each worker's namespace, link and shapers."""
-        opts, netem = self.options, has_netem()
+        """Create the bridge, then each worker's namespace and link (a veth pair, or TAP devices held by the
+        userspace emulator), then the shapers."""
+        opts, userspace = self.options, self.impairment == "userspace"
         self.namespaces.append(self.bridge_ns)
         self._execute(tc.bridge_commands(self.bridge_ns))
+        if userspace:
+            self.namespaces += [self.worker_ns(r) for r in range(self.workers)]
+            self._execute([tc.Command(("ip", "netns", "add", ns)) for ns in self.namespaces[1:]])
+            self._workdir = tempfile.mkdtemp(prefix=f"{self.tag}-")
+            self._emulator = linkemu.Emulator(
+                [linkemu.link_ends(link, r, self.worker_ns(r), self.bridge_ns, WORKER_IF, tc.port_name(r))
+                 for r, link in enumerate(self.links)], self._workdir)
+            self._emulator.start()
         for r, link in enumerate(self.links):
             ns = self.worker_ns(r)
-            self.namespaces.append(ns)
-            self._execute(tc.worker_commands(self.bridge_ns, ns, r, lossy=link.loss > 0,
-                                             congestion_control=opts.congestion_control))
+            if not userspace:
+                self.namespaces.append(ns)
+            self._execute(tc.worker_commands(self.bridge_ns, ns, r, lossy=link.loss > 0 and not userspace,
+                                             congestion_control=opts.congestion_control, tap=userspace))
             self.info.append(WorkerInfo(r, ns, tc.worker_address(r), WORKER_IF))
         for r, link in enumerate(self.links):
-            up_cmds, up, self.loss_method = tc.uplink_commands(self.worker_ns(r), link, self.workers,
-                                                               opts.ack_priority, netem)
+            shaping = tc_link(link) if userspace else link
+            up_cmds, up, loss_method = tc.uplink_commands(self.worker_ns(r), shaping, self.workers,
+                                                          opts.ack_priority, self.impairment == "netem")
+            self.loss_method = "userspace" if userspace and link.loss else loss_method
             self._execute(up_cmds)
             down_cmds, down = tc.downlink_commands(self.bridge_ns, r, link, self.workers, opts.ack_priority)
             if opts.shape_ingress:
@@ -360,7 +324,12 @@ class Testbed:
             self._closed = True
             self._scheduler.stop()
             stop_all(self._procs)
+            if self._emulator is not None:  # before the namespaces: its TAP devices keep them alive
+                self.emulator_stats = self._emulator.stop()
+                self._emulator = None
             delete_namespaces(reversed(self.namespaces))
+            if self._workdir is not None:
+                shutil.rmtree(self._workdir, ignore_errors=True)
             self.namespaces = []
             _LIVE.discard(self)
 
@@ -489,4 +458,10 @@ class Testbed:
             "topology": "star: per-worker full-duplex links (tbf each way) through a bridge"
                         if netns else "loopback (no kernel shaping)",
             "tag": self.tag, "addresses": [w.address for w in self.info],
+            "impairment": self.impairment, "links": [dataclasses.asdict(link) for link in self.links],
         }
+
+
+def tc_link(link: LinkSpec) -> LinkSpec:
+    """What the kernel does of ``link`` when the userspace emulator adds its delay, jitter and loss."""
+    return dataclasses.replace(link, delay_s=0.0, down_delay_s=0.0, jitter_s=0.0, loss=0.0)
