@@ -28,7 +28,9 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["TrainData", "load_data", "assign", "WorkerStream", "seed_for", "pairwise_intersections"]
+from lowbw.train.augment import Augmenter
+
+__all__ = ["TrainData", "load_data", "assign", "WorkerStream", "Batches", "seed_for", "pairwise_intersections"]
 
 
 def seed_for(seed: int, *tags: object) -> int:
@@ -225,3 +227,32 @@ class WorkerStream:
         self.order = s["order"].clone()
         self.pos = int(s["pos"])
         self.passes = int(s["passes"])
+
+
+class Batches:
+    """The training batches of the replicas one process holds: replica ``i`` (worker ``ranks[i]``) takes
+    indices from its own stream and is augmented with its own generator, both seeded by (seed, worker)."""
+
+    def __init__(self, data: TrainData, parts: list[torch.Tensor], ranks: list[int], cfg, device):
+        C, _, _ = data.image_shape
+        self.data = data
+        self.device = torch.device(device)
+        self.streams = [WorkerStream(parts[w], cfg.seed, w) for w in ranks]
+        self.aug = Augmenter(cfg.augment, C, data.mean, data.std, self.device)
+        self.gens = [generator(cfg.seed, "augment", w) for w in ranks]
+
+    def __call__(self, i: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
+        """Replica ``i``'s next ``b`` samples: (augmented images, labels)."""
+        idx = self.streams[i].take(b)
+        if self.device.type != "cpu":
+            idx = idx.to(self.device)
+        return self.aug.train(self.data.x_train[idx], self.gens[i]), self.data.y_train[idx]
+
+    def state_dict(self) -> dict:
+        return {"streams": [st.state_dict() for st in self.streams], "gens": [g.get_state() for g in self.gens]}
+
+    def load_state_dict(self, s: dict) -> None:
+        for st, d in zip(self.streams, s["streams"], strict=True):
+            st.load_state_dict(d)
+        for g, d in zip(self.gens, s["gens"], strict=True):
+            g.set_state(d)

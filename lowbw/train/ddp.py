@@ -2,13 +2,13 @@
 communication hook (:func:`lowbw.comm.hooks.make_hook`), instead of our own per-tensor aggregation.
 
 The module's parameters are views into the replica's flat row, so the optimiser, checkpoints, evaluation
-and metrics are those of :class:`~lowbw.train.loop.Trainer`; only the gradient exchange differs (DDP's
-buckets, reverse parameter order, its own overlap of communication with the backward pass). BatchNorm
-buffers are not broadcast (``broadcast_buffers=False``), as in the other schemes each worker keeps its own.
-The hook returns at once and its exchange thread works while backward goes on (issue 19), so the step's
-forward+backward wall time is split as: communication = the meter's seconds, compression = the rest of the
-exchange thread's busy time, compute = what remains (overlap counts as exchange, never twice). The
-virtual clock uses the hook's call records like any other step.
+and metrics are those of :class:`~lowbw.train.loop.Trainer`; only :meth:`DDPTrainer.gradients` differs
+(DDP's buckets, reverse parameter order, its own overlap of communication with the backward pass).
+BatchNorm buffers are not broadcast (``broadcast_buffers=False``): as in the other schemes each worker
+keeps its own. The hook returns at once and its exchange thread works while backward goes on, so the
+step's forward+backward wall time is split as: communication = the meter's seconds, compression = the rest
+of the exchange thread's busy time and of the hook calls, compute = what remains (overlap counts as
+exchange, never twice). The virtual clock uses the hook's call records like any other step.
 """
 
 from __future__ import annotations
@@ -18,8 +18,14 @@ import warnings
 
 import torch
 import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
 
+from lowbw.comm.hooks import make_hook
+from lowbw.train.assign import seed_for
 from lowbw.train.loop import Trainer
+from lowbw.train.state import WorkerStats
+from lowbw.train.sync import Action
+from lowbw.train.world import Exchange
 
 __all__ = ["DDPTrainer"]
 
@@ -27,26 +33,21 @@ __all__ = ["DDPTrainer"]
 class DDPTrainer(Trainer):
     def __init__(self, cfg, world, out=None, data=None, device=None):
         super().__init__(cfg, world, out, data, device)
-        from torch.nn.parallel import DistributedDataParallel as DDP
-
-        from lowbw.comm.hooks import make_hook
-        from lowbw.train.assign import seed_for
-
         rep, m = self.rep, self.model_template
         with torch.no_grad():
-            for (_name, off, k, shape), p in zip(rep.p_layout, m.parameters()):
+            for (_name, off, k, shape), p in zip(rep.p_layout, m.parameters(), strict=True):
                 p.data = rep.params[0, off: off + k].view(shape)
             fbufs = [b for b in m.buffers() if b.is_floating_point()]
-            for (_name, off, k, shape), b in zip(rep.b_layout, fbufs):
+            for (_name, off, k, shape), b in zip(rep.b_layout, fbufs, strict=True):
                 b.data = rep.buffers[0, off: off + k].view(shape)
         dev_ids = [self.device.index] if self.device.type == "cuda" else None
         with warnings.catch_warnings():  # broadcast_buffers=False is what we mean (rank-local BN statistics)
             warnings.simplefilter("ignore", FutureWarning)
-            self.ddp = DDP(m, device_ids=dev_ids, broadcast_buffers=False)
-        comp = self.comp if self.comp is not None else "none"
+            self.ddp = DistributedDataParallel(m, device_ids=dev_ids, broadcast_buffers=False)
+        comp = self.sync.comp if self.sync.comp is not None else "none"
         self.hook_state, hook = make_hook(comp, algorithm=cfg.collective, module=m,
                                           seed=seed_for(cfg.seed, "compress", world.rank) % (2**31))
-        self.hook_s = 0.0
+        self.hook_s = 0.0  # seconds inside hook calls this step
 
         def timed(state, bucket):
             t0 = time.perf_counter()
@@ -57,14 +58,12 @@ class DDPTrainer(Trainer):
 
         self.ddp.register_comm_hook(self.hook_state, timed)
 
-    def train_step(self) -> None:
-        cfg, rep = self.cfg, self.rep
+    def gradients(self, b: int, act: Action) -> tuple[torch.Tensor, list[WorkerStats], list[Exchange]]:
+        """This worker's gradient on its next ``b`` samples, averaged over the world by DDP and the hook
+        (``ddp_hook`` implies ``sync: sync``, so ``act`` is always a world gradient average)."""
         t0 = time.perf_counter()
-        b = self.local_batch
-        lr = self.sched(self.samples)
-        x, y = self.batch(0, b)
-        coll = self.hook_state.collective()
-        meter = self.hook_state.meter
+        x, y = self.batches(0, b)
+        coll, meter = self.hook_state.collective(), self.hook_state.meter
         n0, m0 = len(coll.calls), len(meter.calls)
         self.hook_s = 0.0
         busy0 = self.hook_state.stats.busy_s
@@ -77,23 +76,7 @@ class DDPTrainer(Trainer):
             grads = torch.cat([p.grad.reshape(-1) for p in self.model_template.parameters()]).unsqueeze(0)
         busy = self.hook_state.stats.busy_s - busy0  # the exchange thread's seconds in this step
         compute = max(0.0, time.perf_counter() - t0 - busy - self.hook_s)
-        self.step += 1
-        self.opt.step(rep.params, grads, lr)
-        self.samples += b * cfg.workers
-        from lowbw.compress.collective import CallRecord
-        from lowbw.train.world import Exchange, _bytes_of, _comm_cost, link_for
-
-        calls = coll.calls[n0:]
-        sent = _bytes_of(meter.calls[m0:])
-        allrec = self.world.allgather_obj([(c.op, c.nbytes, c.algorithm, c.world_size) for c in calls])
-        cost = _comm_cost({0: [[CallRecord(*r) for r in rr] for rr in allrec]}, link_for(cfg, "world"))
-        v_comm = cost["v_comm"]
-        self._count_comm(Exchange([], [], [], [], **cost))
         comm_s = sum(c.seconds for c in meter.calls[m0:])
-        del coll.calls[n0:], meter.calls[m0:]
+        ex = self.world.account(act.grad, coll, meter, n0, m0, None, max(0.0, busy + self.hook_s - comm_s), comm_s)
         correct = int((out.detach().argmax(1) == y).sum())
-        rows = torch.tensor([[float(loss.detach()), correct, b, compute, max(0.0, busy + self.hook_s - comm_s), comm_s,
-                              sent]], dtype=torch.float64)
-        allrows = self.world.allgather_rows(rows)
-        v_compress = self._compress_model_s() if cfg.clock == "model" else None
-        self._record_step(allrows, v_comm, v_compress, time.perf_counter() - t0)
+        return grads, [WorkerStats(loss=float(loss.detach()), correct=correct, count=b, t_compute=compute)], [ex]

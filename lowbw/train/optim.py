@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["FlatOptimizer"]
+__all__ = ["FlatOptimizer", "make_optimizer"]
 
 
 class FlatOptimizer:
@@ -71,3 +71,10 @@ class FlatOptimizer:
     def load_state_dict(self, s: dict) -> None:
         self.state = {k: v.clone() for k, v in s["state"].items()}
         self.t = int(s["t"])
+
+
+def make_optimizer(cfg, rows: int, params: int, device) -> FlatOptimizer:
+    """The run's optimiser (``optimizer``, ``momentum``, ``nesterov``, ``weight_decay``, ``adam_*`` keys) on
+    ``rows`` parameter rows of ``params`` elements."""
+    return FlatOptimizer(cfg.optimizer, (rows, params), device, momentum=cfg.momentum, nesterov=cfg.nesterov,
+                         weight_decay=cfg.weight_decay, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)

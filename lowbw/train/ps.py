@@ -20,30 +20,36 @@ A "step" in the metrics is M server updates (so steps, samples and epochs compar
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
+
+import torch
+
+from lowbw.train.optim import make_optimizer
+from lowbw.train.replicas import Replicas
+from lowbw.train.state import WorkerStats
+from lowbw.train.world import link_for
 
 __all__ = ["ParameterServer"]
 
 
 class ParameterServer:
-    def __init__(self, trainer):
-        tr = self.tr = trainer
-        cfg = tr.cfg
-        from lowbw.train.optim import FlatOptimizer
-        from lowbw.train.replicas import Replicas
-        from lowbw.train.world import link_for
+    """The server and its M workers' event timeline. ``rep``: the M workers' replicas (their rows are the
+    workers' snapshots and gradients); ``batch(i, b)``: worker i's next batch of ``b`` samples;
+    ``local_batch``: b, the global batch / M."""
 
+    def __init__(self, cfg, rep: Replicas, batch: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]],
+                 local_batch: int):
+        self.cfg, self.rep, self.batch, self.b = cfg, rep, batch, local_batch
         self.M = cfg.workers
         self.bound = cfg.staleness if cfg.sync == "ssp" else math.inf
         self.speeds = list(cfg.worker_speeds) or [1.0] * self.M
-        self.server = Replicas(tr.model_template, 1, tr.device, "loop")
-        self.server.load_state_dict({"params": tr.rep.params[:1], "buffers": tr.rep.buffers[:1],
-                                     "int_buffers": {k: v[:1] for k, v in tr.rep.int_buffers.items()}})
-        self.opt = FlatOptimizer(cfg.optimizer, (1, tr.rep.P), tr.device, momentum=cfg.momentum,
-                                 nesterov=cfg.nesterov, weight_decay=cfg.weight_decay,
-                                 betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
+        self.server = Replicas(rep.model, 1, rep.device, "loop")
+        self.server.load_state_dict({"params": rep.params[:1], "buffers": rep.buffers[:1],
+                                     "int_buffers": {k: v[:1] for k, v in rep.int_buffers.items()}})
+        self.opt = make_optimizer(cfg, 1, rep.P, rep.device)
         self.link = link_for(cfg, "world")
-        self.push_bytes = tr.rep.P * 4
-        self.pull_bytes = (tr.rep.P + tr.rep.Q) * 4
+        self.push_bytes = rep.P * 4
+        self.pull_bytes = (rep.P + rep.Q) * 4
         self.now = 0.0
         self.ps_in_free = 0.0
         self.ps_out_free = 0.0
@@ -70,17 +76,15 @@ class ParameterServer:
 
     def _start(self, i: int, t: float) -> None:
         """Worker i pulls the server's model at ``t`` and computes its gradient; schedules its push."""
-        tr = self.tr
-        rep, srv = tr.rep, self.server
+        rep, srv, b = self.rep, self.server, self.b
         rep.params[i].copy_(srv.params[0])
         rep.buffers[i].copy_(srv.buffers[0])
         for k, v in rep.int_buffers.items():
             v[i].copy_(srv.int_buffers[k][0])
-        b = tr.B // self.M
-        x, y = tr.batch(i, b)
+        x, y = self.batch(i, b)
         losses, correct, secs = rep.forward_backward([x], [y], rows=[i])
         self.loss[i], self.correct[i] = losses[0], correct[0]
-        comp = tr.cfg.clock_sample_s * b if tr.cfg.clock == "model" else secs[0]
+        comp = self.cfg.clock_sample_s * b if self.cfg.clock == "model" else secs[0]
         comp *= self.speeds[i]
         self.t_compute[i] = comp
         pulled = self._transfer(t, self.pull_bytes, "out") if t > 0 else t  # the initial model is everyone's
@@ -89,21 +93,21 @@ class ParameterServer:
     def _may_start(self, i: int) -> bool:
         return self.clock[i] - min(self.clock) <= self.bound
 
-    def update(self, lr: float) -> dict:
-        """Process the next arrival: apply that gradient, restart its worker (and any SSP-released ones)."""
-        tr = self.tr
+    def update(self, lr: float) -> WorkerStats:
+        """Process the next arrival: apply that gradient, restart its worker (and any SSP-released ones).
+        Returns the pushing worker's statistics of that gradient (bytes: its push and its pull)."""
         live = [(a, i) for i, a in enumerate(self.arrival) if a is not None]
         a, i = min(live)
         self.now = a
-        srv, rep = self.server, tr.rep
+        srv, rep = self.server, self.rep
         self.opt.step(srv.params, rep.grads[i: i + 1], lr / self.M)
         srv.buffers[0].copy_(rep.buffers[i])
         for k, v in srv.int_buffers.items():
             v[0].copy_(rep.int_buffers[k][i])
         self.clock[i] += 1
         self.updates += 1
-        info = {"worker": i, "loss": self.loss[i], "correct": self.correct[i], "count": tr.B // self.M,
-                "t_compute": self.t_compute[i], "bytes": self.push_bytes + self.pull_bytes}
+        info = WorkerStats(loss=self.loss[i], correct=self.correct[i], count=self.b, t_compute=self.t_compute[i],
+                           bytes_sent=self.push_bytes + self.pull_bytes)
         self.arrival[i] = None
         for j in [i] + [j for j in range(self.M) if j != i]:  # the pusher first, then released waiters
             if self.arrival[j] is None and self._may_start(j):

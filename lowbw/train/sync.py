@@ -27,8 +27,12 @@ from dataclasses import dataclass
 
 import torch
 
-__all__ = ["Action", "Scheme", "TimedCollective", "check_collective", "check_compressor", "make_compressor",
-           "make_states", "group_of", "LEVELS"]
+from lowbw.compress import base
+from lowbw.compress.base import State
+from lowbw.train.assign import seed_for
+
+__all__ = ["Action", "Scheme", "TimedCollective", "make_compressor", "make_states", "group_of", "aggregate_rank",
+           "average_rank", "LEVELS"]
 
 LEVELS = ("world", "neighbourhood", "household")
 
@@ -68,11 +72,6 @@ class Scheme:
                 avg = None
             return Action(grad, avg)
         raise ValueError(f"sync={k!r} has no per-step action (parameter-server schemes run in lowbw.train.ps)")
-
-    @staticmethod
-    def in_sync(action: Action) -> bool:
-        """After this step, are all replicas' parameters equal?"""
-        return action.grad == "world" or action.avg == "world"
 
 
 def group_of(level: str, worker: int, cfg) -> tuple[int, int, int]:
@@ -130,64 +129,21 @@ class TimedCollective:
         return self._do(self.inner.broadcast, tensor, src)
 
 
-# ----------------------------------------------------------------------------------------------- registries
-def _algorithms() -> tuple[str, ...] | None:
-    try:
-        from lowbw.comm.collectives import ALGORITHMS
-    except ImportError:  # pragma: no cover - comm layer not built
-        return None
-    return tuple(ALGORITHMS)
-
-
-def check_collective(cfg) -> None:
-    from lowbw.train.config import ConfigError
-
-    algs = _algorithms()
-    if algs is not None and cfg.collective not in algs:
-        raise ConfigError("collective", f"{cfg.collective!r} is unknown; allowed: {', '.join(algs)}")
-
-
+# ----------------------------------------------------------------------------------------------- compressors
 def make_compressor(cfg):
     """The configured compressor (None for dense ``none``), with error feedback as configured."""
     if cfg.compressor == "none":
         return None
-    from lowbw.compress import base
-
     kw = dict(cfg.compressor_args)
     if cfg.error_feedback != "auto":
         kw["error_feedback"] = cfg.error_feedback == "on"
     return base.make(cfg.compressor, **kw)
 
 
-def check_compressor(cfg) -> None:
-    from lowbw.train.config import ConfigError
-
-    if cfg.compressor == "none":
-        return
-    try:
-        from lowbw.compress import base
-    except ImportError:  # pragma: no cover
-        return
-    names = base.available()
-    if cfg.compressor not in names:
-        raise ConfigError("compressor", f"{cfg.compressor!r} is unknown; allowed: {', '.join(names)}")
-    try:  # the arguments alone first, so a bad argument is blamed on compressor_args, not on error_feedback
-        base.make(cfg.compressor, **dict(cfg.compressor_args))
-    except (ValueError, TypeError) as e:
-        raise ConfigError("compressor_args", str(e)) from e
-    try:
-        make_compressor(cfg)
-    except (ValueError, TypeError) as e:
-        raise ConfigError("error_feedback", str(e)) from e
-
-
 def make_states(cfg, ranks: list[int]):
     """One compressor State per worker, seeded by (seed, worker) so every backend draws the same numbers."""
     if cfg.compressor == "none":
         return [None for _ in ranks]
-    from lowbw.compress.base import State
-    from lowbw.train.assign import seed_for
-
     return [State(seed=seed_for(cfg.seed, "compress", r) % (2**31)) for r in ranks]
 
 

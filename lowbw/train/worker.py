@@ -68,7 +68,7 @@ def worker_main(cfg, out, keep_checkpoint: bool = False) -> dict[str, Any]:
             tr = DDPTrainer(cfg, world, out)
         else:
             tr = Trainer(cfg, world, out)
-        world.set_timeout(peer_timeout_s(cfg, getattr(getattr(tr, "rep", None), "P", 0) * 4))
+        world.set_timeout(peer_timeout_s(cfg, tr.rep.P * 4))  # the gradient is known now
         summ = tr.run()
         ok = True
     finally:

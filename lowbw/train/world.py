@@ -14,13 +14,21 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import torch
+import torch.distributed as dist
 
+from lowbw.comm.distributed import DistCollective
+from lowbw.comm.meter import Meter, expected
+from lowbw.comm.threads import ThreadCollective, run_threads
+from lowbw.compress.collective import CallRecord
+from lowbw.net.costmodel import LinkParams, calls_time
 from lowbw.train.sync import TimedCollective, group_of
 
-__all__ = ["Exchange", "SimWorld", "DistWorld", "link_for"]
+__all__ = ["Exchange", "SimWorld", "DistWorld", "link_for", "bandwidth_at", "bytes_sent_of", "comm_cost",
+           "default_threads"]
 
 
 @dataclass
@@ -54,8 +62,6 @@ def link_for(cfg, level: str, t_virtual: float = 0.0):
     """The link of a synchronisation level as the virtual clock sees it: alpha = ``latency_ms`` +
     ``clock_overhead_ms``, bandwidth = the level's rate x ``link_goodput`` (payload bytes per second); the
     world link follows ``bandwidth_schedule`` in virtual time."""
-    from lowbw.net.costmodel import LinkParams
-
     if level == "world":
         lat, bw = cfg.latency_ms, bandwidth_at(cfg, t_virtual)
     else:
@@ -65,10 +71,8 @@ def link_for(cfg, level: str, t_virtual: float = 0.0):
     return LinkParams(alpha_s=(lat + cfg.clock_overhead_ms) / 1e3, bandwidth_bps=bw * 1e6 * cfg.link_goodput)
 
 
-def _bytes_of(stats) -> int:
+def bytes_sent_of(stats) -> int:
     """Bytes a rank sent in these metered calls (opaque ``native`` calls: the textbook volume)."""
-    from lowbw.comm.meter import expected
-
     total = 0
     for c in stats:
         if c.measured:
@@ -83,8 +87,6 @@ def _bytes_of(stats) -> int:
 
 
 def _expected_sent(algorithm: str, nbytes: int, n: int, rank: int) -> int:
-    from lowbw.comm.meter import expected
-
     if n == 1:
         return 0
     try:
@@ -95,8 +97,6 @@ def _expected_sent(algorithm: str, nbytes: int, n: int, rank: int) -> int:
 
 def _v_comm(per_group_calls: dict[int, list[list]], link) -> float:
     """Slowest group's modelled time; each group's calls are the per-member lists (zipped by calls_time)."""
-    from lowbw.net.costmodel import calls_time
-
     t = 0.0
     for lists in per_group_calls.values():
         if any(lists):
@@ -109,10 +109,8 @@ _ALPHA_ONLY = (1.0, 1e300)  # alpha = 1 s, beta ~ 0     -> the number of latency
 _BETA_ONLY = (0.0, 8.0)  # alpha = 0,   beta = 1 s/byte -> the bytes on the critical path
 
 
-def _comm_cost(per_group_calls: dict[int, list[list]], link) -> dict[str, float]:
+def comm_cost(per_group_calls: dict[int, list[list]], link) -> dict[str, float]:
     """``v_comm`` at ``link`` plus its coefficients ``v_alpha`` and ``v_beta_bytes`` (see Exchange)."""
-    from lowbw.net.costmodel import LinkParams
-
     return {
         "v_comm": _v_comm(per_group_calls, link),
         "v_alpha": _v_comm(per_group_calls, LinkParams(*_ALPHA_ONLY)),
@@ -136,9 +134,6 @@ class SimWorld:
 
     def _group(self, level: str):
         if level not in self._colls:
-            from lowbw.comm.meter import Meter
-            from lowbw.comm.threads import ThreadCollective
-
             colls: list = [None] * self.M
             meters: list = [None] * self.M
             groups: dict[int, list[int]] = {}
@@ -155,8 +150,6 @@ class SimWorld:
         return self._colls[level], self._meters[level]
 
     def exchange(self, level: str, fn) -> Exchange:
-        from lowbw.comm.threads import run_threads
-
         colls, meters = self._group(level)
         n0 = [len(c.calls) for c in colls]
         m0 = [len(m.calls) for m in meters]
@@ -181,7 +174,7 @@ class SimWorld:
         else:
             outs = run_threads(body, colls)
         calls = [list(c.calls[k:]) for c, k in zip(colls, n0)]
-        sent = [_bytes_of(m.calls[k:]) for m, k in zip(meters, m0)]
+        sent = [bytes_sent_of(m.calls[k:]) for m, k in zip(meters, m0)]
         for c, m in zip(colls, meters):  # records grow with every step: keep only this exchange's
             c.calls.clear()
             m.calls.clear()
@@ -195,7 +188,7 @@ class SimWorld:
             comm_s=[t[1] for t in timing],
             bytes_sent=sent,
             calls=calls,
-            **_comm_cost(per_group, link_for(self.cfg, level, self.now)),
+            **comm_cost(per_group, link_for(self.cfg, level, self.now)),
         )
 
     def dense_mean(self, level: str, rows: list[torch.Tensor], sizes: list[int] | None = None) -> Exchange:
@@ -205,8 +198,6 @@ class SimWorld:
         configured algorithm are synthesised, so the virtual clock and byte counts are those of the collective.
         ``sizes``: the byte sizes of the separate all-reduce calls the row stands for (default: one call).
         """
-        from lowbw.compress.collective import CallRecord
-
         t0 = time.perf_counter()
         groups: dict[int, list[int]] = {}
         for w in self.ranks:
@@ -233,7 +224,7 @@ class SimWorld:
                 calls[w] = list(recs)
         dt = (time.perf_counter() - t0) / self.M
         return Exchange(outs, [0.0] * self.M, [dt] * self.M, sent, calls=calls,
-                        **_comm_cost(per_group, link_for(self.cfg, level, self.now)))
+                        **comm_cost(per_group, link_for(self.cfg, level, self.now)))
 
     def allgather_rows(self, rows: torch.Tensor) -> torch.Tensor:
         return rows
@@ -254,8 +245,6 @@ class DistWorld:
     def __init__(self, cfg, timeout_s: float = 600.0, meta_timeout_s: float | None = None):
         """``timeout_s``: seconds any collective may wait on a peer (raises naming the rank);
         ``meta_timeout_s``: the same for the metadata group (rank 0 evaluates while the others wait there)."""
-        import torch.distributed as dist
-
         self.cfg = cfg
         self.timeout_s = float(timeout_s)
         self.meta_timeout_s = float(meta_timeout_s or timeout_s)
@@ -268,19 +257,12 @@ class DistWorld:
         self.kind = "dist"
         self.lock = None
         # metadata (stats, objects) go over a separate gloo group: never metered, works next to NCCL
-        from datetime import timedelta
-
         self.meta_group = dist.new_group(backend="gloo", timeout=timedelta(seconds=self.meta_timeout_s))
         self._colls: dict[str, Any] = {}
         self._meters: dict[str, Any] = {}
         self._groups_made: set[str] = set()
 
     def _group(self, level: str):
-        import torch.distributed as dist
-
-        from lowbw.comm.distributed import DistCollective
-        from lowbw.comm.meter import Meter
-
         if level not in self._colls:
             mine = None
             if level == "world":
@@ -312,49 +294,44 @@ class DistWorld:
         tc = TimedCollective(coll)
         out = fn(0, tc)
         busy = time.perf_counter() - t0 - tc.comm_s
+        return self.account(level, coll, meter, n0, m0, out, busy, tc.comm_s)
+
+    def account(self, level: str, coll, meter, n0: int, m0: int, output, busy_s: float, comm_s: float) -> Exchange:
+        """The Exchange of the calls this rank made on ``coll`` (records from ``n0`` on) and ``meter`` (from
+        ``m0`` on) at ``level``; consumes those records. ``busy_s``/``comm_s``: this rank's seconds of
+        (de)compression and inside collective calls. Collective over the world: every rank needs every
+        rank's call records for the (deterministic) modelled time."""
         calls = coll.calls[n0:]
-        sent = _bytes_of(meter.calls[m0:])
-        # every rank needs every rank's call records for the (deterministic) modelled time
+        sent = bytes_sent_of(meter.calls[m0:])
         g, _, _ = group_of(level, self.rank, self.cfg)
         rec = [(c.op, c.nbytes, c.algorithm, c.world_size) for c in calls]
         t_meta = time.perf_counter()
         allrec = self.allgather_obj((g, rec))
         meta_s = time.perf_counter() - t_meta
-        from lowbw.compress.collective import CallRecord
-
         per_group: dict[int, list[list]] = {}
         for gg, rr in allrec:
             per_group.setdefault(gg, []).append([CallRecord(*x) for x in rr])
-        coll.calls.clear()
-        meter.calls.clear()
-        return Exchange([out], [busy], [tc.comm_s], [sent], calls=[calls], meta_s=meta_s,
-                        **_comm_cost(per_group, link_for(self.cfg, level, self.now)))
+        del coll.calls[n0:], meter.calls[m0:]
+        return Exchange([output], [busy_s], [comm_s], [sent], calls=[calls], meta_s=meta_s,
+                        **comm_cost(per_group, link_for(self.cfg, level, self.now)))
 
     def allgather_rows(self, rows: torch.Tensor) -> torch.Tensor:
-        import torch.distributed as dist
-
         rows = rows.detach().to("cpu", torch.float64).contiguous()
         out = [torch.empty_like(rows) for _ in range(self.M)]
         dist.all_gather(out, rows, group=self.meta_group)
         return torch.cat(out)
 
     def allgather_obj(self, obj) -> list:
-        import torch.distributed as dist
-
         out: list = [None] * self.M
         dist.all_gather_object(out, obj, group=self.meta_group)
         return out
 
     def broadcast_obj(self, obj):
-        import torch.distributed as dist
-
         box = [obj]
         dist.broadcast_object_list(box, src=0, group=self.meta_group)
         return box[0]
 
     def barrier(self) -> None:
-        import torch.distributed as dist
-
         dist.barrier(group=self.meta_group)
 
     def set_timeout(self, timeout_s: float) -> None:
@@ -366,14 +343,10 @@ class DistWorld:
     def close(self, clean: bool = True) -> None:
         """Leave the process group. ``clean``: meet the others first (bounded by the metadata timeout, after
         which the error names this rank); after a failure no barrier: a dead peer must not hang the exit."""
-        import torch.distributed as dist
-
         if not dist.is_initialized():
             return
         try:
             if clean and self.M > 1:
-                from datetime import timedelta
-
                 try:
                     dist.monitored_barrier(group=self.meta_group, timeout=timedelta(seconds=self.meta_timeout_s))
                 except RuntimeError as e:

@@ -1,0 +1,253 @@
+"""Validation of a run config: each value's type and range, then the rules across keys, then the names
+looked up in registries. Every error is a :class:`ConfigError` naming the key to change."""
+
+from __future__ import annotations
+
+import difflib
+import math
+from dataclasses import fields
+from typing import Any
+
+__all__ = ["ConfigError", "json_type", "coerce", "check_range", "check", "check_registries"]
+
+
+class ConfigError(ValueError):
+    """An invalid run configuration; ``key`` names the offending key."""
+
+    def __init__(self, key: str, message: str):
+        super().__init__(f"{key}: {message}")
+        self.key = key
+
+
+
+# ----------------------------------------------------------------------------------------------- values
+def json_type(f) -> str:
+    """The JSON Schema type of a RunConfig field."""
+    t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
+    return {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list[float]": "array",
+            "dict": "object"}[t]
+
+
+def coerce(f, v: Any) -> Any:
+    kind = json_type(f)
+    k = f.name
+    if kind == "string":
+        if k == "error_feedback" and isinstance(v, bool):  # YAML 1.1 reads on/off as booleans (issue 19)
+            v = "on" if v else "off"
+        if not isinstance(v, str):
+            raise ConfigError(k, f"expected a string, got {v!r}")
+        return v
+    if kind == "boolean":
+        if isinstance(v, bool):
+            return v
+        if isinstance(v, str) and v.lower() in ("true", "false", "yes", "no", "1", "0"):
+            return v.lower() in ("true", "yes", "1")
+        raise ConfigError(k, f"expected true/false, got {v!r}")
+    if kind in ("integer", "number") and isinstance(v, str):  # YAML 1.1 reads 1e-3 as a string
+        try:
+            v = float(v.strip())
+        except ValueError:
+            raise ConfigError(k, f"expected {'a number' if kind == 'number' else 'an integer'}, got {v!r}") from None
+    if kind == "integer":
+        if isinstance(v, bool) or not isinstance(v, int | float) or (isinstance(v, float) and not v.is_integer()):
+            raise ConfigError(k, f"expected an integer, got {v!r}")
+        return int(v)
+    if kind == "number":
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
+            raise ConfigError(k, f"expected a number, got {v!r}")
+        return float(v)
+    if kind == "array":
+        if not isinstance(v, list | tuple) or any(isinstance(x, bool) or not isinstance(x, int | float) for x in v):
+            raise ConfigError(k, f"expected a list of numbers, got {v!r}")
+        return [float(x) for x in v]
+    if kind == "object":
+        if not isinstance(v, dict):
+            raise ConfigError(k, f"expected a mapping, got {v!r}")
+        return dict(v)
+    raise AssertionError(kind)
+
+
+def check_range(f, v: Any) -> None:
+    m = f.metadata
+    k = f.name
+    if m.get("enum") and v not in m["enum"]:
+        close = difflib.get_close_matches(str(v), m["enum"], n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigError(k, f"{v!r} is not one of {m['enum']}{hint}")
+    if isinstance(v, int | float) and not isinstance(v, bool):
+        if m.get("minimum") is not None and v < m["minimum"]:
+            raise ConfigError(k, f"{v} < minimum {m['minimum']}")
+        if m.get("maximum") is not None and v > m["maximum"]:
+            raise ConfigError(k, f"{v} > maximum {m['maximum']}")
+        if m.get("exclusive_minimum") is not None and v <= m["exclusive_minimum"]:
+            raise ConfigError(k, f"{v} must be > {m['exclusive_minimum']}")
+
+
+# ----------------------------------------------------------------------------------------------- across keys
+def check(cfg, *, registries: bool = True) -> None:
+    """Every rule, in order: ranges, then the cross-key rules, then (with ``registries``) the registries."""
+    for f in fields(cfg):
+        check_range(f, getattr(cfg, f.name))
+    _check_batches(cfg)
+    _check_assignment(cfg)
+    _check_sync(cfg)
+    _check_backends_and_network(cfg)
+    if registries:
+        check_registries(cfg)
+
+
+def _check_batches(cfg) -> None:
+    """Batch sizes, run length, learning-rate milestones, dynamic batch size and targets."""
+    M = cfg.workers
+    if cfg.local_batch_size and cfg.batch_size and cfg.batch_size != M * cfg.local_batch_size:
+        raise ConfigError("batch_size",
+                          f"{cfg.batch_size} != workers x local_batch_size = {M} x {cfg.local_batch_size}")
+    if not cfg.local_batch_size and not cfg.effective_batch_size:
+        B = cfg.batch_size or 128
+        if B % M:
+            raise ConfigError("batch_size", f"global batch {B} is not divisible by workers={M}")
+    if cfg.effective_batch_size and cfg.sync != "hierarchical":
+        raise ConfigError("effective_batch_size", "only meaningful with sync=hierarchical (thesis Appendix A)")
+    if cfg.effective_batch_size and (cfg.batch_size or cfg.local_batch_size):
+        raise ConfigError("effective_batch_size", "set either effective_batch_size or batch_size/local_batch_size")
+    if cfg.epochs <= 0 and cfg.steps <= 0:
+        raise ConfigError("epochs", "one of epochs or steps must be > 0")
+    if cfg.dynamic_batch != "off" and cfg.dynamic_batch_max < cfg.global_batch:
+        raise ConfigError("dynamic_batch_max", f"cap {cfg.dynamic_batch_max} is below the initial global batch "
+                                               f"{cfg.global_batch}")
+    if cfg.dynamic_batch != "off" and cfg.dynamic_batch_metric != "train_loss" and cfg.val_fraction == 0:
+        raise ConfigError("dynamic_batch_metric",
+                          f"{cfg.dynamic_batch_metric} needs a validation split (val_fraction > 0)")
+    if cfg.dynamic_batch != "off" and cfg.sync in ("ssp", "async"):
+        raise ConfigError("dynamic_batch", f"not supported with sync={cfg.sync}")
+    ms = cfg.lr_milestones
+    if any(not (0 < m < 1) for m in ms) or list(ms) != sorted(ms):
+        raise ConfigError("lr_milestones", f"{ms}: must be increasing fractions in (0, 1)")
+    if any(not (0 < t <= 1) for t in cfg.targets):
+        raise ConfigError("targets", f"{cfg.targets}: accuracies must lie in (0, 1]")
+
+
+def _check_assignment(cfg) -> None:
+    """The data assignment's shards and copies."""
+    M = cfg.workers
+    a = cfg.assignment
+    if a == "coarse":
+        if not cfg.shards or M % cfg.shards:
+            raise ConfigError("shards", f"coarse assignment needs shards S dividing workers={M} (got {cfg.shards})")
+    elif cfg.shards:
+        raise ConfigError("shards", f"only used with assignment=coarse (assignment={a})")
+    if a in ("medium", "fine"):
+        if not 1 <= cfg.copies <= M:
+            raise ConfigError("copies", f"{a} assignment needs 1 <= copies <= workers={M} (got {cfg.copies})")
+    elif cfg.copies:
+        raise ConfigError("copies", f"only used with assignment=medium or fine (assignment={a})")
+    if a == "household" and cfg.sync != "hierarchical":
+        raise ConfigError("assignment", "household assignment needs sync=hierarchical")
+
+
+def _check_sync(cfg) -> None:
+    """Synchronisation schemes: households, neighbourhoods and their periods; what each scheme may be combined with."""
+    M, s, a = cfg.workers, cfg.sync, cfg.assignment
+    if s == "hierarchical":
+        H = cfg.households
+        if H < 1 or M % H:
+            raise ConfigError("households", f"hierarchical needs households H dividing workers={M} (got {H})")
+        if a not in ("disjoint", "household"):
+            raise ConfigError("assignment",
+                              "hierarchical uses household shards: assignment must be disjoint or household")
+        SH = cfg.household_shards or H
+        if H % SH:
+            raise ConfigError("household_shards", f"S_H={SH} must divide households={H}")
+        if a == "disjoint" and SH != H:
+            raise ConfigError("household_shards", "S_H < H overlaps households: use assignment=household")
+        NB = cfg.neighbourhoods
+        if NB:
+            if H % NB or NB >= H:
+                raise ConfigError("neighbourhoods", f"NB={NB} must divide households={H} and be smaller")
+            if not cfg.neighbourhood_period:
+                raise ConfigError("neighbourhood_period", "set L_N when neighbourhoods > 0")
+            if not (cfg.household_period <= cfg.neighbourhood_period <= cfg.world_period):
+                raise ConfigError("neighbourhood_period", f"need L_H <= L_N <= L_W (got {cfg.household_period}, "
+                                                          f"{cfg.neighbourhood_period}, {cfg.world_period})")
+        elif cfg.neighbourhood_period:
+            raise ConfigError("neighbourhood_period", "only used with neighbourhoods > 0")
+        if cfg.household_period > cfg.world_period:
+            raise ConfigError("household_period", f"L_H={cfg.household_period} > L_W={cfg.world_period}")
+    else:
+        for k in ("households", "neighbourhoods", "neighbourhood_period", "household_shards"):
+            if getattr(cfg, k):
+                raise ConfigError(k, f"only used with sync=hierarchical (sync={s})")
+    if s in ("sync", "ssp", "async") and cfg.world_period != 1:
+        raise ConfigError("world_period", f"not used with sync={s}")
+    if s in ("ssp", "async") and cfg.backend != "sim":
+        raise ConfigError("backend", f"sync={s} runs on the sim backend only")
+    if s in ("ssp", "async", "local") and cfg.compressor != "none":
+        raise ConfigError("compressor", f"sync={s} averages models / pushes to a parameter server densely; "
+                                        "compressors apply to gradient synchronisation (sync, post_local, "
+                                        "hierarchical with household_period=1)")
+    if s == "hierarchical" and cfg.compressor != "none" and cfg.household_period != 1:
+        raise ConfigError("compressor", "hierarchical compresses the per-step household gradient average: needs "
+                                        "household_period=1")
+    if cfg.worker_speeds:
+        if s not in ("ssp", "async"):
+            raise ConfigError("worker_speeds", "only used with sync=ssp or async")
+        if len(cfg.worker_speeds) != M or any(v <= 0 for v in cfg.worker_speeds):
+            raise ConfigError("worker_speeds", f"needs {M} positive numbers")
+
+
+def _check_backends_and_network(cfg) -> None:
+    """Backends, the virtual clock, compressor arguments and the network."""
+    s = cfg.sync
+    if cfg.ddp_hook:
+        if cfg.backend == "sim":
+            raise ConfigError("ddp_hook", "DDP communication hooks need real processes (backend procs or torchrun)")
+        if s != "sync":
+            raise ConfigError("ddp_hook", "DDP hooks implement sync=sync")
+    if cfg.testbed and cfg.backend != "procs":
+        raise ConfigError("testbed", "the tc testbed launches real processes: backend=procs")
+    if cfg.clock == "model" and cfg.clock_sample_s <= 0:
+        raise ConfigError("clock_sample_s", "clock=model needs seconds per sample > 0")
+    if cfg.compressor == "none" and cfg.compressor_args:
+        raise ConfigError("compressor_args", "given but compressor=none")
+    sched = cfg.bandwidth_schedule
+    if sched:
+        ts, bs = sched[0::2], sched[1::2]
+        if len(sched) % 2 or min(ts) < 0 or min(bs) <= 0 or any(a >= b for a, b in zip(ts, ts[1:])):
+            raise ConfigError("bandwidth_schedule",
+                              f"{sched}: needs flat pairs [t0, mbit0, t1, mbit1, ...], t >= 0 increasing, mbit > 0")
+    if cfg.adaptive != "off":
+        if cfg.compressor not in ("topk", "artopk"):
+            raise ConfigError("adaptive", f"moo adapts a top-k density: compressor must be topk or artopk, got "
+                                          f"{cfg.compressor!r}")
+        if cfg.adaptive_c_low > cfg.adaptive_c_high:
+            raise ConfigError("adaptive_c_low", f"{cfg.adaptive_c_low} > adaptive_c_high={cfg.adaptive_c_high}")
+
+
+def check_registries(cfg) -> None:
+    """Names looked up in registries: model, dataset, collective, compressor and its arguments."""
+    # the registries import torch and the data layer: only when a config is checked against them
+    from lowbw.comm.collectives import ALGORITHMS
+    from lowbw.compress import base
+    from lowbw.data import available as datasets
+    from lowbw.train.models import MODELS
+    from lowbw.train.sync import make_compressor
+
+    if cfg.model not in MODELS and not cfg.model.startswith("torchvision:"):
+        raise ConfigError("model", f"{cfg.model!r} is unknown; allowed: {', '.join(MODELS)}")
+    if cfg.dataset != "synthetic" and cfg.dataset not in datasets():
+        raise ConfigError("dataset", f"{cfg.dataset!r} is unknown; allowed: {', '.join(datasets())}")
+    if cfg.collective not in ALGORITHMS:
+        raise ConfigError("collective", f"{cfg.collective!r} is unknown; allowed: {', '.join(ALGORITHMS)}")
+    if cfg.compressor == "none":
+        return
+    names = base.available()
+    if cfg.compressor not in names:
+        raise ConfigError("compressor", f"{cfg.compressor!r} is unknown; allowed: {', '.join(names)}")
+    try:  # the arguments alone first, so a bad argument is blamed on compressor_args, not on error_feedback
+        base.make(cfg.compressor, **dict(cfg.compressor_args))
+    except (ValueError, TypeError) as e:
+        raise ConfigError("compressor_args", str(e)) from e
+    try:
+        make_compressor(cfg)
+    except (ValueError, TypeError) as e:
+        raise ConfigError("error_feedback", str(e)) from e
