@@ -2,6 +2,7 @@
 
     python -m lowbw testbed --workers 4 --rate 100mbit --delay 5ms [--loss 0.1%] \\
         [--schedule "0:100mbit,10:10mbit"] -- python train.py
+    python -m lowbw testbed --workers 3 --rates 1gbit,1gbit,10mbit --up 1gbit,1gbit,2mbit -- python train.py
     python -m lowbw testbed --cleanup            # remove namespaces left by killed testbeds
 
 Needs root and iproute2 (``ip``, ``tc``); otherwise ``--emulation auto`` falls back to loopback with
@@ -35,14 +36,20 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("testbed", help="run a command on N workers behind rate-limited links (netns + tc)",
                        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--workers", "-n", type=int, default=2, help="number of workers (default 2)")
-    p.add_argument("--rate", default="100mbit", help="link rate, tc units (100mbit, 1gbit); 'none' = unshaped")
-    p.add_argument("--delay", default=None,
-                   help="one-way delay added to each uplink, e.g. 5ms (netem, or the userspace link emulator)")
-    p.add_argument("--jitter", default=None, help="delay jitter (standard deviation), e.g. 1ms")
+    p.add_argument("--rate", "--rates", dest="rate", default="100mbit",
+                   help="link rate each way, tc units (100mbit, 1gbit), or one per worker (1gbit,1gbit,10mbit); "
+                        "'none' = unshaped")
+    p.add_argument("--up", default=None, help="uplink rate(s) (worker -> switch), overriding --rate, e.g. 10mbit")
+    p.add_argument("--down", default=None, help="downlink rate(s) (switch -> worker), overriding --rate")
+    p.add_argument("--delay", "--delays", dest="delay", default=None,
+                   help="one-way delay added to each uplink, e.g. 5ms, or one per worker (5ms,5ms,40ms) "
+                        "(netem, or the userspace link emulator)")
+    p.add_argument("--down-delay", default=None, help="one-way delay added to each downlink (userspace emulator)")
+    p.add_argument("--jitter", default=None, help="delay jitter (standard deviation), e.g. 1ms (or one per worker)")
     p.add_argument("--link-emulator", default="auto", choices=["auto", "netem", "userspace"],
                    help="what adds delay/jitter/loss: auto (netem if the kernel has it, else userspace), netem, "
                         "userspace (TAP devices and a delay line per direction, lowbw.net.linkemu)")
-    p.add_argument("--loss", default=None, help="packet loss on each uplink, e.g. 0.1%%")
+    p.add_argument("--loss", default=None, help="packet loss on each uplink, e.g. 0.1%% (or one per worker)")
     p.add_argument("--queue", default="100ms",
                    help="queue of each shaped link as time at its rate (default 100ms; bufferbloat: e.g. 2s)")
     p.add_argument("--no-ack-priority", dest="ack_priority", action="store_false",
@@ -72,6 +79,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from lowbw.net.link import links_from_values
     from lowbw.net.testbed import (
         RealtimeUnavailable,
         Testbed,
@@ -105,20 +113,23 @@ def main(args: argparse.Namespace) -> int:
     if rate is not None:
         from lowbw.net.costmodel import parse_rate
 
-        try:
-            parse_rate(rate)
-        except ValueError:
-            print(f"lowbw testbed: --rate {args.rate!r} is not a rate > 0 (tc units: 10mbit, 1gbit; "
-                  "--rate none for unshaped links)", file=sys.stderr)
-            return 2
+        for one in str(rate).split(","):
+            try:
+                parse_rate(one)
+            except ValueError:
+                print(f"lowbw testbed: --rate {one!r} is not a rate > 0 (tc units: 10mbit, 1gbit; "
+                      "--rate none for unshaped links)", file=sys.stderr)
+                return 2
     # SIGINT -> KeyboardInterrupt and SIGTERM/SIGHUP -> SystemExit unwind the with-block: teardown runs
     # (SIGINT explicitly: a shell starts background jobs with SIGINT ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(SystemExit(128 + s)))
     signal.signal(signal.SIGHUP, lambda s, f: (_ for _ in ()).throw(SystemExit(128 + s)))
     try:  # bad values (delay, loss, schedule, queue, ...) are named in one line before anything is set up
-        testbed = Testbed(args.workers, rate=rate, delay=args.delay, jitter=args.jitter, loss=args.loss,
-                          schedule=args.schedule, emulation=args.emulation, prefix=args.prefix, queue=args.queue,
+        links = links_from_values(args.workers, rate, args.up, args.down, args.delay, args.down_delay, args.jitter,
+                                  args.loss, args.queue)
+        testbed = Testbed(args.workers, links=links, schedule=args.schedule, emulation=args.emulation,
+                          prefix=args.prefix,
                           ack_priority=args.ack_priority, congestion_control=args.congestion_control,
                           master_port=args.master_port, realtime=args.realtime,
                           link_emulator=args.link_emulator)

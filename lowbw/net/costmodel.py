@@ -19,6 +19,7 @@ serialises them (``k`` times the bytes). Hence:
 Sizes are in bytes, times in seconds, ``log`` is ``ceil(log2 N)``. Formulas are exact for the message
 pattern of the corresponding :mod:`lowbw.comm` algorithm on that network (latency terms count sequential
 message steps on the critical path) and are what the testbed calibration (:func:`fit_alpha_beta`) checks.
+Unequal links (a bandwidth and latency per worker and direction): :mod:`lowbw.net.costlinks`.
 """
 
 from __future__ import annotations

@@ -14,7 +14,8 @@ from dataclasses import dataclass
 
 from lowbw.net.costmodel import parse_rate, parse_time
 
-__all__ = ["LinkSpec", "DEFAULT_QUEUE_S", "MIN_QUEUE_BYTES", "FRAME_BYTES", "parse_loss", "parse_schedule"]
+__all__ = ["LinkSpec", "DEFAULT_QUEUE_S", "MIN_QUEUE_BYTES", "FRAME_BYTES", "parse_loss", "parse_schedule",
+           "per_worker", "links_from_values"]
 
 DEFAULT_QUEUE_S = 0.1  # seconds of data each shaper queues at its rate (the usual emulation choice)
 FRAME_BYTES = 1514  # a full-size Ethernet frame (MTU 1500 + 14 bytes of header)
@@ -132,3 +133,30 @@ def parse_schedule(schedule: str | Sequence | None) -> list[tuple[float, float]]
     if any(t < 0 for t, _ in items):
         raise ValueError("schedule times must be >= 0")
     return sorted(items)
+
+
+def per_worker(value: str | float | None, workers: int, flag: str) -> list[str | float | None]:
+    """One value per worker from ``value``: a single value (every worker) or ``workers`` comma-separated
+    ones (``"1gbit,1gbit,10mbit"``). ValueError names ``flag`` when the count is wrong."""
+    if value is None or not isinstance(value, str) or "," not in value:
+        return [value] * workers
+    parts = [p.strip() for p in value.split(",")]
+    if len(parts) != workers:
+        raise ValueError(f"{flag} {value!r} has {len(parts)} values for {workers} workers (give 1 or {workers})")
+    return parts
+
+
+def links_from_values(workers: int, rate: str | float | None = None, up: str | float | None = None,
+                      down: str | float | None = None, delay: str | float | None = None,
+                      down_delay: str | float | None = None, jitter: str | float | None = None,
+                      loss: str | float | None = None, queue: str | float | None = DEFAULT_QUEUE_S
+                      ) -> list[LinkSpec]:
+    """Every worker's :class:`LinkSpec` from command-line values, each one value for all workers or a
+    comma-separated value per worker: ``rate`` sets both directions, ``up``/``down`` override one;
+    ``delay`` is added to the uplink, ``down_delay`` to the downlink."""
+    cols = {name: per_worker(v, workers, f"--{name.replace('_', '-')}") for name, v in
+            (("rate", rate), ("up", up), ("down", down), ("delay", delay), ("down_delay", down_delay),
+             ("jitter", jitter), ("loss", loss))}
+    return [LinkSpec.parse(cols["rate"][r], cols["delay"][r], cols["jitter"][r], cols["loss"][r], queue,
+                           up=cols["up"][r], down=cols["down"][r], down_delay=cols["down_delay"][r])
+            for r in range(workers)]
