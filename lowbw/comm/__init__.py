@@ -6,6 +6,7 @@
   protocol over real processes / over threads of one process (bit-identical numbers), ``run_threads``.
 * :class:`Meter`, :func:`metering`: bytes and messages per rank per call.
 * :func:`aggregate`: a compressor's aggregation over a collective; :mod:`lowbw.comm.hooks`: DDP hooks.
+* :class:`DiLoCo` (:mod:`lowbw.comm.diloco`): DiLoCo's outer loop around a user's model and optimiser.
 * :mod:`lowbw.comm.testing`: ``run_procs`` spawns N gloo processes on 127.0.0.1 (for tests).
 """
 
@@ -52,6 +53,7 @@ __all__ = [
     "aggregate_many",
     "make_hook",
     "compressor_hook",
+    "DiLoCo",
 ]
 
 _LAZY = {
@@ -60,6 +62,7 @@ _LAZY = {
     "run_threads": "lowbw.comm.threads",
     "make_hook": "lowbw.comm.hooks",
     "compressor_hook": "lowbw.comm.hooks",
+    "DiLoCo": "lowbw.comm.diloco",
 }
 
 
