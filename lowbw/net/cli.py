@@ -60,6 +60,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="run the workers under SCHED_RR (priority PRIO, default 10): one CPU per emulated machine, "
                         "no wake-up delays from sharing cores (needs root; for communication benchmarks)")
     p.add_argument("--schedule", default=None, help='rate changes while running: "0:100mbit,10:10mbit" (s:rate)')
+    p.add_argument("--trace", default=None, metavar="FILE",
+                   help="replay a bandwidth (and delay) trace: CSV t_s,worker,mbit[,delay_ms] (worker * = all) or "
+                        "a Mahimahi packet-delivery trace; examples: lowbw/net/traces/{wifi,lte}.csv")
     p.add_argument("--emulation", default="auto", choices=["auto", "netns-tc", "loopback-ratelimit"])
     p.add_argument("--prefix", default="lbw", help="name prefix of namespaces (default lbw)")
     p.add_argument("--master-port", type=int, default=29500)
@@ -132,7 +135,7 @@ def main(args: argparse.Namespace) -> int:
                           prefix=args.prefix,
                           ack_priority=args.ack_priority, congestion_control=args.congestion_control,
                           master_port=args.master_port, realtime=args.realtime,
-                          link_emulator=args.link_emulator)
+                          link_emulator=args.link_emulator, trace=args.trace)
     except ValueError as e:
         print(f"lowbw testbed: {e}", file=sys.stderr)
         return 2

@@ -14,7 +14,8 @@ them: it delays each frame by the direction's current delay (``delay``, wanderin
 never overtakes an earlier one, as on a real link).
 
 It runs as ``python -m lowbw.net.linkemu SPEC.json`` (spec: :func:`write_spec`), prints ``ready`` once the
-devices exist, and exits on SIGTERM or when its stdin closes (its testbed is gone), writing its statistics
+devices exist, takes control lines on its stdin (``DELAY <rank> <seconds>``: a new uplink delay), and exits
+on SIGTERM or when its stdin closes (its testbed is gone), writing its statistics
 (:class:`Stats`) to the spec's ``stats`` path. One select loop serves every link; it is single-threaded
 because ``setns`` switches only the calling thread's namespace.
 """
@@ -23,6 +24,7 @@ from __future__ import annotations
 
 import collections
 import ctypes
+import dataclasses
 import fcntl
 import json
 import math
@@ -182,15 +184,19 @@ class LinkEnds:
     down: Direction  # bridge -> worker
 
 
-def method(links: Sequence[LinkSpec], mode: str, netem: bool) -> str | None:
+def method(links: Sequence[LinkSpec], mode: str, netem: bool, delay_changes: bool = False) -> str | None:
     """What adds the links' delay, jitter and loss: ``"netem"``, ``"userspace"`` (this emulator), or None
     (nothing to add, or only loss without netem: the random-drop classifier of :mod:`lowbw.net.tc`).
     ``mode``: ``"auto"`` (netem when the kernel has it and no link delays its downlink, else userspace),
-    ``"netem"``, ``"userspace"``. Raises TestbedUnavailable / ValueError naming what is wrong."""
-    delayed = any(link.delayed for link in links)
+    ``"netem"``, ``"userspace"``; ``delay_changes``: a trace changes delays while running (which only the
+    userspace emulator does). Raises TestbedUnavailable / ValueError naming what is wrong."""
+    delayed = any(link.delayed for link in links) or delay_changes
+    if delay_changes and mode == "netem":
+        raise ValueError("a trace that changes delays needs the userspace link emulator (link_emulator='userspace')")
     if mode == "userspace":
         method_ = "userspace" if any(link.impaired for link in links) else None
-    elif mode == "netem" or (mode == "auto" and netem and not any(link.down_delay_s for link in links)):
+    elif mode == "netem" or (mode == "auto" and netem and not delay_changes
+                             and not any(link.down_delay_s for link in links)):
         if delayed and not netem:
             raise TestbedUnavailable([
                 "tc netem (kernel sch_netem, CONFIG_NET_SCH_NETEM) for delay/jitter -- this kernel lacks it; "
@@ -277,6 +283,16 @@ def _open_links(links: list[LinkEnds]) -> dict[int, tuple[DelayLine, int]]:
     return routes
 
 
+def _control(data: bytes, uplinks: list[DelayLine]) -> None:
+    """Apply control lines ``DELAY <rank> <seconds>`` (a new uplink delay; frames keep their order, so
+    after a drop the queued ones leave together)."""
+    for line in data.decode(errors="replace").splitlines():
+        parts = line.split()
+        if len(parts) == 3 and parts[0] == "DELAY":
+            up = uplinks[int(parts[1])]
+            up.d = dataclasses.replace(up.d, delay_s=float(parts[2]))
+
+
 class _Stop(Exception):
     """SIGTERM: stop serving."""
 
@@ -286,7 +302,8 @@ def _serve(routes: dict[int, tuple[DelayLine, int]]) -> None:
 
     ``select`` rather than epoll: its timeout has microsecond resolution (epoll's is whole milliseconds,
     which would hold every frame up to a millisecond in each direction), and a testbed has few devices."""
-    stdin = sys.stdin.fileno()  # EOF: the testbed is gone
+    stdin = sys.stdin.fileno()  # control lines (_control); EOF: the testbed is gone
+    uplinks = [line for line, _ in routes.values()][0::2]  # _open_links adds rank r's uplink as entry 2r
     fds = [*routes, stdin]
     lines = [(line, out) for line, out in routes.values()]
     clock = time.monotonic
@@ -306,8 +323,10 @@ def _serve(routes: dict[int, tuple[DelayLine, int]]) -> None:
         now = clock()
         for fd in ready:
             if fd == stdin:
-                if not os.read(fd, 4096):
+                data = os.read(fd, 4096)
+                if not data:
                     return
+                _control(data, uplinks)
                 continue
             line, _ = routes[fd]
             for _ in range(READ_BATCH):
@@ -389,6 +408,12 @@ class Emulator:
             err = self.proc.communicate(timeout=10)[1].decode(errors="replace").strip().splitlines()
             raise RuntimeError("the userspace link emulator did not start"
                                + (f": {err[-1]}" if err else f" within {timeout:g} s"))
+
+    def set_delay(self, rank: int, delay_s: float) -> None:
+        """Worker ``rank``'s uplink delay becomes ``delay_s`` from now on."""
+        assert self.proc is not None and self.proc.stdin is not None
+        self.proc.stdin.write(f"DELAY {rank} {delay_s!r}\n".encode())
+        self.proc.stdin.flush()
 
     def stop(self) -> dict | None:
         """End the process (SIGTERM, then SIGKILL after 5 s); its statistics, or None if it wrote none."""

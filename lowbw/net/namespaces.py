@@ -8,6 +8,7 @@ ends, its bridge and every qdisc on them.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import signal
@@ -15,7 +16,8 @@ from collections.abc import Iterable
 
 from lowbw.net.probe import run_command
 
-__all__ = ["DEFAULT_PREFIX", "make_tag", "list_leftovers", "kill_ns_pids", "delete_namespaces", "cleanup"]
+__all__ = ["DEFAULT_PREFIX", "make_tag", "list_leftovers", "kill_ns_pids", "interface_bytes", "delete_namespaces",
+           "cleanup"]
 
 DEFAULT_PREFIX = "lbw"
 _NAME_RE = re.compile(r"^(?P<prefix>[a-z][a-z0-9]*)-(?P<pid>\d+)-(?P<rand>[0-9a-f]+)-(?:br|w\d+)$")
@@ -51,6 +53,16 @@ def kill_ns_pids(ns: str, sig: int = signal.SIGKILL) -> None:
     for tok in p.stdout.split():
         with contextlib.suppress(ProcessLookupError, ValueError, PermissionError):
             os.kill(int(tok), sig)
+
+
+def interface_bytes(ns: str, dev: str) -> int:
+    """Bytes interface ``dev`` of namespace ``ns`` has sent plus received (0 if unreadable)."""
+    res = run_command(["ip", "-n", ns, "-j", "-s", "link", "show", "dev", dev], check=False)
+    try:
+        st = json.loads(res.stdout)[0]["stats64"]
+        return int(st["tx"]["bytes"]) + int(st["rx"]["bytes"])
+    except (ValueError, LookupError, TypeError):
+        return 0
 
 
 def delete_namespaces(names: Iterable[str]) -> None:

@@ -3,15 +3,16 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from lowbw.net import tc
-from lowbw.net.link import parse_schedule
+from lowbw.net.link import LinkSpec, parse_schedule
 from lowbw.net.namespaces import DEFAULT_PREFIX, make_tag
 from lowbw.net.probe import available_congestion_controls
 
-__all__ = ["TestbedOptions", "WorkerInfo", "LinkShapers", "EMULATIONS", "LINK_EMULATORS"]
+__all__ = ["TestbedOptions", "WorkerInfo", "LinkShapers", "EMULATIONS", "LINK_EMULATORS", "worker_env"]
 
 EMULATIONS = ("netns-tc", "loopback-ratelimit")
 #: what adds delay, jitter and loss: "auto" (netem when the kernel has it, else the userspace emulator of
@@ -74,3 +75,27 @@ class LinkShapers:
     down: tc.Shaper
 
 
+
+
+def worker_env(env: dict[str, str], rank: int, info: list[WorkerInfo], link: LinkSpec, options: TestbedOptions,
+               emulation: str, tag: str, t0: float | None) -> dict[str, str]:
+    """``env`` plus worker ``rank``'s torchrun-style variables (a one-process node) and the LOWBW_* ones
+    describing its link (read by :func:`lowbw.net.ratelimit.emulation_from_env`)."""
+    n = str(len(info))
+    env.update({
+        "RANK": str(rank), "WORLD_SIZE": n, "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
+        "GROUP_RANK": str(rank), "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": n,
+        "MASTER_ADDR": info[0].address, "MASTER_PORT": str(options.master_port),
+        "GLOO_SOCKET_IFNAME": info[rank].ifname, "LOWBW_EMULATION": emulation,
+        "LOWBW_TESTBED": tag, "LOWBW_LINK_DELAY_S": repr(link.delay_s), "LOWBW_LINK_LOSS": repr(link.loss),
+    })
+    env.setdefault("OMP_NUM_THREADS", "1")
+    if link.up_bps is not None:
+        env["LOWBW_LINK_RATE_BPS"] = repr(link.up_bps)
+    else:
+        env.pop("LOWBW_LINK_RATE_BPS", None)
+    if options.schedule:
+        env["LOWBW_RATE_SCHEDULE"] = json.dumps(list(options.schedule))
+    if t0 is not None:
+        env["LOWBW_T0"] = repr(t0)
+    return env

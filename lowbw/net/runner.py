@@ -13,7 +13,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 __all__ = ["worker_dir", "torchrun_argv", "sched_rr", "start_process", "wait_all", "kill_groups", "stop_all",
@@ -132,25 +132,24 @@ class SignalGuard:
 
 
 class RateScheduler:
-    """A daemon thread calling ``apply(bits_per_s)`` at each ``(seconds after t0, bits/s)`` of a schedule,
-    until the schedule ends or :meth:`stop`. Errors of ``apply`` are ignored (the testbed may be closing)."""
+    """A daemon thread calling ``apply(payload)`` at each ``(seconds after t0, payload)`` of a schedule (any
+    iterable in time order, e.g. a looping trace), until it ends or :meth:`stop`. Errors of ``apply`` are
+    ignored (the testbed may be closing)."""
 
     def __init__(self, name: str) -> None:
         self.name = name
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
 
-    def start(self, schedule: Sequence[tuple[float, float]], t0: float, apply: Callable[[float], None]) -> None:
-        if not schedule:
-            return
+    def start(self, schedule: Iterable[tuple[float, Any]], t0: float, apply: Callable[[Any], None]) -> None:
         self._stop.clear()
 
         def loop() -> None:
-            for t, bps in schedule:
+            for t, payload in schedule:
                 if self._stop.wait(max(0.0, t0 + t - time.time())):
                     return
                 with contextlib.suppress(Exception):
-                    apply(bps)
+                    apply(payload)
 
         self._thread = threading.Thread(target=loop, name=self.name, daemon=True)
         self._thread.start()

@@ -31,7 +31,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import dataclasses
-import json
+import math
 import os
 import secrets
 import shutil
@@ -45,10 +45,17 @@ from collections.abc import Sequence
 from typing import Any
 
 from lowbw.net import linkemu, tc
-from lowbw.net.costmodel import parse_rate
+from lowbw.net.costmodel import parse_rate, parse_time
 from lowbw.net.link import DEFAULT_QUEUE_S, MIN_QUEUE_BYTES, LinkSpec, parse_schedule
-from lowbw.net.namespaces import cleanup, delete_namespaces, kill_ns_pids, list_leftovers, make_tag
-from lowbw.net.options import EMULATIONS, LinkShapers, TestbedOptions, WorkerInfo
+from lowbw.net.namespaces import (
+    cleanup,
+    delete_namespaces,
+    interface_bytes,
+    kill_ns_pids,
+    list_leftovers,
+    make_tag,
+)
+from lowbw.net.options import EMULATIONS, LinkShapers, TestbedOptions, WorkerInfo, worker_env
 from lowbw.net.probe import (
     RealtimeUnavailable,
     TestbedUnavailable,
@@ -71,6 +78,7 @@ from lowbw.net.runner import (
     worker_dir,
 )
 from lowbw.net.tc import SUBNET, WORKER_IF, queue_classifier_bpf
+from lowbw.net.trace import Trace, TraceStep, expand, load_trace, peak_links
 
 __all__ = [
     "Testbed",
@@ -144,9 +152,13 @@ class Testbed:
             links = [LinkSpec.parse(rate, delay, jitter, loss, queue, burst, limit)] * workers
         if len(links) != workers:
             raise ValueError(f"links: {len(links)} given for {workers} workers")
+        trace = options.pop("trace", None)
         self.workers = workers
         self.links: list[LinkSpec] = list(links)
         self.options = TestbedOptions.parse(**options)
+        self.trace: Trace | None = load_trace(trace, workers) if isinstance(trace, str | os.PathLike) else trace
+        if self.trace is not None and self.options.schedule:
+            raise ValueError("give a rate schedule or a trace, not both")
         self.tag = make_tag(self.options.prefix, secrets.token_hex(3))
         self.emulation: str | None = None  # chosen by start()
         self.namespaces: list[str] = []  # created so far (deleted by close())
@@ -223,6 +235,9 @@ class Testbed:
             missing = netns_missing() if opts.emulation != "loopback-ratelimit" else []
             if opts.emulation == "netns-tc" and missing:
                 raise TestbedUnavailable(missing)
+            if self.trace is not None and (opts.emulation == "loopback-ratelimit" or missing):
+                raise ValueError("a trace needs the netns-tc emulation (root, iproute2): in-process rate limiting "
+                                 "cannot follow it")
             if opts.emulation == "loopback-ratelimit" or missing:
                 if missing:
                     print(f"lowbw.net.testbed: netns + tc unavailable ({'; '.join(missing)}); "
@@ -232,7 +247,8 @@ class Testbed:
                 self._started = True
                 _LIVE.add(self)
                 return self
-            self.impairment = linkemu.method(self.links, opts.link_emulator, has_netem())
+            self.impairment = linkemu.method(peak_links(self.links, self.trace), opts.link_emulator, has_netem(),
+                                             delay_changes=self.trace is not None and self.trace.changes_delay)
             self.emulation = "netns-tc"
             self._started = True
             _LIVE.add(self)
@@ -360,25 +376,8 @@ class Testbed:
     def env(self, rank: int, base: dict[str, str] | None = None) -> dict[str, str]:
         """The torchrun-style environment of worker ``rank``."""
         self._require_started()
-        env = dict(os.environ if base is None else base)
-        w, link = self.info[rank], self.links[rank]
-        env.update({
-            "RANK": str(rank), "WORLD_SIZE": str(self.workers), "LOCAL_RANK": "0", "LOCAL_WORLD_SIZE": "1",
-            "GROUP_RANK": str(rank), "ROLE_RANK": str(rank), "ROLE_WORLD_SIZE": str(self.workers),
-            "MASTER_ADDR": self.info[0].address, "MASTER_PORT": str(self.master_port),
-            "GLOO_SOCKET_IFNAME": w.ifname, "LOWBW_EMULATION": str(self.emulation),
-            "LOWBW_TESTBED": self.tag, "LOWBW_LINK_DELAY_S": repr(link.delay_s), "LOWBW_LINK_LOSS": repr(link.loss),
-        })
-        env.setdefault("OMP_NUM_THREADS", "1")
-        if link.up_bps is not None:
-            env["LOWBW_LINK_RATE_BPS"] = repr(link.up_bps)
-        else:
-            env.pop("LOWBW_LINK_RATE_BPS", None)
-        if self.schedule:
-            env["LOWBW_RATE_SCHEDULE"] = json.dumps(self.schedule)
-        if self._t0 is not None:
-            env["LOWBW_T0"] = repr(self._t0)
-        return env
+        return worker_env(dict(os.environ if base is None else base), rank, self.info, self.links[rank],
+                          self.options, str(self.emulation), self.tag, self._t0)
 
     def launch(self, command: Sequence[str] | str, env: dict[str, str] | None = None, cwd: str | None = None,
                stdout: Any = None, stderr: Any = None, per_rank_env: dict[int, dict[str, str]] | None = None
@@ -402,12 +401,34 @@ class Testbed:
                 p = start_process(full, e, worker_dir(cwd, r), stdout, stderr, self.options.realtime)
                 procs.append(p)
                 self._procs.append(p)
-            self._scheduler.start(self.schedule, self._t0, self._scheduled_rate)
+            if self.trace is not None:
+                self._scheduler.start(((s.t_s, s) for s in expand(self.trace, math.inf)), self._t0, self._trace_step)
+            elif self.schedule:
+                self._scheduler.start(self.schedule, self._t0, self._scheduled_rate)
             return procs
 
     def _scheduled_rate(self, bps: float) -> None:
         if not self._closed:
             self.set_rate(bps)
+
+    def _trace_step(self, step: TraceStep) -> None:
+        if self._closed:
+            return
+        ranks = None if step.rank is None else [step.rank]
+        self.set_rate(step.bps, ranks)
+        if step.delay_s is not None:
+            self.set_delay(step.delay_s, ranks)
+
+    def set_delay(self, delay: str | float, ranks: Sequence[int] | None = None) -> None:
+        """Change the uplink delay of every link (or of ``ranks``' links) now (userspace emulator only)."""
+        delay_s = parse_time(delay)
+        with self._lock:
+            self._require_started()
+            if self._emulator is None:
+                raise ValueError("changing delays while running needs the userspace link emulator")
+            for r in range(self.workers) if ranks is None else ranks:
+                self._emulator.set_delay(r, delay_s)
+                self.links[r] = dataclasses.replace(self.links[r], delay_s=delay_s)
 
     def wait(self, procs: Sequence[subprocess.Popen] | None = None, timeout: float | None = None,
              grace: float = 30.0) -> list[int]:
@@ -433,16 +454,7 @@ class Testbed:
         without netns + tc (loopback has no per-worker link to count on)."""
         if self.emulation != "netns-tc":
             return None
-        out = []
-        for r in range(self.workers):
-            res = run_command(["ip", "-n", self.worker_ns(r), "-j", "-s", "link", "show", "dev", WORKER_IF],
-                              check=False)
-            try:
-                st = json.loads(res.stdout)[0]["stats64"]
-                out.append(int(st["tx"]["bytes"]) + int(st["rx"]["bytes"]))
-            except (ValueError, LookupError, TypeError):
-                out.append(0)
-        return out
+        return [interface_bytes(self.worker_ns(r), WORKER_IF) for r in range(self.workers)]
 
     def describe(self) -> dict[str, Any]:
         """Provenance of the network: emulation mode, link parameters, names."""
@@ -458,7 +470,8 @@ class Testbed:
             "topology": "star: per-worker full-duplex links (tbf each way) through a bridge"
                         if netns else "loopback (no kernel shaping)",
             "tag": self.tag, "addresses": [w.address for w in self.info],
-            "impairment": self.impairment, "links": [dataclasses.asdict(link) for link in self.links],
+            "impairment": self.impairment, "trace": self.trace.source if self.trace else None,
+            "links": [dataclasses.asdict(link) for link in self.links],
         }
 
 
