@@ -15,7 +15,7 @@ from lowbw.compress.base import HEADER_BYTES_PER_DIM, HEADER_BYTES_PER_PART
 
 ALL = [
     "none", "fp16", "bf16", "blockwise", "qsgd", "terngrad", "twobit", "threshold", "topk", "randomk", "dgc",
-    "signsgd", "ef_signsgd", "onebit", "powersgd", "artopk",
+    "signsgd", "ef_signsgd", "onebit", "powersgd", "artopk", "sparseloco",
 ]
 SHAPES = [(), (0,), (1,), (7,), (3, 0), (5, 3), (2049,), (3, 5, 7), (64, 33), (4, 1, 3, 3)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -81,7 +81,7 @@ def test_error_feedback_switch():
         ErrorFeedback(make("topk"))
     with pytest.raises(TypeError):
         ErrorFeedback("topk")
-    for own in ("dgc", "powersgd", "artopk"):
+    for own in ("dgc", "powersgd", "artopk", "sparseloco"):
         with pytest.raises(ValueError, match="own memory"):
             ErrorFeedback(make(own))
 
@@ -91,6 +91,10 @@ def _data_bytes(name: str, shape: tuple[int, ...]) -> int:
     n = math.prod(shape)
     k = 0 if n == 0 else max(1, math.ceil(0.01 * n))
     ceil = math.ceil
+    if name == "sparseloco":  # chunks of 4096, 2 % kept: int16 index + 2-bit code each, 2 fp32 levels a chunk
+        full, tail = divmod(n, 4096)
+        kk = full * 82 + (max(1, ceil(0.02 * tail)) if tail else 0)
+        return 2 * kk + ceil(2 * kk / 8) + 8 * (full + (tail > 0))
     if name == "powersgd":
         c = make("powersgd")
         ms = c.matrix_shape(torch.Size(shape))

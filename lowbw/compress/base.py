@@ -375,7 +375,7 @@ def register(
 
 def _load_all() -> None:
     # importing the modules registers their compressors
-    from lowbw.compress import artopk, lowrank, quantize, sign, sparsify  # noqa: F401
+    from lowbw.compress import artopk, loco, lowrank, quantize, sign, sparsify  # noqa: F401
 
 
 def available() -> list[str]:
