@@ -1,6 +1,7 @@
 """The paper's LaTeX sources (paper/): they compile against the generated-file contract, the build fails on
-undefined references/citations and missing files, every citation is in refs.bib, and the Results/Discussion
-prose types no measured numbers (those come from paper/generated/numbers.tex and findings_eN.tex).
+undefined references/citations, missing files and number macros the report did not write, every citation is in
+refs.bib, the prose uses exactly the number macros of lowbw.report.catalog, and the Results/Discussion prose
+types no measured numbers (those come from paper/generated/numbers.tex).
 
 The build tests never write into paper/: they copy the sources into a temporary directory, write dummy
 generated files there (nothing placeholder-like is ever shipped), and run latexmk with paper/latexmkrc.
@@ -23,7 +24,7 @@ EXPERIMENTS = [f"e{i}" for i in range(1, 9)]
 
 # The contract with lowbw.report: files in paper/generated/ the sources require (paper/README.md).
 CONTRACT = {"numbers.tex", "setup.tex"} | {
-    f"{kind}_{e}.{ext}" for e in EXPERIMENTS for kind, ext in (("tab", "tex"), ("fig", "pdf"), ("findings", "tex"))
+    f"{kind}_{e}.{ext}" for e in EXPERIMENTS for kind, ext in (("tab", "tex"), ("fig", "pdf"))
 }
 OPTIONAL = {"headline.tex"}  # \input only if present (abstract and conclusion)
 
@@ -76,14 +77,39 @@ def test_generated_references_match_the_contract():
 
 
 def test_results_subsections_follow_the_pattern():
+    """Each subsection: framing, findings (what it says when the profile did not run it, then the prose quoting
+    its own numbers), figure, table."""
+    from lowbw.report.catalog import PREFIX
+
     tex = _strip_comments((SECTIONS / "results.tex").read_text(encoding="utf-8"))
     for i, e in enumerate(EXPERIMENTS, start=1):
         sec = re.search(rf"\\subsection\{{E{i}:.*?(?=\\subsection|\Z)", tex, re.S)
         assert sec, f"no subsection for E{i}"
         body = sec.group(0)
         assert rf"\label{{sec:{e}}}" in body
-        assert body.index(rf"\input{{generated/findings_{e}}}") < body.index(rf"\inputwidetable{{generated/tab_{e}}}")
+        not_run = body.index(rf"\ifmeasured{{\{PREFIX[e]}NotRun}}")
+        own = [m.start() for m in re.finditer(rf"\\{PREFIX[e]}[A-Z]", body)]
+        assert len(own) > 2 and not_run < min(own[1:]) and max(own) < body.index(r"\begin{figure")
+        assert body.index(r"\begin{figure") < body.index(rf"\inputwidetable{{generated/tab_{e}}}")
         assert rf"\label{{fig:{e}}}" in body and rf"{{generated/fig_{e}}}" in body
+
+
+def _number_macros_used() -> dict[str, set[str]]:
+    """Every \\E<number>... macro the sources use (the report's number macros), per file."""
+    from lowbw.report.catalog import PREFIX
+
+    pat = re.compile(r"\\((?:" + "|".join(PREFIX.values()) + r")[A-Za-z]*)")
+    return {name: set(pat.findall(_strip_comments(tex))) for name, tex in _tex_sources().items()}
+
+
+def test_prose_uses_exactly_the_catalogued_numbers():
+    """Every number macro of the prose is one the report can write (lowbw.report.catalog), and every macro the
+    report can write is quoted somewhere: a renamed or mistyped macro fails here, before any run."""
+    from lowbw.report.catalog import MACROS
+
+    used = set().union(*_number_macros_used().values())
+    assert used - set(MACROS) == set(), f"the prose uses macros the report never writes: {sorted(used - set(MACROS))}"
+    assert set(MACROS) - used == set(), f"catalogued but quoted nowhere: {sorted(set(MACROS) - used)}"
 
 
 def test_generated_dir_ships_no_files():
@@ -203,16 +229,22 @@ def _dummy_table(label: str, caption: str) -> str:
         r"\end{table}", ""])
 
 
-def write_dummy_generated(gen: Path, headline: bool = False) -> None:
-    """Dummy files honouring the contract of paper/README.md (test use only, in a temporary copy)."""
+def write_dummy_generated(gen: Path, headline: bool = False, numbers: str = "all") -> None:
+    """Dummy files honouring the contract of paper/README.md (test use only, in a temporary copy).
+    ``numbers``: "all" defines every catalogued macro but the ``...NotRun`` ones (every experiment ran with
+    every setting), "none" only the ``...NotRun`` ones (no experiment ran); any other value is the name of one
+    macro to leave out of "all"."""
+    from lowbw.report.catalog import MACROS
+
     gen.mkdir(parents=True, exist_ok=True)
-    (gen / "numbers.tex").write_text("% dummy numbers\n\\newcommand{\\DummyNumber}{42}\n")
+    ran = numbers != "none"
+    names = [n for n in MACROS if n.endswith("NotRun") != ran and n != numbers]
+    defs = "".join(f"\\newcommand{{\\{n}}}{{1.23}}\n" for n in names)
+    (gen / "numbers.tex").write_text("% dummy numbers\n\\newcommand{\\DummyNumber}{42}\n" + defs)
     (gen / "setup.tex").write_text(_dummy_table("tab:setup", "Dummy machine and software."))
     pdf = _minimal_pdf()
     for e in EXPERIMENTS:
         (gen / f"tab_{e}.tex").write_text(_dummy_table(f"tab:{e}", f"Dummy results of {e.upper()}."))
-        (gen / f"findings_{e}.tex").write_text(
-            f"Dummy findings of {e.upper()}: the difference is \\DummyNumber{{}} and not significant.\n")
         (gen / f"fig_{e}.pdf").write_bytes(pdf)
     if headline:
         (gen / "headline.tex").write_text("Dummy headline with \\DummyNumber{} in it.\n")
@@ -279,6 +311,28 @@ def test_paper_builds_against_the_contract(tmp_path):
         [ln for ln in log.splitlines() if re.search(r"undefined|multiply|not found", ln, re.I)]
     overfull = [float(m.group(1)) for m in re.finditer(r"Overfull \\hbox \(([\d.]+)pt too wide\)", log)]
     assert all(x < 10 for x in overfull), f"overfull lines in the sources: {overfull}"
+
+
+@needs_latexmk
+def test_paper_builds_when_no_experiment_ran(tmp_path):
+    """A profile without data: every findings paragraph says so, and the paper still builds."""
+    work = tmp_path / "paper"
+    shutil.copytree(PAPER, work, ignore=shutil.ignore_patterns("build", "generated"))
+    write_dummy_generated(work / "generated", numbers="none")
+    r = _latexmk(work, "paper.tex")
+    assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+
+
+@needs_latexmk
+@pytest.mark.parametrize("left_out", ["EFourTttDense", "ESevenAccFixedTenth"])
+def test_paper_build_fails_on_a_number_the_report_did_not_write(tmp_path, left_out):
+    """A macro the prose quotes outside \\ifmeasured, absent from numbers.tex, stops the build."""
+    work = tmp_path / "paper"
+    shutil.copytree(PAPER, work, ignore=shutil.ignore_patterns("build", "generated"))
+    write_dummy_generated(work / "generated", numbers=left_out)
+    r = _latexmk(work, "paper.tex")
+    log = (work / "build" / "paper.log").read_text(errors="replace")
+    assert r.returncode != 0 and "Undefined control sequence" in log and left_out in log
 
 
 @needs_latexmk

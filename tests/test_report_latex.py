@@ -2,15 +2,27 @@ import math
 
 import pytest
 
-from lowbw.report.latex import booktabs, escape, fmt_num, fmt_pm, macro_name, numbers_tex
+from lowbw.report.latex import booktabs, escape, fmt_num, fmt_pm, numbers_tex
 from lowbw.report.stats import mean_std, welch
 
 
-def test_escape_and_macro_names():
+def test_escape():
     assert escape("top_k 50% & #1") == r"top\_k 50\% \& \#1"
-    assert macro_name("e1", "ring", 100) == "EOneRingOneZeroZero"
-    with pytest.raises(ValueError):
-        macro_name("_", "")
+
+
+def test_macro_names_come_from_the_catalogue_only():
+    """A setting outside the explicit word maps and a name outside the catalogue are errors naming them."""
+    from lowbw.report.catalog import E7_DENSITIES, MACROS, check_numbers, word
+
+    assert word(E7_DENSITIES, 0.01, "E7 density") == "One"
+    with pytest.raises(ValueError, match="E7 density 0.05 has no macro word"):
+        word(E7_DENSITIES, 0.05, "E7 density")
+    check_numbers("e4", {"EFourTarget": "90"})
+    with pytest.raises(ValueError, match="EFourTttTopkOne"):
+        check_numbers("e4", {"EFourTttTopkOne": "1 s"})
+    with pytest.raises(ValueError, match="EOneSettings"):  # another experiment's name
+        check_numbers("e4", {"EOneSettings": "3"})
+    assert all(name.isalpha() for name in MACROS)
 
 
 def test_numbers_tex_sorted_and_checked():
@@ -50,7 +62,7 @@ def test_e1_section_reports_the_targets_from_the_rows(tmp_path):
     import json
 
     from lowbw.report.build import Context
-    from lowbw.report.experiments import e1
+    from lowbw.report.e1 import E1
 
     def row(alg, n, rate, size, t, err):
         bound = 2 * (n - 1) / n * size * 8 / rate
@@ -63,10 +75,11 @@ def test_e1_section_reports_the_targets_from_the_rows(tmp_path):
             row("native", 2, 10, 10, 8.5, 0.04), row("ps", 2, 10, 10, 16.8, 0.01)]
     (tmp_path / "bench").mkdir()
     (tmp_path / "bench" / "collectives.json").write_text(json.dumps({"rows": rows}))
-    sec = e1(Context({}, tmp_path, tmp_path / "out"))
-    n = sec.numbers
+    st = E1.stats(Context({}, tmp_path, tmp_path / "out"))
+    n = E1.numbers(st)
     assert n["EOneRingBoundFracMin"] == fmt_num(100 * 0.8 / 0.88, 3)
     assert n["EOneRingOverNativeMax"] == fmt_num(8.6 / 8.5, 3)
     assert n["EOneModelWorstAlg"] == "ps" and n["EOneModelWorstAlgErr"] == fmt_num(12.0, 2)
     assert (n["EOneModelAlgsWithinTen"], n["EOneModelAlgs"]) == ("2", "3")
-    assert r"\EOneModelWorstAlg" in sec.findings and "tab:e1" in sec.table
+    assert "tab:e1" in E1.table(st)
+    assert list(st.tables["settings"].columns[:5]) == ["algorithm", "workers", "rate_mbit", "size_mb", "time_s"]

@@ -1,21 +1,27 @@
-"""Collate runs and benchmarks into ``paper/generated/``: per experiment a table, a figure and findings,
-plus ``numbers.tex`` (every number the prose quotes) and ``setup.tex`` (the machine and software).
+"""Collate runs and benchmarks into ``paper/generated/``: per experiment a table and a figure, plus
+``numbers.tex`` (every number the paper's prose quotes, as ``\\newcommand`` macros), ``setup.tex`` (the
+machine and software) and ``stats/`` (each experiment's tidy statistics tables as CSV, with provenance).
 
-Each experiment is a function ``eN(ctx) -> Section`` in ``lowbw.report.experiments``; this module only
-gathers inputs, calls them, and writes their outputs atomically.
+Each experiment (``lowbw.report.experiments.ALL``) is four plain functions: ``stats(ctx)`` selects the
+measured data and computes its tidy tables (or returns None when the profile did not run it), and
+``numbers``, ``table`` and ``figure`` render those tables. The prose that quotes the numbers lives in
+``paper/sections/results.tex``; the macro names it may use are the explicit catalogue of
+:mod:`lowbw.report.catalog`, and this module refuses to write a macro outside it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lowbw.report.catalog import check_numbers, not_run_macro
 from lowbw.report.latex import booktabs, escape, numbers_tex
 from lowbw.runio import atomic_write_text, provenance
 
-__all__ = ["Context", "Section", "BuildResult", "build"]
+__all__ = ["Context", "Stats", "Experiment", "Section", "BuildResult", "build"]
 
 
 @dataclass
@@ -34,26 +40,39 @@ class Context:
             self._cache[name] = json.loads(p.read_text()) if p.is_file() else None
         return self._cache[name]
 
-    def runs(self, experiment: str):
-        """All completed runs of one experiment as a DataFrame (one row per run)."""
-        from lowbw.results import load_runs
 
-        key = f"runs:{experiment}"
-        if key not in self._cache:
-            d = self.runs_dir / experiment
-            self._cache[key] = load_runs(d) if d.is_dir() else None
-        return self._cache[key]
+@dataclass(frozen=True)
+class Stats:
+    """An experiment's statistics: tidy tables (one row per observation or group; units in the column names)
+    and the scalars they were computed with (``meta``: settings such as the target accuracy, and provenance:
+    the source files and the machine that measured them)."""
+
+    tables: dict[str, Any]  # name -> pandas DataFrame
+    meta: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Experiment:
+    """One experiment of the paper: how its data is selected and summarised, and how it is rendered."""
+
+    key: str  # "e1" .. "e8"
+    title: str
+    stats: Callable[[Context], Stats | None]  # None: the profile has no data for it (``missing`` says why)
+    numbers: Callable[[Stats], dict[str, str]]  # macro name (from the catalogue) -> formatted value
+    table: Callable[[Stats], str]  # a complete LaTeX table environment, label tab:<key>
+    figure: Callable[[Stats], Any]  # a matplotlib Figure
+    missing: str  # why there is no data, e.g. "runs/bench/collectives.json absent"
 
 
 @dataclass
 class Section:
-    """What one experiment contributes to the paper."""
+    """What one experiment contributed to the paper."""
 
-    key: str  # "e1" .. "e7"
-    table: str  # complete LaTeX table environment (label tab:<key>)
-    findings: str  # prose with numbers (LaTeX)
-    numbers: dict[str, str] = field(default_factory=dict)  # macro name -> formatted value
-    figure: Any = None  # a matplotlib Figure, saved as fig_<key>.pdf/.png
+    key: str
+    stats: Stats | None  # None: not run in this profile
+    table: str
+    numbers: dict[str, str]
+    figure: Any = None
 
 
 @dataclass
@@ -65,23 +84,29 @@ class BuildResult:
     def summary(self) -> Any:
         import pandas as pd
 
-        return pd.DataFrame([{"experiment": s.key, "numbers": len(s.numbers), "has_figure": s.figure is not None,
-                              "findings_chars": len(s.findings)} for s in self.sections])
+        return pd.DataFrame([{"experiment": s.key, "ran": s.stats is not None, "numbers": len(s.numbers),
+                              "stats_rows": sum(len(t) for t in s.stats.tables.values()) if s.stats else 0}
+                             for s in self.sections])
 
 
-def missing_section(key: str, title: str, why: str) -> Section:
-    """An experiment without data in this profile: say so in the paper rather than fake it."""
-    import matplotlib
+def not_run(exp: Experiment) -> Section:
+    """An experiment without data in this profile: the paper says so (the ``...NotRun`` macro) rather than
+    fake it."""
+    from lowbw.report.figures import note_figure
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+    table = booktabs([[escape(exp.missing)]], [escape(exp.title)], f"{escape(exp.title)}: no results in this "
+                     "profile.", f"tab:{exp.key}", align="l")
+    return Section(exp.key, None, table, {not_run_macro(exp.key): escape(exp.missing)},
+                   note_figure(f"{exp.title}: not run\n({exp.missing})"))
 
-    fig, ax = plt.subplots(figsize=(3.2, 1.2))
-    ax.axis("off")
-    ax.text(0.5, 0.5, f"{title}: not run\n({why})", ha="center", va="center", fontsize=8)
-    table = booktabs([[escape(why)]], [escape(title)], f"{escape(title)}: no results in this profile.",
-                     f"tab:{key}", align="l")
-    return Section(key, table, f"{escape(title)} was not run in this profile ({escape(why)}).", {}, fig)
+
+def run_experiment(exp: Experiment, ctx: Context) -> Section:
+    st = exp.stats(ctx)
+    if st is None:
+        return not_run(exp)
+    numbers = exp.numbers(st)
+    check_numbers(exp.key, numbers)
+    return Section(exp.key, st, exp.table(st), numbers, exp.figure(st))
 
 
 def _setup_tex(prov: dict[str, Any], config: dict[str, Any]) -> str:
@@ -111,32 +136,41 @@ def _save_figure(fig: Any, out: Path, key: str) -> list[Path]:
     return paths
 
 
+def _stats_csv(st: Stats, key: str, out: Path) -> list[Path]:
+    """Each tidy table as ``stats/<key>_<name>.csv``, its first lines ``# name: value`` comments holding
+    ``meta`` (read back with ``pandas.read_csv(path, comment="#")``)."""
+    (out / "stats").mkdir(exist_ok=True)
+    head = "".join(f"# {k}: {json.dumps(v, default=str)}\n" for k, v in st.meta.items())
+    return [atomic_write_text(out / "stats" / f"{key}_{name}.csv", head + df.to_csv(index=False))
+            for name, df in st.tables.items()]
+
+
 def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path = "paper/generated",
           only: list[str] | None = None) -> BuildResult:
     """Write every generated file of the paper. ``only`` limits to some experiment keys (e.g. ["e1"])."""
     import matplotlib
 
     matplotlib.use("Agg")
-    from lowbw.report import experiments
+    from lowbw.report.experiments import ALL
 
+    unknown = sorted(set(only or []) - {e.key for e in ALL})
+    if unknown:
+        raise ValueError(f"unknown experiment(s) {unknown}; known: {[e.key for e in ALL]}")
     ctx = Context(config=config, runs_dir=Path(runs_dir), out=Path(out))
     ctx.out.mkdir(parents=True, exist_ok=True)
     sections: list[Section] = []
     files: list[Path] = []
     numbers: dict[str, str] = {}
-    for key, fn in experiments.ALL.items():
-        if only and key not in only:
+    for exp in ALL:
+        if only and exp.key not in only:
             continue
-        sec = fn(ctx)
+        sec = run_experiment(exp, ctx)
         sections.append(sec)
-        clash = set(sec.numbers) & set(numbers)
-        if clash:
-            raise ValueError(f"experiment {key} redefines macros {sorted(clash)}")
-        numbers.update(sec.numbers)
-        files.append(atomic_write_text(ctx.out / f"tab_{key}.tex", sec.table))
-        files.append(atomic_write_text(ctx.out / f"findings_{key}.tex", sec.findings.rstrip() + "\n"))
-        if sec.figure is not None:
-            files.extend(_save_figure(sec.figure, ctx.out, key))
+        numbers.update(sec.numbers)  # catalogue names carry the experiment's prefix: no clashes
+        files.append(atomic_write_text(ctx.out / f"tab_{exp.key}.tex", sec.table))
+        files.extend(_save_figure(sec.figure, ctx.out, exp.key))
+        if sec.stats is not None:
+            files.extend(_stats_csv(sec.stats, exp.key, ctx.out))
     prov = provenance()
     files.append(atomic_write_text(ctx.out / "setup.tex", _setup_tex(prov, config)))
     header = f"generated by lowbw.report from {ctx.runs_dir} at commit {prov['git_commit']}; do not edit"

@@ -6,7 +6,7 @@ from __future__ import annotations
 from lowbw.report.build import Context
 from lowbw.report.latex import fmt_num
 
-__all__ = ["fmt_duration", "plotting", "training_runs", "report_links", "PRETTY"]
+__all__ = ["fmt_duration", "plotting", "training_runs", "report_links", "target_acc", "PRETTY"]
 
 PRETTY = {"mlp": "MLP", "cnn": "Small CNN", "resnet20": "ResNet-20", "vgg16": "VGG-16 (CIFAR)",
           "resnet50": "ResNet-50", "inception_v4": "Inception-v4", "vgg16_imagenet": "VGG-16 (ImageNet)"}
@@ -56,3 +56,9 @@ def report_links(ctx: Context) -> tuple[list[float], float, float]:
     r = ctx.config.get("report") or {}
     return list(r.get("bandwidths_mbit", [1, 10, 100, 1000])), float(r.get("latency_ms", 0.5)), float(
         r.get("focus_mbit", 10))
+
+
+def target_acc(ctx: Context, runs) -> float:
+    """The target test accuracy (fraction) of the runs' dataset (``targets:`` of the config; 0.9 if unset)."""
+    ds = runs["dataset"].iloc[0]
+    return float((ctx.config.get("targets") or {}).get(ds, 0.9))

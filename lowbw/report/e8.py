@@ -3,12 +3,11 @@ the paper's figure (predicted vs measured step time and time-to-accuracy), table
 
 from __future__ import annotations
 
-from typing import Any
-
-from lowbw.report.build import Context, Section, missing_section
+from lowbw.report.build import Context, Experiment, Stats
+from lowbw.report.catalog import E8_WORKERS
 from lowbw.report.latex import booktabs, escape, fmt_num
 
-__all__ = ["e8"]
+__all__ = ["E8"]
 
 TOLERANCE = 0.10  # the issue's target: |predicted - measured| / measured
 
@@ -90,97 +89,80 @@ def _figure(df):
     return fig
 
 
-def e8(ctx: Context) -> Section:
-    """Simulated vs measured training on shaped links (see lowbw.bench.e2e)."""
+def stats(ctx: Context) -> Stats | None:
+    """Tidy ``cells`` (one row per method x rate x workers, as ``python -m lowbw bench e2e`` wrote it) and
+    ``probes`` (per probed (rate, N) group: per-message overhead and compute slow-down)."""
     import pandas as pd
 
     b = ctx.bench("e2e")
     if not b or not b.get("rows"):
-        return missing_section("e8", "E8 simulator vs testbed", "runs/bench/e2e.json absent")
-    df = pd.DataFrame(b["rows"])
-    rates = sorted(float(r) for r in df["rate_mbit"].unique())
+        return None
+    tables = {"cells": pd.DataFrame(b["rows"])}
+    if b.get("probes"):
+        tables["probes"] = pd.DataFrame(b["probes"])
+    return Stats(tables, {"source": "runs/bench/e2e.json", "provenance": b.get("provenance", {}),
+                          "tolerance": TOLERANCE})
+
+
+def numbers(st: Stats) -> dict[str, str]:
+    df = st.tables["cells"]
     workers = sorted(int(n) for n in df["workers"].unique())
     n0 = workers[0]
-    numbers: dict[str, Any] = {}
+    out: dict[str, str] = {"EEightTolerance": fmt_num(100 * TOLERANCE)}
     err = df["err_step"].abs()
     small = df[df["workers"] == n0]
     target = small[(small["rate_mbit"] <= 100) | small["link_bound"]]
-    numbers["EEightCells"] = str(len(df))
-    numbers["EEightSmallN"] = str(n0)
-    numbers["EEightWithinTen"] = str(int((err <= TOLERANCE).sum()))
+    out["EEightCells"] = str(len(df))
+    out["EEightSmallN"] = str(n0)
+    out["EEightWithinTen"] = str(int((err <= TOLERANCE).sum()))
     if not target.empty:
-        numbers["EEightTargetCells"] = str(len(target))
-        numbers["EEightTargetWorst"] = fmt_num(100 * float(target["err_step"].abs().max()), 2)
-        numbers["EEightTargetWithin"] = str(int((target["err_step"].abs() <= TOLERANCE).sum()))
+        out["EEightTargetCells"] = str(len(target))
+        out["EEightTargetWorst"] = fmt_num(100 * float(target["err_step"].abs().max()), 2)
+        out["EEightTargetWithin"] = str(int((target["err_step"].abs() <= TOLERANCE).sum()))
     worst = df.assign(a=err).sort_values("a").iloc[-1]
-    numbers["EEightWorstErr"] = fmt_num(100 * float(worst["err_step"]), 2)
-    numbers["EEightWorstMethod"] = escape(str(worst["method"]))
-    numbers["EEightWorstWhere"] = f"{fmt_num(worst['rate_mbit'])}\\,Mbit/s, N={int(worst['workers'])}"
-    numbers["EEightNominalWorst"] = fmt_num(100 * float(small["err_step_nominal"].abs().max()), 2)
+    out["EEightWorstErr"] = fmt_num(100 * float(worst["err_step"]), 2)
+    out["EEightWorstMethod"] = escape(str(worst["method"]))
+    out["EEightWorstWhere"] = f"{fmt_num(worst['rate_mbit'])}\\,Mbit/s, N={int(worst['workers'])}"
+    out["EEightNominalWorst"] = fmt_num(100 * float(small["err_step_nominal"].abs().max()), 2)
     nom = small.assign(a=small["err_step_nominal"].abs()).sort_values("a").iloc[-1]
-    numbers["EEightNominalWorstMethod"] = escape(str(nom["method"]))
-    probes = pd.DataFrame(b.get("probes", []))
-    if not probes.empty:
-        numbers["EEightOverheadMs"] = fmt_num(float(probes["overhead_ms"].median()), 2)
-        numbers["EEightOverheadMin"] = fmt_num(float(probes["overhead_ms"].min()), 2)
-        numbers["EEightOverheadMax"] = fmt_num(float(probes["overhead_ms"].max()), 2)
-        for n in workers:
+    out["EEightNominalWorstMethod"] = escape(str(nom["method"]))
+    probes = st.tables.get("probes")
+    if probes is not None:
+        out["EEightOverheadMs"] = fmt_num(float(probes["overhead_ms"].median()), 2)
+        out["EEightOverheadMin"] = fmt_num(float(probes["overhead_ms"].min()), 2)
+        out["EEightOverheadMax"] = fmt_num(float(probes["overhead_ms"].max()), 2)
+        for n, w in E8_WORKERS.items():  # the other N's slow-downs stay in the probes table
             p = probes[probes["workers"] == n]
             if not p.empty:
-                key = {2: "Two", 3: "Three", 4: "Four", 8: "Eight"}.get(n, str(n))
-                numbers[f"EEightComputeScale{key}"] = fmt_num(float(p["compute_scale"].median()), 2)
+                out[f"EEightComputeScale{w}"] = fmt_num(float(p["compute_scale"].median()), 2)
     if "implied_overhead_ms" in df:
         imp = df["implied_overhead_ms"].dropna()
         if not imp.empty:
-            numbers["EEightImpliedMin"] = fmt_num(float(imp.min()), 2)
-            numbers["EEightImpliedMax"] = fmt_num(float(imp.max()), 2)
-            numbers["EEightImpliedCells"] = str(len(imp))
-    same = df["loss_identical"].astype(bool)
-    numbers["EEightLossIdentical"] = str(int(same.sum()))
+            out["EEightImpliedMin"] = fmt_num(float(imp.min()), 2)
+            out["EEightImpliedMax"] = fmt_num(float(imp.max()), 2)
+            out["EEightImpliedCells"] = str(len(imp))
+    out["EEightLossIdentical"] = str(int(df["loss_identical"].astype(bool).sum()))
     ttt = df[df["err_ttt"].notna()]
     if not ttt.empty:
-        numbers["EEightTTTCells"] = str(len(ttt))
-        numbers["EEightTTTWorst"] = fmt_num(100 * float(ttt["err_ttt"].abs().max()), 2)
-    prov = b.get("provenance", {})
-    numbers["EEightDate"] = escape(str(prov.get("date", "?"))[:10])
-    numbers["EEightCommit"] = escape(str(prov.get("commit", "?"))[:10])
-    numbers["EEightEmulation"] = escape(", ".join(sorted({str(e) for e in df["emulation"].dropna()})))
+        out["EEightTTTCells"] = str(len(ttt))
+        out["EEightTTTWorst"] = fmt_num(100 * float(ttt["err_ttt"].abs().max()), 2)
+    prov = st.meta["provenance"]
+    out["EEightDate"] = escape(str(prov.get("date", "?"))[:10])
+    out["EEightCommit"] = escape(str(prov.get("commit", "?"))[:10])
+    out["EEightEmulation"] = escape(", ".join(sorted({str(e) for e in df["emulation"].dropna()})))
     by_method = df.assign(a=err).groupby("method", sort=False)["a"].max()
-    worst_list = ", ".join(f"{escape(m)} {fmt_num(100 * v, 2)}\\,\\%" for m, v in by_method.items())
+    out["EEightWorstPerMethod"] = ", ".join(f"{escape(m)} {fmt_num(100 * v, 2)}\\,\\%" for m, v in by_method.items())
+    return out
 
-    parts = [
-        r"We ran the same configuration, seed and number of steps on the simulator and on the testbed in "
-        r"\EEightCells{} cells (links emulated with \EEightEmulation; measured \EEightDate{} at commit "
-        r"\EEightCommit).",
-        r"Probes before and after the testbed runs of each (rate, $N$) group measure two properties of this host "
-        r"that the virtual clock did not know: the software's cost per message (median \EEightOverheadMs\,ms, "
-        r"\EEightOverheadMin--\EEightOverheadMax\,ms across groups: Python, gloo and wake-ups on a 2-core "
-        r"virtual machine) and how much slower the workers compute when they run at once on shared cores.",
-    ]
-    if "EEightComputeScaleFour" in numbers:
-        parts.append(r"With four workers on two cores the model's step computes \EEightComputeScaleFour{} times "
-                     r"slower than alone (two workers: \EEightComputeScaleTwo); the calibrated clock multiplies "
-                     r"compute and compression by this factor, so the $N=4$ cells test a core-sharing model, not "
-                     r"a machine per worker.")
-    if "EEightTargetWorst" in numbers:
-        parts.append(r"With both, the simulated step time is within 10\,\% in \EEightTargetWithin{} of the "
-                     r"\EEightTargetCells{} cells with $N=\EEightSmallN$ at 10 and 100\,Mbit/s (and at "
-                     r"1\,Gbit/s where the link dominates); the worst is \EEightTargetWorst\,\%.")
-    parts.append(r"Over all cells \EEightWithinTen{} of \EEightCells{} are within 10\,\%; the largest error is "
-                 r"\EEightWorstErr\,\% (\EEightWorstMethod, \EEightWorstWhere). Worst error per method: "
-                 + worst_list + ".")
-    parts.append(r"The uncalibrated clock (ideal stack, nominal rate) was off by up to \EEightNominalWorst\,\% "
-                 r"(\EEightNominalWorstMethod): per-layer compressed exchanges send many small messages, and each "
-                 r"costs the stack far more than its bytes.")
-    if "EEightImpliedMin" in numbers:
-        parts.append(r"Where a step sends many small messages, the per-message cost decides: the cost that the "
-                     r"measured communication implies in those \EEightImpliedCells{} cells ((measured minus "
-                     r"modelled wire time) over the latency terms) ranges from \EEightImpliedMin{} to "
-                     r"\EEightImpliedMax\,ms, while the probes measured \EEightOverheadMin--\EEightOverheadMax\,ms; "
-                     r"this spread, not the bytes, is what the clock misses there.")
-    if "EEightTTTWorst" in numbers:
-        parts.append(r"Time to the target accuracy, reached in \EEightTTTCells{} cells, is predicted within "
-                     r"\EEightTTTWorst\,\%.")
-    parts.append(r"Sim and testbed computed the same losses bit for bit in \EEightLossIdentical{} of "
-                 r"\EEightCells{} cells.")
-    return Section("e8", _table(df, rates, workers), " ".join(parts), numbers, _figure(df))
+
+def table(st: Stats) -> str:
+    df = st.tables["cells"]
+    rates = sorted(float(r) for r in df["rate_mbit"].unique())
+    return _table(df, rates, sorted(int(n) for n in df["workers"].unique()))
+
+
+def figure(st: Stats):
+    return _figure(st.tables["cells"])
+
+
+E8 = Experiment("e8", "E8 simulator vs testbed", stats, numbers, table, figure, "runs/bench/e2e.json absent")

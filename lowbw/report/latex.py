@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["escape", "macro_name", "numbers_tex", "booktabs", "fmt_num", "fmt_pm"]
+__all__ = ["escape", "numbers_tex", "booktabs", "fmt_num", "fmt_pm"]
 
 _ESC = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
         "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
@@ -16,21 +16,6 @@ _ESC = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", 
 def escape(text: Any) -> str:
     """Escape LaTeX special characters in plain text."""
     return "".join(_ESC.get(c, c) for c in str(text))
-
-
-_DIGITS = ["Zero", "One", "Two", "Three", "Four", "Five", "Six", "Seven", "Eight", "Nine"]
-
-
-def macro_name(*parts: Any) -> str:
-    """A valid macro name (letters only) from parts: ``("e1", "ring", 100)`` -> ``EOneRingOneZeroZero``."""
-    out = []
-    for p in parts:
-        for tok in re.findall(r"[A-Za-z]+|[0-9]", str(p)):
-            out.append(_DIGITS[int(tok)] if tok.isdigit() else tok[0].upper() + tok[1:])
-    name = "".join(out)
-    if not name:
-        raise ValueError(f"macro name from {parts!r} is empty")
-    return name
 
 
 def fmt_num(x: float | int | None, digits: int = 3) -> str:

@@ -17,7 +17,7 @@ import pandas as pd
 
 from lowbw.report.stats import mean_std, welch
 
-__all__ = ["retime", "time_to_target", "group_stats", "eval_lines"]
+__all__ = ["retime", "time_to_target", "eval_lines", "run_times", "group_times", "group_accuracy"]
 
 
 def retime(m: pd.DataFrame, mbit: float | None = None, latency_ms: float | None = None) -> pd.Series:
@@ -51,11 +51,36 @@ def time_to_target(m: pd.DataFrame, target: float, mbit: float | None = None,
     return float(retime(hit.iloc[[0]], mbit, latency_ms).iloc[0])
 
 
-def group_stats(runs: pd.DataFrame, metrics: pd.DataFrame, by: list[str], target: float,
-                mbits: list[float], latency_ms: float, baseline: dict[str, Any] | None = None) -> pd.DataFrame:
-    """One row per group (over seeds): final accuracy mean/std, Welch test vs ``baseline`` group, bytes per
-    worker per step, time to ``target`` at every bandwidth in ``mbits`` (mean over the seeds that reached it,
-    and how many did)."""
+def run_times(runs: pd.DataFrame, metrics: pd.DataFrame, by: list[str], target: float, mbits: list[float],
+              latency_ms: float) -> pd.DataFrame:
+    """Tidy: one row per run and bandwidth -- ``*by, seed, run, bandwidth_mbit, ttt_s`` (virtual seconds to
+    ``target`` re-timed at that bandwidth; NaN: never reached)."""
+    rows = []
+    for _, r in runs.iterrows():
+        m = metrics[metrics["run"] == r["run"]]
+        for mb in mbits:
+            rows.append({**{k: r[k] for k in by}, "seed": r["seed"], "run": r["run"], "bandwidth_mbit": float(mb),
+                         "ttt_s": time_to_target(m, target, mb, latency_ms)})
+    return pd.DataFrame(rows, columns=[*by, "seed", "run", "bandwidth_mbit", "ttt_s"])
+
+
+def group_times(per_run: pd.DataFrame, by: list[str]) -> pd.DataFrame:
+    """Tidy: one row per group and bandwidth -- ``ttt_mean_s``/``ttt_std_s`` over the seeds that reached the
+    target (NaN if none did), ``seeds_reached`` and ``seeds``."""
+    rows = []
+    for key, g in per_run.groupby([*by, "bandwidth_mbit"], sort=False):
+        t = g["ttt_s"].to_numpy(dtype=float)
+        ms = mean_std(t)
+        rows.append({**dict(zip([*by, "bandwidth_mbit"], key)), "ttt_mean_s": float(np.nanmean(t))
+                     if np.isfinite(t).any() else math.nan, "ttt_std_s": ms.std, "seeds_reached": ms.n,
+                     "seeds": len(t)})
+    return pd.DataFrame(rows)
+
+
+def group_accuracy(runs: pd.DataFrame, by: list[str], baseline: dict[str, Any] | None = None) -> pd.DataFrame:
+    """Tidy: one row per group (over seeds) -- final ``test_acc_mean``/``test_acc_std`` (fractions),
+    ``seeds``, ``bytes_per_worker_step`` (bytes sent per worker and step, mean over seeds), and against the
+    ``baseline`` group Welch's ``p_vs_baseline`` and ``significant`` (p < 0.05)."""
     rows = []
     base_acc = None
     if baseline is not None:
@@ -65,17 +90,10 @@ def group_stats(runs: pd.DataFrame, metrics: pd.DataFrame, by: list[str], target
         key = key if isinstance(key, tuple) else (key,)
         acc = mean_std(g["final_test_acc"])
         row: dict[str, Any] = dict(zip(by, key))
-        row.update(acc_mean=acc.mean, acc_std=acc.std, n=acc.n,
-                   bytes_per_step=float((g["bytes_sent_per_worker"] / g["step"].clip(lower=1)).mean()))
+        row.update(test_acc_mean=acc.mean, test_acc_std=acc.std, seeds=acc.n,
+                   bytes_per_worker_step=float((g["bytes_sent_per_worker"] / g["step"].clip(lower=1)).mean()))
         if base_acc is not None:
             t = welch(g["final_test_acc"].to_numpy(dtype=float), base_acc)
-            row.update(p_vs_base=t.p, significant=t.significant)
-        for mb in mbits:
-            times = []
-            for run in g["run"]:
-                times.append(time_to_target(metrics[metrics["run"] == run], target, mb, latency_ms))
-            arr = np.array(times, dtype=float)
-            row[f"ttt_{mb:g}"] = float(np.nanmean(arr)) if np.isfinite(arr).any() else math.nan
-            row[f"ttt_{mb:g}_reached"] = int(np.isfinite(arr).sum())
+            row.update(p_vs_baseline=t.p, significant=t.significant)
         rows.append(row)
     return pd.DataFrame(rows)

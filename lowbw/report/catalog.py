@@ -1,0 +1,163 @@
+"""The number macros of the paper: one explicit catalogue of every ``\\newcommand`` the report may write into
+``paper/generated/numbers.tex``, what each holds and in which unit, and the explicit maps from measured
+settings (inputs, models, densities) to the words in those names.
+
+Names never derive from grid values or preset names, so renaming a preset cannot silently drop a
+sentence: a setting outside the maps below is an error naming it, and ``tests/test_paper_sources.py``
+checks that the prose of ``paper/sections`` uses exactly these names. Every experiment also has a
+``<Prefix>NotRun`` macro (why it has no data) that the report writes instead of its numbers when the
+profile did not run it; ``paper/paper.tex``'s ``\\ifmeasured`` prints a sentence only where its macro exists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+__all__ = ["PREFIX", "MACROS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "not_run_macro",
+           "check_numbers", "word"]
+
+PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
+          "e7": "ESeven", "e8": "EEight"}
+
+# bench/compressors.py input kind -> its word in E2's names
+E2_INPUTS = {"gaussian": "Gaussian", "student_t3": "StudentT", "resnet20": "Gradient"}
+# model of E3's measured dense runs -> its word
+E3_RUN_MODELS = {"mlp": "Mlp", "cnn": "Cnn"}
+# E7's fixed top-k density (compressor_args.ratio) -> its word
+E7_DENSITIES = {0.1: "Ten", 0.01: "One", 0.001: "Tenth"}
+# E8's numbers of workers whose compute slow-down the prose quotes -> their words
+E8_WORKERS = {2: "Two", 4: "Four"}
+
+_SCHEMES = {  # E5 and E6 share their summary (lowbw.report.schemes)
+    "Target": "target test accuracy (%)",
+    "Focus": "the bandwidth time-to-accuracy is quoted at (Mbit/s)",
+    "Seeds": "seeds per configuration",
+    "BestAcc": "highest mean final test accuracy (%)",
+    "Best": "the configuration with it",
+    "SigCount": "configurations whose final accuracy differs from the baseline (Welch p<0.05)",
+    "Groups": "configurations",
+    "Fastest": "the configuration first to the target (all seeds reached it)",
+    "FastestTtt": "its mean virtual time to the target (duration)",
+}
+
+MACROS: dict[str, str] = {
+    # E1 collectives
+    "EOneBoundRate": "link rate of the bound comparison (Mbit/s)",
+    "EOneBoundMinSize": "smallest message of the bound comparison (MB)",
+    "EOneRingBoundFracMin": "ring's worst share of the bandwidth-optimal bound (%)",
+    "EOneRingBoundFracMean": "ring's mean share of the bound (%)",
+    "EOneRingOverNativeMedian": "ring time / gloo all-reduce time, median",
+    "EOneRingOverNativeMax": "ring time / gloo all-reduce time, worst",
+    "EOneTolerance": "the model's error tolerance (%)",
+    "EOneModelErrMedian": "alpha-beta model's median |error| (%)",
+    "EOneModelErrMax": "its largest |error| (%)",
+    "EOneModelWithinTen": "settings within the tolerance (%)",
+    "EOneModelWorstAlg": "algorithm with the largest error",
+    "EOneModelWorstAlgErr": "that error (%)",
+    "EOneModelAlgsWithinTen": "algorithms with every setting within the tolerance",
+    "EOneModelAlgs": "algorithms with a model prediction",
+    "EOneSettings": "measured (workers, rate, size) settings",
+    "EOneTopWinner": "algorithm fastest in most settings",
+    "EOneTopWinnerCount": "settings it won",
+    "EOneEmulation": "how the links were emulated",
+    # E2 compressors
+    "ETwoNumel": "elements of the benchmark tensor (millions)",
+    "ETwoMinThroughput": "slowest of our configurations (GB/s)",
+    "ETwoSlowest": "its method",
+    "ETwoThroughputTarget": "the throughput target (GB/s)",
+    "ETwoBelowTarget": "our configurations below the target",
+    "ETwoMethods": "our methods",
+    **{f"ETwo{q}{w}": d for w in E2_INPUTS.values() for q, d in (
+        ("OursErr", "relative L2 error of our 8-bit non-linear block-wise code (%)"),
+        ("BnbErr", "relative L2 error of bitsandbytes' block-wise code (%)"),
+        ("SpeedRatio", "our throughput / bitsandbytes' throughput"))},
+    # E3 dense training time
+    "EThreeWorkers": "workers of the minimum training time",
+    "EThreeAccel": "the accelerator whose compute the minimum assumes",
+    "EThreeModel": "the model the prose quotes (ResNet-50 where measured)",
+    "EThreeLowMbit": "lowest report bandwidth (Mbit/s)",
+    "EThreeHighMbit": "highest report bandwidth (Mbit/s)",
+    "EThreeMinLow": "its minimum training time at the lowest bandwidth (duration)",
+    "EThreeMinHigh": "its minimum training time at the highest bandwidth (duration)",
+    "EThreeComputeAccel": "its pure computation time on the accelerator (duration)",
+    "EThreeComputeCpu": "its pure computation time on this CPU (duration)",
+    "EThreeDenseWorkers": "workers of the measured dense runs",
+    **{f"EThreeComm{w}{b}": f"communication share of a step, {m} dense runs, {b.lower()}est bandwidth (%)"
+       for m, w in E3_RUN_MODELS.items() for b in ("Low", "High")},
+    # E4 compression in training
+    "EFourTarget": "target test accuracy (%)",
+    "EFourFocus": "bandwidth of the prose (Mbit/s)",
+    "EFourSeeds": "seeds per method",
+    "EFourTttDense": "dense's mean virtual time to the target (duration)",
+    "EFourBest": "method first to the target (all seeds reached it)",
+    "EFourBestTtt": "its mean virtual time to the target (duration)",
+    "EFourBestSpeedup": "dense's time / its time",
+    "EFourSigWorse": "methods with a significantly lower final accuracy than dense",
+    "EFourSigWorseList": "those methods",
+    "EFourNever": "methods no seed of which reached the target",
+    "EFourBestPerMbit": "the fastest method at every report bandwidth (list)",
+    # E5 batch size, E6 local SGD / households
+    **{f"EFive{k}": d for k, d in _SCHEMES.items()},
+    **{f"ESix{k}": d for k, d in _SCHEMES.items()},
+    "ESixSampleRatio": "samples of the most overlapping assignment / disjoint",
+    # E7 fluctuating bandwidth
+    "ESevenTarget": "target test accuracy (%)",
+    "ESevenTttAdaptive": "adaptive choice's mean virtual time to the target (duration or never)",
+    "ESevenAccAdaptive": "its mean final test accuracy (%)",
+    **{f"ESeven{q}Fixed{w}": d for w in E7_DENSITIES.values() for q, d in (
+        ("Ttt", "mean virtual time to the target of a fixed density (duration or never)"),
+        ("Acc", "mean final test accuracy of a fixed density (%)"),
+        ("Density", "that top-k density"))},
+    "ESevenBestFixed": "the fixed density first to the target",
+    "ESevenAdaptiveVsBest": "best fixed time / adaptive time",
+    "ESevenAdaptiveP": "Welch p of adaptive vs best fixed time to target",
+    "ESevenSignificance": "whether that difference is significant (words)",
+    # E8 simulator vs testbed
+    "EEightTolerance": "the step-time tolerance (%)",
+    "EEightCells": "compared cells",
+    "EEightSmallN": "smallest number of workers",
+    "EEightWithinTen": "cells within the tolerance",
+    "EEightTargetCells": "cells of the issue's target (smallest N; <=100 Mbit/s or link-bound)",
+    "EEightTargetWorst": "worst |error| among them (%)",
+    "EEightTargetWithin": "of them within the tolerance",
+    "EEightWorstErr": "largest signed error (%)",
+    "EEightWorstMethod": "its method",
+    "EEightWorstWhere": "its rate and N",
+    "EEightWorstPerMethod": "worst |error| per method (list)",
+    "EEightNominalWorst": "worst |error| of the uncalibrated clock at the smallest N (%)",
+    "EEightNominalWorstMethod": "its method",
+    "EEightOverheadMs": "probed per-message software cost, median (ms)",
+    "EEightOverheadMin": "its minimum over groups (ms)",
+    "EEightOverheadMax": "its maximum over groups (ms)",
+    **{f"EEightComputeScale{w}": f"compute slow-down with {n} workers sharing the cores" for n, w in
+       E8_WORKERS.items()},
+    "EEightImpliedMin": "per-message cost implied by the measured communication, minimum (ms)",
+    "EEightImpliedMax": "its maximum (ms)",
+    "EEightImpliedCells": "cells it was implied in",
+    "EEightLossIdentical": "cells where sim and testbed losses were bit-identical",
+    "EEightTTTCells": "cells that reached the target accuracy",
+    "EEightTTTWorst": "worst |error| of the predicted time to accuracy (%)",
+    "EEightDate": "date of the measurement",
+    "EEightCommit": "commit of the measurement",
+    "EEightEmulation": "how the links were emulated",
+}
+MACROS.update({f"{p}NotRun": "why the experiment has no data in this profile" for p in PREFIX.values()})
+
+
+def not_run_macro(key: str) -> str:
+    return f"{PREFIX[key]}NotRun"
+
+
+def word(mapping: Mapping, value, what: str) -> str:
+    """``mapping[value]``, or a one-line error naming the value and the catalogue entry to extend."""
+    if value not in mapping:
+        raise ValueError(f"{what} {value!r} has no macro word; add it to lowbw.report.catalog "
+                         f"(known: {sorted(mapping)})")
+    return mapping[value]
+
+
+def check_numbers(key: str, numbers: Mapping[str, str]) -> None:
+    """Every name is in the catalogue and carries experiment ``key``'s prefix."""
+    bad = sorted(n for n in numbers if n not in MACROS or not n.startswith(PREFIX[key]))
+    if bad:
+        raise ValueError(f"experiment {key} writes macros outside lowbw.report.catalog: {bad}")

@@ -1,0 +1,132 @@
+"""E7 -- fluctuating bandwidth (``runs/e7_fluctuating``): fixed top-k densities against the adaptive
+(multi-objective) choice, timed on the scheduled link itself (no re-timing)."""
+
+from __future__ import annotations
+
+from lowbw.report.build import Context, Experiment, Stats
+from lowbw.report.catalog import E7_DENSITIES, word
+from lowbw.report.common import fmt_duration, plotting, target_acc, training_runs
+from lowbw.report.latex import booktabs, escape, fmt_num
+
+__all__ = ["E7"]
+
+ADAPTIVE, FIXED = "adaptive", "fixed"
+
+
+def stats(ctx: Context) -> Stats | None:
+    """Tidy ``runs`` (per run: role adaptive/fixed, configured density, time to target on the scheduled
+    link, final accuracy, mean chosen density), ``methods`` (the same over seeds), ``curves`` (test accuracy
+    against virtual time) and ``schedule`` (bandwidth and chosen density of the adaptive method's first
+    seed, per metrics line)."""
+    import pandas as pd
+
+    from lowbw.report.stats import mean_std
+    from lowbw.report.training import eval_lines, time_to_target
+
+    runs, mets = training_runs(ctx, ["e7_fluctuating"])
+    if runs is None:
+        return None
+    target = target_acc(ctx, runs)
+    per_run, groups, curves = [], [], []
+    for method, g in runs.groupby("method", sort=False):
+        adaptive = "adaptive" in g and str(g["adaptive"].iloc[0]) != "off"
+        density = float(g["compressor_args.ratio"].iloc[0]) if "compressor_args.ratio" in g else float("nan")
+        if not adaptive:
+            word(E7_DENSITIES, density, f"E7 fixed top-k density of {method!r}")
+        m = mets[mets["run"].isin(g["run"])]
+        chosen = m["density"].dropna() if "density" in m else pd.Series(dtype=float)
+        for _, r in g.iterrows():
+            mr = mets[mets["run"] == r["run"]]
+            per_run.append({"method": method, "role": ADAPTIVE if adaptive else FIXED, "density": density,
+                            "seed": r["seed"], "run": r["run"], "ttt_s": time_to_target(mr, target),
+                            "final_test_acc": float(r["final_test_acc"]), "t_virtual_s": float(r["t_virtual"])})
+            ev = eval_lines(mr)
+            curves.append(pd.DataFrame({"method": method, "seed": r["seed"], "t_virtual_s": ev["t_virtual"].to_numpy(),
+                                        "test_acc": ev["test_acc"].to_numpy()}))
+        pr = pd.DataFrame(per_run[-len(g):])
+        acc, tt = mean_std(pr["final_test_acc"]), mean_std(pr["ttt_s"])
+        groups.append({"method": method, "role": ADAPTIVE if adaptive else FIXED, "density": density,
+                       "mean_chosen_density": float(chosen.mean()) if not chosen.empty else density,
+                       "test_acc_mean": acc.mean, "test_acc_std": acc.std, "ttt_mean_s": tt.mean,
+                       "ttt_std_s": tt.std, "seeds_reached": tt.n, "seeds": len(pr),
+                       "t_virtual_mean_s": float(g["t_virtual"].mean())})
+    tables = {"runs": pd.DataFrame(per_run), "methods": pd.DataFrame(groups),
+              "curves": pd.concat(curves, ignore_index=True)}
+    adaptive = [x["method"] for x in groups if x["role"] == ADAPTIVE]
+    if adaptive and "density" in mets:
+        s = mets[(mets["run"].isin(runs.loc[runs["method"] == adaptive[0], "run"]))
+                 & (mets["seed"] == runs["seed"].min())]
+        tables["schedule"] = s[["t_virtual", "bandwidth_mbit", "density"]].rename(columns={"t_virtual": "t_virtual_s"})
+    return Stats(tables, {"source": "runs/e7_fluctuating", "target_acc": target,
+                          "seeds": int(runs["seed"].nunique()), "workers": int(runs["workers"].iloc[0])})
+
+
+def numbers(st: Stats) -> dict[str, str]:
+    from lowbw.report.stats import welch
+
+    g = st.tables["methods"].set_index("method")
+    per_run = st.tables["runs"]
+    out = {"ESevenTarget": fmt_num(100 * st.meta["target_acc"], 3)}
+    names = {}
+    for method, r in g.iterrows():
+        name = "Adaptive" if r["role"] == ADAPTIVE else "Fixed" + word(E7_DENSITIES, r["density"], "E7 density")
+        names[method] = name
+        out[f"ESevenTtt{name}"] = fmt_duration(r["ttt_mean_s"]) if r["seeds_reached"] else "never"
+        out[f"ESevenAcc{name}"] = fmt_num(100 * r["test_acc_mean"], 3)
+        if r["role"] == FIXED:
+            out[f"ESevenDensity{name}"] = fmt_num(r["density"], 1)
+    if len(set(names.values())) < len(names):
+        raise ValueError(f"E7: two methods share one macro word: {names}")
+    adaptive = [m for m, n in names.items() if n == "Adaptive"]
+    fixed = g[g["role"] == FIXED]
+    reach = fixed[fixed["seeds_reached"] == fixed["seeds"]]
+    if adaptive and not reach.empty and len(fixed) == len(E7_DENSITIES):
+        best = reach["ttt_mean_s"].idxmin()
+        a_t = per_run.loc[per_run["method"] == adaptive[0], "ttt_s"]
+        t = welch(a_t.dropna(), per_run.loc[per_run["method"] == best, "ttt_s"].dropna())
+        out["ESevenBestFixed"] = escape(best)
+        out["ESevenAdaptiveVsBest"] = fmt_num(float(reach.loc[best, "ttt_mean_s"] / a_t.mean())
+                                              if a_t.notna().any() else float("nan"), 3)
+        out["ESevenAdaptiveP"] = fmt_num(t.p, 2)
+        out["ESevenSignificance"] = "significant" if t.significant else "not significant"
+    return out
+
+
+def table(st: Stats) -> str:
+    n = st.meta["seeds"]
+    rows = []
+    for _, r in st.tables["methods"].iterrows():
+        k = int(r["seeds_reached"])
+        rows.append([escape(r["method"]),
+                     fmt_num(100 * r["test_acc_mean"], 3) + r" $\pm$ " + fmt_num(100 * r["test_acc_std"], 2),
+                     fmt_num(r["mean_chosen_density"], 2),
+                     "--" if k == 0 else fmt_duration(r["ttt_mean_s"]) + ("" if k == n else f" ({k}/{n})"),
+                     fmt_num(r["t_virtual_mean_s"], 3)])
+    return booktabs(rows, ["Method", r"Test acc.\ (\%)", "Mean density", "Time to target", "Virtual time (s)"],
+                    f"Fluctuating bandwidth (100 and 2\\,Mbit/s alternating every 5\\,s of virtual time; MLP on "
+                    f"MNIST, {st.meta['workers']} workers, {n} seeds): fixed top-k densities with error "
+                    f"feedback vs the adaptive multi-objective choice. Time to {fmt_num(100 * st.meta['target_acc'])}"
+                    "\\,\\% test accuracy on the scheduled link.", "tab:e7", size=r"\scriptsize")
+
+
+def figure(st: Stats):
+    plt, sns = plotting()
+    fig, axes = plt.subplots(1, 2, figsize=(7.2, 2.6))
+    d = st.tables["curves"]
+    sns.lineplot(data=d, x="t_virtual_s", y="test_acc", hue="method", units="seed", estimator=None, lw=0.8,
+                 ax=axes[0])
+    axes[0].set(xlabel="virtual time on the fluctuating link (s)", ylabel="test accuracy")
+    axes[0].set_ylim(max(0.0, float(d["test_acc"].quantile(0.05)) - 0.02), min(1.0, float(d["test_acc"].max()) + 0.01))
+    s = st.tables.get("schedule")
+    if s is not None and not s.empty:
+        ax2 = axes[1]
+        ax2.step(s["t_virtual_s"], s["bandwidth_mbit"], where="post", color="grey", label="bandwidth (Mbit/s)")
+        ax2.set(xlabel="virtual time (s)", ylabel="bandwidth (Mbit/s)", yscale="log")
+        ax3 = ax2.twinx()
+        ax3.step(s["t_virtual_s"], s["density"], where="post", color="C3", label="chosen density")
+        ax3.set(ylabel="top-k density", yscale="log")
+        ax2.set_title("adaptive choice (first seed)")
+    return fig
+
+
+E7 = Experiment("e7", "E7 fluctuating bandwidth", stats, numbers, table, figure, "no e7_fluctuating runs")

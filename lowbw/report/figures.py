@@ -1,0 +1,111 @@
+"""Figures shared by several experiments, drawn from tidy tables with seaborn in the paper's style
+(``lowbw.report.common.plotting``). Each returns a matplotlib Figure sized for a full-width ``figure*``
+(at most the text width, about 7 in, and 30 % of the text height)."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from lowbw.report.common import plotting
+from lowbw.report.latex import fmt_num
+
+__all__ = ["note_figure", "accuracy_curves", "ttt_facets", "dot_panels"]
+
+
+def note_figure(text: str):
+    """A small figure that only says ``text`` (an experiment without data in this profile)."""
+    plt, _ = plotting()
+    fig, ax = plt.subplots(figsize=(3.2, 1.2))
+    ax.axis("off")
+    ax.text(0.5, 0.5, text, ha="center", va="center", fontsize=8)
+    return fig
+
+
+def accuracy_curves(curves, xlabel: str, title: str, order: Sequence[str] | None = None):
+    """Test accuracy against time, one line per seed, one colour per ``group`` (tidy ``curves``: group, seed,
+    time_s, test_acc)."""
+    plt, sns = plotting()
+    fig, ax = plt.subplots(figsize=(7.0, 2.8))
+    if curves.empty:
+        return fig
+    sns.lineplot(data=curves, x="time_s", y="test_acc", hue="group", units="seed", estimator=None, lw=0.8,
+                 hue_order=order, ax=ax)
+    ax.set(xscale="log", xlabel=xlabel, ylabel="test accuracy", title=title)
+    lo = max(0.0, float(curves["test_acc"].quantile(0.05)) - 0.02)
+    ax.set_ylim(lo, min(1.0, float(curves["test_acc"].max()) + 0.01))
+    ax.legend(fontsize=6, ncol=3)
+    return fig
+
+
+def ttt_facets(per_run, accuracy, by: str, baseline: str, order: Sequence[str], target_pct: str,
+               max_cols: int = 7):
+    """Small multiples, one panel per ``by`` value: virtual time to the target against the link bandwidth,
+    mean +- std over the seeds that reached it (error bars), the ``baseline``'s curve in grey in every panel;
+    the panel's title gives the final test accuracy (mean +- std, %) and, where some seeds never reached the
+    target at some bandwidth, how many did.
+
+    ``per_run``: tidy (by, seed, bandwidth_mbit, ttt_s); ``accuracy``: (by, test_acc_mean, test_acc_std).
+    """
+    import numpy as np
+
+    plt, sns = plotting()
+    n = len(order)
+    cols = min(max_cols, n)
+    rows = -(-n // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(7.2, 0.2 + 1.55 * rows), sharex=True, sharey=True,
+                             squeeze=False)
+    d = per_run[np.isfinite(per_run["ttt_s"])]
+    base = d[d[by] == baseline]
+    acc = accuracy.set_index(by)
+    seeds = int(per_run["seed"].nunique())
+    for ax, name in zip(axes.flat, order):
+        if not base.empty and name != baseline:
+            sns.lineplot(data=base, x="bandwidth_mbit", y="ttt_s", errorbar=None, color="0.65", lw=0.9, ax=ax)
+        mine = d[d[by] == name]
+        if not mine.empty:
+            sns.lineplot(data=mine, x="bandwidth_mbit", y="ttt_s", errorbar="sd", err_style="bars", marker="o",
+                         markersize=3.5, lw=1.1, color="C0" if name != baseline else "k",
+                         err_kws={"capsize": 2, "elinewidth": 0.8}, ax=ax)
+        reached = per_run[per_run[by] == name].groupby("bandwidth_mbit")["ttt_s"].count()
+        short = f", {int(reached.min())}/{seeds} reach" if reached.min() < seeds else ""
+        a = acc.loc[name]
+        ax.set_title(f"{name}\n{fmt_num(100 * a['test_acc_mean'], 3)} ± "
+                     f"{fmt_num(100 * a['test_acc_std'], 2)} %{short}", fontsize=6.5, pad=2)
+        ax.set(xscale="log", yscale="log", xlabel="", ylabel="")
+        ax.tick_params(labelsize=6, pad=1)
+        ax.grid(True, which="major", lw=0.4)
+    for ax in axes.flat[n:]:
+        ax.axis("off")
+    fig.supxlabel("link bandwidth per worker (Mbit/s)", fontsize=7, y=0.0)
+    fig.supylabel(f"virtual time to {target_pct} % test accuracy (s)", fontsize=7, x=0.0)
+    fig.tight_layout(pad=0.3, h_pad=0.4, w_pad=0.2)
+    return fig
+
+
+def dot_panels(df, label: str, panels: Sequence[tuple[str, str, bool]], hue: str, hue_order: Sequence[str],
+               title: str | None = None) -> Any:
+    """Horizontal dot plots side by side that share one row per ``label`` (no overlapping text labels):
+    ``panels`` are (column, axis label, log scale); ``hue`` colours the rows (e.g. ours vs references)."""
+    plt, sns = plotting()
+    rows = len(df)
+    fig, axes = plt.subplots(1, len(panels), figsize=(7.2, 0.6 + 0.105 * rows), sharey=True)
+    palette = dict(zip(hue_order, sns.color_palette("deep", len(hue_order))))
+    for i, (ax, (col, xlabel, log)) in enumerate(zip(axes, panels)):
+        sns.scatterplot(data=df, x=col, y=label, hue=hue, hue_order=hue_order, palette=palette, s=18, ax=ax,
+                        legend=i == len(panels) - 1, zorder=3)
+        ax.set(xscale="log" if log else "linear", xlabel=xlabel, ylabel="")
+        ax.tick_params(axis="y", labelsize=6)
+        ax.tick_params(axis="x", labelsize=6.5)
+        ax.xaxis.label.set_size(7)
+        ax.grid(True, axis="y", lw=0.3)
+    handles, labels = axes[-1].get_legend_handles_labels()
+    if axes[-1].get_legend() is not None:
+        axes[-1].get_legend().remove()
+    top = 1 - 0.3 / fig.get_figheight()  # room for one line of legend and title above the panels
+    fig.legend(handles, labels, loc="upper right", ncol=len(labels), fontsize=6.5, frameon=False,
+               bbox_to_anchor=(1.0, 1.0), handletextpad=0.2)
+    if title:
+        fig.text(0.01, 1.0, title, fontsize=7.5, ha="left", va="top")
+    fig.tight_layout(pad=0.3, w_pad=0.6, rect=(0, 0, 1, top))
+    return fig

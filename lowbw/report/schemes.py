@@ -1,0 +1,133 @@
+"""E5 (batch-size schemes) and E6 (local SGD, households, data assignment): training configurations compared
+with a baseline configuration on final accuracy and on virtual time to the target at the focus bandwidth."""
+
+from __future__ import annotations
+
+from functools import partial
+from typing import Any
+
+from lowbw.report.build import Context, Experiment, Stats
+from lowbw.report.catalog import PREFIX
+from lowbw.report.common import fmt_duration, report_links, target_acc, training_runs
+from lowbw.report.figures import accuracy_curves
+from lowbw.report.latex import booktabs, escape, fmt_num
+
+__all__ = ["E5", "E6"]
+
+SAMPLE_RATIO_SHOWN = 1.01  # E6 quotes the overlap's extra samples only above this ratio
+
+
+def _label(frame, by: list[str]) -> list[str]:
+    return [", ".join(str(v) for v in vals) for vals in zip(*(frame[k] for k in by))]
+
+
+def stats(ctx: Context, experiments: list[str], by: list[str], baseline: dict[str, Any],
+          samples: bool = False) -> Stats | None:
+    """Tidy ``accuracy`` (one row per configuration, Welch's test against ``baseline``), ``times`` (time to
+    target at the focus bandwidth per configuration), ``runs`` (per run) and ``curves`` (test accuracy
+    against virtual time at the focus bandwidth, per run); with ``samples``, the mean ``samples`` processed per
+    data assignment (overlapping assignments can process more than disjoint ones)."""
+    import pandas as pd
+
+    from lowbw.report.training import eval_lines, group_accuracy, group_times, retime, run_times
+
+    runs, mets = training_runs(ctx, experiments)
+    if runs is None:
+        return None
+    _, lat, focus = report_links(ctx)
+    target = target_acc(ctx, runs)
+    per_run = run_times(runs, mets, by, target, [focus], lat)
+    acc = group_accuracy(runs, by, baseline)
+    times = group_times(per_run, by)
+    curves = []
+    for _, r in runs.iterrows():
+        m = eval_lines(mets[mets["run"] == r["run"]])
+        if not m.empty:
+            curves.append(pd.DataFrame({"group": ", ".join(str(r[k]) for k in by), "seed": r["seed"],
+                                        "step": m["step"].to_numpy(), "time_s": retime(m, focus, lat).to_numpy(),
+                                        "test_acc": m["test_acc"].to_numpy()}))
+    tables = {"accuracy": acc.assign(group=_label(acc, by)), "times": times.assign(group=_label(times, by)),
+              "runs": per_run, "curves": pd.concat(curves, ignore_index=True) if curves else
+              pd.DataFrame(columns=["group", "seed", "step", "time_s", "test_acc"])}
+    if samples and "samples" in runs and "assignment" in runs:
+        tables["samples"] = runs.groupby("assignment", as_index=False)["samples"].mean()
+    return Stats(tables, {"source": ", ".join(f"runs/{e}" for e in experiments), "by": by, "baseline": baseline,
+                          "target_acc": target, "focus_mbit": focus, "latency_ms": lat,
+                          "seeds": int(runs["seed"].nunique())})
+
+
+def _base(st: Stats):
+    acc = st.tables["accuracy"]
+    sel = acc[[all(acc.loc[i, k] == v for k, v in st.meta["baseline"].items()) for i in acc.index]]
+    return sel.index[0] if not sel.empty else None
+
+
+def numbers(st: Stats, key: str) -> dict[str, str]:
+    p = PREFIX[key]
+    acc, times, n = st.tables["accuracy"], st.tables["times"], st.meta["seeds"]
+    best = acc.loc[acc["test_acc_mean"].idxmax()]
+    out = {f"{p}Target": fmt_num(100 * st.meta["target_acc"], 3), f"{p}Focus": fmt_num(st.meta["focus_mbit"]),
+           f"{p}Seeds": str(n), f"{p}BestAcc": fmt_num(100 * best["test_acc_mean"], 3),
+           f"{p}Best": ", ".join(escape(best[k]) for k in st.meta["by"]),
+           f"{p}SigCount": str(int((acc["significant"] == True).sum())),  # noqa: E712  (pandas boolean column)
+           f"{p}Groups": str(len(acc))}
+    reached = times[times["seeds_reached"] == n]
+    if not reached.empty:
+        fastest = reached.loc[reached["ttt_mean_s"].idxmin()]
+        out[f"{p}Fastest"] = ", ".join(escape(fastest[k]) for k in st.meta["by"])
+        out[f"{p}FastestTtt"] = fmt_duration(fastest["ttt_mean_s"])
+    if "samples" in st.tables:
+        per = st.tables["samples"].set_index("assignment")["samples"]
+        if "disjoint" in per and len(per) > 1 and per.max() / per["disjoint"] > SAMPLE_RATIO_SHOWN:
+            out[f"{p}SampleRatio"] = fmt_num(float(per.max() / per["disjoint"]), 3)
+    return out
+
+
+def table(st: Stats, key: str, caption: str) -> str:
+    acc, times, n = st.tables["accuracy"], st.tables["times"].set_index("group"), st.meta["seeds"]
+    b = _base(st)
+    base_t = times.loc[acc.loc[b, "group"]] if b is not None else None
+    rows = []
+    for i, r in acc.iterrows():
+        t = times.loc[r["group"]]
+        sig = r"$^{*}$" if r["significant"] and b is not None and i != b else ""
+        k = int(t["seeds_reached"])
+        ttt = "--" if k == 0 else fmt_duration(t["ttt_mean_s"]) + ("" if k == n else f" ({k}/{n})")
+        speed = (fmt_num(base_t["ttt_mean_s"] / t["ttt_mean_s"], 3)
+                 if base_t is not None and k and base_t["seeds_reached"] else "--")
+        rows.append([", ".join(escape(r[c]) for c in st.meta["by"]),
+                     fmt_num(100 * r["test_acc_mean"], 3) + r" $\pm$ " + fmt_num(100 * r["test_acc_std"], 2) + sig,
+                     fmt_num(r["bytes_per_worker_step"] / 1e3, 3), ttt, speed])
+    header = [escape(" / ".join(st.meta["by"])), r"Test acc.\ (\%)", "kB/step", "Time to target", "Speed-up"]
+    return booktabs(rows, header, caption.format(n=n, target=fmt_num(100 * st.meta["target_acc"]),
+                                                 focus=fmt_num(st.meta["focus_mbit"])),
+                    f"tab:{key}", size=r"\scriptsize")
+
+
+def figure(st: Stats, title: str):
+    return accuracy_curves(st.tables["curves"], f"virtual time at {fmt_num(st.meta['focus_mbit'])} Mbit/s (s)",
+                           title)
+
+
+def _experiment(key: str, experiments: list[str], by: list[str], baseline: dict[str, Any], title: str,
+                caption: str, samples: bool = False) -> Experiment:
+    return Experiment(key, title, partial(stats, experiments=experiments, by=by, baseline=baseline, samples=samples),
+                      partial(numbers, key=key), partial(table, key=key, caption=caption),
+                      partial(figure, title=f"{title}: test accuracy vs virtual time"),
+                      f"no {', '.join(experiments)} runs")
+
+
+E5 = _experiment(
+    "e5", ["e5_batch"], ["method"], {"method": "b128"}, "E5: batch-size schemes",
+    "Batch size schemes ({n} seeds): b128 = constant global batch 128; b1024 = batch 1024 with the linear "
+    "scaling rule and warm-up; dyn = dynamic batch size (the draft's prose rule); adam* = the same schemes "
+    "with Adam at learning rate $10^{{-3}}$. Bytes per worker and step, virtual time to {target}\\,\\% at "
+    "{focus}\\,Mbit/s and speed-up over SGD at batch 128. $^*$: accuracy differs from SGD b128 (Welch $p<0.05$).")
+
+E6 = _experiment(
+    "e6", ["e6_local", "e6_households"], ["assignment", "method"], {"assignment": "disjoint", "method": "sync"},
+    "E6: local SGD, households, data assignment",
+    "Synchronisation schemes and data assignment (8 workers, {n} seeds): fully synchronous, local SGD with "
+    "period $L_W$ = 4 or 16, post-local SGD, and 2 households ($L_H=1$, $L_W=16$) with disjoint or "
+    "overlapping household shards; disjoint vs full data overlap. Virtual time to {target}\\,\\% at "
+    "{focus}\\,Mbit/s; $^*$: accuracy differs from synchronous disjoint (Welch $p<0.05$).", samples=True)
