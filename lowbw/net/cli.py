@@ -63,6 +63,12 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--trace", default=None, metavar="FILE",
                    help="replay a bandwidth (and delay) trace: CSV t_s,worker,mbit[,delay_ms] (worker * = all) or "
                         "a Mahimahi packet-delivery trace; examples: lowbw/net/traces/{wifi,lte}.csv")
+    p.add_argument("--straggle", action="append", default=[], metavar="RANK:FACTOR",
+                   help="slow worker RANK down FACTOR times (SIGSTOP/SIGCONT duty cycle); repeatable")
+    p.add_argument("--fail", action="append", default=[], metavar="RANK@SECONDS",
+                   help="kill worker RANK SECONDS after launch; repeatable")
+    p.add_argument("--partition", action="append", default=[], metavar="RANK@SECONDS:DURATION",
+                   help="drop every packet of worker RANK's link for DURATION seconds from SECONDS; repeatable")
     p.add_argument("--emulation", default="auto", choices=["auto", "netns-tc", "loopback-ratelimit"])
     p.add_argument("--prefix", default="lbw", help="name prefix of namespaces (default lbw)")
     p.add_argument("--master-port", type=int, default=29500)
@@ -82,6 +88,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
+    from lowbw.net.faults import parse_fail, parse_partition, parse_straggle
     from lowbw.net.link import links_from_values
     from lowbw.net.testbed import (
         RealtimeUnavailable,
@@ -129,13 +136,16 @@ def main(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGTERM, lambda s, f: (_ for _ in ()).throw(SystemExit(128 + s)))
     signal.signal(signal.SIGHUP, lambda s, f: (_ for _ in ()).throw(SystemExit(128 + s)))
     try:  # bad values (delay, loss, schedule, queue, ...) are named in one line before anything is set up
+        faults = [*(parse_straggle(v, args.workers) for v in args.straggle),
+                  *(parse_fail(v, args.workers) for v in args.fail),
+                  *(parse_partition(v, args.workers) for v in args.partition)]
         links = links_from_values(args.workers, rate, args.up, args.down, args.delay, args.down_delay, args.jitter,
                                   args.loss, args.queue)
         testbed = Testbed(args.workers, links=links, schedule=args.schedule, emulation=args.emulation,
                           prefix=args.prefix,
                           ack_priority=args.ack_priority, congestion_control=args.congestion_control,
                           master_port=args.master_port, realtime=args.realtime,
-                          link_emulator=args.link_emulator, trace=args.trace)
+                          link_emulator=args.link_emulator, trace=args.trace, faults=faults)
     except ValueError as e:
         print(f"lowbw testbed: {e}", file=sys.stderr)
         return 2
@@ -159,6 +169,9 @@ def main(args: argparse.Namespace) -> int:
             codes = tb.wait(procs, timeout=args.timeout, grace=args.grace)
             timed_out = bool(args.timeout) and time.monotonic() - t_wait >= args.timeout
             _warn_if_idle(before, tb.link_bytes(), args.workers)
+            for t, kind, rank in tb.faults.log:
+                if kind != "straggle":
+                    print(f"lowbw testbed: injected {kind} of rank {rank} at {t:g} s", file=sys.stderr)
     except (TestbedUnavailable, RealtimeUnavailable) as e:
         print(f"lowbw testbed: {e}", file=sys.stderr)
         return 1

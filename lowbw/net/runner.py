@@ -154,5 +154,9 @@ class RateScheduler:
         self._thread = threading.Thread(target=loop, name=self.name, daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, join: bool = False) -> None:
+        """No more calls of ``apply`` from now on; ``join``: also wait (up to 5 s) for a call under way."""
         self._stop.set()
+        t = self._thread
+        if join and t is not None and t is not threading.current_thread():
+            t.join(timeout=5)

@@ -46,6 +46,7 @@ from typing import Any
 
 from lowbw.net import linkemu, tc
 from lowbw.net.costmodel import parse_rate, parse_time
+from lowbw.net.faults import FaultInjector, Partition
 from lowbw.net.link import DEFAULT_QUEUE_S, MIN_QUEUE_BYTES, LinkSpec, parse_schedule
 from lowbw.net.namespaces import (
     cleanup,
@@ -152,13 +153,15 @@ class Testbed:
             links = [LinkSpec.parse(rate, delay, jitter, loss, queue, burst, limit)] * workers
         if len(links) != workers:
             raise ValueError(f"links: {len(links)} given for {workers} workers")
-        trace = options.pop("trace", None)
+        trace, faults = options.pop("trace", None), tuple(options.pop("faults", ()))
         self.workers = workers
         self.links: list[LinkSpec] = list(links)
         self.options = TestbedOptions.parse(**options)
         self.trace: Trace | None = load_trace(trace, workers) if isinstance(trace, str | os.PathLike) else trace
         if self.trace is not None and self.options.schedule:
             raise ValueError("give a rate schedule or a trace, not both")
+        if any(not 0 <= f.rank < workers for f in faults):
+            raise ValueError(f"faults {faults}: every rank must be below {workers}")
         self.tag = make_tag(self.options.prefix, secrets.token_hex(3))
         self.emulation: str | None = None  # chosen by start()
         self.namespaces: list[str] = []  # created so far (deleted by close())
@@ -171,6 +174,7 @@ class Testbed:
         self._started = False
         self._closed = False
         self._scheduler = RateScheduler(f"{self.tag}-schedule")
+        self.faults = FaultInjector(faults, f"{self.tag}-faults")
         self._t0: float | None = None  # launch time (time.time()) of the current job
         self._signals = SignalGuard()
         self.impairment: str | None = None  # what adds delay/jitter/loss: "netem", "userspace" or None
@@ -235,6 +239,9 @@ class Testbed:
             missing = netns_missing() if opts.emulation != "loopback-ratelimit" else []
             if opts.emulation == "netns-tc" and missing:
                 raise TestbedUnavailable(missing)
+            if any(isinstance(f, Partition) for f in self.faults.faults) and (
+                    opts.emulation == "loopback-ratelimit" or missing):
+                raise ValueError("a partition needs the netns-tc emulation (root, iproute2): loopback has no links")
             if self.trace is not None and (opts.emulation == "loopback-ratelimit" or missing):
                 raise ValueError("a trace needs the netns-tc emulation (root, iproute2): in-process rate limiting "
                                  "cannot follow it")
@@ -339,6 +346,7 @@ class Testbed:
                 return
             self._closed = True
             self._scheduler.stop()
+            self.faults.stop()
             stop_all(self._procs)
             if self._emulator is not None:  # before the namespaces: its TAP devices keep them alive
                 self.emulator_stats = self._emulator.stop()
@@ -401,11 +409,16 @@ class Testbed:
                 p = start_process(full, e, worker_dir(cwd, r), stdout, stderr, self.options.realtime)
                 procs.append(p)
                 self._procs.append(p)
+            self.faults.start(procs, self._t0, self._set_link)
             if self.trace is not None:
                 self._scheduler.start(((s.t_s, s) for s in expand(self.trace, math.inf)), self._t0, self._trace_step)
             elif self.schedule:
                 self._scheduler.start(self.schedule, self._t0, self._scheduled_rate)
             return procs
+
+    def _set_link(self, rank: int, up: bool) -> None:
+        """Worker ``rank``'s link up or down (its bridge port: every packet to or from it is dropped)."""
+        run_command(["ip", "-n", self.bridge_ns, "link", "set", tc.port_name(rank), "up" if up else "down"])
 
     def _scheduled_rate(self, bps: float) -> None:
         if not self._closed:
@@ -438,6 +451,7 @@ class Testbed:
             return wait_all(list(self._procs if procs is None else procs), timeout=timeout, grace=grace)
         finally:
             self._scheduler.stop()
+            self.faults.stop()
 
     def run(self, command: Sequence[str] | str, env: dict[str, str] | None = None, cwd: str | None = None,
             timeout: float | None = None, grace: float = 30.0, stdout: Any = None, stderr: Any = None) -> list[int]:
@@ -471,6 +485,8 @@ class Testbed:
                         if netns else "loopback (no kernel shaping)",
             "tag": self.tag, "addresses": [w.address for w in self.info],
             "impairment": self.impairment, "trace": self.trace.source if self.trace else None,
+            "faults": [dataclasses.asdict(f) | {"kind": type(f).__name__.lower()} for f in self.faults.faults],
+            "fault_log": list(self.faults.log),
             "links": [dataclasses.asdict(link) for link in self.links],
         }
 

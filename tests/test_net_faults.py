@@ -1,0 +1,122 @@
+"""Injected faults: parsing and timelines (no root), a killed and a straggling worker (loopback, no root),
+and a partitioned link on the netns testbed (root)."""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+import shutil
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from lowbw.net import faults as F
+from lowbw.net.faults import Action, Fail, Partition, Straggle
+from lowbw.net.testbed import Testbed
+
+HAVE_NETNS = os.name == "posix" and os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc"))
+netns = pytest.mark.skipif(not HAVE_NETNS, reason="needs root and iproute2 (ip, tc)")
+
+
+def test_parsers_accept_the_documented_forms():
+    assert F.parse_straggle("2:3", 4) == Straggle(2, 3.0)
+    assert F.parse_fail("1@30", 2) == Fail(1, 30.0) and F.parse_fail("0@500ms", 2) == Fail(0, 0.5)
+    assert F.parse_partition("0@10:5", 2) == Partition(0, 10.0, 5.0)
+
+
+@pytest.mark.parametrize("parse, value, culprit", [
+    (F.parse_straggle, "2", "--straggle '2' is not RANK:FACTOR"),
+    (F.parse_straggle, "1:0.5", "the factor must be a number > 1"),
+    (F.parse_straggle, "5:2", "'5' is not a rank below 2"),
+    (F.parse_fail, "1", "--fail '1' is not RANK@SECONDS"),
+    (F.parse_fail, "1@soon", "'soon' is not a time"),
+    (F.parse_partition, "0@10", "--partition '0@10' is not RANK@SECONDS:DURATION"),
+    (F.parse_partition, "0@1:0", "the duration must be > 0"),
+])
+def test_bad_fault_values_are_named(parse, value, culprit):
+    with pytest.raises(ValueError, match=culprit.replace("(", r"\(")):
+        parse(value, 2)
+
+
+def test_timeline_merges_the_plan_in_time_order():
+    plan = [Straggle(1, 4.0), Fail(0, 0.25), Partition(2, 0.05, 0.1)]
+    first = list(itertools.islice(F.timeline(plan), 8))
+    assert [t for t, _ in first] == sorted(t for t, _ in first)
+    assert first[:4] == [(0.025, Action("stop", 1)), (0.05, Action("link_down", 2)), (0.1, Action("cont", 1)),
+                         (0.125, Action("stop", 1))]
+    assert [t for t, a in first if a == Action("link_up", 2)] == [pytest.approx(0.15)]
+    assert (0.25, Action("kill", 0)) in list(itertools.islice(F.timeline(plan), 12))
+
+
+def test_a_failed_worker_is_killed_on_time_and_logged():
+    t = time.time()
+    with Testbed(2, emulation="loopback-ratelimit", faults=[Fail(1, 0.5)]) as tb:
+        codes = tb.run(["sleep", "30"], grace=0.5, timeout=30)
+        log, desc = tb.faults.log, tb.describe()
+    assert codes[1] == -9 and codes[0] != 0 and time.time() - t < 10
+    assert [(k, r) for _, k, r in log] == [("kill", 1)] and 0.45 < log[0][0] < 1.5
+    assert desc["faults"] == [{"rank": 1, "at_s": 0.5, "kind": "fail"}]
+
+
+SPIN = textwrap.dedent("""
+    import os, time
+    n, end = 0, time.time() + 2.0
+    while time.time() < end:
+        n += 1
+    os.write(1, b"%s %d\\n" % (os.environ["RANK"].encode(), n))
+""")
+
+
+def test_a_straggler_runs_factor_times_slower(tmp_path):
+    out = tmp_path / "spin.txt"
+    with Testbed(2, emulation="loopback-ratelimit", faults=[Straggle(1, 4.0)]) as tb, open(out, "w") as f:
+        assert tb.run([sys.executable, "-c", SPIN], timeout=60, stdout=f) == [0, 0]
+    n = dict(line.split() for line in out.read_text().splitlines())
+    # two spinning workers may share one core with the rest of the machine: compare rates, not counts
+    assert 2.5 < int(n["0"]) / int(n["1"]) < 8, n
+
+
+def test_a_partition_needs_links():
+    with pytest.raises(ValueError, match="partition needs the netns-tc emulation"):
+        Testbed(2, emulation="loopback-ratelimit", faults=[Partition(0, 1, 1)]).start()
+    with pytest.raises(ValueError, match="every rank must be below 2"):
+        Testbed(2, faults=[Fail(2, 1)])
+
+
+TRANSFER = textwrap.dedent("""
+    import os, socket, sys, time
+    addr = ("10.231.0.1", 29751)
+    if os.environ["RANK"] == "0":
+        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(addr); s.listen(1)
+        c, got = s.accept()[0], 0
+        while (b := c.recv(65536)):
+            got += len(b)
+        sys.exit(0 if got == 3_000_000 else 3)
+    for _ in range(100):
+        try:
+            c = socket.create_connection(addr, timeout=2); break
+        except OSError:
+            time.sleep(0.1)
+    c.settimeout(None); t = time.time(); c.sendall(b"x" * 3_000_000); c.close()
+    os.write(1, b"SECONDS %f\\n" % (time.time() - t))
+""")
+
+
+@pytest.mark.netns
+@netns
+def test_a_partition_stalls_the_link_for_its_duration_and_traffic_resumes(tmp_path):
+    prefix = "lbwf" + secrets.token_hex(3)
+    out = tmp_path / "out.txt"
+    # 3 MB at 20 Mbit/s takes 1.2 s; rank 1 is cut off from 0.5 s to 2.5 s
+    with Testbed(2, rate="20mbit", prefix=prefix, faults=[Partition(1, 0.5, 2.0)]) as tb, open(out, "w") as f:
+        assert tb.run([sys.executable, "-c", TRANSFER], timeout=60, stdout=f) == [0, 0]
+        log = tb.faults.log
+    seconds = float(out.read_text().split()[1])
+    assert [(k, r) for _, k, r in log] == [("link_down", 1), ("link_up", 1)]
+    assert 2.6 < seconds < 15, seconds  # stalled for the 2 s outage (plus TCP's retransmission back-off)
+    listing = subprocess.run(["ip", "netns", "list"], capture_output=True, text=True).stdout
+    assert prefix not in listing
