@@ -83,3 +83,66 @@ def test_e1_section_reports_the_targets_from_the_rows(tmp_path):
     assert (n["EOneModelAlgsWithinTen"], n["EOneModelAlgs"]) == ("2", "3")
     assert "tab:e1" in E1.table(st)
     assert list(st.tables["settings"].columns[:5]) == ["algorithm", "workers", "rate_mbit", "size_mb", "time_s"]
+
+
+def _training_run(d, method, seed, acc_at, final_acc, ratio=None, adaptive="off", bytes_per_step=1e6):
+    """A completed sim run with evaluations at steps 10 and 20: compute 0.1 s and 1 MB on the critical path
+    per step (so re-timed at b Mbit/s a step takes 0.1 + 8/b s, latency 0)."""
+    from lowbw.runio import append_jsonl, atomic_write_json
+
+    d.mkdir(parents=True)
+    cfg = {"dataset": "mnist", "workers": 2, "seed": seed, "adaptive": adaptive}
+    if ratio is not None:
+        cfg["compressor_args"] = {"ratio": ratio}
+    atomic_write_json(d / "config.json", {"config": cfg})
+    for step, acc in ((10, acc_at[0]), (20, acc_at[1])):
+        append_jsonl(d / "metrics.jsonl", {"step": step, "test_acc": acc, "t_virtual": step * 1.0,
+                                           "t_virtual_compute": 0.1 * step, "t_virtual_compress": 0.0,
+                                           "comm_alpha_terms": 0.0, "comm_beta_bytes": bytes_per_step * step})
+    atomic_write_json(d / "summary.json", {"complete": True, "final_test_acc": final_acc, "step": 20,
+                                           "t_virtual": 20.0, "bytes_sent_per_worker": bytes_per_step * 20})
+
+
+def test_e4_tidy_tables_and_numbers_from_runs(tmp_path):
+    from lowbw.report.build import Context
+    from lowbw.report.e4 import E4
+
+    root = tmp_path / "e4_compression"
+    for seed in (0, 1):
+        _training_run(root / "method~dense" / f"seed~{seed}", "dense", seed, (0.5, 0.95), 0.95 + seed / 100)
+        _training_run(root / "method~topk1" / f"seed~{seed}", "topk1", seed, (0.92, 0.93), 0.90 + seed / 100,
+                      bytes_per_step=1e4)
+    cfg = {"report": {"bandwidths_mbit": [10, 1000], "latency_ms": 0.0, "focus_mbit": 10}, "targets": {"mnist": 0.9}}
+    st = E4.stats(Context(cfg, tmp_path, tmp_path / "out"))
+    assert list(st.tables["runs"].columns) == ["method", "seed", "run", "bandwidth_mbit", "ttt_s"]
+    assert {"test_acc_mean", "test_acc_std", "bytes_per_worker_step", "p_vs_baseline"} <= set(st.tables["accuracy"])
+    t = st.tables["times"].set_index(["method", "bandwidth_mbit"])
+    # dense reaches 0.9 at step 20: 20 * (0.1 + 8e6 / 10e6) = 18 s; top-k at step 10 with 1e4 bytes a step
+    assert math.isclose(t.loc[("dense", 10.0), "ttt_mean_s"], 18.0)
+    assert math.isclose(t.loc[("topk1", 10.0), "ttt_mean_s"], 10 * (0.1 + 8e4 / 10e6))
+    n = E4.numbers(st)
+    assert n["EFourTttDense"] == "18 s" and n["EFourBest"] == "topk1"
+    assert n["EFourBestSpeedup"] == fmt_num(18.0 / 1.08, 3)
+    assert n["EFourBestPerMbit"] == r"10\,Mbit/s: topk1; 1{,}000\,Mbit/s: topk1"
+    assert n["EFourSigWorse"] == "1" and n["EFourSigWorseList"] == "topk1"
+
+
+def test_e7_names_follow_the_density_not_the_preset(tmp_path):
+    """Renaming E7's presets keeps every macro name; a density without a catalogued word is an error naming it."""
+    from lowbw.report.build import Context
+    from lowbw.report.e7 import E7
+
+    root = tmp_path / "e7_fluctuating"
+    runs = {"coarse": 0.1, "mid": 0.01, "fine": 0.001, "chooser": 0.01}
+    for name, ratio in runs.items():
+        for seed in (0, 1):
+            _training_run(root / f"method~{name}" / f"seed~{seed}", name, seed, (0.5 + seed / 10, 0.95), 0.9,
+                          ratio=ratio, adaptive="moo" if name == "chooser" else "off")
+    ctx = Context({"targets": {"mnist": 0.9}}, tmp_path, tmp_path / "out")
+    n = E7.numbers(E7.stats(ctx))
+    assert {"ESevenTttAdaptive", "ESevenTttFixedTen", "ESevenTttFixedOne", "ESevenTttFixedTenth",
+            "ESevenAdaptiveVsBest", "ESevenSignificance"} <= set(n)
+    assert n["ESevenDensityFixedTenth"] == "0.001" and n["ESevenBestFixed"] == "coarse"
+    _training_run(root / "method~odd" / "seed~0", "odd", 0, (0.5, 0.95), 0.9, ratio=0.05)
+    with pytest.raises(ValueError, match="E7 fixed top-k density of 'odd' 0.05"):
+        E7.stats(Context({"targets": {"mnist": 0.9}}, tmp_path, tmp_path / "out"))
