@@ -146,3 +146,19 @@ def test_e7_names_follow_the_density_not_the_preset(tmp_path):
     _training_run(root / "method~odd" / "seed~0", "odd", 0, (0.5, 0.95), 0.9, ratio=0.05)
     with pytest.raises(ValueError, match="E7 fixed top-k density of 'odd' 0.05"):
         E7.stats(Context({"targets": {"mnist": 0.9}}, tmp_path, tmp_path / "out"))
+
+
+def test_report_command_names_a_bad_argument_before_any_work(tmp_path, capsys):
+    from lowbw.cli import main
+
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("profile: tiny\n")
+    (tmp_path / "runs").mkdir()
+    out = tmp_path / "gen"
+    assert main(["report", "--config", str(cfg), "--runs", str(tmp_path / "runs"), "--out", str(out),
+                 "--only", "e9"]) == 2
+    assert "--only e9 is unknown" in capsys.readouterr().err and not out.exists()
+    assert main(["report", "--config", str(tmp_path / "none.yaml")]) == 2
+    assert main(["report", "--config", str(cfg), "--runs", str(tmp_path / "runs"), "--out", str(out),
+                 "--only", "e1"]) == 0
+    assert r"\newcommand{\EOneNotRun}" in (out / "numbers.tex").read_text()
