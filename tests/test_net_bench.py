@@ -81,3 +81,26 @@ def test_tiny_benchmark_runs_end_to_end(tmp_path):
         assert r["model_s"] > 0 and r["busbw_bps"] > 0
         # a shaped 100 Mbit/s link cannot be beaten by more than tbf's burst allows
         assert r["time_s"] > 0.5 * r["lower_bound_s"]
+
+
+def test_a_list_of_delays_is_a_latency_axis_one_testbed_each(monkeypatch):
+    seen = []
+
+    def fake_testbed(n, rate_bps, delay_s, cfg, plan, timeout):
+        seen.append((n, rate_bps, delay_s, len(plan)))
+        pp = [{"nbytes": nb, "one_way_s": delay_s + 1e-4 + nb * 8 / rate_bps,
+               "exchange_s": delay_s + 1e-4 + nb * 8 / rate_bps} for nb in B._pingpong_sizes(rate_bps)]
+        ms = [{**p, "ok": True, "times_s": [p["predicted_s"]], "time_s": p["predicted_s"]} for p in plan]
+        return {"pingpong": pp, "measurements": ms, "gamma_s_per_byte": 0.0, "chunk_bytes": None}, \
+            {"emulation": "netns-tc"}
+
+    monkeypatch.setattr(B, "_run_testbed", fake_testbed)
+    cfg = {"workers": [2], "rates_mbit": [10], "sizes_mb": [0.064], "algorithms": ["ring", "tree"], "reps": 1,
+           "max_seconds": 5, "delay_ms": [0, 20]}
+    res = B.run(cfg, out=None, log=lambda s: None)
+    assert [s[2] for s in seen] == [0.0, 0.02] and all(s[3] == 2 for s in seen)
+    assert sorted({r["delay_ms"] for r in res["rows"]}) == [0, 20] and len(res["rows"]) == 4
+    assert set(res["calibration"]) == {"N2_10mbit", "N2_10mbit_20ms"}
+    slow = {r["algorithm"]: r["model_nominal_s"] for r in res["rows"] if r["delay_ms"] == 20}
+    fast = {r["algorithm"]: r["model_nominal_s"] for r in res["rows"] if r["delay_ms"] == 0}
+    assert all(slow[a] > fast[a] + 0.02 for a in slow)  # at least one one-way delay more per all-reduce

@@ -19,6 +19,7 @@ Sizes are in MB (10^6 bytes) of float32 per rank; rates in Mbit/s (10^6 bit/s).
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import math
 import os
@@ -103,72 +104,78 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
         cfg.update(QUICK)
     cfg.update({k: v for k, v in (config or {}).items() if v is not None})
     algorithms = list(cfg["algorithms"])
-    delay_s = float(cfg.get("delay_ms", 0) or 0) / 1e3
+    delays_ms = _as_list(cfg.get("delay_ms") or 0)
     rows: list[dict] = []
     skipped: list[dict] = []
     calibration: dict[str, Any] = {}
     testbeds: list[dict] = []
     t_start = time.time()
-    for n in cfg["workers"]:
-        for rate_mbit in cfg["rates_mbit"]:
-            rate_bps = float(rate_mbit) * 1e6
-            plan = []
-            for size_mb in cfg["sizes_mb"]:
-                nbytes = int(round(float(size_mb) * 1e6 / 4)) * 4
-                for alg in algorithms:
-                    t_pred = _nominal_time(alg, nbytes, n, rate_bps, delay_s)
-                    if t_pred > cfg["max_seconds"]:
-                        skipped.append({"workers": n, "rate_mbit": rate_mbit, "size_mb": size_mb, "algorithm": alg,
-                                        "predicted_s": t_pred, "why": f"predicted > {cfg['max_seconds']} s"})
-                        continue
-                    reps = cfg["reps"] if t_pred * cfg["reps"] <= 3 * cfg["max_seconds"] else 1
-                    if t_pred < 0.1:  # millisecond calls: the median of more repetitions (~0.3 s of them)
-                        reps = max(reps, min(25, math.ceil(0.3 / max(t_pred, 1e-6))))
-                    plan.append({"size_mb": size_mb, "nbytes": nbytes, "algorithm": alg, "reps": reps,
-                                 "predicted_s": t_pred})
-            if not plan:
-                continue
-            calls = sum(p["predicted_s"] * (p["reps"] + 1 + (p["predicted_s"] <= FULL_WARMUP_MAX_S)) for p in plan)
-            log(f"[collectives] N={n} rate={rate_mbit} Mbit/s: {len(plan)} measurements, ~{calls:.0f} s predicted")
-            res, desc = _run_testbed(n, rate_bps, delay_s, cfg, plan, timeout)
-            testbeds.append(desc)
-            pp = res["pingpong"]
-            key = f"N{n}_{float(rate_mbit):g}mbit"
-            calibration[key] = cal = _calibrate(pp, rate_bps, res.get("gamma_s_per_byte"))
-            nominal = LinkParams(alpha_s=delay_s, bandwidth_bps=rate_bps)
-            for m in res["measurements"]:
-                t = m["time_s"]
-                nb = m["nbytes"]
-                lb = lower_bound(nb, n, nominal)
-                chunk = res.get("chunk_bytes")
-                link = _model_link(cal, m["algorithm"])
-                model = allreduce_time(m["algorithm"], nb, n, link, chunk) if m.get("ok") else None
-                row = {
-                    "workers": n, "rate_mbit": rate_mbit, "size_mb": m["size_mb"], "nbytes": nb,
-                    "algorithm": m["algorithm"], "emulation": desc["emulation"], "ok": m.get("ok", False),
-                    "error": m.get("error"), "reps": len(m.get("times_s", [])), "times_s": m.get("times_s", []),
-                    "full_warmup": m.get("full_warmup"),
-                    "time_s": t, "lower_bound_s": lb, "model_nominal_s": allreduce_time(m["algorithm"], nb, n, nominal),
-                    "model_s": model, "chunk_bytes": chunk,
-                    # under loopback-ratelimit gloo's built-in all-reduce cannot be paced per message: it is
-                    # padded to the model's time, so that row is modelled, not measured
-                    "timing": "padded-to-model" if (desc["emulation"] == "loopback-ratelimit"
-                                                    and m["algorithm"] == "native") else "measured",
-                }
-                if t:
-                    row["algbw_bps"] = nb * 8 / t
-                    row["busbw_bps"] = row["algbw_bps"] * 2 * (n - 1) / n
-                    row["frac_of_bound"] = lb / t
-                    row["model_rel_err"] = (model - t) / t if model is not None else None
-                rows.append(row)
-            result = _result(cfg, rows, skipped, calibration, testbeds, t_start)
-            if out:
-                atomic_write_json(out, {**result, "provenance": provenance()})
+    for n, rate_mbit, delay_ms in itertools.product(cfg["workers"], cfg["rates_mbit"], delays_ms):  # one testbed each
+        rate_bps = float(rate_mbit) * 1e6
+        delay_s = float(delay_ms) / 1e3
+        plan = []
+        for size_mb in cfg["sizes_mb"]:
+            nbytes = int(round(float(size_mb) * 1e6 / 4)) * 4
+            for alg in algorithms:
+                t_pred = _nominal_time(alg, nbytes, n, rate_bps, delay_s)
+                if t_pred > cfg["max_seconds"]:
+                    skipped.append({"workers": n, "rate_mbit": rate_mbit, "delay_ms": delay_ms, "size_mb": size_mb,
+                                    "algorithm": alg, "predicted_s": t_pred,
+                                    "why": f"predicted > {cfg['max_seconds']} s"})
+                    continue
+                reps = cfg["reps"] if t_pred * cfg["reps"] <= 3 * cfg["max_seconds"] else 1
+                if t_pred < 0.1:  # millisecond calls: the median of more repetitions (~0.3 s of them)
+                    reps = max(reps, min(25, math.ceil(0.3 / max(t_pred, 1e-6))))
+                plan.append({"size_mb": size_mb, "nbytes": nbytes, "algorithm": alg, "reps": reps,
+                             "predicted_s": t_pred})
+        if not plan:
+            continue
+        calls = sum(p["predicted_s"] * (p["reps"] + 1 + (p["predicted_s"] <= FULL_WARMUP_MAX_S)) for p in plan)
+        log(f"[collectives] N={n} rate={rate_mbit} Mbit/s delay={delay_ms} ms: {len(plan)} measurements, "
+            f"~{calls:.0f} s predicted")
+        res, desc = _run_testbed(n, rate_bps, delay_s, cfg, plan, timeout)
+        testbeds.append(desc)
+        pp = res["pingpong"]
+        key = f"N{n}_{float(rate_mbit):g}mbit" + (f"_{float(delay_ms):g}ms" if delay_ms else "")
+        calibration[key] = cal = _calibrate(pp, rate_bps, res.get("gamma_s_per_byte"))
+        nominal = LinkParams(alpha_s=delay_s, bandwidth_bps=rate_bps)
+        for m in res["measurements"]:
+            t = m["time_s"]
+            nb = m["nbytes"]
+            lb = lower_bound(nb, n, nominal)
+            chunk = res.get("chunk_bytes")
+            link = _model_link(cal, m["algorithm"])
+            model = allreduce_time(m["algorithm"], nb, n, link, chunk) if m.get("ok") else None
+            row = {
+                "workers": n, "rate_mbit": rate_mbit, "delay_ms": delay_ms, "size_mb": m["size_mb"], "nbytes": nb,
+                "algorithm": m["algorithm"], "emulation": desc["emulation"], "ok": m.get("ok", False),
+                "error": m.get("error"), "reps": len(m.get("times_s", [])), "times_s": m.get("times_s", []),
+                "full_warmup": m.get("full_warmup"),
+                "time_s": t, "lower_bound_s": lb, "model_nominal_s": allreduce_time(m["algorithm"], nb, n, nominal),
+                "model_s": model, "chunk_bytes": chunk,
+                # under loopback-ratelimit gloo's built-in all-reduce cannot be paced per message: it is
+                # padded to the model's time, so that row is modelled, not measured
+                "timing": "padded-to-model" if (desc["emulation"] == "loopback-ratelimit"
+                                                and m["algorithm"] == "native") else "measured",
+            }
+            if t:
+                row["algbw_bps"] = nb * 8 / t
+                row["busbw_bps"] = row["algbw_bps"] * 2 * (n - 1) / n
+                row["frac_of_bound"] = lb / t
+                row["model_rel_err"] = (model - t) / t if model is not None else None
+            rows.append(row)
+        result = _result(cfg, rows, skipped, calibration, testbeds, t_start)
+        if out:
+            atomic_write_json(out, {**result, "provenance": provenance()})
     result = _result(cfg, rows, skipped, calibration, testbeds, t_start)
     result["provenance"] = provenance()
     if out:
         atomic_write_json(out, result)
     return result
+
+
+def _as_list(v) -> list:
+    return list(v) if isinstance(v, (list, tuple)) else [v]
 
 
 # algorithms whose busiest links carry data in both directions at once (each direction then also carries
@@ -347,7 +354,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--sizes", type=float, nargs="+", dest="sizes_mb", help="MB per rank")
     ap.add_argument("--algorithms", nargs="+")
     ap.add_argument("--reps", type=int)
-    ap.add_argument("--delay-ms", type=float)
+    ap.add_argument("--delay-ms", type=float, nargs="+", help="one-way delay per link, ms (several: a latency axis)")
     ap.add_argument("--queue-ms", type=float, help="tbf queue of each link, in ms at its rate (default 100)")
     ap.add_argument("--max-seconds", type=float)
     ap.add_argument("--congestion-control", help="TCP congestion control on the links (default cubic)")
