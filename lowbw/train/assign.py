@@ -28,6 +28,7 @@ from dataclasses import dataclass
 
 import torch
 
+from lowbw.data import load
 from lowbw.train.augment import Augmenter
 
 __all__ = ["TrainData", "load_data", "assign", "WorkerStream", "Batches", "seed_for", "pairwise_intersections"]
@@ -109,8 +110,6 @@ def load_data(cfg, device: str | torch.device = "cpu", dataset=None) -> TrainDat
     if dataset is None and cfg.dataset == SYNTHETIC:
         dataset = synthetic()
     if dataset is None:
-        from lowbw.data import load
-
         dataset = load(cfg.dataset)
     ds = dataset
 

@@ -6,6 +6,10 @@ import argparse
 import json
 import signal
 import sys
+from pathlib import Path
+
+from lowbw.train.config import ConfigError, RunConfig, json_schema, keys_help, load_file, parse_override
+from lowbw.train.launch import RunDirError, check_out, run
 
 __all__ = ["add_parser", "main"]
 
@@ -22,8 +26,6 @@ input, 130 when interrupted."""
 
 
 def add_parser(subparsers) -> argparse.ArgumentParser:
-    from lowbw.train.config import keys_help
-
     p = subparsers.add_parser(
         "train", help="train one run config (sim | procs | torchrun)", description=_DESC,
         epilog="keys (name = default {choices}):\n" + keys_help(),
@@ -43,8 +45,6 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 
 def build_config(path: str | None, overrides: list[str]):
-    from lowbw.train.config import RunConfig, load_file, parse_override
-
     d = load_file(path) if path else {}
     for o in overrides:
         k, v = parse_override(o)
@@ -58,8 +58,6 @@ def _err(msg: str, rc: int) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lowbw.train.config import ConfigError, json_schema
-
     # a shell starts background jobs with SIGINT ignored; a run must still stop (and clean up) on Ctrl-C/kill -INT
     signal.signal(signal.SIGINT, signal.default_int_handler)
     if args.schema:
@@ -76,10 +74,6 @@ def main(args: argparse.Namespace) -> int:
         return 0
     if not args.out:
         return _err("--out DIR is required", 2)
-    from pathlib import Path
-
-    from lowbw.train.launch import RunDirError, check_out, run
-
     out = Path(args.out)
     try:
         if out.is_dir() and check_out(cfg, out.resolve(), args.force) == "complete":
@@ -98,7 +92,7 @@ def main(args: argparse.Namespace) -> int:
     except SystemExit as e:  # SIGTERM/SIGHUP (above): workers and namespaces are gone by now
         if not isinstance(e.code, int) or e.code <= 128:
             raise
-        name = signal.Signals(e.code - 128).name if e.code - 128 in signal.Signals._value2member_map_ else e.code
+        name = signal.Signals(e.code - 128).name if e.code - 128 in {s.value for s in signal.Signals} else e.code
         return _err(f"stopped by {name} (a rerun with the same --out resumes from the last checkpoint)", e.code)
     except RunDirError as e:
         return _err(e, 2)

@@ -9,7 +9,7 @@
   torchrun (``RANK`` set) this process *is* a worker; otherwise it starts
   ``python -m torch.distributed.run --standalone --nproc_per_node M -m lowbw.train.worker ...``.
 
-Failure behaviour (issue 18): the run directory's ``.lock`` is held by the launcher *and* every worker
+Failure behaviour: the run directory's ``.lock`` is held by the launcher *and* every worker
 (flock, shared once the launcher has checked it is alone), so a rerun cannot start while an orphan still
 writes; workers die with the launcher (parent-death signal) and a guardian process deletes the testbed's
 namespaces if the launcher is SIGKILLed; a worker that stops answering ends the run within the peer timeout
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lowbw.runio import lock_holders, seal_summary, set_parent_death_signal
 from lowbw.train.config import RunConfig
 
 __all__ = ["run", "free_port", "RunDirError", "WorkerError", "config_diff", "peer_timeout_s"]
@@ -82,8 +83,6 @@ class RunLock:
             fcntl.flock(self._f, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
         except BlockingIOError:
             self.release()
-            from lowbw.runio import lock_holders
-
             pids = [p for p in lock_holders(self.path) if p != os.getpid()]
             who = f"process(es) {', '.join(map(str, pids))}" if pids else "another process"
             raise RunDirError(f"{self.path.parent} is being written by {who} (they hold {self.path}; "
@@ -152,7 +151,10 @@ def check_out(cfg: RunConfig, out: Path, overwrite: bool) -> str:
             raise RunDirError(f"{marker} is corrupt; delete {marker.parent} (or use --force) to start over") from None
         if fp != fingerprint(new):
             keys = config_diff(old, new) if old is not None else []
-            what = _describe_diff(out, keys, old, new) if keys else "config.json is missing"
+            if keys:
+                what = _describe_diff(out, keys, old, new)
+            else:
+                what = "config.json is missing" if old is None else "no key differs: another version of lowbw"
             raise RunDirError(f"{out}/checkpoint was written by another config ({what}); use the same config to "
                               f"resume, or --force to start over")
         return "resume"
@@ -172,8 +174,6 @@ def _prepare_out(out: Path, overwrite: bool) -> None:
 def finish(out: Path, keep_checkpoint: bool = False) -> dict[str, Any]:
     """Seal summary.json with the metrics digest and drop the checkpoint (unless kept): the run is done."""
     import shutil
-
-    from lowbw.runio import seal_summary
 
     summ = seal_summary(out)
     if not keep_checkpoint:
@@ -392,8 +392,6 @@ def _run_procs(cfg: RunConfig, out: Path, quiet: bool = False) -> None:
 
     try:
         if cfg.backend == "torchrun":
-            from lowbw.runio import set_parent_death_signal
-
             tcmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
                     f"--nproc_per_node={cfg.workers}", *cmd[1:]]
             p = subprocess.Popen(tcmd, env=env, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True,

@@ -121,9 +121,8 @@ class Replicas:
         leaf = self.params.detach().requires_grad_(True)
         params = self.param_views(leaf)
         bufs = self.buffer_views(None)
-        # BatchNorm's batching rule updates running statistics in place only in contiguous [R, ...] tensors: the
-        # column slices of ``self.buffers`` are not, and their updates were silently dropped (eval then used the
-        # initial statistics). Work on contiguous copies and write them back.
+        # BatchNorm's batching rule updates running statistics in place only in contiguous [R, ...] tensors, and
+        # the column slices of ``self.buffers`` are not: update contiguous copies and write them back.
         for n, _, _, _ in self.b_layout:
             bufs[n] = bufs[n].clone()
 

@@ -23,6 +23,17 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as dist
+
+from lowbw.net.ratelimit import install_from_env
+from lowbw.runio import set_parent_death_signal
+from lowbw.train.config import RunConfig, load_file
+from lowbw.train.ddp import DDPTrainer
+from lowbw.train.launch import RunLock, finish, peer_timeout_s
+from lowbw.train.loop import Trainer, resolve_device
+from lowbw.train.world import DistWorld, default_threads
+
 
 def _init_timeout_s(t: float) -> float:
     """Rendezvous and metadata-group timeout: at least 2 minutes (workers start and import torch on shared
@@ -31,14 +42,6 @@ def _init_timeout_s(t: float) -> float:
 
 
 def worker_main(cfg, out, keep_checkpoint: bool = False) -> dict[str, Any]:
-    import torch
-    import torch.distributed as dist
-
-    from lowbw.runio import set_parent_death_signal
-    from lowbw.train.launch import RunLock, finish, peer_timeout_s
-    from lowbw.train.loop import Trainer, resolve_device
-    from lowbw.train.world import DistWorld, default_threads
-
     parent = os.environ.get("LOWBW_PARENT_PID")
     set_parent_death_signal(9, int(parent) if parent else None)
     out = Path(out).resolve()
@@ -46,8 +49,6 @@ def worker_main(cfg, out, keep_checkpoint: bool = False) -> dict[str, Any]:
     torch.set_num_threads(int(os.environ.get("LOWBW_THREADS") or default_threads(cfg)))
     device = resolve_device(cfg)
     if os.environ.get("LOWBW_EMULATION") == "loopback-ratelimit":
-        from lowbw.net.ratelimit import install_from_env
-
         install_from_env()
     backend = "nccl" if device.type == "cuda" else "gloo"
     t0 = peer_timeout_s(cfg)
@@ -63,8 +64,6 @@ def worker_main(cfg, out, keep_checkpoint: bool = False) -> dict[str, Any]:
                 levels.append("neighbourhood")
         world.ensure_groups(["world", *levels])
         if cfg.ddp_hook:
-            from lowbw.train.ddp import DDPTrainer
-
             tr = DDPTrainer(cfg, world, out)
         else:
             tr = Trainer(cfg, world, out)
@@ -80,14 +79,10 @@ def worker_main(cfg, out, keep_checkpoint: bool = False) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lowbw.train.config import RunConfig
-
     ap = argparse.ArgumentParser(prog="python -m lowbw.train.worker", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="run config (JSON or YAML)")
     ap.add_argument("--out", required=True, help="run directory")
     a = ap.parse_args(argv)
-    from lowbw.train.config import load_file
-
     rank = os.environ.get("RANK", "?")
     try:
         cfg = RunConfig.from_dict(load_file(a.config))
