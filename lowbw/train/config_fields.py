@@ -16,7 +16,7 @@ from typing import Any
 
 from lowbw.train.config_rules import ConfigError, check, coerce
 
-__all__ = ["RunConfig", "SYNC_SCHEMES", "ASSIGNMENTS"]
+__all__ = ["RunConfig", "SYNC_SCHEMES", "ASSIGNMENTS", "OUTER_OPTIMIZERS"]
 
 
 def _f(default: Any, help: str, *, enum: list[str] | None = None, minimum: float | None = None,
@@ -28,7 +28,8 @@ def _f(default: Any, help: str, *, enum: list[str] | None = None, minimum: float
     return field(default=default, metadata=meta)
 
 
-SYNC_SCHEMES = ["sync", "local", "post_local", "hierarchical", "ssp", "async"]
+SYNC_SCHEMES = ["sync", "local", "post_local", "hierarchical", "ssp", "async", "diloco"]
+OUTER_OPTIMIZERS = ["nesterov", "sgd"]
 ASSIGNMENTS = ["disjoint", "full", "coarse", "medium", "fine", "household"]
 
 
@@ -131,7 +132,9 @@ class RunConfig:
     # --- synchronisation
     sync: str = _f("sync", "sync: every step; local: local SGD, model averaging every world_period steps; "
                    "post_local: sync until local_start then local; hierarchical: households/neighbourhoods; "
-                   "ssp: stale-synchronous parameter server (sim); async: asynchronous parameter server (sim)",
+                   "ssp: stale-synchronous parameter server (sim); async: asynchronous parameter server (sim); "
+                   "diloco: world_period local steps, then an outer optimiser step on the averaged (and, with a "
+                   "compressor, compressed) pseudo-gradient (Douillard et al. 2023)",
                    enum=SYNC_SCHEMES, group="sync")
     collective: str = _f("ring", "collective algorithm (lowbw.comm: ring, tree, ps, butterfly, native, ...)",
                          group="sync")
@@ -145,8 +148,14 @@ class RunConfig:
                           group="sync")
     ddp_hook: bool = _f(False, "procs/torchrun: torch DDP with the compressor as a communication hook",
                         group="sync")
-    world_period: int = _f(1, "L_W: steps between world synchronisations (local, post_local, hierarchical)",
-                           minimum=1, group="sync")
+    world_period: int = _f(1, "L_W: steps between world synchronisations (local, post_local, hierarchical; "
+                           "diloco: H, inner steps per outer step)", minimum=1, group="sync")
+    outer_optimizer: str = _f("nesterov", "diloco: the outer optimiser on the pseudo-gradient, SGD with Nesterov "
+                              "momentum (the paper's) or plain SGD with momentum", enum=OUTER_OPTIMIZERS,
+                              group="sync")
+    outer_lr: float = _f(0.7, "diloco: outer learning rate (sgd, outer_lr 1, outer_momentum 0 = local SGD)",
+                         exclusive_minimum=0, group="sync")
+    outer_momentum: float = _f(0.9, "diloco: outer momentum", minimum=0, maximum=0.999999, group="sync")
     local_start: float = _f(0.5, "post_local: fraction of training after which local SGD starts (Lin et al.: at "
                             "the first lr decay)", minimum=0, maximum=1, group="sync")
     households: int = _f(0, "H: households (divides workers); hierarchical only", minimum=0, group="sync")
@@ -155,7 +164,8 @@ class RunConfig:
     neighbourhoods: int = _f(0, "NB: neighbourhoods (divides households; 0: none)", minimum=0, group="sync")
     neighbourhood_period: int = _f(0, "L_N: steps between neighbourhood synchronisations", minimum=0,
                                    group="sync")
-    average_buffers: bool = _f(True, "model averaging also averages BatchNorm running statistics", group="sync")
+    average_buffers: bool = _f(True, "model averaging also averages BatchNorm running statistics (diloco's outer "
+                               "step moves parameters only)", group="sync")
     staleness: int = _f(2, "ssp: staleness bound s (a worker may be s clocks ahead of the slowest)", minimum=0,
                         group="sync")
     worker_speeds: list[float] = _f([], "ssp/async virtual clock: relative compute time of each worker (len = "

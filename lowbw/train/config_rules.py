@@ -8,6 +8,8 @@ import math
 from dataclasses import fields
 from typing import Any
 
+from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+
 __all__ = ["ConfigError", "json_type", "coerce", "check_range", "check", "check_registries"]
 
 
@@ -17,7 +19,6 @@ class ConfigError(ValueError):
     def __init__(self, key: str, message: str):
         super().__init__(f"{key}: {message}")
         self.key = key
-
 
 
 # ----------------------------------------------------------------------------------------------- values
@@ -32,7 +33,7 @@ def coerce(f, v: Any) -> Any:
     kind = json_type(f)
     k = f.name
     if kind == "string":
-        if k == "error_feedback" and isinstance(v, bool):  # YAML 1.1 reads on/off as booleans (issue 19)
+        if k == "error_feedback" and isinstance(v, bool):  # YAML 1.1 reads on/off as booleans
             v = "on" if v else "off"
         if not isinstance(v, str):
             raise ConfigError(k, f"expected a string, got {v!r}")
@@ -177,6 +178,10 @@ def _check_sync(cfg) -> None:
         for k in ("households", "neighbourhoods", "neighbourhood_period", "household_shards"):
             if getattr(cfg, k):
                 raise ConfigError(k, f"only used with sync=hierarchical (sync={s})")
+    if s != "diloco":
+        for f in fields(cfg):
+            if f.name.startswith("outer_") and getattr(cfg, f.name) != f.default:
+                raise ConfigError(f.name, f"only used with sync=diloco (sync={s})")
     if s in ("sync", "ssp", "async") and cfg.world_period != 1:
         raise ConfigError("world_period", f"not used with sync={s}")
     if s in ("ssp", "async") and cfg.backend != "sim":
@@ -226,7 +231,6 @@ def _check_backends_and_network(cfg) -> None:
 def check_registries(cfg) -> None:
     """Names looked up in registries: model, dataset, collective, compressor and its arguments."""
     # the registries import torch and the data layer: only when a config is checked against them
-    from lowbw.comm.collectives import ALGORITHMS
     from lowbw.compress import base
     from lowbw.data import available as datasets
     from lowbw.train.models import MODELS
@@ -236,8 +240,8 @@ def check_registries(cfg) -> None:
         raise ConfigError("model", f"{cfg.model!r} is unknown; allowed: {', '.join(MODELS)}")
     if cfg.dataset != "synthetic" and cfg.dataset not in datasets():
         raise ConfigError("dataset", f"{cfg.dataset!r} is unknown; allowed: {', '.join(datasets())}")
-    if cfg.collective not in ALGORITHMS:
-        raise ConfigError("collective", f"{cfg.collective!r} is unknown; allowed: {', '.join(ALGORITHMS)}")
+    if cfg.collective not in ALLREDUCE_ALGORITHMS:
+        raise ConfigError("collective", f"{cfg.collective!r} is unknown; allowed: {', '.join(ALLREDUCE_ALGORITHMS)}")
     if cfg.compressor == "none":
         return
     names = base.available()

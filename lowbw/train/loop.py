@@ -158,7 +158,7 @@ class Trainer:
         t_meta = time.perf_counter()
         cols = WorkerStats.from_rows(world.allgather_rows(WorkerStats.rows(stats)))
         st.meas["t_meta"] += time.perf_counter() - t_meta + meta_s
-        v_compress = self._compress_model_s() if (cfg.clock == "model" and act.grad is not None) else None
+        v_compress = self._compress_model_s() if (cfg.clock == "model" and self.sync.compresses(act)) else None
         self._record_step(cols, v_comm, v_compress, time.perf_counter() - t0)
 
     def gradients(self, b: int, act: Action) -> tuple[torch.Tensor, list[WorkerStats], list[Exchange]]:
@@ -321,7 +321,7 @@ class Trainer:
         if self.ps is not None:
             s["ps"] = self.ps.state_dict()
         else:
-            s["compressor_states"] = self.sync.states
+            s["synchroniser"] = self.sync.state_dict()
         return s
 
     def load_state_dict(self, s: dict[str, Any]) -> None:
@@ -336,7 +336,7 @@ class Trainer:
         if self.ps is not None:
             self.ps.load_state_dict(s["ps"])
         else:
-            self.sync.states = s["compressor_states"]
+            self.sync.load_state_dict(s["synchroniser"])
 
     def save_checkpoint(self) -> None:
         if self.out is None:

@@ -11,6 +11,8 @@ Per step, every scheme is a pair (gradient level, model-averaging level), each `
                 models every L_H steps; neighbourhoods (NB) every L_N steps; the world every L_W steps
                 (the highest level due wins). Thesis ch. 4.2.
 ``ssp/async``   parameter server, see :mod:`lowbw.train.ps` (sim only)
+``diloco``      local steps; every L_W steps an outer optimiser step on the world's average pseudo-gradient
+                (Douillard et al. 2023), see :class:`lowbw.train.synchroniser.Synchroniser`
 ==============  =========================================================================================
 
 Gradient aggregation runs ``compressor.aggregate(tensor, coll, name, state)`` per parameter tensor
@@ -58,7 +60,7 @@ class Scheme:
         k = self.kind
         if k == "sync" or (k == "post_local" and progress < self.local_start):
             return Action("world", None)
-        if k in ("local", "post_local"):
+        if k in ("local", "post_local", "diloco"):
             return Action(None, "world" if step % self.LW == 0 else None)
         if k == "hierarchical":
             grad = "household" if self.LH == 1 else None
