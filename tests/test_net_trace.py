@@ -95,17 +95,23 @@ RTT = textwrap.dedent("""
         while (m := s.recvfrom(64))[0] != b"end":
             s.sendto(*m)
     else:
-        s.settimeout(2); out = []
+        s.settimeout(1); out = []; lost = 0
         for phase in (0.3, 1.3):  # before and after the trace's step at 0.8 s
             while time.time() - float(os.environ["LOWBW_T0"]) < phase:
                 time.sleep(0.01)
             rtts = []
-            for _ in range(10):
-                t = time.perf_counter(); s.sendto(b"p", addr); s.recvfrom(64)
-                rtts.append(time.perf_counter() - t); time.sleep(0.02)
+            while len(rtts) < 10:  # UDP: a datagram may be lost (counted, and the test allows few)
+                t = time.perf_counter(); s.sendto(b"p", addr)
+                try:
+                    s.recvfrom(64); rtts.append(time.perf_counter() - t)
+                except socket.timeout:
+                    lost += 1
+                    assert lost < 5
+                time.sleep(0.02)
             out.append(statistics.median(rtts) * 1e3)
-        s.sendto(b"end", addr)
-        os.write(1, b"RTT %f %f\\n" % tuple(out))
+        for _ in range(3):
+            s.sendto(b"end", addr)
+        os.write(1, b"RTT %f %f %d\\n" % (*out, lost))
 """)
 
 
@@ -125,7 +131,8 @@ def test_a_trace_changes_each_workers_rate_and_delay_while_running(tmp_path):
         assert tb.wait(procs, timeout=60) == [0, 0]
         late = tb.qdiscs()
         d = tb.describe()
-    before, after = map(float, out.read_text().split()[1:3])
+    before, after, lost = map(float, out.read_text().split()[1:4])
+    assert lost <= 2
     # RTT = rank 1's uplink delay + rank 0's: 10 + 10 ms, then 10 + 30 ms (plus ~1 ms for the emulator)
     assert 19 < before < 23.5 and 39 < after < 44, (before, after)
     assert early.count("rate 40Mbit") == 2 and early.count("rate 10Mbit") == 2
