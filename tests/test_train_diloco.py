@@ -12,6 +12,7 @@ from lowbw.train.config import ConfigError, RunConfig
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
 from lowbw.train.world import SimWorld
+from tests.test_train_loop import killed_run
 
 BASE = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=7, log_every=1, progress=False,
             train_limit=400, test_limit=100, eval_every=0.5, clock="model", clock_sample_s=1e-3,
@@ -74,18 +75,8 @@ def test_diloco_checkpoint_resume_gives_identical_later_metrics(tmp_path, monkey
     c = cfg(sync="diloco", world_period=2, steps=8, checkpoint_every=3, compressor="topk",
             compressor_args={"ratio": 0.1}, error_feedback="on", optimizer="adamw", lr=0.003)
     run(c, tmp_path / "full")
-    real = Trainer.train_step
-
-    def dying(self):
-        if self.step == 7:
-            raise KeyboardInterrupt("killed")
-        return real(self)
-
-    monkeypatch.setattr(Trainer, "train_step", dying)
-    with pytest.raises(KeyboardInterrupt):
-        run(c, tmp_path / "k")
+    killed_run(c, tmp_path / "k", monkeypatch, after_steps=7)
     assert json.loads((tmp_path / "k" / "checkpoint" / "latest.json").read_text())["step"] == 6
-    monkeypatch.setattr(Trainer, "train_step", real)
     run(c, tmp_path / "k")
 
     def strip(lines):

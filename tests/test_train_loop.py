@@ -94,25 +94,30 @@ def test_same_seed_identical_metrics_and_model_clock(tmp_path):
     assert no_time(read_jsonl(tmp_path / "c" / "metrics.jsonl")) != strip[0]
 
 
+def killed_run(c: RunConfig, out, monkeypatch, after_steps: int) -> None:
+    """Run ``c`` into ``out`` until it is interrupted (KeyboardInterrupt) once ``after_steps`` steps are done."""
+    real = Trainer.train_step
+
+    def dying(self):
+        if self.step == after_steps:
+            raise KeyboardInterrupt("killed")
+        return real(self)
+
+    with monkeypatch.context() as m:
+        m.setattr(Trainer, "train_step", dying)
+        with pytest.raises(KeyboardInterrupt):
+            run(c, out)
+
+
 def test_checkpoint_resume_gives_identical_later_metrics(tmp_path, monkeypatch):
     c = cfg(steps=8, log_every=1, checkpoint_every=3, compressor="topk", compressor_args={"ratio": 0.1},
             error_feedback="on", optimizer="adam", lr=0.01, clock="model", clock_sample_s=1e-3)
     run(c, tmp_path / "full")
     full = no_time(read_jsonl(tmp_path / "full" / "metrics.jsonl"))
 
-    real = Trainer.train_step
-
-    def dying(self):
-        if self.step == 7:
-            raise KeyboardInterrupt("killed")
-        return real(self)
-
-    monkeypatch.setattr(Trainer, "train_step", dying)
-    with pytest.raises(KeyboardInterrupt):
-        run(c, tmp_path / "k")
+    killed_run(c, tmp_path / "k", monkeypatch, after_steps=7)
     assert not (tmp_path / "k" / "summary.json").exists()
     assert json.loads((tmp_path / "k" / "checkpoint" / "latest.json").read_text())["step"] == 6
-    monkeypatch.setattr(Trainer, "train_step", real)
     run(c, tmp_path / "k")
     resumed = read_jsonl(tmp_path / "k" / "metrics.jsonl")
     assert no_time(resumed) == full
@@ -123,17 +128,7 @@ def test_checkpoint_resume_gives_identical_later_metrics(tmp_path, monkeypatch):
 
 def test_resume_refuses_a_different_config(tmp_path, monkeypatch):
     c = cfg(steps=6, checkpoint_every=2)
-    real = Trainer.train_step
-
-    def dying(self):
-        if self.step == 3:
-            raise KeyboardInterrupt
-        return real(self)
-
-    monkeypatch.setattr(Trainer, "train_step", dying)
-    with pytest.raises(KeyboardInterrupt):
-        run(c, tmp_path / "r")
-    monkeypatch.setattr(Trainer, "train_step", real)
+    killed_run(c, tmp_path / "r", monkeypatch, after_steps=3)
     with pytest.raises(RuntimeError, match=r"checkpoint was written by another config \(lr: 0.05 -> 0.2\)"):
         run(cfg(steps=6, checkpoint_every=2, lr=0.2), tmp_path / "r")
 
