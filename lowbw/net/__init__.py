@@ -6,7 +6,9 @@
   (``Testbed`` context manager; ``python -m lowbw testbed``), rate schedules, guaranteed teardown; built
   from :mod:`~lowbw.net.link` (``LinkSpec``), :mod:`~lowbw.net.tc` (the ip/tc commands),
   :mod:`~lowbw.net.probe`, :mod:`~lowbw.net.namespaces`, :mod:`~lowbw.net.runner` and
-  :mod:`~lowbw.net.linkemu` (delay, jitter and loss in userspace where the kernel has no netem);
+  :mod:`~lowbw.net.linkemu` (delay, jitter and loss in userspace where the kernel has no netem),
+  :mod:`~lowbw.net.trace` (bandwidth/delay traces) and :mod:`~lowbw.net.faults` (stragglers, failures,
+  partitions); :mod:`~lowbw.net.costlinks` is the cost model on per-worker links;
 * :mod:`lowbw.net.ratelimit` -- the ``loopback-ratelimit`` fallback (in-process pacing of our own sends).
 
 Nothing here imports torch at import time.

@@ -8,7 +8,9 @@ direction; delay, jitter and loss on the uplink (one-way worker-to-worker latenc
 queues ``queue`` seconds of data at its rate (default 100 ms), at least 256 full-size frames; with
 ``ack_priority`` (default on) its queue schedules like fq_codel, Linux's default qdisc: pure TCP ACKs first,
 then one queue per peer served round robin. The rate can change on a schedule while a job runs
-(``tc qdisc change``).
+(``tc qdisc change``), or follow a per-worker trace (:mod:`lowbw.net.trace`); faults (a straggler, a
+killed worker, a partitioned link: :mod:`lowbw.net.faults`) are injected on the same clock. Where the
+kernel has no netem, delay, jitter and loss come from a userspace emulator (:mod:`lowbw.net.linkemu`).
 
 ``realtime=p`` runs the workers under SCHED_RR priority ``p``, as if each had its CPU to itself: N emulated
 machines share this host's cores, and under the fair scheduler a worker woken by its network data may wait
@@ -189,21 +191,11 @@ class Testbed:
         rates = {r for link in self.links for r in (link.up_bps, link.down_bps)}
         return rates.pop() if len(rates) == 1 else None
 
-    @property
-    def delay_s(self) -> float:
-        return self.links[0].delay_s
-
-    @property
-    def jitter_s(self) -> float:
-        return self.links[0].jitter_s
-
-    @property
-    def loss(self) -> float:
-        return self.links[0].loss
-
-    @property
-    def queue_s(self) -> float:
-        return self.links[0].queue_s
+    # worker 0's link (all workers' unless links were given one by one)
+    delay_s = property(lambda self: self.links[0].delay_s, doc="uplink delay (s)")
+    jitter_s = property(lambda self: self.links[0].jitter_s, doc="uplink jitter (s)")
+    loss = property(lambda self: self.links[0].loss, doc="uplink loss (fraction)")
+    queue_s = property(lambda self: self.links[0].queue_s, doc="shaper queue (s at its rate)")
 
     @property
     def master_port(self) -> int:
