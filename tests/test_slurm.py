@@ -46,7 +46,8 @@ def cluster(tmp_path_factory):
     if reason:
         pytest.skip(reason)
     if slurm_local.SYSTEM_CONF.exists():
-        pytest.skip(f"{slurm_local.SYSTEM_CONF} exists: this machine has a SLURM configuration of its own")
+        pytest.skip(f"{slurm_local.SYSTEM_CONF} exists: this machine has a SLURM configuration of its own "
+                    "(or another test cluster is running)")
     with slurm_local.local_cluster(tmp_path_factory.mktemp("cluster")) as c:
         yield c
 
