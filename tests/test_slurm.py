@@ -130,7 +130,7 @@ def test_tiny_workflow_on_a_one_node_slurm_cluster(cluster, tmp_path):
     assert counts["train"] == 8 and counts["paper"] == 1, counts
 
     before = {j.job_id for j in slurm_local.job_records(cluster)}
-    r = _snakemake(proj, cluster.env, "--profile", str(prof), timeout=1500)
+    r = _snakemake(proj, cluster.env, "--profile", str(prof), timeout=2400)  # 20 min seen at load 10
     logs = "\n".join(p.read_text(errors="replace")[-2000:] for p in (proj / ".snakemake").rglob("*.log"))
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:] + logs
     pdf = proj / "paper" / "build" / "paper.pdf"
