@@ -156,8 +156,8 @@ def test_report_command_names_a_bad_argument_before_any_work(tmp_path, capsys):
     (tmp_path / "runs").mkdir()
     out = tmp_path / "gen"
     assert main(["report", "--config", str(cfg), "--runs", str(tmp_path / "runs"), "--out", str(out),
-                 "--only", "e9"]) == 2
-    assert "--only e9 is unknown" in capsys.readouterr().err and not out.exists()
+                 "--only", "e99"]) == 2
+    assert "--only e99 is unknown" in capsys.readouterr().err and not out.exists()
     assert main(["report", "--config", str(tmp_path / "none.yaml")]) == 2
     assert main(["report", "--config", str(cfg), "--runs", str(tmp_path / "runs"), "--out", str(out),
                  "--only", "e1"]) == 0

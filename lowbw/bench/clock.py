@@ -28,6 +28,11 @@ KEY_FIELDS = ("model", "dataset", "local_batch", "optimizer", "compressor", "com
               "granularity")
 
 
+# the synchronisation scheme's own keys, reset to their defaults for the calibration's synchronous steps
+SCHEME_FIELDS = ("world_period", "local_start", "household_period", "neighbourhood_period", "outer_optimizer",
+                 "outer_lr", "outer_momentum", "staleness", "worker_speeds")
+
+
 def clock_key(cfg: dict[str, Any]) -> str:
     """The calibration table's key of a (flat, validated) run config."""
     from lowbw.train.config import RunConfig
@@ -57,6 +62,9 @@ def calibrate_one(cfg: dict[str, Any], steps: int = 20, warmup: int = 3) -> dict
             "local_batch_size": RunConfig.from_dict({**cfg, "clock": "measured"}).local_batch,
             "households": 0, "neighbourhoods": 0, "household_shards": 0, "assignment": "disjoint", "targets": [],
             "threads": 1, "ddp_hook": False}
+    # one synchronous step per measured step: the keys of other schemes go back to their defaults
+    defaults = RunConfig().to_dict()
+    over.update({k: defaults[k] for k in SCHEME_FIELDS})
     rc = RunConfig.from_dict({**cfg, **over})
     torch.set_num_threads(1)
     tr = Trainer(rc, SimWorld(rc))
@@ -94,6 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--steps", type=int, default=20, help="timed steps per repetition")
     ap.add_argument("--reps", type=int, default=3, help="repetitions (median and spread)")
     ap.add_argument("--out", default="config/clock.json")
+    ap.add_argument("--add", action="store_true",
+                    help="keep the entries of --out that the grid still has and measure only the keys it lacks "
+                         "(their provenance is recorded under 'added')")
     a = ap.parse_args(argv)
     if a.steps < 1 or a.reps < 1:
         ap.error(f"--steps {a.steps} / --reps {a.reps}: both must be >= 1")
@@ -101,6 +112,18 @@ def main(argv: list[str] | None = None) -> int:
     todo = grid_configs(config)
     if not todo:
         ap.error(f"{a.config}: no run has clock: model (set it in train_defaults)")
+    old: dict[str, Any] = {}
+    if a.add and Path(a.out).is_file():
+        old = json.loads(Path(a.out).read_text())
+        kept = {k: v for k, v in old["entries"].items() if k in todo}  # entries the grid no longer has go
+        todo = {k: v for k, v in todo.items() if k not in kept}
+        if len(kept) < len(old["entries"]):
+            print(f"dropped {len(old['entries']) - len(kept)} entries the grid no longer has")
+        old["entries"] = kept
+        if not todo:
+            atomic_write_json(Path(a.out), old)
+            print(f"{a.out} has every key of {a.config}'s grid")
+            return 0
     t0 = time.perf_counter()
     keys = sorted(todo)
     meas: dict[str, list[dict[str, float]]] = {k: [] for k in keys}
@@ -132,11 +155,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{e['model']:<6} b={b:<4} {e['compressor']:<10} compute {med * 1e3:8.2f} ms/step (n={len(comp)}, "
               f"spread {100 * e['spread_compute']:.0f}%)  compress {med_c * 1e3:8.2f} ms/step "
               f"(spread {100 * e['spread_compress']:.0f}%)", flush=True)
-    atomic_write_json(Path(a.out), {
-        "provenance": bench_provenance(),
-        "what": "per-worker compute and (de)compression of the grid's runs, one thread, sim Trainer, "
-                f"{a.steps} steps after 3 warm-up, {a.reps} repetitions (median)",
-        "config": a.config, "seconds": time.perf_counter() - t0, "entries": entries})
+    what = (f"per-worker compute and (de)compression of the grid's runs, one thread, sim Trainer, {a.steps} "
+            f"steps after 3 warm-up, {a.reps} repetitions (median)")
+    if old:
+        added = {"provenance": bench_provenance(), "what": what, "seconds": time.perf_counter() - t0,
+                 "keys": sorted(entries)}
+        entries = {**old["entries"], **entries}
+        doc = {**old, "entries": entries, "added": [*old.get("added", []), added]}
+    else:
+        doc = {"provenance": bench_provenance(), "what": what, "config": a.config,
+               "seconds": time.perf_counter() - t0, "entries": entries}
+    atomic_write_json(Path(a.out), doc)
     print(f"wrote {a.out}: {len(entries)} entries")
     return 0
 

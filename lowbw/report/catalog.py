@@ -13,11 +13,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["PREFIX", "MACROS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "not_run_macro",
+__all__ = ["PREFIX", "MACROS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "not_run_macro",
            "check_numbers", "word"]
 
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
-          "e7": "ESeven", "e8": "EEight"}
+          "e7": "ESeven", "e8": "EEight", "e9": "ENine"}
 
 # bench/compressors.py input kind -> its word in E2's names
 E2_INPUTS = {"gaussian": "Gaussian", "student_t3": "StudentT", "resnet20": "Gradient"}
@@ -27,6 +27,9 @@ E3_RUN_MODELS = {"mlp": "Mlp", "cnn": "Cnn"}
 E7_DENSITIES = {0.1: "Ten", 0.01: "One", 0.001: "Tenth"}
 # E8's numbers of workers whose compute slow-down the prose quotes -> their words
 E8_WORKERS = {2: "Two", 4: "Four"}
+# E9's links, each run re-timed at them: word -> (Mbit/s per worker, one-way latency in ms). "Far" is a
+# cross-continent link (tens of ms one way, as Mumbai - San Francisco)
+E9_LINKS = {"Slow": (1.0, 0.5), "Mid": (10.0, 0.5), "Far": (10.0, 50.0)}
 
 _SCHEMES = {  # E5 and E6 share their summary (lowbw.report.schemes)
     "Target": "target test accuracy (%)",
@@ -140,6 +143,22 @@ MACROS: dict[str, str] = {
     "EEightDate": "date of the measurement",
     "EEightCommit": "commit of the measurement",
     "EEightEmulation": "how the links were emulated",
+    # E9 communicate less often or less per step
+    "ENineTarget": "target test accuracy (%)",
+    "ENineSeeds": "seeds per configuration",
+    "ENineWorkers": "the numbers of workers (words)",
+    "ENineSmallN": "the number of workers the prose quotes",
+    "ENineDenseAcc": "dense training's final test accuracy there (%)",
+    "ENineRareBestAcc": "best final accuracy among the methods that communicate every H steps (%)",
+    "ENineRareBestAccMethod": "its method",
+    "ENineRareBytesMin": "dense bytes per step / those methods' bytes per step, smallest",
+    "ENineRareBytesMax": "the same ratio, largest",
+    **{f"ENine{w}{k}": f"{what} ({w.lower()} link)" for w in E9_LINKS for k, what in (
+        ("Link", "the link (bandwidth, latency)"),
+        ("StepBest", "fastest per-step method to the target"), ("StepTtt", "its mean time (duration)"),
+        ("StepSpeedup", "dense time / its time"),
+        ("RareBest", "fastest every-H-steps method to the target"), ("RareTtt", "its mean time (duration)"),
+        ("RareSpeedup", "dense time / its time"))},
 }
 MACROS.update({f"{p}NotRun": "why the experiment has no data in this profile" for p in PREFIX.values()})
 

@@ -1,0 +1,167 @@
+"""E9 -- communicate less often, or less per step? (``runs/e9_diloco``): the DiLoCo family (local SGD,
+DiLoCo at two periods, DiLoCo with 8- and 4-bit pseudo-gradients, SparseLoCo) against dense training and the
+best per-step compressors, for each number of workers: final accuracy, bytes each worker sent until the
+target accuracy, and virtual time to it on three links (each run re-timed, lowbw.report.training.retime).
+
+A method is *rare* (it communicates every H steps) when its run's ``sync`` is ``local`` or ``diloco``, else
+*per step*; the two families are compared at each link by their fastest member.
+"""
+
+from __future__ import annotations
+
+import math
+
+from lowbw.report.build import Context, Experiment, Stats
+from lowbw.report.catalog import E9_LINKS
+from lowbw.report.common import fmt_duration, target_acc, training_runs
+from lowbw.report.latex import booktabs, escape, fmt_num
+
+__all__ = ["E9", "LINKS", "BASELINE"]
+
+BASELINE = "dense"  # the method every other is compared with
+RARE_SYNCS = ("local", "diloco")  # run.sync of the methods that communicate every H steps
+# the links every run is re-timed at: (word in the macro names, Mbit/s per worker, one-way latency in ms)
+LINKS = [(w, mbit, lat) for w, (mbit, lat) in E9_LINKS.items()]
+
+
+def _link_label(mbit: float, lat: float) -> str:
+    return f"{fmt_num(mbit)} Mbit/s, {fmt_num(lat)} ms"
+
+
+def _bytes_to_target(m, target: float, workers: int) -> float:
+    """Bytes sent per worker until the first evaluation at or above ``target`` (NaN if never)."""
+    from lowbw.report.training import eval_lines
+
+    ev = eval_lines(m)
+    hit = ev[ev["test_acc"] >= target]
+    return float(hit["bytes_sent"].iloc[0]) / workers if not hit.empty else math.nan
+
+
+def stats(ctx: Context) -> Stats | None:
+    """Tidy ``accuracy`` (per workers and method, Welch's test against dense with the same workers),
+    ``runs`` (per run and link: ttt_s, NaN if never reached; bytes_to_target_per_worker) and ``times`` (per
+    workers, method and link: mean and std over the seeds that reached the target)."""
+    import pandas as pd
+
+    from lowbw.report.training import group_accuracy, group_times, time_to_target
+
+    runs, mets = training_runs(ctx, ["e9_diloco"])
+    if runs is None:
+        return None
+    target = target_acc(ctx, runs)
+    runs = runs.assign(family=["rare" if s in RARE_SYNCS else "per step" for s in runs["sync"]])
+    acc = pd.concat([group_accuracy(g, ["method", "family"], {"method": BASELINE}).assign(workers=int(n))
+                     for n, g in runs.groupby("workers", sort=True)], ignore_index=True)
+    rows = []
+    for _, r in runs.iterrows():
+        m = mets[mets["run"] == r["run"]]
+        b = _bytes_to_target(m, target, int(r["workers"]))
+        for word, mbit, lat in LINKS:
+            rows.append({"workers": int(r["workers"]), "method": r["method"], "family": r["family"],
+                         "seed": r["seed"], "run": r["run"], "link": word, "bandwidth_mbit": mbit, "latency_ms": lat,
+                         "ttt_s": time_to_target(m, target, mbit, lat), "bytes_to_target_per_worker": b})
+    per_run = pd.DataFrame(rows)
+    times = group_times(per_run, ["workers", "method", "family", "link"])
+    btt = per_run.groupby(["workers", "method"], as_index=False, sort=False)["bytes_to_target_per_worker"].mean()
+    acc = acc.merge(btt, on=["workers", "method"], how="left")
+    return Stats({"accuracy": acc, "times": times, "runs": per_run},
+                 {"source": "runs/e9_diloco", "target_acc": target, "seeds": int(runs["seed"].nunique()),
+                  "workers": sorted(int(n) for n in runs["workers"].unique()), "baseline": BASELINE,
+                  "links": [{"word": w, "bandwidth_mbit": b, "latency_ms": lat} for w, b, lat in LINKS]})
+
+
+def _fastest(times, workers: int, link: str, family: str | None = None):
+    """(method, mean ttt) of the fastest method that reached the target with every seed, or None."""
+    t = times[(times["workers"] == workers) & (times["link"] == link) & (times["seeds_reached"] == times["seeds"])]
+    if family is not None:
+        t = t[t["family"] == family]
+    if t.empty:
+        return None
+    best = t.loc[t["ttt_mean_s"].idxmin()]
+    return best["method"], float(best["ttt_mean_s"])
+
+
+def numbers(st: Stats) -> dict[str, str]:
+    acc, times = st.tables["accuracy"], st.tables["times"]
+    ns = st.meta["workers"]
+    n = ns[0]  # the prose quotes the smallest world; the table has every one
+    a = acc[acc["workers"] == n].set_index("method")
+    out = {"ENineTarget": fmt_num(100 * st.meta["target_acc"], 3), "ENineSeeds": str(st.meta["seeds"]),
+           "ENineWorkers": " and ".join(str(k) for k in ns), "ENineSmallN": str(n),
+           "ENineDenseAcc": fmt_num(100 * a.loc[BASELINE, "test_acc_mean"], 3)}
+    rare = a[a["family"] == "rare"]
+    if not rare.empty:
+        best_acc = rare["test_acc_mean"].idxmax()
+        out["ENineRareBestAcc"] = fmt_num(100 * rare.loc[best_acc, "test_acc_mean"], 3)
+        out["ENineRareBestAccMethod"] = escape(best_acc)
+        ratio = a.loc[BASELINE, "bytes_per_worker_step"] / rare["bytes_per_worker_step"].clip(lower=1)
+        out["ENineRareBytesMin"] = fmt_num(float(ratio.min()), 3)
+        out["ENineRareBytesMax"] = fmt_num(float(ratio.max()), 3)
+    for word, mbit, lat in LINKS:
+        dense = times[(times["workers"] == n) & (times["link"] == word) & (times["method"] == BASELINE)]
+        dense_t = float(dense["ttt_mean_s"].iloc[0]) if not dense.empty else math.nan
+        out[f"ENine{word}Link"] = escape(_link_label(mbit, lat))
+        for fam, tag in (("per step", "Step"), ("rare", "Rare")):
+            best = _fastest(times, n, word, fam)
+            if best is not None:
+                out[f"ENine{word}{tag}Best"] = escape(best[0])
+                out[f"ENine{word}{tag}Ttt"] = fmt_duration(best[1])
+                out[f"ENine{word}{tag}Speedup"] = fmt_num(dense_t / best[1], 3) if math.isfinite(dense_t) else "--"
+    return out
+
+
+def _ttt_cell(t, n_seeds: int) -> str:
+    k = int(t["seeds_reached"])
+    return "--" if k == 0 else fmt_duration(t["ttt_mean_s"]) + ("" if k == n_seeds else f" ({k}/{n_seeds})")
+
+
+def table(st: Stats) -> str:
+    acc, times = st.tables["accuracy"], st.tables["times"]
+    n_seeds = st.meta["seeds"]
+    t = times.set_index(["workers", "method", "link"])
+    rows = []
+    for _, r in acc.iterrows():
+        sig = r"$^{*}$" if r["method"] != BASELINE and r["significant"] else ""
+        mb = r["bytes_to_target_per_worker"]
+        rows.append([escape(r["method"]), str(int(r["workers"])), escape(r["family"]),
+                     fmt_num(100 * r["test_acc_mean"], 3) + r" $\pm$ " + fmt_num(100 * r["test_acc_std"], 2) + sig,
+                     fmt_num(mb / 1e6, 3) if math.isfinite(mb) else "--"]
+                    + [_ttt_cell(t.loc[(r["workers"], r["method"], w)], n_seeds) for w, _, _ in LINKS])
+    header = ["Method", "N", "Family", r"Test acc.\ (\%)", "MB to target"] + [
+        escape(_link_label(b, lat)) for _, b, lat in LINKS]
+    return booktabs(rows, header,
+                    f"Communicate less often or less per step (MLP on MNIST, sim backend, {n_seeds} seeds): final "
+                    f"test accuracy (mean $\\pm$ std; $^*$: differs from dense with the same N, Welch $p<0.05$), "
+                    f"megabytes each worker sent until {fmt_num(100 * st.meta['target_acc'])}\\,\\% test accuracy "
+                    "(mean over the seeds that reached it), and virtual time to it on each link (bandwidth per "
+                    "worker, one-way latency; (k/n): only k of n seeds reached it).", "tab:e9", size=r"\scriptsize")
+
+
+def figure(st: Stats):
+    """Per number of workers: virtual time to the target on the middle link against the bytes each worker
+    sent until then, one point per method (mean over the seeds that reached it), by family."""
+    from lowbw.report.common import plotting
+
+    plt, sns = plotting()
+    d = st.tables["runs"]
+    d = d[(d["link"] == LINKS[1][0]) & d["ttt_s"].notna()]
+    mean = d.groupby(["workers", "method", "family"], as_index=False)[["ttt_s", "bytes_to_target_per_worker"]].mean()
+    ns = st.meta["workers"]
+    fig, axes = plt.subplots(1, len(ns), figsize=(7.0, 2.6), sharey=True, squeeze=False)
+    for ax, n in zip(axes.flat, ns):
+        g = mean[mean["workers"] == n]
+        sns.scatterplot(data=g, x="bytes_to_target_per_worker", y="ttt_s", hue="family", style="family",
+                        hue_order=["per step", "rare"], style_order=["per step", "rare"], s=28, ax=ax)
+        for _, r in g.iterrows():
+            ax.annotate(r["method"], (r["bytes_to_target_per_worker"], r["ttt_s"]), fontsize=5.5,
+                        xytext=(3, 2), textcoords="offset points")
+        ax.set(xscale="log", yscale="log", title=f"{n} workers", xlabel="bytes per worker to the target",
+               ylabel=f"virtual time to target at {_link_label(LINKS[1][1], LINKS[1][2])} (s)")
+        ax.grid(True, which="major", lw=0.4)
+        if ax is not axes.flat[0] and ax.get_legend() is not None:
+            ax.get_legend().remove()
+    return fig
+
+
+E9 = Experiment("e9", "E9 communicate less often or less per step", stats, numbers, table, figure,
+                "no e9_diloco runs")
