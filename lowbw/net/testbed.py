@@ -112,8 +112,6 @@ __all__ = [
 ]
 
 MAX_WORKERS = 250  # worker r's address is SUBNET.(r + 1), inside one /24
-# lowbw.doctor imports these two under their former private names
-_run, _kill_ns_pids = run_command, kill_ns_pids
 
 
 # Live testbeds, closed at interpreter exit.
