@@ -307,9 +307,13 @@ class QSGD(Compressor):
             q = unpack(codes, self.width, n).float().sub_(self.levels)
         else:
             q = codes.float()
-        f = norms / self.levels
-        for b0, v in row_views(q, self.block_size):
-            v.mul_(f[b0 : b0 + v.shape[0], None])
+        if not _has_tiny(norms):
+            f = norms / self.levels
+            for b0, v in row_views(q, self.block_size):
+                v.mul_(f[b0 : b0 + v.shape[0], None])
+        else:  # norm / s would round to a few subnormal steps: multiply the integer codes first (exact)
+            for b0, v in row_views(q, self.block_size):
+                v.mul_(norms[b0 : b0 + v.shape[0], None]).div_(self.levels)
         return q
 
 
