@@ -127,7 +127,7 @@ def test_tiny_workflow_on_a_one_node_slurm_cluster(cluster, tmp_path):
     plan = _snakemake(proj, cluster.env, "-n", "--profile", str(prof), "--cores", "1024", timeout=300)
     assert plan.returncode == 0, plan.stdout[-3000:] + plan.stderr[-3000:]
     counts, declared = planned(plan.stdout + plan.stderr)
-    assert counts["train"] == 8 and counts["paper"] == 1, counts
+    assert counts["train"] > 0 and counts["report"] == counts["paper"] == 1, counts
 
     before = {j.job_id for j in slurm_local.job_records(cluster)}
     r = _snakemake(proj, cluster.env, "--profile", str(prof), timeout=2400)  # 20 min seen at load 10
@@ -135,7 +135,7 @@ def test_tiny_workflow_on_a_one_node_slurm_cluster(cluster, tmp_path):
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:] + logs
     pdf = proj / "paper" / "build" / "paper.pdf"
     assert pdf.is_file() and pdf.stat().st_size > 10_000
-    assert len(list((proj / "runs").glob("e*/**/summary.json"))) == 8
+    assert len(list((proj / "runs").glob("e*/**/summary.json"))) == counts["train"]
 
     # every job went through sbatch into the partition and finished COMPLETED with exit code 0
     records = [j for j in slurm_local.job_records(cluster) if j.job_id not in before]
