@@ -12,8 +12,8 @@ import threading
 import pytest
 import torch
 
-from lowbw.comm.engine import run_allreduce
 from lowbw.comm.direct import pairwise_rounds
+from lowbw.comm.engine import run_allreduce
 from lowbw.comm.numerics import Reducer
 from lowbw.comm.transport import ThreadHub, ThreadTransport
 
