@@ -56,6 +56,15 @@ def _threads(n: int, **kw) -> list[dict]:
     return run_threads(lambda r, c: _train(r, c, **kw), colls, timeout=120)
 
 
+def _local_step(models, opts, t: int) -> None:
+    """Inner step t of every worker (worker r on its own batch), plain SGD."""
+    for r, (m, o) in enumerate(zip(models, opts)):
+        x, y = _batch(r, t)
+        torch.nn.functional.mse_loss(m(x), y).backward()
+        o.step()
+        o.zero_grad()
+
+
 def _by_hand(n: int, outer_lr: float, momentum: float, nesterov: bool) -> list[list[torch.Tensor]]:
     """The algorithm written out for n workers in one process: the reference for the exact comparison."""
     models = [_model(seed=0) for _ in range(n)]  # sync_start: everybody starts from rank 0's parameters
@@ -63,11 +72,7 @@ def _by_hand(n: int, outer_lr: float, momentum: float, nesterov: bool) -> list[l
     start = [p.detach().clone() for p in models[0].parameters()]
     outer = torch.optim.SGD(start, lr=outer_lr, momentum=momentum, nesterov=nesterov)
     for t in range(STEPS):
-        for r, (m, o) in enumerate(zip(models, opts)):
-            x, y = _batch(r, t)
-            torch.nn.functional.mse_loss(m(x), y).backward()
-            o.step()
-            o.zero_grad()
+        _local_step(models, opts, t)
         if (t + 1) % H == 0:
             with torch.no_grad():
                 for k, s in enumerate(start):
@@ -103,11 +108,7 @@ def test_outer_sgd_with_lr_1_and_no_momentum_is_model_averaging():
     models = [_model(seed=0) for _ in range(3)]
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     for t in range(H):
-        for r, (m, o) in enumerate(zip(models, opts)):
-            x, y = _batch(r, t)
-            torch.nn.functional.mse_loss(m(x), y).backward()
-            o.step()
-            o.zero_grad()
+        _local_step(models, opts, t)
     avg = [sum(ps) / 3 for ps in zip(*(m.parameters() for m in models))]
     for r in range(3):
         for p, a in zip(res[r]["params"], avg):
