@@ -30,6 +30,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+
 __all__ = [
     "LinkParams",
     "ALLREDUCE_ALGORITHMS",
@@ -54,11 +56,9 @@ __all__ = [
     "fit_alpha_beta",
 ]
 
-# every all-reduce algorithm the model knows (lowbw.comm.ALGORITHMS + aliases)
 # lowbw.comm's heap tree caps its chunks at this (lowbw.comm.tree.HEAP_TREE_MAX_CHUNK_BYTES; kept here so the
 # model needs no torch)
 HEAP_TREE_MAX_CHUNK_BYTES = 256 << 10
-ALLREDUCE_ALGORITHMS = ("ring", "tree", "ps", "butterfly", "alltoall", "roundrobin", "allgather", "native")
 
 
 # ----------------------------------------------------------------------------------------------- units

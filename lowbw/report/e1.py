@@ -3,13 +3,14 @@ calibrated alpha-beta model and the bandwidth-optimal bound ``2 (N-1)/N M beta``
 
 from __future__ import annotations
 
+from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.common import plotting
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["E1", "ALG_ORDER"]
 
-ALG_ORDER = ["ring", "tree", "ps", "butterfly", "alltoall", "roundrobin", "allgather", "native"]
+ALG_ORDER = list(ALLREDUCE_ALGORITHMS)  # the plotting order
 BOUND_RATE_MBIT = 100  # the ring-vs-bound numbers: this link rate ...
 BOUND_MIN_SIZE_MB = 10  # ... and messages at least this large
 TOLERANCE = 0.10  # the model's error is "within" at |err| <= 10 %
