@@ -17,6 +17,7 @@ import pytest
 from lowbw.net import faults as F
 from lowbw.net.faults import Action, Fail, Partition, Straggle
 from lowbw.net.testbed import Testbed
+from tests.netscripts import tcp_bulk
 
 HAVE_NETNS = os.name == "posix" and os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc"))
 netns = pytest.mark.skipif(not HAVE_NETNS, reason="needs root and iproute2 (ip, tc)")
@@ -92,23 +93,7 @@ def test_a_partition_needs_links():
         Testbed(2, faults=[Fail(2, 1)])
 
 
-TRANSFER = textwrap.dedent("""
-    import os, socket, sys, time
-    addr = ("10.231.0.1", 29751)
-    if os.environ["RANK"] == "0":
-        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(addr); s.listen(1)
-        c, got = s.accept()[0], 0
-        while (b := c.recv(65536)):
-            got += len(b)
-        sys.exit(0 if got == 3_000_000 else 3)
-    for _ in range(100):
-        try:
-            c = socket.create_connection(addr, timeout=2); break
-        except OSError:
-            time.sleep(0.1)
-    c.settimeout(None); t = time.time(); c.sendall(b"x" * 3_000_000); c.close()
-    os.write(1, b"SECONDS %f\\n" % (time.time() - t))
-""")
+TRANSFER = tcp_bulk(3_000_000, 29751, addr='"10.231.0.1"', report_seconds=True)
 
 
 @pytest.mark.netns

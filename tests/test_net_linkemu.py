@@ -9,7 +9,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -19,6 +18,7 @@ from lowbw.net import linkemu
 from lowbw.net.link import LinkSpec
 from lowbw.net.linkemu import DelayLine, Direction, Stats
 from lowbw.net.probe import TestbedUnavailable
+from tests.netscripts import tcp_bulk, udp_echo
 
 ROOT = Path(__file__).resolve().parents[1]
 HAVE_NETNS = os.name == "posix" and os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc")) \
@@ -116,40 +116,17 @@ def test_link_ends_carry_each_direction_and_distinct_seeds():
 
 
 # --------------------------------------------------------------------------------------------- root
-RTT_PROBE = textwrap.dedent("""
-    import os, socket, statistics, time
-    r = int(os.environ["RANK"]); addr = (os.environ["MASTER_ADDR"], 29711)
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    if r == 0:
-        s.bind(addr); s.settimeout(30)
-        while (m := s.recvfrom(64))[0] != b"end":
-            s.sendto(*m)
-    else:
-        s.settimeout(2); rtts = []
-        for i in range(40):
-            t = time.perf_counter(); s.sendto(b"p", addr); s.recvfrom(64)
-            rtts.append(time.perf_counter() - t); time.sleep(0.01)
-        s.sendto(b"end", addr)
-        print("RTT_MS", statistics.median(rtts[3:]) * 1e3, flush=True)
+RTT_PROBE = udp_echo(29711, """
+    s.settimeout(2); rtts = []
+    for i in range(40):
+        t = time.perf_counter(); s.sendto(b"p", addr); s.recvfrom(64)
+        rtts.append(time.perf_counter() - t); time.sleep(0.01)
+    s.sendto(b"end", addr)
+    print("RTT_MS", statistics.median(rtts[3:]) * 1e3, flush=True)
 """)
 
 
-TCP_SCRIPT = textwrap.dedent("""
-    import os, socket, sys, time
-    addr = (os.environ["MASTER_ADDR"], 29712)
-    if os.environ["RANK"] == "0":
-        s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1); s.bind(addr); s.listen(1)
-        c, got = s.accept()[0], 0
-        while (b := c.recv(65536)):
-            got += len(b)
-        sys.exit(0 if got == 200_000 else 3)
-    for _ in range(100):
-        try:
-            c = socket.create_connection(addr, timeout=5); break
-        except OSError:
-            time.sleep(0.1)
-    c.sendall(b"x" * 200_000); c.close()
-""")
+TCP_SCRIPT = tcp_bulk(200_000, 29712)
 
 
 def _ours(prefix: str) -> list[str]:

@@ -8,7 +8,6 @@ import secrets
 import shutil
 import statistics
 import sys
-import textwrap
 import time
 from pathlib import Path
 
@@ -17,6 +16,7 @@ import pytest
 from lowbw.net import trace as T
 from lowbw.net.link import LinkSpec
 from lowbw.net.trace import Trace, TraceStep
+from tests.netscripts import udp_echo
 
 TRACES = Path(T.__file__).parent / "traces"
 HAVE_NETNS = os.name == "posix" and os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc")) \
@@ -86,32 +86,24 @@ def test_shipped_traces_are_what_the_generator_makes_and_match_their_stated_stat
 
 
 # ------------------------------------------------------------------------------------------- root
-RTT = textwrap.dedent("""
-    import os, socket, statistics, time
-    r = int(os.environ["RANK"]); addr = (os.environ["MASTER_ADDR"], 29741)
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    if r == 0:
-        s.bind(addr); s.settimeout(30)
-        while (m := s.recvfrom(64))[0] != b"end":
-            s.sendto(*m)
-    else:
-        s.settimeout(1); out = []; lost = 0
-        for phase in (0.3, 1.3):  # before and after the trace's step at 0.8 s
-            while time.time() - float(os.environ["LOWBW_T0"]) < phase:
-                time.sleep(0.01)
-            rtts = []
-            while len(rtts) < 10:  # UDP: a datagram may be lost (counted, and the test allows few)
-                t = time.perf_counter(); s.sendto(b"p", addr)
-                try:
-                    s.recvfrom(64); rtts.append(time.perf_counter() - t)
-                except socket.timeout:
-                    lost += 1
-                    assert lost < 5
-                time.sleep(0.02)
-            out.append(statistics.median(rtts) * 1e3)
-        for _ in range(3):
-            s.sendto(b"end", addr)
-        os.write(1, b"RTT %f %f %d\\n" % (*out, lost))
+RTT = udp_echo(29741, """
+s.settimeout(1); out = []; lost = 0
+for phase in (0.3, 1.3):  # before and after the trace's step at 0.8 s
+    while time.time() - float(os.environ["LOWBW_T0"]) < phase:
+        time.sleep(0.01)
+    rtts = []
+    while len(rtts) < 10:  # UDP: a datagram may be lost (counted, and the test allows few)
+        t = time.perf_counter(); s.sendto(b"p", addr)
+        try:
+            s.recvfrom(64); rtts.append(time.perf_counter() - t)
+        except socket.timeout:
+            lost += 1
+            assert lost < 5
+        time.sleep(0.02)
+    out.append(statistics.median(rtts) * 1e3)
+for _ in range(3):
+    s.sendto(b"end", addr)
+os.write(1, b"RTT %f %f %d\\n" % (*out, lost))
 """)
 
 
