@@ -20,21 +20,9 @@ import time
 import torch
 from torch import Tensor
 
+from lowbw.comm import engine as E
 from lowbw.comm.allgather import count_ring_allgather
-from lowbw.comm.engine import (
-    ALGORITHMS,
-    BROADCAST_FOR,
-    DEFAULT_WINDOW,
-    MAX_DIMS,
-    FlatView,
-    as_seconds,
-    check_algorithm,
-    chunk_elems,
-    metered,
-    run_allgather,
-    run_allreduce,
-    run_broadcast,
-)
+from lowbw.comm.engine import ALGORITHMS, BROADCAST_FOR, DEFAULT_WINDOW, MAX_DIMS
 from lowbw.comm.errors import CommError, GroupAbortedError, PeerTimeoutError
 from lowbw.comm.meter import Meter
 from lowbw.comm.numerics import Reducer
@@ -53,8 +41,8 @@ class ThreadCollective:
         self.hub = hub
         self.rank = rank
         self.world_size = hub.world_size
-        self.algorithm = check_algorithm(algorithm, ALGORITHMS)
-        self.timeout = as_seconds(timeout)
+        self.algorithm = E.check_algorithm(algorithm, ALGORITHMS)
+        self.timeout = E.as_seconds(timeout)
         self.chunk_bytes = chunk_bytes
         self.window = window
         self.meter = meter
@@ -78,7 +66,7 @@ class ThreadCollective:
         """
         if world_size < 1:
             raise ValueError(f"world_size={world_size} must be >= 1")
-        check_algorithm(algorithm, ALGORITHMS)
+        E.check_algorithm(algorithm, ALGORITHMS)
         if meters is not None and len(meters) != world_size:
             raise ValueError(f"meters: need one per rank ({world_size}), got {len(meters)}")
         hub = ThreadHub(world_size)
@@ -106,12 +94,12 @@ class ThreadCollective:
         alg = "ps" if self.algorithm == "native" else self.algorithm
         tp = self._transport(f"{self.algorithm} all_reduce (threads)")
         red = Reducer(op, tensor.dtype, self.world_size)
-        with metered(self.meter, op="all_reduce", algorithm=self.algorithm, rank=self.rank,
+        with E.metered(self.meter, op="all_reduce", algorithm=self.algorithm, rank=self.rank,
                      world_size=self.world_size, tensor=tensor, transport=tp,
                      measured=self.algorithm != "native"), torch.no_grad():
             out = tensor.detach().clone()
-            f = FlatView(out)
-            run_allreduce(f.flat, tp, alg, red, chunk_elems(self.chunk_bytes, tensor.element_size()),
+            f = E.FlatView(out)
+            E.run_allreduce(f.flat, tp, alg, red, E.chunk_elems(self.chunk_bytes, tensor.element_size()),
                           self.window)
             f.write_back()
         self._record("all_reduce", tensor, self.algorithm)
@@ -119,12 +107,12 @@ class ThreadCollective:
 
     def all_gather(self, tensor: Tensor) -> list[Tensor]:
         tp = self._transport("ring all_gather (threads)")
-        with metered(self.meter, op="all_gather", algorithm="ring", rank=self.rank, world_size=self.world_size,
+        with E.metered(self.meter, op="all_gather", algorithm="ring", rank=self.rank, world_size=self.world_size,
                      tensor=tensor, transport=tp), torch.no_grad():
             if self.gather == "direct" and self.world_size > 1:
                 out = self._direct_all_gather(tensor, tp)
             else:
-                out = run_allgather(tensor, tp, self.chunk_bytes, self.window)
+                out = E.run_allgather(tensor, tp, self.chunk_bytes, self.window)
         self._record("all_gather", tensor, "native" if self.algorithm == "native" else "ring")
         return out
 
@@ -152,7 +140,7 @@ class ThreadCollective:
         offsets = [0]
         for _, _, flat in items:
             offsets.append(offsets[-1] + flat.numel())
-        count_ring_allgather(tp, offsets, tensor.element_size(), chunk_elems(self.chunk_bytes,
+        count_ring_allgather(tp, offsets, tensor.element_size(), E.chunk_elems(self.chunk_bytes,
                                                                               tensor.element_size()))
         out = torch.empty(offsets[-1], dtype=tensor.dtype, device=tensor.device)
         for j, (_, _, flat) in enumerate(items):
@@ -165,11 +153,11 @@ class ThreadCollective:
         how = BROADCAST_FOR[self.algorithm]
         shape = "tree" if how == "native" else how
         tp = self._transport(f"{how} broadcast (threads)")
-        with metered(self.meter, op="broadcast", algorithm=how, rank=self.rank, world_size=self.world_size,
+        with E.metered(self.meter, op="broadcast", algorithm=how, rank=self.rank, world_size=self.world_size,
                      tensor=tensor, transport=tp, measured=how != "native"), torch.no_grad():
             out = tensor.detach().clone()
-            f = FlatView(out)
-            run_broadcast(f.flat, tp, src, shape, chunk_elems(self.chunk_bytes, tensor.element_size()), self.window)
+            f = E.FlatView(out)
+            E.run_broadcast(f.flat, tp, src, shape, E.chunk_elems(self.chunk_bytes, tensor.element_size()), self.window)
             f.write_back()
         self._record("broadcast", tensor, how)
         return out
