@@ -156,7 +156,7 @@ def figure(st: Stats):
             ax.annotate(r["method"], (r["bytes_to_target_per_worker"], r["ttt_s"]), fontsize=5.5,
                         xytext=(3, 2), textcoords="offset points")
         ax.set(xscale="log", yscale="log", title=f"{n} workers", xlabel="bytes per worker to the target",
-               ylabel=f"virtual time to target at {_link_label(LINKS[1][1], LINKS[1][2])} (s)")
+               ylabel=f"virtual time to target, {fmt_num(LINKS[1][1])} Mbit/s (s)")
         ax.grid(True, which="major", lw=0.4)
         if ax is not axes.flat[0] and ax.get_legend() is not None:
             ax.get_legend().remove()
