@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from lowbw.grid import run_dirs
 from tests.conftest import real_mirror
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -65,13 +66,15 @@ def test_tiny_workflow_end_to_end(tmp_path):
     logs = "\n".join(p.read_text(errors="replace")[-3000:] for p in proj.rglob("*.log"))
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:] + logs
     summaries = list((proj / "runs").glob("e*/**/summary.json"))
-    assert len(summaries) == 8
+    tiny = yaml.safe_load((proj / "config" / "tiny.yaml").read_text())
+    assert len(summaries) == len(run_dirs(tiny)) == 11  # E3-E7 and E9 runs of the tiny grid
     assert (proj / "runs" / "e4_compression" / "method~topk1" / "seed~1" / "train.ipynb").is_file()
     gen = proj / "paper" / "generated"
-    for e in range(1, 9):
+    for e in range(1, 10):
         assert (gen / f"tab_e{e}.tex").is_file() and (gen / f"fig_e{e}.pdf").is_file()
     numbers = (gen / "numbers.tex").read_text()
     assert r"\newcommand{\EFourTarget}" in numbers
+    assert r"\newcommand{\ENineTarget}" in numbers  # E9 ran (dense, local SGD, DiLoCo)
     if has_latex:
         pdf = proj / "paper" / "build" / "paper.pdf"
         assert pdf.is_file() and pdf.stat().st_size > 10_000
