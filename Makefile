@@ -6,7 +6,7 @@
 # Set-up = a virtual environment in .venv with lowbw[dev] (torch 2.13.0: the local CPU wheel on CPU-only
 # machines), and LaTeX + iproute2 + poppler from apt when run as root (otherwise the missing commands are
 # named, with the apt-get line to run). It is redone only when pyproject.toml changes.
-# Variables: CORES (snakemake --cores, default: all), PROFILE (e.g. PROFILE=config/profiles/gpu),
+# Variables: CORES (snakemake --cores, default: all), PROFILE (e.g. PROFILE=config/profiles/full),
 # SMK (extra snakemake arguments), PYTEST (extra pytest arguments).
 
 SHELL := /bin/bash
