@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 from pathlib import Path
 
 import pytest
@@ -24,3 +25,16 @@ def real_mirror() -> str | None:
     if m and Path(m).is_dir():
         return m
     return str(SHARED_DATA) if SHARED_DATA.is_dir() else None
+
+
+def _netns_missing() -> list[str]:
+    """What the root testbed tests need and this machine lacks."""
+    missing = [] if os.name == "posix" and os.geteuid() == 0 else ["root"]
+    return missing + [f"{tool} (iproute2)" for tool in ("ip", "tc") if not shutil.which(tool)]
+
+
+NETNS_MISSING = _netns_missing()
+# root tests on network namespaces (the testbed), and those that also need TUN/TAP devices (the link emulator)
+netns = pytest.mark.skipif(bool(NETNS_MISSING), reason="needs " + ", ".join(NETNS_MISSING or ["nothing"]))
+netns_tun = pytest.mark.skipif(bool(NETNS_MISSING) or not os.path.exists("/dev/net/tun"),
+                               reason="needs " + ", ".join(NETNS_MISSING + ["/dev/net/tun"]))

@@ -4,9 +4,7 @@ and a partitioned link on the netns testbed (root)."""
 from __future__ import annotations
 
 import itertools
-import os
 import secrets
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -17,10 +15,8 @@ import pytest
 from lowbw.net import faults as F
 from lowbw.net.faults import Action, Fail, Partition, Straggle
 from lowbw.net.testbed import Testbed
+from tests.conftest import netns
 from tests.netscripts import tcp_bulk
-
-HAVE_NETNS = os.name == "posix" and os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc"))
-netns = pytest.mark.skipif(not HAVE_NETNS, reason="needs root and iproute2 (ip, tc)")
 
 
 def test_parsers_accept_the_documented_forms():

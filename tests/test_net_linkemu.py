@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -18,12 +17,10 @@ from lowbw.net import linkemu
 from lowbw.net.link import LinkSpec
 from lowbw.net.linkemu import DelayLine, Direction, Stats
 from lowbw.net.probe import TestbedUnavailable
+from tests.conftest import netns_tun as netns
 from tests.netscripts import tcp_bulk, udp_echo
 
 ROOT = Path(__file__).resolve().parents[1]
-HAVE_NETNS = os.name == "posix" and os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc")) \
-    and os.path.exists("/dev/net/tun")
-netns = pytest.mark.skipif(not HAVE_NETNS, reason="needs root, iproute2 (ip, tc) and /dev/net/tun")
 
 
 # ----------------------------------------------------------------------------------- delay line (pure)

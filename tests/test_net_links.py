@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 import secrets
-import shutil
 import subprocess
 import sys
 import textwrap
@@ -12,9 +10,7 @@ import textwrap
 import pytest
 
 from lowbw.net.link import LinkSpec, links_from_values, per_worker
-
-HAVE_NETNS = os.name == "posix" and os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc"))
-netns = pytest.mark.skipif(not HAVE_NETNS, reason="needs root and iproute2 (ip, tc)")
+from tests.conftest import netns
 
 
 def test_one_value_or_one_per_worker():

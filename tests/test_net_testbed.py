@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import os
 import secrets
-import shutil
 import signal
 import subprocess
 import sys
@@ -21,11 +20,9 @@ import pytest
 
 from lowbw.net import testbed as T
 from lowbw.net.testbed import Testbed, TestbedUnavailable
+from tests.conftest import netns
 
 ROOT = Path(__file__).resolve().parents[1]
-HAVE_NETNS = os.name == "posix" and hasattr(os, "geteuid") and os.geteuid() == 0 and bool(shutil.which("ip")) \
-    and bool(shutil.which("tc"))
-netns = pytest.mark.skipif(not HAVE_NETNS, reason="needs root and iproute2 (ip, tc)")
 
 
 def _prefix() -> str:

@@ -3,9 +3,7 @@ and (root) a trace changing each worker's rate and delay on the testbed while it
 
 from __future__ import annotations
 
-import os
 import secrets
-import shutil
 import statistics
 import sys
 import time
@@ -16,12 +14,10 @@ import pytest
 from lowbw.net import trace as T
 from lowbw.net.link import LinkSpec
 from lowbw.net.trace import Trace, TraceStep
+from tests.conftest import netns_tun as netns
 from tests.netscripts import udp_echo
 
 TRACES = Path(T.__file__).parent / "traces"
-HAVE_NETNS = os.name == "posix" and os.geteuid() == 0 and bool(shutil.which("ip")) and bool(shutil.which("tc")) \
-    and os.path.exists("/dev/net/tun")
-netns = pytest.mark.skipif(not HAVE_NETNS, reason="needs root, iproute2 (ip, tc) and /dev/net/tun")
 
 
 def test_csv_rows_per_worker_or_all_with_optional_delay():
