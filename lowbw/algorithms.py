@@ -7,7 +7,8 @@ algorithm is added in one place and a misspelt one is rejected everywhere alike.
 
 from __future__ import annotations
 
-__all__ = ["ALLREDUCE_ALGORITHMS", "BROADCASTS", "BROADCAST_ALIASES", "BROADCAST_FOR", "check_algorithm"]
+__all__ = ["ALLREDUCE_ALGORITHMS", "BROADCASTS", "BROADCAST_ALIASES", "BROADCAST_FOR", "OUTER_OPTIMIZERS",
+           "check_algorithm"]
 
 # every all-reduce: ours over point-to-point messages, and "native" = torch.distributed.all_reduce
 ALLREDUCE_ALGORITHMS = ("ring", "tree", "ps", "butterfly", "alltoall", "roundrobin", "allgather", "native")
@@ -28,6 +29,9 @@ BROADCAST_FOR = {
     "roundrobin": "flat",
     "native": "native",
 }
+
+# DiLoCo's outer optimisers (lowbw.comm.diloco and the engine's sync: diloco): SGD with Nesterov momentum, or plain
+OUTER_OPTIMIZERS = ("nesterov", "sgd")
 
 
 def check_algorithm(algorithm: str, allowed=ALLREDUCE_ALGORITHMS) -> str:

@@ -36,7 +36,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS, check_algorithm
+from lowbw.algorithms import ALLREDUCE_ALGORITHMS, OUTER_OPTIMIZERS, check_algorithm
 from lowbw.comm.aggregate import resolve
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter
@@ -44,7 +44,6 @@ from lowbw.compress.base import State
 
 __all__ = ["DiLoCo", "DiLoCoCounters", "OUTER_OPTIMIZERS", "outer_sgd", "check_outer"]
 
-OUTER_OPTIMIZERS = ("nesterov", "sgd")
 
 
 @dataclass

@@ -14,6 +14,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
+from lowbw.algorithms import OUTER_OPTIMIZERS
 from lowbw.train.config_rules import ConfigError, check, coerce
 
 __all__ = ["RunConfig", "SYNC_SCHEMES", "ASSIGNMENTS", "OUTER_OPTIMIZERS"]
@@ -29,7 +30,6 @@ def _f(default: Any, help: str, *, enum: list[str] | None = None, minimum: float
 
 
 SYNC_SCHEMES = ["sync", "local", "post_local", "hierarchical", "ssp", "async", "diloco"]
-OUTER_OPTIMIZERS = ["nesterov", "sgd"]
 ASSIGNMENTS = ["disjoint", "full", "coarse", "medium", "fine", "household"]
 
 
@@ -151,7 +151,7 @@ class RunConfig:
     world_period: int = _f(1, "L_W: steps between world synchronisations (local, post_local, hierarchical; "
                            "diloco: H, inner steps per outer step)", minimum=1, group="sync")
     outer_optimizer: str = _f("nesterov", "diloco: the outer optimiser on the pseudo-gradient, SGD with Nesterov "
-                              "momentum (the paper's) or plain SGD with momentum", enum=OUTER_OPTIMIZERS,
+                              "momentum (the paper's) or plain SGD with momentum", enum=list(OUTER_OPTIMIZERS),
                               group="sync")
     outer_lr: float = _f(0.7, "diloco: outer learning rate (sgd, outer_lr 1, outer_momentum 0 = local SGD)",
                          exclusive_minimum=0, group="sync")
