@@ -30,10 +30,9 @@ def _link_label(mbit: float, lat: float) -> str:
 
 def _bytes_to_target(m, target: float, workers: int) -> float:
     """Bytes sent per worker until the first evaluation at or above ``target`` (NaN if never)."""
-    from lowbw.report.training import eval_lines
+    from lowbw.report.training import first_at_target
 
-    ev = eval_lines(m)
-    hit = ev[ev["test_acc"] >= target]
+    hit = first_at_target(m, target)
     return float(hit["bytes_sent"].iloc[0]) / workers if not hit.empty else math.nan
 
 

@@ -41,14 +41,19 @@ def eval_lines(m: pd.DataFrame) -> pd.DataFrame:
     return m[m["test_acc"].notna()].sort_values("step")
 
 
+def first_at_target(m: pd.DataFrame, target: float) -> pd.DataFrame:
+    """The first metrics line whose test evaluation reached ``target`` (an empty frame if none did)."""
+    ev = eval_lines(m)
+    return ev[ev["test_acc"] >= target].iloc[:1]
+
+
 def time_to_target(m: pd.DataFrame, target: float, mbit: float | None = None,
                    latency_ms: float | None = None) -> float:
     """Virtual seconds until the first evaluation with test accuracy >= ``target`` (NaN if never)."""
-    ev = eval_lines(m)
-    hit = ev[ev["test_acc"] >= target]
+    hit = first_at_target(m, target)
     if hit.empty:
         return float("nan")
-    return float(retime(hit.iloc[[0]], mbit, latency_ms).iloc[0])
+    return float(retime(hit, mbit, latency_ms).iloc[0])
 
 
 def run_times(runs: pd.DataFrame, metrics: pd.DataFrame, by: list[str], target: float, mbits: list[float],
