@@ -156,6 +156,14 @@ class RunConfig:
     outer_lr: float = _f(0.7, "diloco: outer learning rate (sgd, outer_lr 1, outer_momentum 0 = local SGD)",
                          exclusive_minimum=0, group="sync")
     outer_momentum: float = _f(0.9, "diloco: outer momentum", minimum=0, maximum=0.999999, group="sync")
+    diloco_fragments: int = _f(1, "diloco: F fragments of the model (consecutive parameter tensors of near-equal "
+                               "size); fragment f has its outer step at inner steps t with t = (f + 1) H / F "
+                               "(mod H), so the link carries one fragment every H/F steps instead of the whole "
+                               "model every H (Streaming DiLoCo, Douillard et al. 2025); 1: plain DiLoCo",
+                               minimum=1, group="sync")
+    diloco_delay: int = _f(0, "diloco: tau, inner steps between the start of a fragment's exchange and the outer "
+                           "update it brings (its communication overlaps tau steps of compute; Streaming "
+                           "DiLoCo's overlap); 0: applied at once", minimum=0, group="sync")
     local_start: float = _f(0.5, "post_local: fraction of training after which local SGD starts (Lin et al.: at "
                             "the first lr decay)", minimum=0, maximum=1, group="sync")
     households: int = _f(0, "H: households (divides workers); hierarchical only", minimum=0, group="sync")
@@ -168,13 +176,24 @@ class RunConfig:
                                "step moves parameters only)", group="sync")
     staleness: int = _f(2, "ssp: staleness bound s (a worker may be s clocks ahead of the slowest)", minimum=0,
                         group="sync")
-    worker_speeds: list[float] = _f([], "ssp/async virtual clock: relative compute time of each worker (len = "
-                                    "workers; [] = all equal)", group="sync")
+    worker_speeds: list[float] = _f([], "virtual clock: relative compute time of each worker (len = workers; [] = "
+                                    "all equal; a straggler at 3 computes 3x as long); synchronous schemes wait "
+                                    "for the slowest, ssp/async let the others run ahead", group="sync")
 
     # --- network and virtual clock
     bandwidth_mbit: float = _f(10.0, "link bandwidth (Mbit/s) of every worker for the virtual clock / testbed",
                                exclusive_minimum=0, group="clock")
     latency_ms: float = _f(0.0, "one-way link latency (ms)", minimum=0, group="clock")
+    worker_bandwidth_mbit: list[float] = _f([], "per-worker link rate (Mbit/s) each way, one per worker (the "
+                                            "testbed's --rates); []: bandwidth_mbit for every worker",
+                                            group="clock")
+    worker_uplink_mbit: list[float] = _f([], "per-worker uplink rate (Mbit/s) where it is below the downlink (the "
+                                         "testbed's --up); []: the worker's rate both ways", group="clock")
+    worker_latency_ms: list[float] = _f([], "per-worker one-way latency (ms) (the testbed's --delays); []: "
+                                        "latency_ms for every worker", group="clock")
+    bandwidth_trace: str = _f("", "every worker's rate (and delay) follows this trace in virtual time: a CSV "
+                              "t_s,worker,mbit[,delay_ms] or Mahimahi file (lowbw.net.trace), or a packaged "
+                              "trace by name (wifi, lte); '': fixed links", group="clock")
     bandwidth_schedule: list[float] = _f([], "fluctuating network: flat pairs [t0_s, mbit0, t1_s, mbit1, ...] in "
                                          "virtual time; from t_i on the world link has mbit_i (before t0: "
                                          "bandwidth_mbit)", group="clock")

@@ -193,11 +193,18 @@ def _check_sync(cfg) -> None:
     if s == "hierarchical" and cfg.compressor != "none" and cfg.household_period != 1:
         raise ConfigError("compressor", "hierarchical compresses the per-step household gradient average: needs "
                                         "household_period=1")
-    if cfg.worker_speeds:
-        if s not in ("ssp", "async"):
-            raise ConfigError("worker_speeds", "only used with sync=ssp or async")
-        if len(cfg.worker_speeds) != M or any(v <= 0 for v in cfg.worker_speeds):
-            raise ConfigError("worker_speeds", f"needs {M} positive numbers")
+    if cfg.worker_speeds and (len(cfg.worker_speeds) != M or any(v <= 0 for v in cfg.worker_speeds)):
+        raise ConfigError("worker_speeds", f"{cfg.worker_speeds}: needs {M} positive numbers (one per worker)")
+    if s != "diloco":
+        for k in ("diloco_fragments", "diloco_delay"):
+            if getattr(cfg, k) != (1 if k == "diloco_fragments" else 0):
+                raise ConfigError(k, f"only used with sync=diloco (sync={s})")
+    elif cfg.world_period % cfg.diloco_fragments:
+        raise ConfigError("diloco_fragments", f"{cfg.diloco_fragments} does not divide world_period="
+                                              f"{cfg.world_period} (a fragment every H/F inner steps)")
+    elif cfg.diloco_delay >= cfg.world_period:
+        raise ConfigError("diloco_delay", f"{cfg.diloco_delay}: must be below world_period={cfg.world_period} "
+                                          "(a fragment's update lands before its next exchange)")
 
 
 def _check_backends_and_network(cfg) -> None:
@@ -214,6 +221,13 @@ def _check_backends_and_network(cfg) -> None:
         raise ConfigError("clock_sample_s", "clock=model needs seconds per sample > 0")
     if cfg.compressor == "none" and cfg.compressor_args:
         raise ConfigError("compressor_args", "given but compressor=none")
+    for k in ("worker_bandwidth_mbit", "worker_uplink_mbit", "worker_latency_ms"):
+        v = getattr(cfg, k)
+        if v and (len(v) != cfg.workers or min(v) < 0 or (k != "worker_latency_ms" and min(v) <= 0)):
+            raise ConfigError(k, f"{v}: needs {cfg.workers} numbers (one per worker), "
+                                 + ("each >= 0" if k == "worker_latency_ms" else "each > 0"))
+    if cfg.bandwidth_trace and cfg.bandwidth_schedule:
+        raise ConfigError("bandwidth_trace", "give a trace or a bandwidth_schedule, not both")
     sched = cfg.bandwidth_schedule
     if sched:
         ts, bs = sched[0::2], sched[1::2]

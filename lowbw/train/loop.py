@@ -194,12 +194,14 @@ class Trainer:
     def _record_step(self, cols: WorkerStats, v_comm: float, v_compress: float | None, wall: float) -> None:
         """Advance the clocks and records by one step whose every worker's statistics are ``cols``."""
         cfg, st = self.cfg, self.state
+        # a synchronous step waits for its slowest worker: worker i computes worker_speeds[i] x as long
+        speeds = torch.tensor(cfg.worker_speeds or [1.0] * cfg.workers, dtype=torch.float64)
         if cfg.clock == "model":
-            v_compute = cfg.clock_sample_s * self.local_batch
-            v_compress = v_compress or 0.0
+            v_compute = cfg.clock_sample_s * self.local_batch * float(speeds.max())
+            v_compress = (v_compress or 0.0) * float(speeds.max())
         else:
-            v_compute = float(cols.t_compute.max())
-            v_compress = float(cols.t_compress.max())
+            v_compute = float((cols.t_compute * speeds).max())
+            v_compress = float((cols.t_compress * speeds).max())
         v_compute *= cfg.clock_compute_scale  # workers sharing cores (1: one machine each)
         v_compress *= cfg.clock_compute_scale
         clock, meas = st.clock, st.meas

@@ -1,0 +1,33 @@
+"""worker_speeds on synchronous schemes: every step waits for the slowest worker's compute."""
+
+from __future__ import annotations
+
+import pytest
+
+from lowbw.runio import read_jsonl
+from lowbw.train.config import ConfigError, RunConfig
+from lowbw.train.launch import run
+
+BASE = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=4, log_every=2, progress=False,
+            train_limit=200, test_limit=50, eval_every=1.0, clock="model", clock_sample_s=1e-3)
+
+
+def last(out) -> dict:
+    return read_jsonl(out / "metrics.jsonl")[-1]
+
+
+@pytest.mark.parametrize("sync", [dict(sync="sync"), dict(sync="local", world_period=2)])
+def test_a_straggler_slows_every_step_by_its_factor(tmp_path, sync):
+    run(RunConfig.from_dict({**BASE, **sync}), tmp_path / "even")
+    run(RunConfig.from_dict({**BASE, **sync, "worker_speeds": [1.0, 3.0]}), tmp_path / "slow")
+    even, slow = last(tmp_path / "even"), last(tmp_path / "slow")
+    # clock=model: compute = clock_sample_s x local batch x the slowest factor, every step
+    assert even["t_virtual_compute"] == pytest.approx(4 * 16 * 1e-3)
+    assert slow["t_virtual_compute"] == pytest.approx(3 * even["t_virtual_compute"])
+    assert slow["t_virtual_comm"] == pytest.approx(even["t_virtual_comm"])
+    assert slow["loss"] == even["loss"]  # only the clock changes
+
+
+def test_worker_speeds_must_name_every_worker():
+    with pytest.raises(ConfigError, match=r"worker_speeds.*\[1\.0\].*2 positive"):
+        RunConfig.from_dict({**BASE, "worker_speeds": [1.0]})
