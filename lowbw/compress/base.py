@@ -17,6 +17,14 @@ Contract (every compressor in ``lowbw.compress`` follows it):
   decompresses to, talking only to the :class:`~lowbw.compress.collective.Collective` protocol: summable
   payloads are all-reduced and decompressed once (divided by N); the rest are all-gathered part by part
   (parts may be empty on some ranks) and decompressed-and-averaged in rank order (deterministic).
+* Batched path (the ``sim`` backend holds all ranks in one process): ``compress_batch(xs, name, states)``,
+  ``decompress_batch(payloads)`` and ``aggregate_batch(xs, coll, name, states)`` take row i of ``xs``
+  (shape ``[N, *shape]``) as rank i's tensor and ``states[i]`` as its State, and give exactly (bit for bit)
+  what the per-tensor calls give rank by rank: the same payloads, decoded values, residuals and random streams.
+  Compressors with ``batched = True`` run them as tensor operations over all rows at once (falling back to a
+  row loop inside where a case is not batched: stochastic rounding, sub-byte packing, ties at the top-k
+  threshold...); ``aggregate_batch`` talks to a :class:`BatchCollective` (the ranks' collective calls, made
+  once for all rows) and returns the average every rank receives (the same on every rank).
 """
 
 from __future__ import annotations
@@ -24,9 +32,9 @@ from __future__ import annotations
 import inspect
 import math
 import zlib
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Protocol
 
 import torch
 from torch import Tensor
@@ -36,6 +44,7 @@ from lowbw.compress.collective import Collective
 __all__ = [
     "Payload",
     "Compressor",
+    "BatchCollective",
     "State",
     "ErrorFeedback",
     "NonFiniteError",
@@ -87,6 +96,24 @@ class Payload:
     @property
     def numel(self) -> int:
         return math.prod(self.shape)
+
+
+class BatchCollective(Protocol):
+    """The collective calls of all ``world_size`` ranks of a group, made once for all of them (``sim``).
+
+    Row i of an argument is rank i's tensor. Implementations give exactly what every rank of the per-rank
+    :class:`~lowbw.compress.collective.Collective` would receive, and record one call per rank.
+    """
+
+    world_size: int
+
+    def all_reduce(self, rows: Tensor) -> Tensor:
+        """The elementwise sum of the rows (``rows.shape[1:]``), as every rank receives it."""
+        ...
+
+    def all_gather(self, rows: Tensor) -> Tensor:
+        """Every rank's 1-D part (``rows``: ``[N, L]``, equal lengths), in rank order, as every rank receives it."""
+        ...
 
 
 class State:
@@ -232,6 +259,87 @@ class Compressor:
         payload = self.compress(tensor, name, state)
         return self._aggregate_payload(payload, coll)
 
+    # ----- batched path (all ranks' rows of one tensor; see the module docstring) -------------------
+    #: True where compress_batch/aggregate_batch run as batched tensor operations (else: per-row loops)
+    batched: ClassVar[bool] = False
+
+    def compress_batch(self, xs: Tensor, name: str = "", states: Sequence[State] | None = None) -> list[Payload]:
+        """``[compress(xs[i], name, states[i]) for i]``, computed over all rows at once where ``batched``."""
+        states = self._states(states, xs)
+        if not self.batched:
+            return [self.compress(xs[i], name, states[i]) for i in range(xs.shape[0])]
+        shape = xs.shape[1:]
+        parts, metas = self._encode_batch(self._prepare_batch(xs), name, states, shape)
+        return [Payload(tuple(p[i] for p in parts), shape, xs.dtype, metas[i]) for i in range(xs.shape[0])]
+
+    def decompress_batch(self, payloads: Sequence[Payload]) -> Tensor:
+        """``torch.stack([decompress(p) for p in payloads])`` (payloads of one tensor: same shape and meta)."""
+        if not self.batched or not payloads:
+            return torch.stack([self.decompress(p) for p in payloads])
+        ref = payloads[0]
+        parts = [torch.stack([p.parts[j] for p in payloads]) for j in range(len(ref.parts))]
+        return self._decode_batch(parts, ref).to(ref.dtype).view(len(payloads), *ref.shape)
+
+    def aggregate_batch(self, xs: Tensor, coll: BatchCollective, name: str = "",
+                        states: Sequence[State] | None = None) -> Tensor:
+        """The average over the group of the rows' decompressed payloads, as every rank's :meth:`aggregate`
+        returns it (``xs.shape[1:]``); the same calls on ``coll`` as the ranks make on their collectives."""
+        if not self.batched:
+            raise TypeError(f"{self!r} has no batched path (batched=False): aggregate rank by rank")
+        states = self._states(states, xs)
+        shape, n = xs.shape[1:], coll.world_size
+        parts, metas = self._encode_batch(self._prepare_batch(xs), name, states, shape)
+        ref = Payload(tuple(p[0] for p in parts), shape, xs.dtype, metas[0])
+        if self.summable:
+            out = self._decode(replace(ref, parts=tuple(coll.all_reduce(p) for p in parts)))
+            if n > 1:
+                out = out / n
+        else:
+            gathered = [coll.all_gather(p) for p in parts]
+            out = torch.zeros(ref.numel, dtype=torch.float32, device=xs.device)
+            self._decode_add_rows(gathered, ref, out)
+            if n > 1:
+                out /= n
+        return out.to(xs.dtype).view(shape)
+
+    def _states(self, states: Sequence[State] | None, xs: Tensor) -> list[State]:
+        if states is None:
+            if xs.shape[0] != 1:
+                raise ValueError(f"states=None: give one State per row ({xs.shape[0]} rows)")
+            states = [self._state(None)]
+        if len(states) != xs.shape[0]:
+            raise ValueError(f"states: need one per row ({xs.shape[0]}), got {len(states)}")
+        return list(states)
+
+    def _prepare_batch(self, xs: Tensor) -> Tensor:
+        """``xs`` ``[N, *shape]`` -> ``[N, n]`` fp32 (possibly a view: never modify it), checked like ``_prepare``."""
+        if not isinstance(xs, Tensor) or xs.dim() < 1:
+            raise TypeError(f"expected a torch.Tensor of shape [N, ...], got {type(xs).__name__}")
+        x = self._prepare(xs)  # this class's input checks, on all rows at once
+        return x.view(xs.shape[0], -1)
+
+    def _encode_batch(self, x: Tensor, name: str, states: Sequence[State], shape: torch.Size
+                      ) -> tuple[list[Tensor], list[dict[str, Any]]]:
+        """``_encode`` of every row of ``x`` ``[N, n]``: parts stacked ``[N, L]`` (equal lengths), metas per row.
+        This default is the row loop; batched compressors override it."""
+        enc = [self._encode(x[i], name, states[i], shape) for i in range(x.shape[0])]
+        nparts = len(enc[0][0])
+        return [torch.stack([e[0][j] for e in enc]) for j in range(nparts)], [e[1] for e in enc]
+
+    def _decode_batch(self, parts: list[Tensor], ref: Payload) -> Tensor:
+        """``_decode`` of every row (``parts[j][i]``: row i's part j; ``ref``: row 0's payload) -> ``[N, n]``."""
+        N = parts[0].shape[0] if parts else 0
+        return torch.stack([self._decode(replace(ref, parts=tuple(p[i] for p in parts))) for i in range(N)])
+
+    def _decode_add_rows(self, parts: list[Tensor], ref: Payload, out: Tensor) -> None:
+        """``out += decode(row i)`` for i = 0, 1, ... in rank order (as ``_aggregate_payload`` does)."""
+        for d in self._decode_batch(parts, ref):
+            out += d
+
+    def _subtract_decoded_rows(self, parts: list[Tensor], ref: Payload, acc: Tensor) -> None:
+        """``acc[i] -= decode(row i)`` in place for every row of ``acc`` ``[N, n]`` (``_subtract_decoded``)."""
+        acc -= self._decode_batch(parts, ref)
+
     # ----- helpers ----------------------------------------------------------------------------------
     def __repr__(self) -> str:
         args = ", ".join(f"{k}={v!r}" for k, v in self.params.items())
@@ -339,6 +447,36 @@ class ErrorFeedback(Compressor):
 
     def _decode_add(self, payload: Payload, out: Tensor) -> None:
         self.inner._decode_add(payload, out)
+
+    @property
+    def batched(self) -> bool:  # type: ignore[override]
+        return self.inner.batched
+
+    def _encode_batch(self, x: Tensor, name: str, states: Sequence[State], shape: torch.Size
+                      ) -> tuple[list[Tensor], list[dict[str, Any]]]:
+        """``_encode`` of every row: corrected = residual + x, the inner rows' encoding, new residual =
+        corrected - decoded (row i's residual is stored as a view of this step's ``[N, n]`` batch)."""
+        slots = [st[name] for st in states]
+        res = [s.get("ef.residual") for s in slots]
+        ok = [r is not None and r.shape == x.shape[1:] and r.device == x.device for r in res]
+        if all(ok):
+            corrected = torch.stack(res).add_(x)
+        elif not any(ok):
+            corrected = x.clone()
+        else:
+            corrected = torch.stack([r + xi if o else xi.clone() for r, xi, o in zip(res, x, ok, strict=True)])
+        parts, metas = self.inner._encode_batch(corrected, name, states, shape)
+        ref = Payload(tuple(p[0] for p in parts), shape, torch.float32, metas[0])
+        self.inner._subtract_decoded_rows(parts, ref, corrected)
+        for i, slot in enumerate(slots):
+            slot["ef.residual"] = corrected[i]
+        return parts, metas
+
+    def _decode_batch(self, parts: list[Tensor], ref: Payload) -> Tensor:
+        return self.inner._decode_batch(parts, ref)
+
+    def _decode_add_rows(self, parts: list[Tensor], ref: Payload, out: Tensor) -> None:
+        self.inner._decode_add_rows(parts, ref, out)
 
     def residual(self, state: State | None, name: str = "") -> Tensor | None:
         """The current residual for ``name`` (flat fp32), or None before the first step."""

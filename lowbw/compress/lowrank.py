@@ -128,6 +128,8 @@ class PowerSGD(Compressor):
             if not self.warm_start or q is None or q.shape != (m, r) or q.device != x.device:
                 g = torch.Generator(device="cpu").manual_seed(int(self._rng(state).randint(1_000_000_000)))
                 q = torch.randn(m, r, generator=g, dtype=torch.float32).to(x.device)
+            else:
+                q = q.clone()  # the batched path stores one averaged Q for all ranks: never orthogonalize it in place
             orthogonalize(q, self.epsilon)
             p = all_reduce(mat @ q)
             orthogonalize(p, self.epsilon)
@@ -150,6 +152,72 @@ class PowerSGD(Compressor):
         p = payload.parts[0].view(meta["n"], meta["r"])
         q = payload.parts[1].view(meta["m"], meta["r"])
         return (p @ q.t()).view(-1)
+
+    batched = True
+
+    def aggregate_batch(self, xs: Tensor, coll, name: str = "", states=None) -> Tensor:
+        """All ranks' rows of one tensor at once, the arithmetic of :meth:`_step` row by row: the error
+        feedback and the residuals as ``[N, n]`` operations; P and Q per row (their matrix products row by
+        row, so that each is the per-tensor product); the all-reduced P, Q and result once (every rank
+        holds the same). A Q that all ranks share (warm start) is orthogonalized once. Rank states must be
+        in step (every rank aggregates every tensor every time, as collectives require)."""
+        states = self._states(states, xs)
+        x = self._prepare_batch(xs)
+        N, shape, world = x.shape[0], xs.shape[1:], coll.world_size
+        slots = [st[name] for st in states]
+        its = {s.get("powersgd.iter", 0) for s in slots}
+        if len(its) != 1:
+            raise ValueError(f"powersgd: the ranks' states of {name!r} are at different steps {sorted(its)}")
+        it = its.pop()
+        for s in slots:
+            s["powersgd.iter"] = it + 1
+        if it < self.start_iter:
+            return coll.all_reduce(x).div_(world).to(xs.dtype).view(shape)
+        errs = [s.get("powersgd.err") if self.error_feedback else None for s in slots]
+        ok = [e is not None and e.shape == x.shape[1:] and e.device == x.device for e in errs]
+        if all(ok):
+            corrected = torch.stack(errs).add_(x)
+        else:
+            corrected = torch.stack([e + xi if o else xi.clone() for e, xi, o in zip(errs, x, ok, strict=True)])
+        mshape = self.matrix_shape(shape)
+        if mshape is None:
+            for s, st in zip(slots, states, strict=True):
+                if not self.warm_start or not s.get("powersgd.drawn"):
+                    self._rng(st).randint(1_000_000_000)
+                    s["powersgd.drawn"] = True
+            avg = coll.all_reduce(corrected).div_(world)
+        else:
+            n, m, r = mshape
+            mats = corrected.view(N, n, m)
+            qs: list = []
+            for s, st in zip(slots, states, strict=True):
+                q = s.get("powersgd.q")
+                if not self.warm_start or q is None or q.shape != (m, r) or q.device != x.device:
+                    q = int(self._rng(st).randint(1_000_000_000))  # a seed; drawn below (once per distinct seed)
+                qs.append(q)
+            done: dict = {}  # one orthogonalized Q per distinct stored Q (by identity) or seed
+            for i, q in enumerate(qs):
+                key = ("seed", q) if isinstance(q, int) else ("id", id(q))
+                if key not in done:
+                    if isinstance(q, int):
+                        g = torch.Generator(device="cpu").manual_seed(q)
+                        qo = torch.randn(m, r, generator=g, dtype=torch.float32).to(x.device)
+                    else:
+                        qo = q.clone()
+                    orthogonalize(qo, self.epsilon)
+                    done[key] = qo
+                qs[i] = done[key]
+            p = coll.all_reduce(torch.stack([mats[i] @ qs[i] for i in range(N)]))
+            orthogonalize(p, self.epsilon)
+            q = coll.all_reduce(torch.stack([mats[i].t() @ p for i in range(N)])).div_(world)
+            avg = (p @ q.t()).view(-1)
+            for s in slots:
+                s["powersgd.q"] = q
+        if self.error_feedback:
+            corrected.sub_(avg)
+            for i, s in enumerate(slots):
+                s["powersgd.err"] = corrected[i]
+        return avg.to(xs.dtype).view(shape)
 
     def aggregate(self, tensor: Tensor, coll: Collective, name: str = "", state: State | None = None) -> Tensor:
         x = self._prepare(tensor)

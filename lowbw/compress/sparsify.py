@@ -75,6 +75,24 @@ def topk_indices(x: Tensor, k: int) -> Tensor:
     return cand[x[cand].abs().topk(k, sorted=False).indices]
 
 
+def topk_rows(x: Tensor, k: int) -> Tensor:
+    """Per row of ``x`` ``[N, n]``: the indices (int64, ascending, ``[N, k]``) of :func:`topk_indices` of that
+    row. Where a row's top-k set is unique (its k-th largest magnitude exceeds the next) any exact method
+    finds it: one batched ``topk`` does; rows with a tie there take :func:`topk_indices` itself."""
+    N, n = x.shape
+    if k <= 0:
+        return torch.empty((N, 0), dtype=torch.int64, device=x.device)
+    if k >= n:
+        return torch.arange(n, device=x.device).expand(N, n).clone()
+    top = x.abs().topk(k + 1, dim=1, sorted=True)
+    idx = top.indices[:, :k].sort(dim=1).values
+    tie = top.values[:, k - 1] == top.values[:, k]
+    if bool(tie.any()):
+        for i in tie.nonzero().flatten().tolist():
+            idx[i] = topk_indices(x[i], k).sort().values
+    return idx
+
+
 class Sparse(Compressor):
     """Base of the sparsifiers: payload ``[indices, values]`` (or ``[values]`` when indices are shared)."""
 
@@ -99,6 +117,35 @@ class Sparse(Compressor):
     @staticmethod
     def _pack(x: Tensor, idx: Tensor) -> list[Tensor]:
         return [idx.to(index_dtype(x.numel())), x[idx]]
+
+    # batched rows (payloads [indices [N, k], values [N, k]]; indices unique within a row)
+    @staticmethod
+    def _pack_rows(x: Tensor, idx: Tensor) -> list[Tensor]:
+        return [idx.to(index_dtype(x.shape[1])), x.gather(1, idx)]
+
+    @staticmethod
+    def _flat_index(idx: Tensor, n: int) -> Tensor:
+        """Row-local indices ``[N, k]`` -> indices into the flattened ``[N * n]`` rows."""
+        offs = torch.arange(idx.shape[0], device=idx.device, dtype=torch.int64)[:, None] * n
+        return (idx.long() + offs).reshape(-1)
+
+    def _decode_batch(self, parts: list[Tensor], ref: Payload) -> Tensor:
+        idx, vals = parts
+        out = torch.zeros((vals.shape[0], ref.numel), dtype=torch.float32, device=vals.device)
+        if vals.numel():
+            out.view(-1).index_add_(0, self._flat_index(idx, ref.numel), vals.reshape(-1))
+        return out
+
+    def _decode_add_rows(self, parts: list[Tensor], ref: Payload, out: Tensor) -> None:
+        idx, vals = parts
+        for i in range(vals.shape[0]):
+            if vals.shape[1]:
+                out.index_add_(0, idx[i], vals[i])
+
+    def _subtract_decoded_rows(self, parts: list[Tensor], ref: Payload, acc: Tensor) -> None:
+        idx, vals = parts
+        if vals.numel():
+            acc.view(-1).index_add_(0, self._flat_index(idx, acc.shape[1]), vals.reshape(-1), alpha=-1.0)
 
 
 def topk_count(ratio: float, n: int) -> int:
@@ -136,6 +183,11 @@ class TopK(Sparse):
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         idx = topk_indices(x, topk_count(self.ratio, x.numel()))
         return self._pack(x, idx.sort().values), {}
+
+    batched = True
+
+    def _encode_batch(self, x: Tensor, name: str, states, shape: torch.Size) -> tuple[list[Tensor], list[dict]]:
+        return self._pack_rows(x, topk_rows(x, topk_count(self.ratio, x.shape[1]))), [{} for _ in range(x.shape[0])]
 
 
 def random_indices(n: int, k: int, seed: int, device: torch.device) -> Tensor:
@@ -242,6 +294,34 @@ class DGC(Sparse):
         v.index_fill_(0, idx, 0.0)
         slot.update({"dgc.u": u, "dgc.v": v, "dgc.step": step + 1})
         return parts, {"density": self.density(step)}
+
+    batched = True
+
+    def _encode_batch(self, x: Tensor, name: str, states, shape: torch.Size) -> tuple[list[Tensor], list[dict]]:
+        """All rows at once (momentum correction, top-k, masking), as ``_encode`` row by row; with clipping (a
+        per-row norm) or rows at different steps: the row loop."""
+        slots = [st[name] for st in states]
+        steps = {s.get("dgc.step", 0) for s in slots}
+        if self.clip_norm is not None or len(steps) != 1:
+            return super()._encode_batch(x, name, states, shape)
+        step = steps.pop()
+        us, vs = [s.get("dgc.u") for s in slots], [s.get("dgc.v") for s in slots]
+        ok = [u is not None and u.shape == x.shape[1:] and u.device == x.device for u in us]
+        if all(ok):
+            u, v = torch.stack(us), torch.stack(vs)
+        elif not any(ok):
+            u, v = torch.zeros_like(x), torch.zeros_like(x)
+        else:
+            return super()._encode_batch(x, name, states, shape)
+        u.mul_(self.momentum).add_(x)  # momentum correction
+        v.add_(u)
+        idx = topk_rows(v, topk_count(self.density(step), x.shape[1]))
+        parts = self._pack_rows(v, idx)
+        u.scatter_(1, idx, 0.0)  # momentum factor masking
+        v.scatter_(1, idx, 0.0)
+        for i, slot in enumerate(slots):
+            slot.update({"dgc.u": u[i], "dgc.v": v[i], "dgc.step": step + 1})
+        return parts, [{"density": self.density(step)} for _ in slots]
 
 
 register("threshold", error_feedback=True,

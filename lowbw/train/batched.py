@@ -1,0 +1,183 @@
+"""The ``sim`` backend's batched compressed exchange: all replicas' gradients aggregated together.
+
+The threaded path (:meth:`lowbw.train.world.SimWorld.exchange`) runs ``aggregate_rank`` once per replica,
+each in its own thread, with per-layer collective calls that meet across the threads: R x layers x
+(compress + meeting + decode) steps of Python per exchange. Here each layer of all replicas of a group is
+one ``[n, ...]`` tensor handed to the compressor's batched path (:meth:`lowbw.compress.base.Compressor.
+aggregate_batch`), and the group's collective calls are made once, by :class:`RowCollective`, which gives
+every rank exactly what the threaded collective gives it:
+
+* ``all_reduce``: the ring algorithm's arithmetic (segment j of the tensor, ``split(numel, N)``, is summed
+  in the order ``((x_j + x_{j+1}) + x_{j+2}) + ...``, indices mod N; fp16/bf16 widened to fp32 for each
+  addition and rounded to the input dtype after it, as :class:`lowbw.comm.numerics.Reducer` does);
+* ``all_gather``: the rows themselves (a copy has no arithmetic);
+
+and records per rank the same :class:`~lowbw.compress.collective.CallRecord` and the same bytes sent as the
+threaded collective's byte meter (ring all-reduce: the segments it forwards in 2(N-1) steps; all-gather:
+the shape headers and the N-1 blocks it forwards). So outputs, call records, bytes and the virtual clock
+are those of the threaded path, bit for bit; tests hold the two paths to that.
+
+Used for a compressor with ``batched = True``, the ``ring`` collective and ``sim``; everything else keeps
+the threaded path. ``mode``: the run config's ``sim_compress`` (``batched`` | ``loop``) where it has that
+key, else :data:`DEFAULT_MODE` (:func:`use` changes it, for tests and benchmarks).
+"""
+
+from __future__ import annotations
+
+import time
+from contextlib import contextmanager
+
+import torch
+from torch import Tensor
+
+from lowbw.comm.engine import MAX_DIMS
+from lowbw.comm.numerics import split
+from lowbw.compress.collective import CallRecord
+from lowbw.train.sync import group_of
+from lowbw.train.world import Exchange, comm_cost, link_for
+
+__all__ = ["RowCollective", "ring_sum", "applies", "exchange", "use", "DEFAULT_MODE", "MODES"]
+
+MODES = ("batched", "loop")
+DEFAULT_MODE = "batched"
+ALGORITHMS = ("ring",)  # whose arithmetic RowCollective reproduces
+_HALF = (torch.float16, torch.bfloat16)
+_ORDERS: dict[tuple[int, int, str], Tensor] = {}
+
+
+@contextmanager
+def use(mode: str):
+    """``with use("loop"): ...``: runs without a ``sim_compress`` config key take ``mode`` meanwhile."""
+    global DEFAULT_MODE
+    if mode not in MODES:
+        raise ValueError(f"sim_compress mode={mode!r}; allowed: {' | '.join(MODES)}")
+    old, DEFAULT_MODE = DEFAULT_MODE, mode
+    try:
+        yield
+    finally:
+        DEFAULT_MODE = old
+
+
+def mode_of(cfg) -> str:
+    m = getattr(cfg, "sim_compress", None) or DEFAULT_MODE
+    if m not in MODES:
+        raise ValueError(f"sim_compress={m!r}; allowed: {' | '.join(MODES)}")
+    return m
+
+
+def applies(world, cfg, comp) -> bool:
+    """Whether an exchange of ``comp`` in ``world`` takes the batched path."""
+    return (comp is not None and world.kind == "sim" and bool(getattr(comp, "batched", False))
+            and cfg.collective in ALGORITHMS and mode_of(cfg) == "batched")
+
+
+def _ring_order(n: int, N: int, device: torch.device) -> Tensor:
+    """``[N, n]`` int64: row k holds, per element, the rank whose value the ring adds k-th (cached)."""
+    key = (n, N, str(device))
+    o = _ORDERS.get(key)
+    if o is None:
+        seg = torch.empty(n, dtype=torch.int64)
+        for j, (a, b) in enumerate(split(n, N)):
+            seg[a:b] = j
+        o = _ORDERS[key] = torch.stack([(seg + k) % N for k in range(N)]).to(device)
+    return o
+
+
+def ring_sum(rows: Tensor) -> Tensor:
+    """The ring all-reduce's sum of ``rows`` ``[N, n]`` (its order and roundings, see the module docstring)."""
+    N, n = rows.shape
+    if N == 1 or n == 0:
+        return rows[0].clone()
+    order = _ring_order(n, N, rows.device)
+    widen = rows.dtype in _HALF
+    acc = rows.gather(0, order[:1])
+    for k in range(1, N):
+        nxt = rows.gather(0, order[k:k + 1])
+        acc = (acc.float() + nxt.float()).to(rows.dtype) if widen else acc.add_(nxt)
+    return acc[0]
+
+
+def _ring_sent(n: int, N: int, rank: int, elem: int) -> int:
+    """Bytes rank ``rank`` sends in a ring all-reduce of ``n`` elements: segment (r - g) mod N at step g."""
+    if N == 1 or n == 0:
+        return 0
+    segs = split(n, N)
+    return elem * sum(segs[(rank - g) % N][1] - segs[(rank - g) % N][0] for g in range(2 * (N - 1)))
+
+
+class RowCollective:
+    """The :class:`~lowbw.compress.base.BatchCollective` of one group of ``world_size`` ranks (ring).
+
+    ``calls[i]``/``sent[i]``: rank i's call records and bytes sent; ``seconds``: time spent in its calls.
+    """
+
+    def __init__(self, world_size: int, algorithm: str = "ring"):
+        if algorithm not in ALGORITHMS:
+            raise ValueError(f"RowCollective: algorithm={algorithm!r}; allowed: {', '.join(ALGORITHMS)}")
+        self.world_size = world_size
+        self.algorithm = algorithm
+        self.calls: list[list[CallRecord]] = [[] for _ in range(world_size)]
+        self.sent = [0] * world_size
+        self.seconds = 0.0
+
+    def _check(self, rows: Tensor) -> None:
+        if rows.dim() < 1 or rows.shape[0] != self.world_size:
+            raise ValueError(f"RowCollective: rows of shape {tuple(rows.shape)}, need [{self.world_size}, ...]")
+
+    def all_reduce(self, rows: Tensor) -> Tensor:
+        self._check(rows)
+        t0 = time.perf_counter()
+        N, shape = self.world_size, rows.shape[1:]
+        flat = rows.detach().reshape(N, -1)
+        n, es = flat.shape[1], rows.element_size()
+        out = ring_sum(flat).view(shape)
+        for r in range(N):
+            self.calls[r].append(CallRecord("all_reduce", n * es, self.algorithm, N))
+            self.sent[r] += _ring_sent(n, N, r, es)
+        self.seconds += time.perf_counter() - t0
+        return out
+
+    def all_gather(self, rows: Tensor) -> Tensor:
+        self._check(rows)
+        N = self.world_size
+        nbytes = rows[0].numel() * rows.element_size()
+        per_rank = (N - 1) * ((2 + MAX_DIMS) * 8 + nbytes) if N > 1 else 0  # shape headers + blocks forwarded
+        for r in range(N):
+            self.calls[r].append(CallRecord("all_gather", nbytes, "ring", N))
+            self.sent[r] += per_rank
+        return rows
+
+
+def exchange(world, level: str, rows: Tensor, chunks, comp, states) -> Exchange:
+    """The batched counterpart of ``world.exchange(level, aggregate_rank per replica)``: every replica's row
+    of ``rows`` ``[M, P]`` averaged over its group at ``level`` with ``comp`` (per chunk ``(name, offset,
+    numel, shape)``), with the threaded path's outputs, call records, bytes and modelled time.
+    ``busy_s``: each replica's share of the (de)compression seconds; ``comm_s``: its group's seconds in
+    the collective calls."""
+    cfg = world.cfg
+    t0 = time.perf_counter()
+    groups: dict[int, list[int]] = {}
+    for w in world.ranks:
+        g, _, _ = group_of(level, w, cfg)
+        groups.setdefault(g, []).append(w)
+    out = torch.empty_like(rows)
+    calls: list = [None] * len(world.ranks)
+    sent = [0] * len(world.ranks)
+    comm = [0.0] * len(world.ranks)
+    per_group: dict[int, list[list]] = {}
+    for g, members in sorted(groups.items()):
+        lo, hi = members[0], members[-1] + 1
+        if members != list(range(lo, hi)):
+            raise ValueError(f"group {g} at level {level!r} is not a contiguous range of ranks: {members}")
+        coll = RowCollective(hi - lo, cfg.collective)
+        st = states[lo:hi]
+        for name, off, k, shape in chunks:
+            x = rows[lo:hi, off:off + k].view(hi - lo, *shape)
+            out[lo:hi, off:off + k] = comp.aggregate_batch(x, coll, name, st).reshape(-1)
+        for j, w in enumerate(members):
+            calls[w], sent[w], comm[w] = coll.calls[j], coll.sent[j], coll.seconds
+        per_group[g] = coll.calls
+    M = len(world.ranks)
+    busy = max(0.0, time.perf_counter() - t0 - sum(comm[members[0]] for members in groups.values())) / M
+    return Exchange(outputs=list(out), busy_s=[busy] * M, comm_s=comm, bytes_sent=sent, calls=calls,
+                    **comm_cost(per_group, link_for(cfg, level, world.now)))
