@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from lowbw.compress.collective import CallRecord
+from lowbw.net import costlinks as cl
 from lowbw.net import costmodel as cm
 from lowbw.net.costlinks import WorkerLink, best_root, links_allreduce_time, message_time, ps_time, ring_time
 from lowbw.net.link import LinkSpec
@@ -76,3 +78,57 @@ def test_from_testbed_links_and_bad_values():
     with pytest.raises(ValueError, match="unknown all-reduce"):
         links_allreduce_time("gossip", M, [WorkerLink(1, 1)] * 2)
     assert ring_time(M, [WorkerLink(1, 1)]) == 0.0 and ps_time(M, [WorkerLink(1, 1)]) == 0.0
+
+
+# ------------------------------------------------------------------ all-gather, broadcast, call sequences
+LINK = cm.LinkParams(alpha_s=0.002, bandwidth_bps=1e8)
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("algorithm", ["ring", "native", "ps", "tree", "alltoall", "butterfly"])
+def test_equal_links_give_the_star_models_call_times(n, algorithm):
+    """calls_time on equal per-worker links == lowbw.net.costmodel.calls_time: all-reduce, all-gather of
+    unequal (compressed) payloads, broadcast; one rank's sequence and per-rank lists."""
+    links = [WorkerLink.symmetric(LINK)] * n
+    seq = [CallRecord("all_reduce", 4000, algorithm, n), CallRecord("broadcast", 300, algorithm, n),
+           CallRecord("all_gather", 1000, algorithm, n)]
+    assert cl.calls_time(seq, links) == pytest.approx(cm.calls_time(seq, LINK), rel=1e-12)
+    per_rank = [[CallRecord("all_gather", 1000 + 100 * r, algorithm, n), CallRecord("all_reduce", 64, algorithm, n)]
+                for r in range(n)]
+    assert cl.calls_time(per_rank, links) == pytest.approx(cm.calls_time(per_rank, LINK), rel=1e-12)
+    for how in ("tree", "flat", "pipeline"):
+        assert cl.broadcast_time(M, links, how) == pytest.approx(cm.broadcast_time(M, n, LINK, how), rel=1e-12)
+    for how in ("ring", "direct"):
+        sizes = [1e5 * (r + 1) for r in range(n)]
+        assert cl.allgather_time(sizes, links, how) == pytest.approx(cm.allgather_time(sizes, n, LINK, how), rel=1e-12)
+    assert cl.collective_time("art_topk", "ring", M, links, density=0.01) == pytest.approx(
+        cm.collective_time("art_topk", "ring", M, n, LINK, density=0.01), rel=1e-12)
+
+
+def test_ring_allgather_is_bounded_by_its_slowest_hop():
+    # hop 1 -> 2 runs at 10 Mbit/s (worker 2's downlink): it forwards everything but worker 2's contribution
+    links = [WorkerLink(FAST, FAST, 0.001), WorkerLink(FAST, FAST, 0.003), WorkerLink(FAST, SLOW),
+             WorkerLink(FAST, FAST)]
+    sizes = [1e5, 2e5, 3e5, 4e5]
+    assert cl.allgather_time(sizes, links, "ring") == pytest.approx(3 * 0.003 + 8 * (1e6 - 3e5) / SLOW)
+    # direct: worker 2's downlink takes the other three at 10 Mbit/s
+    assert cl.allgather_time(sizes, links, "direct") == pytest.approx(0.003 + 8 * 7e5 / SLOW)
+
+
+def test_broadcast_from_the_root_over_unequal_links():
+    links = [WorkerLink(SLOW, FAST), WorkerLink(FAST, FAST), WorkerLink(FAST, FAST)]
+    # flat: the root's 10 Mbit/s uplink sends two copies; pipeline: every byte once through it
+    assert cl.broadcast_time(M, links, "flat") == pytest.approx(2 * 8 * M / SLOW)
+    assert cl.broadcast_time(M, links, "pipeline") == pytest.approx(8 * M / SLOW)
+    # from rank 1 the chain 1 -> 2 -> 0 never uses the slow uplink
+    assert cl.broadcast_time(M, links, "pipeline", root=1) == pytest.approx(8 * M / FAST)
+    with pytest.raises(ValueError, match="unknown broadcast"):
+        cl.broadcast_time(M, links, "gossip")
+    with pytest.raises(ValueError, match="3 sizes for 2 links"):
+        cl.allgather_time([1, 2, 3], links[:2])
+
+
+def test_one_slow_worker_sets_a_ring_calls_time():
+    links = [WorkerLink(FAST, FAST)] * 3 + [WorkerLink(SLOW, SLOW)]
+    seq = [CallRecord("all_reduce", int(M), "ring", 4)]
+    assert cl.calls_time(seq, links) == pytest.approx(2 * 3 * 8 * (M / 4) / SLOW)

@@ -25,8 +25,8 @@ from pathlib import Path
 
 from lowbw.net.link import LinkSpec
 
-__all__ = ["TraceStep", "Trace", "load_trace", "parse_csv", "parse_mahimahi", "expand", "peak_links",
-           "MAHIMAHI_PACKET_BYTES", "MIN_BPS"]
+__all__ = ["TraceStep", "Trace", "load_trace", "resolve_trace", "rates_at", "parse_csv", "parse_mahimahi", "expand",
+           "peak_links", "MAHIMAHI_PACKET_BYTES", "MIN_BPS", "PACKAGED"]
 
 MAHIMAHI_PACKET_BYTES = 1500
 MIN_BPS = 8_000.0  # the rate of a window without delivery opportunities (1 KB/s)
@@ -139,6 +139,44 @@ def load_trace(path: str | Path, workers: int) -> Trace:
     return Trace(trace.steps, trace.period_s, str(p))
 
 
+#: the traces shipped with the package (lowbw/net/traces/<name>.csv, drawn by :func:`synthetic_csv`)
+PACKAGED = Path(__file__).with_name("traces")
+
+
+def resolve_trace(name_or_path: str | Path, workers: int) -> Trace:
+    """A packaged trace by name (``wifi``, ``lte``: :data:`SYNTHETIC`) or a trace file (:func:`load_trace`)."""
+    name = str(name_or_path)
+    if name in SYNTHETIC and not Path(name).exists():
+        return load_trace(PACKAGED / f"{name}.csv", workers)
+    return load_trace(name, workers)
+
+
+def rates_at(trace: Trace, t_s: float, workers: int) -> list[tuple[float | None, float | None]]:
+    """Per worker ``(bits/s, uplink delay s)`` that ``trace`` sets at ``t_s`` seconds (None: not set yet,
+    the link keeps its own value): the last step at or before ``t_s`` for that worker (or for every worker),
+    the trace's values at its end after a trace played once, and ``t_s`` modulo the period in a looping one."""
+    if t_s < 0:
+        raise ValueError(f"t_s must be >= 0, got {t_s}")
+    out: list[list] = [[None, None] for _ in range(workers)]
+
+    def apply(until: float) -> None:
+        for s in trace.steps:
+            if s.t_s > until:
+                break
+            for r in range(workers) if s.rank is None else [s.rank]:
+                if r < workers:
+                    out[r][0] = s.bps
+                    if s.delay_s is not None:
+                        out[r][1] = s.delay_s
+
+    if trace.period_s:
+        if t_s >= trace.period_s:  # a later loop starts from the values the previous one ended with
+            apply(math.inf)
+        t_s = math.fmod(t_s, trace.period_s)
+    apply(t_s)
+    return [(b, d) for b, d in out]
+
+
 def expand(trace: Trace, until_s: float) -> Iterable[TraceStep]:
     """The steps in time order up to ``until_s``, repeated if the trace loops."""
     offset = 0.0
@@ -174,11 +212,16 @@ SYNTHETIC = {
     # and a one-way delay of 40 ms +- 10 ms following the load
     "lte": {"median_mbit": 12.0, "sigma": 0.6, "rho": 0.95, "dip_every_s": 30.0, "dip_factor": 0.05,
             "delay_ms": (40.0, 10.0)},
+    # the WiFi above at a 10 Mbit/s median for 20 minutes: as long as a training run's virtual time, and
+    # comparable with a steady 10 Mbit/s link (E10)
+    "wifi10": {"median_mbit": 10.0, "sigma": 0.3, "rho": 0.8, "dip_every_s": 10.0, "dip_factor": 0.1,
+               "delay_ms": None, "seconds": 1200.0},
 }
 
 
-def synthetic_csv(kind: str, seconds: float = 60.0, step_s: float = 0.5, seed: int = 0) -> str:
-    """A trace of :data:`SYNTHETIC` ``kind`` for every worker (``*``) as CSV text; deterministic in ``seed``.
+def synthetic_csv(kind: str, seconds: float | None = None, step_s: float = 0.5, seed: int = 0) -> str:
+    """A trace of :data:`SYNTHETIC` ``kind`` for every worker (``*``) as CSV text; deterministic in ``seed``;
+    ``seconds`` long (None: the kind's ``seconds``, else 60).
 
     1. ``x_k = rho x_{k-1} + sqrt(1 - rho^2) N(0, 1)`` (stationary, unit variance);
     2. ``mbit_k = median exp(sigma x_k)``, times ``dip_factor`` while a dip lasts (each step starts one with
@@ -190,6 +233,7 @@ def synthetic_csv(kind: str, seconds: float = 60.0, step_s: float = 0.5, seed: i
     if kind not in SYNTHETIC:
         raise ValueError(f"unknown synthetic trace {kind!r}; known: {', '.join(SYNTHETIC)}")
     p = SYNTHETIC[kind]
+    seconds = float(p.get("seconds", 60.0)) if seconds is None else seconds
     rng = random.Random(seed)
     x, dip_left, rows = rng.gauss(0, 1), 0, ["t_s,worker,mbit" + (",delay_ms" if p["delay_ms"] else "")]
     for k in range(int(round(seconds / step_s))):

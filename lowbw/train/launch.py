@@ -35,7 +35,7 @@ from typing import Any
 from lowbw.runio import lock_holders, seal_summary, set_parent_death_signal
 from lowbw.train.config import RunConfig
 
-__all__ = ["run", "free_port", "RunDirError", "WorkerError", "config_diff", "peer_timeout_s"]
+__all__ = ["run", "free_port", "RunDirError", "WorkerError", "config_diff", "peer_timeout_s", "testbed_links"]
 
 
 class RunDirError(RuntimeError):
@@ -62,8 +62,49 @@ def peer_timeout_s(cfg: RunConfig, grad_bytes: int | None = None) -> float:
         return t
     t = 30.0
     if grad_bytes:
-        t += 10 * 2 * grad_bytes * 8 / (max(cfg.bandwidth_mbit, 1e-3) * 1e6) + 10 * 2 * cfg.latency_ms / 1e3
+        mbit, lat = _slowest_mbit_ms(cfg)
+        t += 10 * 2 * grad_bytes * 8 / (max(mbit, 1e-3) * 1e6) + 10 * 2 * lat / 1e3
     return t
+
+
+def _slowest_mbit_ms(cfg: RunConfig) -> tuple[float, float]:
+    """The smallest rate (Mbit/s) and the largest latency (ms) any worker's link has, a trace's included."""
+    rates = [cfg.bandwidth_mbit, *cfg.worker_bandwidth_mbit, *cfg.worker_uplink_mbit]
+    if cfg.worker_bandwidth_mbit:
+        rates = rates[1:]  # bandwidth_mbit is replaced by the per-worker rates
+    lats = list(cfg.worker_latency_ms) or [cfg.latency_ms]
+    if cfg.bandwidth_trace:
+        from lowbw.net.trace import resolve_trace
+
+        tr = resolve_trace(cfg.bandwidth_trace, cfg.workers)
+        rates += [s.bps / 1e6 for s in tr.steps]
+        lats += [s.delay_s * 1e3 for s in tr.steps if s.delay_s is not None]
+    return min(rates), max(lats)
+
+
+def testbed_links(cfg: RunConfig) -> dict:
+    """The :class:`lowbw.net.testbed.Testbed` arguments of a run's network: ``bandwidth_mbit``/``latency_ms``
+    for every worker, or one link per worker from ``worker_bandwidth_mbit`` (both ways; the testbed's
+    ``--rates``), ``worker_uplink_mbit`` (``--up``) and ``worker_latency_ms`` (``--delays``, on the uplink);
+    ``bandwidth_trace`` (a packaged name or a file) as the testbed's trace."""
+    from lowbw.net.link import LinkSpec
+
+    args: dict = {"workers": cfg.workers}
+    if cfg.worker_bandwidth_mbit or cfg.worker_uplink_mbit or cfg.worker_latency_ms:
+        M = cfg.workers
+        down = list(cfg.worker_bandwidth_mbit) or [cfg.bandwidth_mbit] * M
+        up = list(cfg.worker_uplink_mbit) or down
+        lat = list(cfg.worker_latency_ms) or [cfg.latency_ms] * M
+        args["links"] = [LinkSpec.parse(rate=f"{d}mbit", up=f"{u}mbit", delay=f"{a}ms" if a else None)
+                         for d, u, a in zip(down, up, lat)]
+    else:
+        args["rate"] = f"{cfg.bandwidth_mbit}mbit"
+        args["delay"] = f"{cfg.latency_ms}ms" if cfg.latency_ms else None
+    if cfg.bandwidth_trace:
+        from lowbw.net.trace import resolve_trace
+
+        args["trace"] = resolve_trace(cfg.bandwidth_trace, cfg.workers)
+    return args
 
 
 # --------------------------------------------------------------------------------------- run directory
@@ -400,9 +441,7 @@ def _run_procs(cfg: RunConfig, out: Path, quiet: bool = False) -> None:
         elif cfg.testbed:
             from lowbw.net.testbed import Testbed
 
-            rate = f"{cfg.bandwidth_mbit}mbit"
-            delay = f"{cfg.latency_ms}ms" if cfg.latency_ms else None
-            with Testbed(workers=cfg.workers, rate=rate, delay=delay, master_port=port) as tb:
+            with Testbed(**testbed_links(cfg), master_port=port) as tb:
                 guard = _guardian(tb.tag) if tb.emulation == "netns-tc" else None
                 try:
                     procs = tb.launch(cmd, env=env, cwd=root, stdout=stdout, stderr=subprocess.PIPE)

@@ -9,6 +9,11 @@ every gradient is M-1 updates old).
 
 Network: every worker has its own full-duplex link (the cost model's star); the server's link is shared, so
 pushes queue on its downlink and pulls on its uplink (``bytes x 8 / bandwidth`` each, plus the latency).
+The server's link is ``bandwidth_mbit``/``latency_ms``. On per-worker links (``worker_bandwidth_mbit``,
+``worker_uplink_mbit``, ``worker_latency_ms``, ``bandwidth_trace``: :func:`lowbw.train.world.worker_links`,
+a trace read when the message starts) a message also crosses worker i's own link: a push ends at
+``max(server's queue start + m / B_server, ready + m / U_i)`` (a pull: ``D_i``) plus worker i's latency, and
+holds the server's link for ``m / B_server`` only (cut-through; equal links give the shared-link model).
 
 * ``async``: a worker starts its next gradient as soon as its pull completes (Recht et al.; Dean et al.).
 * ``ssp`` with bound s (Ho et al. 2013): a worker that has completed c pushes may start its next gradient only
@@ -24,12 +29,21 @@ from collections.abc import Callable
 
 import torch
 
+from lowbw.net.costlinks import WorkerLink
+from lowbw.net.costmodel import LinkParams
 from lowbw.train.optim import make_optimizer
 from lowbw.train.replicas import Replicas
 from lowbw.train.state import WorkerStats
-from lowbw.train.world import link_for
+from lowbw.train.world import bandwidth_at, has_worker_links, worker_links
 
-__all__ = ["ParameterServer"]
+__all__ = ["ParameterServer", "server_link"]
+
+
+def server_link(cfg) -> LinkParams:
+    """The server's link: ``bandwidth_mbit`` (its value at t = 0 under a schedule) x ``link_goodput``,
+    latency ``latency_ms`` + ``clock_overhead_ms``."""
+    return LinkParams(alpha_s=(cfg.latency_ms + cfg.clock_overhead_ms) / 1e3,
+                      bandwidth_bps=bandwidth_at(cfg, 0.0, per_worker=False) * 1e6 * cfg.link_goodput)
 
 
 class ParameterServer:
@@ -47,7 +61,10 @@ class ParameterServer:
         self.server.load_state_dict({"params": rep.params[:1], "buffers": rep.buffers[:1],
                                      "int_buffers": {k: v[:1] for k, v in rep.int_buffers.items()}})
         self.opt = make_optimizer(cfg, 1, rep.P, rep.device)
-        self.link = link_for(cfg, "world")
+        self.link = server_link(cfg)
+        # per-worker links, unless they are all the server's (then the shared-link model, exactly)
+        self.per_worker = has_worker_links(cfg) and (
+            bool(cfg.bandwidth_trace) or any(w != WorkerLink.symmetric(self.link) for w in worker_links(cfg)))
         self.push_bytes = rep.P * 4
         self.pull_bytes = (rep.P + rep.Q) * 4
         self.now = 0.0
@@ -63,8 +80,9 @@ class ParameterServer:
             self._start(i, 0.0)
 
     # --------------------------------------------------------------------------------------------- events
-    def _transfer(self, ready: float, nbytes: int, direction: str) -> float:
-        """Finish time of a message through the server's shared link (queued), plus the latency."""
+    def _transfer(self, ready: float, nbytes: int, direction: str, worker: int) -> float:
+        """Finish time of ``worker``'s message through the server's shared link (queued) and, on per-worker
+        links, its own link (see the module docstring), plus the latency."""
         free = self.ps_in_free if direction == "in" else self.ps_out_free
         start = max(ready, free)
         done = start + nbytes * self.link.beta
@@ -72,7 +90,11 @@ class ParameterServer:
             self.ps_in_free = done
         else:
             self.ps_out_free = done
-        return done + self.link.alpha_s
+        if not self.per_worker:
+            return done + self.link.alpha_s
+        w = worker_links(self.cfg, ready)[worker]
+        own = 8.0 * nbytes / (w.up_bps if direction == "in" else w.down_bps)
+        return max(done, ready + own) + w.up_alpha_s + w.down_alpha_s
 
     def _start(self, i: int, t: float) -> None:
         """Worker i pulls the server's model at ``t`` and computes its gradient; schedules its push."""
@@ -87,8 +109,8 @@ class ParameterServer:
         comp = self.cfg.clock_sample_s * b if self.cfg.clock == "model" else secs[0]
         comp *= self.speeds[i]
         self.t_compute[i] = comp
-        pulled = self._transfer(t, self.pull_bytes, "out") if t > 0 else t  # the initial model is everyone's
-        self.arrival[i] = self._transfer(pulled + comp, self.push_bytes, "in")
+        pulled = self._transfer(t, self.pull_bytes, "out", i) if t > 0 else t  # the initial model is everyone's
+        self.arrival[i] = self._transfer(pulled + comp, self.push_bytes, "in", i)
 
     def _may_start(self, i: int) -> bool:
         return self.clock[i] - min(self.clock) <= self.bound

@@ -6,6 +6,14 @@ group at ``level`` (world / neighbourhood / household) and returns what each cal
 replica: its own compute seconds inside ``fn`` (compression, decompression), the seconds inside collective
 calls, the bytes it sent (from the byte meter) and the call records; and, for the whole world, the
 cost-model time of those calls on the level's link (groups at one level run in parallel: the slowest counts).
+
+Links: one :class:`~lowbw.net.costmodel.LinkParams` per level (``bandwidth_mbit``, ``latency_ms``, the
+household's own), or, when a per-worker key (``worker_bandwidth_mbit``, ``worker_uplink_mbit``,
+``worker_latency_ms``) or a ``bandwidth_trace`` is set, every worker its own link (:func:`worker_links`) and
+each group's calls timed on its members' links by :mod:`lowbw.net.costlinks` (a ring is bounded by its
+slowest hop, the parameter server sits at rank 0, other algorithms on the group's slowest link). Households
+with their own ``household_bandwidth_mbit`` (or latency) stay on that LAN link; else they share the workers'
+links.
 """
 
 from __future__ import annotations
@@ -24,11 +32,14 @@ from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter, expected
 from lowbw.comm.threads import ThreadCollective, run_threads
 from lowbw.compress.collective import CallRecord
+from lowbw.net import costlinks
+from lowbw.net.costlinks import WorkerLink
 from lowbw.net.costmodel import LinkParams, calls_time
+from lowbw.net.trace import Trace, rates_at, resolve_trace
 from lowbw.train.sync import TimedCollective, group_of
 
-__all__ = ["Exchange", "SimWorld", "DistWorld", "link_for", "bandwidth_at", "bytes_sent_of", "comm_cost",
-           "default_threads"]
+__all__ = ["Exchange", "SimWorld", "DistWorld", "link_for", "links_for", "worker_links", "has_worker_links",
+           "bandwidth_at", "bytes_sent_of", "comm_cost", "default_threads"]
 
 
 @dataclass
@@ -40,14 +51,75 @@ class Exchange:
     v_comm: float = 0.0  # cost-model seconds of this exchange (same value on every process)
     calls: list[list] = field(default_factory=list)
     # the same time as alpha-beta coefficients, so a run can be re-timed at any link:
-    # v_comm = v_alpha * alpha_s + v_beta_bytes * 8 / bandwidth_bps (latency terms, critical-path bytes)
+    # v_comm = v_alpha * alpha_s + v_beta_bytes * 8 / bandwidth_bps (latency terms, critical-path bytes).
+    # On per-worker links they are still the equal-link coefficients (latency terms and critical-path bytes
+    # of the same calls on equal links): re-timed at one link L they give the time had every worker had L, at
+    # the slowest link (largest latency, smallest rate) an upper bound of v_comm; v_comm itself is the time on
+    # the unequal links, and only it says what the run took.
     v_alpha: float = 0.0
     v_beta_bytes: float = 0.0
     meta_s: float = 0.0  # seconds of bookkeeping exchanges between processes (call records), not training
 
 
-def bandwidth_at(cfg, t_virtual: float) -> float:
-    """World bandwidth (Mbit/s) at virtual time ``t_virtual`` under ``cfg.bandwidth_schedule``."""
+def has_worker_links(cfg) -> bool:
+    """Whether the virtual clock times the world on per-worker links (a per-worker key or a trace is set)."""
+    return bool(cfg.worker_bandwidth_mbit or cfg.worker_uplink_mbit or cfg.worker_latency_ms
+                or cfg.bandwidth_trace)
+
+
+_TRACES: dict[tuple[str, int], Trace] = {}
+
+
+def _trace(cfg) -> Trace:
+    key = (cfg.bandwidth_trace, cfg.workers)
+    if key not in _TRACES:
+        try:
+            _TRACES[key] = resolve_trace(cfg.bandwidth_trace, cfg.workers)
+        except ValueError as e:
+            raise ValueError(f"bandwidth_trace={cfg.bandwidth_trace!r}: {e}") from None
+    return _TRACES[key]
+
+
+def _worker_mbit_ms(cfg, t_virtual: float) -> list[tuple[float, float, float]]:
+    """Per worker (uplink Mbit/s, downlink Mbit/s, one-way latency ms) at virtual time ``t_virtual``: the
+    per-worker keys (else ``bandwidth_mbit`` under ``bandwidth_schedule``, ``latency_ms``); a trace then sets
+    the rate of both directions (as the testbed's trace does) and, where it has one, the latency."""
+    M = cfg.workers
+    down = list(cfg.worker_bandwidth_mbit) or [bandwidth_at(cfg, t_virtual, per_worker=False)] * M
+    up = list(cfg.worker_uplink_mbit) or list(down)
+    lat = list(cfg.worker_latency_ms) or [cfg.latency_ms] * M
+    if cfg.bandwidth_trace:
+        for i, (bps, delay_s) in enumerate(rates_at(_trace(cfg), t_virtual, M)):
+            if bps is not None:
+                up[i] = down[i] = bps / 1e6
+            if delay_s is not None:
+                lat[i] = delay_s * 1e3
+    return list(zip(up, down, lat))
+
+
+def worker_links(cfg, t_virtual: float = 0.0) -> list[WorkerLink]:
+    """Every worker's link as the virtual clock sees it at ``t_virtual`` (see :func:`link_for`): bandwidths
+    x ``link_goodput``, the latency and ``clock_overhead_ms`` on the uplink."""
+    g = cfg.link_goodput
+    return [WorkerLink(u * 1e6 * g, d * 1e6 * g, (lat + cfg.clock_overhead_ms) / 1e3, 0.0)
+            for u, d, lat in _worker_mbit_ms(cfg, t_virtual)]
+
+
+def links_for(cfg, level: str, t_virtual: float = 0.0) -> list[WorkerLink] | None:
+    """Per-worker links of ``level`` at ``t_virtual``, or None where one :func:`link_for` times it (no
+    per-worker key, or a household/neighbourhood level with its own ``household_bandwidth_mbit`` or
+    ``household_latency_ms``: a LAN)."""
+    if not has_worker_links(cfg) or (level != "world" and (cfg.household_bandwidth_mbit > 0
+                                                            or cfg.household_latency_ms >= 0)):
+        return None
+    return worker_links(cfg, t_virtual)
+
+
+def bandwidth_at(cfg, t_virtual: float, per_worker: bool = True) -> float:
+    """World bandwidth (Mbit/s) at virtual time ``t_virtual`` under ``cfg.bandwidth_schedule``; on per-worker
+    links (``per_worker``) the slowest worker's slower direction."""
+    if per_worker and has_worker_links(cfg):
+        return min(min(u, d) for u, d, _ in _worker_mbit_ms(cfg, t_virtual))
     mbit = cfg.bandwidth_mbit
     sched = cfg.bandwidth_schedule
     for t, b in zip(sched[0::2], sched[1::2]):
@@ -61,7 +133,11 @@ def bandwidth_at(cfg, t_virtual: float) -> float:
 def link_for(cfg, level: str, t_virtual: float = 0.0):
     """The link of a synchronisation level as the virtual clock sees it: alpha = ``latency_ms`` +
     ``clock_overhead_ms``, bandwidth = the level's rate x ``link_goodput`` (payload bytes per second); the
-    world link follows ``bandwidth_schedule`` in virtual time."""
+    world link follows ``bandwidth_schedule`` in virtual time. On per-worker links (:func:`links_for`) the
+    level's slowest link (:func:`lowbw.net.costlinks.slowest_link`), the equal-link bound."""
+    links = links_for(cfg, level, t_virtual)
+    if links is not None:
+        return costlinks.slowest_link(links)
     if level == "world":
         lat, bw = cfg.latency_ms, bandwidth_at(cfg, t_virtual)
     else:
@@ -95,12 +171,30 @@ def _expected_sent(algorithm: str, nbytes: int, n: int, rank: int) -> int:
         return 2 * (n - 1) * nbytes // n
 
 
-def _v_comm(per_group_calls: dict[int, list[list]], link) -> float:
-    """Slowest group's modelled time; each group's calls are the per-member lists (zipped by calls_time)."""
+def _as_equal(links: list[WorkerLink]) -> LinkParams | None:
+    """The one LinkParams of equal symmetric links (so equal per-worker links time exactly as the scalar
+    keys do), else None."""
+    w = links[0]
+    if w.down_alpha_s == 0.0 and w.up_bps == w.down_bps and all(x == w for x in links[1:]):
+        return LinkParams(alpha_s=w.up_alpha_s, bandwidth_bps=w.up_bps)
+    return None
+
+
+def _v_comm(per_group_calls: dict[int, list[list]], link, links: list[WorkerLink] | None = None) -> float:
+    """Slowest group's modelled time; each group's calls are the per-member lists (zipped by calls_time).
+    ``links``: every worker's link (groups are contiguous rank ranges, group g of n members = ranks
+    g n .. g n + n - 1); None: ``link`` for all."""
     t = 0.0
-    for lists in per_group_calls.values():
-        if any(lists):
+    for g, lists in per_group_calls.items():
+        if not any(lists):
+            continue
+        if links is None:
             t = max(t, calls_time(lists, link))
+            continue
+        n = len(lists)
+        mine = links[g * n:(g + 1) * n]
+        eq = _as_equal(mine)
+        t = max(t, calls_time(lists, eq) if eq is not None else costlinks.calls_time(lists, mine))
     return t
 
 
@@ -109,13 +203,20 @@ _ALPHA_ONLY = (1.0, 1e300)  # alpha = 1 s, beta ~ 0     -> the number of latency
 _BETA_ONLY = (0.0, 8.0)  # alpha = 0,   beta = 1 s/byte -> the bytes on the critical path
 
 
-def comm_cost(per_group_calls: dict[int, list[list]], link) -> dict[str, float]:
-    """``v_comm`` at ``link`` plus its coefficients ``v_alpha`` and ``v_beta_bytes`` (see Exchange)."""
+def comm_cost(per_group_calls: dict[int, list[list]], link, links: list[WorkerLink] | None = None
+              ) -> dict[str, float]:
+    """``v_comm`` at ``link`` (or on the per-worker ``links``) plus its equal-link coefficients ``v_alpha``
+    and ``v_beta_bytes`` (see Exchange)."""
     return {
-        "v_comm": _v_comm(per_group_calls, link),
+        "v_comm": _v_comm(per_group_calls, link, links),
         "v_alpha": _v_comm(per_group_calls, LinkParams(*_ALPHA_ONLY)),
         "v_beta_bytes": _v_comm(per_group_calls, LinkParams(*_BETA_ONLY)),
     }
+
+
+def _level_cost(cfg, per_group: dict[int, list[list]], level: str, t_virtual: float) -> dict[str, float]:
+    """:func:`comm_cost` of an exchange at ``level`` on the links the virtual clock has at ``t_virtual``."""
+    return comm_cost(per_group, link_for(cfg, level, t_virtual), links_for(cfg, level, t_virtual))
 
 
 class SimWorld:
@@ -131,6 +232,9 @@ class SimWorld:
         self._colls: dict[str, list] = {}
         self._meters: dict[str, list] = {}
         self.lock = threading.Lock() if serialize else None
+
+    def _cost(self, per_group: dict[int, list[list]], level: str) -> dict[str, float]:
+        return _level_cost(self.cfg, per_group, level, self.now)
 
     def _group(self, level: str):
         if level not in self._colls:
@@ -188,7 +292,7 @@ class SimWorld:
             comm_s=[t[1] for t in timing],
             bytes_sent=sent,
             calls=calls,
-            **comm_cost(per_group, link_for(self.cfg, level, self.now)),
+            **self._cost(per_group, level),
         )
 
     def dense_mean(self, level: str, rows: list[torch.Tensor], sizes: list[int] | None = None) -> Exchange:
@@ -224,7 +328,7 @@ class SimWorld:
                 calls[w] = list(recs)
         dt = (time.perf_counter() - t0) / self.M
         return Exchange(outs, [0.0] * self.M, [dt] * self.M, sent, calls=calls,
-                        **comm_cost(per_group, link_for(self.cfg, level, self.now)))
+                        **self._cost(per_group, level))
 
     def allgather_rows(self, rows: torch.Tensor) -> torch.Tensor:
         return rows
@@ -261,6 +365,10 @@ class DistWorld:
         self._colls: dict[str, Any] = {}
         self._meters: dict[str, Any] = {}
         self._groups_made: set[str] = set()
+        self.now = 0.0  # virtual time, set by the loop each step
+
+    def _cost(self, per_group: dict[int, list[list]], level: str) -> dict[str, float]:
+        return _level_cost(self.cfg, per_group, level, self.now)
 
     def _group(self, level: str):
         if level not in self._colls:
@@ -313,7 +421,7 @@ class DistWorld:
             per_group.setdefault(gg, []).append([CallRecord(*x) for x in rr])
         del coll.calls[n0:], meter.calls[m0:]
         return Exchange([output], [busy_s], [comm_s], [sent], calls=[calls], meta_s=meta_s,
-                        **comm_cost(per_group, link_for(self.cfg, level, self.now)))
+                        **self._cost(per_group, level))
 
     def allgather_rows(self, rows: torch.Tensor) -> torch.Tensor:
         rows = rows.detach().to("cpu", torch.float64).contiguous()
