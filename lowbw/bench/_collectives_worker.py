@@ -2,8 +2,9 @@
 
 It reads a plan (JSON), then: (1) ping-pong and simultaneous exchanges between ranks 0 and 1 at several
 sizes (the alpha-beta calibration); (2) gamma, seconds per byte of a local fp32 sum; (3) every planned
-(algorithm, size): a warm-up, then ``reps`` timed calls, each started on idle links after a barrier, the
-time being the slowest rank's; the result is checked. Rank 0 writes everything to the plan's ``out``.
+(algorithm, size): a warm-up, then ``reps`` timed calls, each started on idle links by every rank at one
+instant of the host's monotonic clock (announced by rank 0), its time being from that instant to the last
+rank's return; the result is checked. Rank 0 writes everything to the plan's ``out``.
 
     python -m lowbw.bench.collectives --worker PLAN.json     (under the testbed; RANK, WORLD_SIZE, MASTER_*)
 """
@@ -24,6 +25,8 @@ import lowbw.comm as comm
 from lowbw.bench.collectives import FULL_WARMUP_MAX_S
 from lowbw.comm.engine import DEFAULT_CHUNK_BYTES
 from lowbw.net.ratelimit import install_from_env
+
+LATE_START_S = 1e-3  # a rank that sees the common start instant more than this late counts as a late start
 
 __all__ = ["main"]
 
@@ -96,6 +99,21 @@ def main(plan_path: str) -> int:
 
     measurements = []
     idle_s = float(spec.get("idle_s") or 0.0)
+    # every timed call starts on all ranks at one instant of the host's CLOCK_MONOTONIC (the namespaces share
+    # it): a barrier's ranks leave it up to a one-way delay apart, and with 50 ms links that skew, not the
+    # collective, would dominate a small call's time. Rank 0 broadcasts the instant ``lead`` seconds ahead:
+    # the links' idle time plus room for the broadcast to reach everyone (the ranks enter it within a one-way
+    # time of each other, after the previous call's all-reduce; gloo's send then waits for the receiver's
+    # ready notice: up to 2 one-way times more): 6 one-way times of a small message, and 5 ms
+    alpha0 = torch.tensor([min(p["one_way_s"] for p in pingpong) if rank == 0 else 0.0], dtype=torch.float64)
+    dist.broadcast(alpha0, 0)
+    lead = idle_s + 6 * float(alpha0.item()) + 0.005
+
+    def common_start() -> float:
+        t = torch.tensor([time.monotonic() + lead if rank == 0 else 0.0], dtype=torch.float64)
+        dist.broadcast(t, 0)
+        return float(t.item())
+
     kw = {"chunk_bytes": spec["chunk_bytes"]} if spec.get("chunk_bytes") else {}
     chunk_bytes = spec.get("chunk_bytes") or DEFAULT_CHUNK_BYTES
     for item in spec["plan"]:
@@ -119,16 +137,20 @@ def main(plan_path: str) -> int:
             if full_warmup:
                 call(x)
             times = []
+            late_starts = 0  # calls this rank began late: the broadcast of the start came after its instant
+            dist.barrier()  # after the warm-ups: every rank is here before the first announcement
             for _ in range(int(item["reps"])):
                 x.fill_(float(rank + 1))
-                time.sleep(idle_s)
-                dist.barrier()
-                t0 = time.perf_counter()
+                start = common_start()
+                late_starts += time.monotonic() > start + LATE_START_S
+                while (wait := start - time.monotonic()) > 0:
+                    time.sleep(wait)
                 call(x)
-                times.append(slowest(time.perf_counter() - t0))
+                times.append(slowest(time.monotonic() - start))
             want = n * (n + 1) / 2
             ok = bool(x[0].item() == want and x[-1].item() == want and x[numel // 2].item() == want)
             entry.update(ok=ok, times_s=times, time_s=statistics.median(times), full_warmup=full_warmup,
+                         start="aligned", lead_s=lead, late_starts=int(slowest(float(late_starts))),
                          error=None if ok else f"wrong result {x[0].item()} != {want}")
         except Exception as e:  # a broken algorithm must not hide the others
             entry.update(ok=False, time_s=None, error=f"{type(e).__name__}: {str(e)[:300]}")

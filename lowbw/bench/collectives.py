@@ -35,7 +35,9 @@ from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 IDLE_MIN_S = 0.002  # idle time before each timed call (at least; see _run_testbed)
 FULL_WARMUP_MAX_S = 2.0  # measurements predicted to take at most this long get an untimed full-size call first
 
-__all__ = ["DEFAULTS", "QUICK", "run", "remodel", "summarize", "table", "targets", "main"]
+__all__ = ["DEFAULTS", "QUICK", "run", "plan_grid", "emulator_refusal", "calibration_key", "predicted_seconds",
+           "handshake_steps", "step_messages", "refilled_burst_bytes", "calibrated_time", "remodel", "summarize",
+           "table", "targets", "main"]
 
 ALGORITHMS = list(ALLREDUCE_ALGORITHMS)
 DEFAULTS: dict[str, Any] = {
@@ -92,27 +94,56 @@ def _pingpong_sizes(rate_bps: float) -> list[int]:
     return sizes
 
 
-def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/collectives.json",
-        quick: bool = False, log: Any = print, timeout: float = 3600) -> dict:
-    """Run the benchmark grid (``config`` keys as in ``config/schema.yaml``'s bench.collectives; missing
-    keys from ``DEFAULTS``, or ``QUICK`` with ``quick``) and write ``out``. Returns the result dict."""
-    from lowbw.net.costmodel import LinkParams, allreduce_time, lower_bound
-    from lowbw.runio import atomic_write_json, provenance
+def calibration_key(n: int, rate_mbit: float, delay_ms: float = 0) -> str:
+    """The ``calibration`` entry of one testbed (zero delay: no suffix, as before the latency axis)."""
+    return f"N{n}_{float(rate_mbit):g}mbit" + (f"_{float(delay_ms):g}ms" if delay_ms else "")
 
-    cfg = dict(DEFAULTS)
-    if quick:
-        cfg.update(QUICK)
-    cfg.update({k: v for k, v in (config or {}).items() if v is not None})
+
+def emulator_refusal(n: int, rate_bps: float, delay_s: float, queue_s: float, netem: bool) -> str | None:
+    """Why the testbed would refuse N links at ``rate_bps`` with ``delay_s`` (None: it accepts them): where
+    the kernel has no netem, delay comes from the userspace link emulator, which carries at most
+    :data:`lowbw.net.linkemu.MAX_TOTAL_BPS` of summed uplinks (:func:`lowbw.net.linkemu.method` decides,
+    exactly as :class:`lowbw.net.testbed.Testbed` does when it starts)."""
+    from lowbw.net import linkemu
+    from lowbw.net.link import LinkSpec
+    from lowbw.net.probe import TestbedUnavailable
+
+    link = LinkSpec.parse(rate_bps, delay_s or None, queue=queue_s)
+    try:
+        linkemu.method([link] * n, "auto", netem)
+    except (ValueError, TestbedUnavailable) as e:
+        return str(e)
+    return None
+
+
+def plan_grid(cfg: dict, netem: bool | None = None) -> tuple[list[dict], list[dict]]:
+    """Every testbed of the grid and what it measures, decided before any testbed starts.
+
+    Returns ``(cells, skipped)``: a cell is ``{workers, rate_mbit, delay_ms, plan}`` (one testbed; ``plan``
+    the (size, algorithm) measurements with their repetitions and the nominal model's time); ``skipped``
+    lists, with the reason, every (size, algorithm) the nominal model predicts longer than ``max_seconds``
+    and every testbed the link emulator cannot carry (one entry per cell, ``"cell": True``: its sizes and
+    algorithms are not measured). ``netem``: whether the kernel has sch_netem (None: probe it, only if some
+    delay is nonzero)."""
     algorithms = list(cfg["algorithms"])
     delays_ms = _as_list(cfg.get("delay_ms") or 0)
-    rows: list[dict] = []
+    if any(float(d) < 0 for d in delays_ms):
+        raise ValueError(f"delay_ms {delays_ms}: delays must be >= 0")
+    if netem is None and any(float(d) > 0 for d in delays_ms):
+        from lowbw.net.probe import has_netem
+
+        netem = has_netem()
+    queue_s = float(cfg.get("queue_ms") or 100) / 1e3
+    cells: list[dict] = []
     skipped: list[dict] = []
-    calibration: dict[str, Any] = {}
-    testbeds: list[dict] = []
-    t_start = time.time()
-    for n, rate_mbit, delay_ms in itertools.product(cfg["workers"], cfg["rates_mbit"], delays_ms):  # one testbed each
+    for n, rate_mbit, delay_ms in itertools.product(cfg["workers"], cfg["rates_mbit"], delays_ms):
         rate_bps = float(rate_mbit) * 1e6
         delay_s = float(delay_ms) / 1e3
+        why = emulator_refusal(n, rate_bps, delay_s, queue_s, bool(netem)) if delay_s else None
+        if why:
+            skipped.append({"workers": n, "rate_mbit": rate_mbit, "delay_ms": delay_ms, "cell": True,
+                            "sizes_mb": list(cfg["sizes_mb"]), "algorithms": algorithms, "why": why})
+            continue
         plan = []
         for size_mb in cfg["sizes_mb"]:
             nbytes = int(round(float(size_mb) * 1e6 / 4)) * 4
@@ -128,29 +159,61 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
                     reps = max(reps, min(25, math.ceil(0.3 / max(t_pred, 1e-6))))
                 plan.append({"size_mb": size_mb, "nbytes": nbytes, "algorithm": alg, "reps": reps,
                              "predicted_s": t_pred})
-        if not plan:
-            continue
-        calls = sum(p["predicted_s"] * (p["reps"] + 1 + (p["predicted_s"] <= FULL_WARMUP_MAX_S)) for p in plan)
+        if plan:
+            cells.append({"workers": n, "rate_mbit": rate_mbit, "delay_ms": delay_ms, "plan": plan})
+    return cells, skipped
+
+
+def predicted_seconds(cells: list[dict]) -> float:
+    """The nominal model's time of every planned call (warm-ups included), summed: the measurement's
+    duration without the testbeds' set-up and calibration."""
+    return sum(p["predicted_s"] * (p["reps"] + 1 + (p["predicted_s"] <= FULL_WARMUP_MAX_S))
+               for c in cells for p in c["plan"])
+
+
+def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/collectives.json",
+        quick: bool = False, log: Any = print, timeout: float = 3600) -> dict:
+    """Run the benchmark grid (``config`` keys as in ``config/schema.yaml``'s bench.collectives; missing
+    keys from ``DEFAULTS``, or ``QUICK`` with ``quick``) and write ``out``. Returns the result dict."""
+    from lowbw.net.costmodel import LinkParams, allreduce_time, lower_bound
+    from lowbw.runio import atomic_write_json, provenance
+
+    cfg = dict(DEFAULTS)
+    if quick:
+        cfg.update(QUICK)
+    cfg.update({k: v for k, v in (config or {}).items() if v is not None})
+    cells, skipped = plan_grid(cfg)
+    rows: list[dict] = []
+    calibration: dict[str, Any] = {}
+    testbeds: list[dict] = []
+    t_start = time.time()
+    for cell in cells:  # one testbed each
+        n, rate_mbit, delay_ms, plan = cell["workers"], cell["rate_mbit"], cell["delay_ms"], cell["plan"]
+        rate_bps = float(rate_mbit) * 1e6
+        delay_s = float(delay_ms) / 1e3
+        calls = predicted_seconds([cell])
         log(f"[collectives] N={n} rate={rate_mbit} Mbit/s delay={delay_ms} ms: {len(plan)} measurements, "
             f"~{calls:.0f} s predicted")
         res, desc = _run_testbed(n, rate_bps, delay_s, cfg, plan, timeout)
         testbeds.append(desc)
         pp = res["pingpong"]
-        key = f"N{n}_{float(rate_mbit):g}mbit" + (f"_{float(delay_ms):g}ms" if delay_ms else "")
+        key = calibration_key(n, rate_mbit, delay_ms)
         calibration[key] = cal = _calibrate(pp, rate_bps, res.get("gamma_s_per_byte"))
+        cal["shaper_burst_bytes"] = (desc.get("tbf") or {}).get("burst")
         nominal = LinkParams(alpha_s=delay_s, bandwidth_bps=rate_bps)
         for m in res["measurements"]:
             t = m["time_s"]
             nb = m["nbytes"]
             lb = lower_bound(nb, n, nominal)
             chunk = res.get("chunk_bytes")
-            link = _model_link(cal, m["algorithm"])
-            model = allreduce_time(m["algorithm"], nb, n, link, chunk) if m.get("ok") else None
+            model = calibrated_time(cal, m["algorithm"], nb, n, chunk) if m.get("ok") else None
             row = {
                 "workers": n, "rate_mbit": rate_mbit, "delay_ms": delay_ms, "size_mb": m["size_mb"], "nbytes": nb,
                 "algorithm": m["algorithm"], "emulation": desc["emulation"], "ok": m.get("ok", False),
                 "error": m.get("error"), "reps": len(m.get("times_s", [])), "times_s": m.get("times_s", []),
                 "full_warmup": m.get("full_warmup"),
+                # "aligned": every rank starts at one instant of the host's clock; older files: after a barrier
+                "start": m.get("start", "barrier"), "late_starts": m.get("late_starts"),
                 "time_s": t, "lower_bound_s": lb, "model_nominal_s": allreduce_time(m["algorithm"], nb, n, nominal),
                 "model_s": model, "chunk_bytes": chunk,
                 # under loopback-ratelimit gloo's built-in all-reduce cannot be paced per message: it is
@@ -183,12 +246,40 @@ def _as_list(v) -> list:
 DUPLEX_ALGORITHMS = ("ring", "native", "butterfly", "alltoall", "roundrobin", "allgather")
 
 
+def handshake_steps(algorithm: str, n: int) -> int | None:
+    """Steps of ``algorithm``'s schedule (lowbw.comm on gloo, N = ``n``) whose receive is posted no earlier
+    than the matching send, on the critical path; None where not worked out (no correction applied).
+
+    gloo's TCP pair sends an unbound buffer only once the receiver's ready notice has arrived ("sends cannot
+    execute until the remote side is ready to receive", gloo/transport/tcp/pair.cc), so such a step costs
+    one more one-way time than the alpha-beta model's ``alpha``. From the schedules: ``ps`` and ``tree``
+    (heap tree, N <= 4): the leaves' first sends up; ``ring``: step 0 (its later receives are posted a
+    window ahead); ``butterfly``: every pairwise exchange (both partners post receive and send together:
+    2 log2 P of them) and, for N not a power of two, the fold (the unfold's receive is posted early)."""
+    if n < 2:
+        return 0
+    if algorithm in ("ps", "ring"):
+        return 1
+    if algorithm == "tree" and n <= 4:
+        return 1
+    if algorithm == "butterfly":
+        p2 = 1 << (n.bit_length() - 1)
+        return 2 * (p2.bit_length() - 1) + (1 if n != p2 else 0)
+    return None
+
+
 def _calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None = None) -> dict:
     """alpha: the one-way time of the smallest message (pure latency, inside tbf's burst); beta and the
     shaper's burst: least squares over the messages far larger than the burst with alpha fixed, t = alpha +
     (m - burst) beta (each ping-pong message starts on a link that idled during the reply) -- beta once for
     ping-pong (one direction at a time) and once for the simultaneous exchange (both directions at once,
-    burst as in ping-pong); gamma: the measured local summing time per byte (0 if not measured)."""
+    burst as in ping-pong, intercept the exchange's own smallest time); gamma: the measured local summing
+    time per byte (0 if not measured).
+
+    ``handshake_s``: what a send waits when its receive is posted at the same moment (the exchange's
+    smallest time less the ping-pong's, whose receives are posted ahead: about one one-way delay; see
+    :func:`handshake_steps`). It is also why the exchange has its own intercept: fitted through the
+    ping-pong's alpha, its beta would absorb the handshake (~10% at 20 ms and 10 Mbit/s)."""
     from lowbw.net.costmodel import fit_alpha_beta
 
     alpha = min(p["one_way_s"] for p in pp)
@@ -196,23 +287,82 @@ def _calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None =
     fit = fit_alpha_beta([p["nbytes"] for p in big], [p["one_way_s"] for p in big], weights="absolute",
                          alpha_s=alpha, fit_burst=True)
     out = {"fit": fit.to_dict(), "pingpong": pp, "nominal_rate_bps": rate_bps, "fit_min_bytes": FIT_MIN_BYTES,
-           "efficiency": fit.link.bandwidth_bps / rate_bps, "gamma_s_per_byte": float(gamma_s_per_byte or 0.0)}
+           "efficiency": fit.link.bandwidth_bps / rate_bps, "gamma_s_per_byte": float(gamma_s_per_byte or 0.0),
+           "handshake_s": 0.0}
     ex = [p for p in big if p.get("exchange_s")]
     if len(ex) >= 2:
+        alpha_x = min(p["exchange_s"] for p in pp if p.get("exchange_s"))
         # the same shapers, so the same burst (the exchange's own intercept is noisier: ACKs share the links)
         fx = fit_alpha_beta([p["nbytes"] for p in ex], [p["exchange_s"] for p in ex], weights="absolute",
-                            alpha_s=alpha, burst_bytes=fit.link.burst_bytes)
-        out.update(fit_duplex=fx.to_dict(), efficiency_duplex=fx.link.bandwidth_bps / rate_bps)
+                            alpha_s=alpha_x, burst_bytes=fit.link.burst_bytes)
+        out.update(fit_duplex=fx.to_dict(), efficiency_duplex=fx.link.bandwidth_bps / rate_bps,
+                   handshake_s=max(0.0, alpha_x - alpha))
     return out
 
 
 def _model_link(cal: dict, algorithm: str):
+    """The calibrated link for ``algorithm``: the ping-pong's alpha (one-way), the beta of its traffic
+    pattern (duplex or one direction at a time) and that fit's burst."""
     from lowbw.net.costmodel import LinkParams
 
     f = cal.get("fit_duplex") if algorithm in DUPLEX_ALGORITHMS and cal.get("fit_duplex") else cal["fit"]
-    return LinkParams(alpha_s=f["alpha_s"], bandwidth_bps=f["bandwidth_bps"],
+    return LinkParams(alpha_s=cal["fit"]["alpha_s"], bandwidth_bps=f["bandwidth_bps"],
                       gamma_s_per_byte=float(cal.get("gamma_s_per_byte") or 0.0),
                       burst_bytes=float(f.get("burst_bytes") or 0.0))
+
+
+def step_messages(algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> list[float] | None:
+    """Bytes each rank sends in each step of ``algorithm``'s schedule, in order, where steps are separated by a
+    wait for the peer's data (each step's send waits for the previous step's receive); None where the links
+    stream without such gaps (``ps``, ``tree``: two phases, already the model's idle starts) or where a ring
+    segment spans several chunks (then the window keeps the link busy)."""
+    chunk = float(chunk_bytes or 4 << 20)
+    if n < 2:
+        return None
+    if algorithm == "ring":
+        seg = nbytes / n
+        return [seg] * (2 * (n - 1)) if seg <= chunk else None
+    if algorithm == "butterfly":
+        p2 = 1 << (n.bit_length() - 1)
+        k = p2.bit_length() - 1
+        halves = [nbytes / 2 ** (i + 1) for i in range(k)]
+        steps = halves + halves[::-1]
+        return [nbytes, *steps, nbytes] if n != p2 else steps
+    return None
+
+
+def refilled_burst_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> float:
+    """Bytes that go at line rate because the shaper's token bucket refilled while the link waited between
+    two steps, beyond the one idle start :func:`lowbw.net.costmodel.allreduce_time` counts for ``ring`` and
+    ``butterfly``. Between steps a rank's uplink idles while the peer's data crosses (one one-way time; in a
+    butterfly exchange also gloo's handshake): the bucket refills at the shaper's rate, up to its burst, and
+    the next step's first bytes (at most the step's message) go free. Negligible where the delay is far below
+    burst/rate (~12 ms at 10 Mbit/s, ~1.2 ms at 100 Mbit/s under tbf's 10-frame minimum burst); with added
+    delay it is most of a small step. The bucket is the shapers' configured burst (``shaper_burst_bytes``,
+    recorded from the testbed): the ping-pong fit's burst also holds what large messages gain elsewhere."""
+    steps = step_messages(algorithm, nbytes, n, chunk_bytes)
+    bucket = float(cal.get("shaper_burst_bytes") or 0.0)  # the bucket's size (tbf's burst), not the fitted one
+    if not steps or len(steps) < 2 or not bucket:
+        return 0.0
+    first = float(_model_link(cal, algorithm).burst_bytes)  # the model's one idle start
+    gap = cal["fit"]["alpha_s"] + (float(cal.get("handshake_s") or 0.0) if algorithm == "butterfly" else 0.0)
+    refill = min(bucket, gap * float(cal["nominal_rate_bps"]) / 8)
+    total = sum(steps)
+    model_bytes = total - min(first, total)
+    step_bytes = max(0.0, steps[0] - first) + sum(max(0.0, m - refill) for m in steps[1:])
+    return max(0.0, model_bytes - step_bytes)
+
+
+def calibrated_time(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> float:
+    """The calibrated model's time: :func:`lowbw.net.costmodel.allreduce_time` on :func:`_model_link`, plus
+    gloo's handshakes (:func:`handshake_steps` x ``handshake_s``), less the bursts the shapers' buckets
+    refill between steps (:func:`refilled_burst_bytes` x beta)."""
+    from lowbw.net.costmodel import allreduce_time
+
+    link = _model_link(cal, algorithm)
+    t = allreduce_time(algorithm, nbytes, n, link, chunk_bytes)
+    t += (handshake_steps(algorithm, n) or 0) * float(cal.get("handshake_s") or 0.0)
+    return t - refilled_burst_bytes(cal, algorithm, nbytes, n, chunk_bytes) * link.beta
 
 
 def _result(cfg, rows, skipped, calibration, testbeds, t_start) -> dict:
@@ -261,6 +411,11 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
             desc["idle_before_call_s"] = idle_s
         # other load on the machine disturbs the timings: record it (1-min load average, before/after)
         desc.update(loadavg_before=load0[0], loadavg_after=os.getloadavg()[0], cpu_count=os.cpu_count())
+        st = tb.emulator_stats  # the userspace link emulator's own account (delay lines' lateness, its CPU)
+        if st:
+            desc["link_emulator"] = {k: st.get(k) for k in ("scheduling", "frames", "bytes", "lost", "overflow",
+                                                            "late_p50_s", "late_p99_s", "late_max_s", "cpu_s",
+                                                            "wall_s")}
         if any(codes) or not res_path.exists():
             tail = log_path.read_text()[-4000:]
             raise RuntimeError(f"benchmark workers failed (exit codes {codes}):\n{tail}")
@@ -270,19 +425,20 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
 def remodel(result: dict, chunk_bytes: int | None = None) -> dict:
     """Recompute every row's model prediction from the stored calibration (e.g. after a cost-model change)
     and the targets; ``chunk_bytes`` overrides the chunk size recorded in the rows. Returns ``result``."""
-    from lowbw.net.costmodel import allreduce_time
-
     for r in result["rows"]:
-        cal = (result["calibration"].get(f"N{r['workers']}_{float(r['rate_mbit']):g}mbit")
+        cal = (result["calibration"].get(calibration_key(r["workers"], r["rate_mbit"], r.get("delay_ms") or 0))
                or result["calibration"].get(f"N{r['workers']}_{r['rate_mbit']}mbit"))
         if not cal or not r.get("ok") or not r.get("time_s"):
             continue
-        if "burst_bytes" not in cal["fit"]:  # calibrated before the model had the burst (or duplex) term
+        if "burst_bytes" not in cal["fit"] or "handshake_s" not in cal:  # calibrated by an older version
             cal.update(_calibrate(cal["pingpong"], cal["nominal_rate_bps"], cal.get("gamma_s_per_byte")))
-        link = _model_link(cal, r["algorithm"])
+        if "shaper_burst_bytes" not in cal:
+            tbf = [t.get("tbf") for t in result.get("testbeds", []) if t.get("workers") == r["workers"]
+                   and t.get("rate_bps") == float(r["rate_mbit"]) * 1e6 and t.get("tbf")]
+            cal["shaper_burst_bytes"] = tbf[0]["burst"] if tbf else None
         chunk = chunk_bytes or r.get("chunk_bytes")
         r["chunk_bytes"] = chunk
-        r["model_s"] = allreduce_time(r["algorithm"], r["nbytes"], r["workers"], link, chunk)
+        r["model_s"] = calibrated_time(cal, r["algorithm"], r["nbytes"], r["workers"], chunk)
         r["model_rel_err"] = (r["model_s"] - r["time_s"]) / r["time_s"]
     result["targets"] = targets(result["rows"])
     return result
@@ -293,12 +449,12 @@ def targets(rows: list[dict]) -> dict:
     """The issue's targets, evaluated on whatever was measured (None where nothing applies)."""
     ok = [r for r in rows if r.get("ok") and r.get("time_s")]
     ring_bound = [r for r in ok if r["algorithm"] == "ring" and r["rate_mbit"] == 100 and r["size_mb"] >= 10]
-    by_key = {(r["workers"], r["rate_mbit"], r["size_mb"], r["algorithm"]): r for r in ok}
+    by_key = {(r["workers"], r["rate_mbit"], r.get("delay_ms") or 0, r["size_mb"], r["algorithm"]): r for r in ok}
     ratios = []
-    for (n, rate, size, alg), r in by_key.items():
-        if alg == "ring" and (n, rate, size, "native") in by_key:
-            ratios.append({"workers": n, "rate_mbit": rate, "size_mb": size,
-                           "ring_over_native": r["time_s"] / by_key[(n, rate, size, "native")]["time_s"]})
+    for (n, rate, delay, size, alg), r in by_key.items():
+        if alg == "ring" and (n, rate, delay, size, "native") in by_key:
+            ratios.append({"workers": n, "rate_mbit": rate, "delay_ms": delay, "size_mb": size,
+                           "ring_over_native": r["time_s"] / by_key[(n, rate, delay, size, "native")]["time_s"]})
     errs = [r for r in ok if r.get("model_rel_err") is not None]
     return {
         "ring_frac_of_bound_100mbit_ge10mb": {

@@ -1,0 +1,112 @@
+"""E1's latency axis: the grid plan (cells the link emulator cannot carry skipped, before any testbed) and the
+calibrated model's delay terms (gloo's handshakes, token buckets refilled between steps). No root needed."""
+
+from __future__ import annotations
+
+import pytest
+
+from lowbw.bench import collectives as B
+from lowbw.net import linkemu
+from lowbw.net.costmodel import LinkParams, allreduce_time
+
+GRID = {**B.DEFAULTS, "workers": [2, 3, 4], "rates_mbit": [10, 100], "delay_ms": [0, 5, 20, 50],
+        "sizes_mb": [0.004, 0.064, 1], "algorithms": ["ring", "tree", "ps", "butterfly"], "max_seconds": 2}
+
+
+def test_plan_skips_the_cells_the_emulator_cannot_carry_and_says_why():
+    cells, skipped = B.plan_grid(GRID, netem=False)
+    whole = [s for s in skipped if s.get("cell")]
+    limit = linkemu.MAX_TOTAL_BPS / 1e6
+    want = {(n, r, d) for n in (2, 3, 4) for r in (10, 100) for d in (5, 20, 50) if n * r > limit}
+    assert {(s["workers"], s["rate_mbit"], s["delay_ms"]) for s in whole} == want == {
+        (n, 100, d) for n in (3, 4) for d in (5, 20, 50)}
+    for s in whole:
+        assert "Mbit/s" in s["why"] and s["sizes_mb"] == GRID["sizes_mb"] and s["algorithms"] == GRID["algorithms"]
+    planned = {(c["workers"], c["rate_mbit"], c["delay_ms"]) for c in cells}
+    assert not planned & want
+    # zero delay needs no emulator: 100 Mbit/s x 4 workers is measured there
+    assert (4, 100, 0) in planned and len(planned) == 24 - len(want)
+    # what is too slow is listed per (size, algorithm), not as a cell
+    slow = [s for s in skipped if not s.get("cell")]
+    assert slow and all(s["predicted_s"] > GRID["max_seconds"] for s in slow)
+    assert B.predicted_seconds(cells) > 0
+
+
+def test_plan_with_netem_skips_no_cell_and_rejects_negative_delays():
+    _, skipped = B.plan_grid(GRID, netem=True)
+    assert not [s for s in skipped if s.get("cell")]
+    with pytest.raises(ValueError, match="delay_ms"):
+        B.plan_grid({**GRID, "delay_ms": [0, -5]}, netem=False)
+
+
+def test_emulator_refusal_matches_the_emulators_limit():
+    limit = linkemu.MAX_TOTAL_BPS
+    assert B.emulator_refusal(2, limit / 2, 0.02, 0.1, netem=False) is None
+    assert "Mbit/s" in B.emulator_refusal(3, limit / 2, 0.02, 0.1, netem=False)
+    assert B.emulator_refusal(3, limit / 2, 0.02, 0.1, netem=True) is None
+
+
+def test_calibration_keys_carry_the_delay():
+    assert B.calibration_key(3, 10, 0) == "N3_10mbit"
+    assert B.calibration_key(3, 10.0, 20) == "N3_10mbit_20ms"
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+@pytest.mark.parametrize("alg", ["ring", "butterfly"])
+def test_step_messages_add_up_to_the_models_link_bytes(alg, n):
+    m = 1e6
+    steps = B.step_messages(alg, m, n)
+    assert steps is not None
+    # the model's byte term with beta = 1 s/byte, no latency and no burst: the busiest link's bytes
+    assert sum(steps) == pytest.approx(allreduce_time(alg, m, n, LinkParams(0.0, 8.0)))
+
+
+def test_handshake_steps():
+    assert [B.handshake_steps("butterfly", n) for n in (2, 3, 4)] == [2, 3, 4]
+    assert {B.handshake_steps(a, n) for a in ("ring", "ps", "tree") for n in (2, 3, 4)} == {1}
+    assert B.handshake_steps("ring", 1) == 0 and B.handshake_steps("alltoall", 4) is None
+
+
+def _cal(alpha, rate_bps, handshake=0.0, burst=15_000.0):
+    fit = {"alpha_s": alpha, "bandwidth_bps": rate_bps, "burst_bytes": burst}
+    return {"fit": fit, "fit_duplex": dict(fit), "nominal_rate_bps": rate_bps, "handshake_s": handshake,
+            "shaper_burst_bytes": burst, "gamma_s_per_byte": 0.0}
+
+
+def test_calibrated_time_adds_handshakes_and_refilled_bursts():
+    n, m = 3, 64_000.0
+    link = LinkParams(0.02, 1e7, burst_bytes=15_000.0)
+    # no handshake, a gap far below the bucket's refill time: the plain model
+    cal0 = _cal(1e-6, 1e7)
+    assert B.refilled_burst_bytes(cal0, "ring", m, n) == pytest.approx(0.0, abs=10)
+    # 20 ms one way: each of the ring's 2(N-1) - 1 later steps gets the full bucket again
+    cal = _cal(0.02, 1e7, handshake=0.02)
+    free = B.refilled_burst_bytes(cal, "ring", m, n)
+    seg = m / n
+    assert free == pytest.approx((2 * (n - 1) - 1) * min(15_000.0, seg))
+    t = B.calibrated_time(cal, "ring", m, n)
+    assert t == pytest.approx(allreduce_time("ring", m, n, link) + 0.02 - free * 8 / 1e7)
+    # ps and tree stream their two phases: only the handshake is added
+    assert B.calibrated_time(cal, "ps", m, n) == pytest.approx(allreduce_time("ps", m, n, link) + 0.02)
+    # tiny messages: nothing left to make free, and never a negative byte term
+    assert B.refilled_burst_bytes(cal, "ring", 4000.0, n) == 0.0
+    assert B.calibrated_time(cal, "butterfly", 4000.0, n) >= 7 * 0.02 - 1e-12
+
+
+def test_calibration_measures_the_handshake_from_the_exchange():
+    a, beta = 0.02, 8e-7
+    pp = [{"nbytes": nb, "one_way_s": a + max(0, nb - 15_000) * beta,
+           "exchange_s": 2 * a + max(0, nb - 15_000) * beta * 1.01} for nb in (1024, 16384, 1 << 18, 1 << 20)]
+    cal = B._calibrate(pp, 1e7)
+    assert cal["handshake_s"] == pytest.approx(a, rel=1e-6)
+    # the exchange's beta is fitted through its own intercept, so it does not absorb the handshake
+    assert cal["fit_duplex"]["bandwidth_bps"] == pytest.approx(8 / (beta * 1.01), rel=1e-3)
+    assert B._model_link(cal, "ring").alpha_s == pytest.approx(a)  # every algorithm: the one-way alpha
+
+
+def test_remodel_finds_the_calibration_of_a_delayed_testbed():
+    cal = _cal(0.02, 1e7, handshake=0.02)
+    row = {"workers": 3, "rate_mbit": 10, "delay_ms": 20, "algorithm": "ring", "nbytes": 64_000, "size_mb": 0.064,
+           "ok": True, "time_s": 0.12, "chunk_bytes": None}
+    res = B.remodel({"rows": [row], "calibration": {"N3_10mbit_20ms": cal}})
+    assert res["rows"][0]["model_s"] == pytest.approx(B.calibrated_time(cal, "ring", 64_000, 3))
