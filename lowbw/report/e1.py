@@ -1,9 +1,14 @@
 """E1 -- collectives on rate-limited links (``runs/bench/collectives.json``): measured time against the
-calibrated alpha-beta model and the bandwidth-optimal bound ``2 (N-1)/N M beta``."""
+calibrated alpha-beta model and the bandwidth-optimal bound ``2 (N-1)/N M beta``; and its latency axis
+(``runs/bench/collectives_latency.json``, :mod:`lowbw.report.e1_latency`): time against message size at
+several link delays, the measured and the predicted crossover between latency- and bandwidth-bound
+algorithms. Either file alone is enough; the paper says which is missing (``EOneNotRun``,
+``EOneLatNotRun``)."""
 
 from __future__ import annotations
 
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.report import e1_latency as lat
 from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.common import plotting
 from lowbw.report.latex import booktabs, escape, fmt_num
@@ -18,26 +23,56 @@ SETTING = ["workers", "rate_mbit", "size_mb"]
 
 
 def stats(ctx: Context) -> Stats | None:
-    """Tidy ``settings``: one row per measured (algorithm, workers, rate, size), median over repetitions."""
+    """Tidy ``settings``: one row per measured (algorithm, workers, rate, size), median over repetitions; and
+    the latency axis' tables (``latency``, ``latency_cells``, ``latency_skipped``) where it was measured."""
     import pandas as pd
 
+    from lowbw.net.linkemu import MAX_TOTAL_BPS
+
     b = ctx.bench("collectives")
-    if not b or not b.get("rows"):
-        return None
-    df = pd.DataFrame(b["rows"])
-    df = df[df["ok"] & df["time_s"].notna()]
+    lb = ctx.bench(lat.SOURCE)
+    lt = lat.latency_tables(lb) if lb else None
     cols = ["algorithm", *SETTING, "time_s", "model_s", "model_rel_err", "frac_of_bound", "timing", "emulation"]
-    df = df[[c for c in cols if c in df]].reset_index(drop=True)
-    return Stats({"settings": df}, {"source": "runs/bench/collectives.json", "provenance": b.get("provenance"),
-                                    "emulation": ", ".join(sorted(set(df["emulation"]))),
-                                    "table_workers": int(df["workers"].max()),
-                                    "table_size_mb": float(df["size_mb"].max())})
+    if b and b.get("rows"):
+        df = pd.DataFrame(b["rows"])
+        df = df[df["ok"] & df["time_s"].notna()]
+        df = df[[c for c in cols if c in df]].reset_index(drop=True)
+    else:
+        df = pd.DataFrame(columns=cols)
+    if df.empty and lt is None:
+        return None
+    meta: dict = {"source": "runs/bench/collectives.json" if not df.empty else None,
+                  "provenance": (b or {}).get("provenance")}
+    if not df.empty:
+        meta.update(emulation=", ".join(sorted(set(df["emulation"]))), table_workers=int(df["workers"].max()),
+                    table_size_mb=float(df["size_mb"].max()))
+    tables = {"settings": df}
+    if lt is not None:
+        tables.update(lt)
+        beds = lb.get("testbeds", [])
+        loads = [x for t in beds for x in (t.get("loadavg_before"), t.get("loadavg_after")) if x is not None]
+        meta.update(latency_source=f"runs/bench/{lat.SOURCE}.json", latency_provenance=lb.get("provenance"),
+                    emulator_limit_mbit=MAX_TOTAL_BPS / 1e6, load_max=max(loads, default=float("nan")),
+                    late_starts=int(lt["latency"]["late_starts"].fillna(0).sum())
+                    if "late_starts" in lt["latency"] else 0,
+                    latency_elapsed_s=lb.get("elapsed_s"))
+    return Stats(tables, meta)
 
 
 def numbers(st: Stats) -> dict[str, str]:
+    out = {"EOneTolerance": fmt_num(100 * TOLERANCE)}
+    if "latency" in st.tables:
+        out.update(lat.latency_numbers(st.tables, st.meta))
+    else:
+        out["EOneLatNotRun"] = escape(f"runs/bench/{lat.SOURCE}.json absent")
+    if not st.tables["settings"].empty:
+        out.update(_rate_numbers(st))
+    return out
+
+
+def _rate_numbers(st: Stats) -> dict[str, str]:
     df = st.tables["settings"]
-    out = {"EOneBoundRate": fmt_num(BOUND_RATE_MBIT), "EOneBoundMinSize": fmt_num(BOUND_MIN_SIZE_MB),
-           "EOneTolerance": fmt_num(100 * TOLERANCE)}
+    out = {"EOneBoundRate": fmt_num(BOUND_RATE_MBIT), "EOneBoundMinSize": fmt_num(BOUND_MIN_SIZE_MB)}
     ring = df[df["algorithm"] == "ring"]
     native = df[df["algorithm"] == "native"]
     r100 = ring[(ring["rate_mbit"] == BOUND_RATE_MBIT) & (ring["size_mb"] >= BOUND_MIN_SIZE_MB)]
@@ -70,6 +105,14 @@ def numbers(st: Stats) -> dict[str, str]:
 
 
 def table(st: Stats) -> str:
+    """The rate axis' table (``tab:e1``) and, where measured, the latency axis' (``tab:e1lat``)."""
+    parts = [] if st.tables["settings"].empty else [_rate_table(st)]
+    if "latency" in st.tables:
+        parts.append(lat.latency_table(st.tables))
+    return "\n".join(parts)
+
+
+def _rate_table(st: Stats) -> str:
     df, n, size = st.tables["settings"], st.meta["table_workers"], st.meta["table_size_mb"]
     sub = df[(df["workers"] == n) & (df["size_mb"] == size)]
     rates = sorted(sub["rate_mbit"].unique())
@@ -89,22 +132,40 @@ def table(st: Stats) -> str:
 
 
 def figure(st: Stats):
-    df, n, size = st.tables["settings"], st.meta["table_workers"], st.meta["table_size_mb"]
+    """Top row: the rate axis (time against link rate at the largest N and size; model against measurement)
+    and the latency axis' crossovers; below, the latency axis' small multiples (rates x worker counts)."""
     plt, sns = plotting()
-    fig, axes = plt.subplots(1, 2, figsize=(7.2, 2.6))
-    d = df[df["workers"] == n]
-    sns.lineplot(data=d[d["size_mb"] == size], x="rate_mbit", y="time_s", hue="algorithm", marker="o",
-                 hue_order=[a for a in ALG_ORDER if a in set(d["algorithm"])], ax=axes[0])
-    axes[0].set(xscale="log", yscale="log", xlabel="link rate (Mbit/s)", ylabel="all-reduce time (s)",
-                title=f"N={n}, {fmt_num(size)} MB")
-    axes[0].legend(fontsize=6, ncol=2)
-    ok = df[df["model_s"].notna()]
-    axes[1].scatter(ok["time_s"], ok["model_s"], s=8, alpha=0.7)
-    lim = [ok[["time_s", "model_s"]].min().min() * 0.8, ok[["time_s", "model_s"]].max().max() * 1.2]
-    axes[1].plot(lim, lim, "k--", lw=0.8)
-    axes[1].set(xscale="log", yscale="log", xlabel="measured (s)", ylabel="calibrated model (s)",
-                title="model vs measurement, all settings")
+    has_rate, has_lat = not st.tables["settings"].empty, "latency" in st.tables
+    if not has_lat:
+        fig, axes = plt.subplots(1, 2, figsize=(7.2, 2.6))
+        _rate_axes(st, axes[0], axes[1], sns)
+        return fig
+    rows = st.tables["latency"]["rate_mbit"].nunique()
+    fig = plt.figure(figsize=(7.2, 2.5 + 2.1 * rows))
+    gs = fig.add_gridspec(2, 1, height_ratios=[2.5, 2.1 * rows], hspace=0.3)
+    top = gs[0].subgridspec(1, 3, wspace=0.35)
+    if has_rate:
+        _rate_axes(st, fig.add_subplot(top[0]), fig.add_subplot(top[1]), sns)
+    lat.crossover_axis(fig.add_subplot(top[2]), st.tables)
+    lat.latency_axes(fig, gs[1], st.tables)
     return fig
 
 
-E1 = Experiment("e1", "E1 collectives", stats, numbers, table, figure, "runs/bench/collectives.json absent")
+def _rate_axes(st: Stats, ax0, ax1, sns) -> None:
+    df, n, size = st.tables["settings"], st.meta["table_workers"], st.meta["table_size_mb"]
+    d = df[df["workers"] == n]
+    sns.lineplot(data=d[d["size_mb"] == size], x="rate_mbit", y="time_s", hue="algorithm", marker="o",
+                 hue_order=[a for a in ALG_ORDER if a in set(d["algorithm"])], ax=ax0)
+    ax0.set(xscale="log", yscale="log", xlabel="link rate (Mbit/s)", ylabel="all-reduce time (s)",
+            title=f"N={n}, {fmt_num(size)} MB")
+    ax0.legend(fontsize=6, ncol=2)
+    ok = df[df["model_s"].notna()]
+    ax1.scatter(ok["time_s"], ok["model_s"], s=8, alpha=0.7)
+    lim = [ok[["time_s", "model_s"]].min().min() * 0.8, ok[["time_s", "model_s"]].max().max() * 1.2]
+    ax1.plot(lim, lim, "k--", lw=0.8)
+    ax1.set(xscale="log", yscale="log", xlabel="measured (s)", ylabel="calibrated model (s)",
+            title="model vs measurement, all settings")
+
+
+E1 = Experiment("e1", "E1 collectives", stats, numbers, table, figure,
+                "runs/bench/collectives.json and runs/bench/collectives_latency.json absent")

@@ -1,0 +1,285 @@
+"""E1's latency axis (``runs/bench/collectives_latency.json``): all-reduce time against message size at
+several one-way link delays, measured on the testbed (delay from the userspace link emulator where the
+kernel has no netem), against the calibrated alpha-beta model; and where the fastest algorithm changes
+from a latency-bound one (few message steps: ps, tree) to a bandwidth-bound one (few bytes per link:
+ring, butterfly), measured and predicted.
+
+Crossover of algorithms a and b in one testbed (N, rate, delay): the message size M* where their times
+are equal. Predicted: the calibrated model's (:func:`lowbw.bench.collectives.calibrated_time`), solved in
+log M by bisection over the measured size range; measured: where log(t_a / t_b) changes sign between two
+measured sizes, interpolated linearly in log M. The talk's textbook condition
+(:func:`lowbw.net.costmodel.crossover_nbytes` with ``talk=True``, alpha = the one-way delay, nominal beta)
+is listed beside them. These helpers are used by :mod:`lowbw.report.e1`, which owns E1's files.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+from lowbw.report.latex import booktabs, escape, fmt_num
+
+__all__ = ["SOURCE", "ALGS", "crossing_pair", "latency_tables", "latency_numbers", "latency_table", "latency_axes",
+           "crossover_axis", "predicted_crossover", "measured_crossover"]
+
+SOURCE = "collectives_latency"  # runs/bench/<SOURCE>.json
+ALGS = ["ring", "tree", "ps", "butterfly"]  # the issue's four; their catalogue words: lowbw.report.catalog
+TOLERANCE = 0.10
+CELL = ["workers", "rate_mbit", "delay_ms"]
+LATENCY_BOUND = ("ps", "tree")  # few message steps on the critical path
+BANDWIDTH_BOUND = ("ring", "butterfly")  # few bytes per link
+MARGIN = 0.05  # a crossover needs each side faster by more than this (relative) at its end of the sizes
+
+
+def predicted_crossover(cal: dict, a: str, b: str, n: int, lo: float, hi: float, chunk: float | None = None
+                        ) -> float | None:
+    """Bytes in [lo, hi] where the calibrated model's times of ``a`` and ``b`` are equal (None: no sign change
+    of their difference at the ends of the range)."""
+    from lowbw.bench.collectives import calibrated_time
+
+    def d(m: float) -> float:
+        return calibrated_time(cal, a, m, n, chunk) - calibrated_time(cal, b, m, n, chunk)
+
+    x0, x1 = math.log(lo), math.log(hi)
+    f0, f1 = d(lo), d(hi)
+    if f0 == 0:
+        return lo
+    if f0 * f1 > 0:
+        return None
+    for _ in range(60):
+        xm = (x0 + x1) / 2
+        fm = d(math.exp(xm))
+        if f0 * fm <= 0:
+            x1 = xm
+        else:
+            x0, f0 = xm, fm
+    return math.exp((x0 + x1) / 2)
+
+
+def crossing_pair(at_small: dict[str, float], at_large: dict[str, float]) -> tuple[str, str] | None:
+    """(latency-bound algorithm, bandwidth-bound algorithm) whose predicted order flips between the smallest
+    and the largest size: the faster of ps/tree at the smallest size, the faster of ring/butterfly at the
+    largest, each faster than the other by more than ``MARGIN`` there (None: no such flip, e.g. with two
+    workers, where every algorithm has the same latency term and only the shapers' bursts tell them apart)."""
+    lat_ = [a for a in LATENCY_BOUND if a in at_small and a in at_large]
+    bw = [a for a in BANDWIDTH_BOUND if a in at_small and a in at_large]
+    if not lat_ or not bw:
+        return None
+    a = min(lat_, key=at_small.get)
+    b = min(bw, key=at_large.get)
+    if at_small[a] < (1 - MARGIN) * at_small[b] and at_large[b] < (1 - MARGIN) * at_large[a]:
+        return a, b
+    return None
+
+
+def measured_crossover(sizes: list[float], ta: list[float], tb: list[float]) -> tuple[float | None, int]:
+    """(bytes of the first sign change of log(ta / tb) over increasing ``sizes``, interpolated in log size;
+    how many sign changes there are)."""
+    r = [math.log(x / y) for x, y in zip(ta, tb)]
+    first, changes = None, 0
+    for i in range(1, len(r)):
+        if r[i - 1] == 0 or r[i - 1] * r[i] < 0:
+            changes += 1
+            if first is None:
+                f = 0.0 if r[i - 1] == r[i] else r[i - 1] / (r[i - 1] - r[i])
+                first = math.exp(math.log(sizes[i - 1]) + f * (math.log(sizes[i]) - math.log(sizes[i - 1])))
+    return first, changes
+
+
+def latency_tables(b: dict) -> dict[str, Any] | None:
+    """Tidy tables of the latency bench ``b``: ``latency`` (one row per measured algorithm x setting),
+    ``latency_cells`` (one row per testbed: the model's and the measured fastest algorithm at the smallest
+    and the largest size, their crossover), ``latency_skipped`` (testbeds not built, and why)."""
+    import pandas as pd
+
+    from lowbw.bench.collectives import calibrated_time, calibration_key
+    from lowbw.net.costmodel import LinkParams, crossover_nbytes
+
+    if not b or not b.get("rows"):
+        return None
+    df = pd.DataFrame(b["rows"])
+    df = df[df["ok"] & df["time_s"].notna()].copy()
+    if df.empty:
+        return None
+    df["delay_ms"] = df["delay_ms"].fillna(0).astype(float)
+    df["abs_err"] = df["model_rel_err"].abs()
+    cols = ["algorithm", *CELL, "size_mb", "nbytes", "time_s", "model_s", "model_rel_err", "abs_err",
+            "model_nominal_s", "late_starts", "emulation"]
+    df = df[[c for c in cols if c in df]].sort_values([*CELL, "size_mb", "algorithm"]).reset_index(drop=True)
+    cells = []
+    for (n, rate, delay), g in df.groupby(CELL):
+        cal = b.get("calibration", {}).get(calibration_key(int(n), rate, delay))
+        piv = g.pivot_table(index="nbytes", columns="algorithm", values="time_s")
+        piv = piv[[a for a in ALGS if a in piv.columns]].dropna()
+        row: dict[str, Any] = {"workers": int(n), "rate_mbit": rate, "delay_ms": delay,
+                               "max_abs_err": float(g["abs_err"].max()),
+                               "handshake_s": (cal or {}).get("handshake_s"),
+                               "alpha_s": (cal or {}).get("fit", {}).get("alpha_s")}
+        if cal is None or len(piv) < 2:
+            cells.append(row)
+            continue
+        lo, hi = float(piv.index.min()), float(piv.index.max())
+        model_at = {m: {a: calibrated_time(cal, a, m, int(n)) for a in piv.columns} for m in (lo, hi)}
+        small, large = (min(model_at[m], key=model_at[m].get) for m in (lo, hi))
+        row.update(model_fastest_small=small, model_fastest_large=large,
+                   measured_fastest_small=str(piv.loc[lo].idxmin()), measured_fastest_large=str(piv.loc[hi].idxmin()),
+                   winner_agree=float(sum(
+                       piv.loc[m].idxmin() == min(piv.columns, key=lambda a, m=m: calibrated_time(cal, a, m, int(n)))
+                       for m in piv.index) / len(piv)))
+        pair = crossing_pair(model_at[lo], model_at[hi])
+        if pair:
+            a, b_ = pair
+            pred = predicted_crossover(cal, a, b_, int(n), lo, hi)
+            meas, changes = measured_crossover(list(piv.index), list(piv[a]), list(piv[b_]))
+            talk = crossover_nbytes(a, b_, int(n), LinkParams(alpha_s=max(delay, 1e-9) / 1e3,
+                                                               bandwidth_bps=float(rate) * 1e6), talk=True)
+            row.update(pair=f"{a}/{b_}", predicted_bytes=pred, measured_bytes=meas, sign_changes=changes,
+                       talk_bytes=talk, ratio=(meas / pred) if meas and pred else None)
+        cells.append(row)
+    skipped = pd.DataFrame([{k: s.get(k) for k in (*CELL, "why")} for s in b.get("skipped", []) if s.get("cell")],
+                           columns=[*CELL, "why"])
+    return {"latency": df, "latency_cells": pd.DataFrame(cells), "latency_skipped": skipped}
+
+
+def latency_numbers(tables: dict[str, Any], meta: dict[str, Any]) -> dict[str, str]:
+    """The ``EOneLat*`` macros (lowbw.report.catalog)."""
+    from lowbw.report.catalog import E1_ALGS, word
+
+    df, cells, skipped = tables["latency"], tables["latency_cells"], tables["latency_skipped"]
+    delayed = df[df["delay_ms"] > 0]
+    by_alg = df.groupby("algorithm")["abs_err"].max()
+    out = {
+        "EOneLatDelays": ", ".join(fmt_num(float(d)) for d in sorted(df["delay_ms"].unique())),
+        "EOneLatRates": " and ".join(fmt_num(float(r)) for r in sorted(df["rate_mbit"].unique())),
+        "EOneLatWorkersMin": str(int(df["workers"].min())), "EOneLatWorkersMax": str(int(df["workers"].max())),
+        "EOneLatSizeMinKB": fmt_num(1e3 * float(df["size_mb"].min())),
+        "EOneLatSizeMaxMB": fmt_num(float(df["size_mb"].max())),
+        "EOneLatSettings": str(len(df)), "EOneLatCells": str(int(df.groupby(CELL).ngroups)),
+        "EOneLatSkippedCells": str(len(skipped)),
+        "EOneLatEmulatorLimit": fmt_num(meta["emulator_limit_mbit"]),
+        "EOneLatErrMedian": fmt_num(100 * float(df["abs_err"].median()), 2),
+        "EOneLatErrMax": fmt_num(100 * float(df["abs_err"].max()), 2),
+        "EOneLatWithinTen": fmt_num(100 * float((df["abs_err"] <= TOLERANCE).mean()), 3),
+        "EOneLatAlgsWithinTen": str(int((by_alg <= TOLERANCE).sum())), "EOneLatAlgs": str(len(by_alg)),
+        "EOneLatLoadMax": fmt_num(meta["load_max"], 2), "EOneLatLateStarts": str(int(meta["late_starts"])),
+    }
+    for alg, err in by_alg.items():
+        out[f"EOneLatErr{word(E1_ALGS, alg, 'E1 algorithm')}"] = fmt_num(100 * float(err), 2)
+    if not delayed.empty:
+        out["EOneLatDelayedErrMax"] = fmt_num(100 * float(delayed["abs_err"].max()), 2)
+        out["EOneLatDelayedWithinTen"] = fmt_num(100 * float((delayed["abs_err"] <= TOLERANCE).mean()), 3)
+        hs = cells[(cells["delay_ms"] > 0) & cells["handshake_s"].notna()]
+        if not hs.empty:
+            out["EOneLatHandshakeRatio"] = fmt_num(float((hs["handshake_s"] / hs["alpha_s"]).median()), 3)
+    zero = df[df["delay_ms"] == 0]
+    if not zero.empty:
+        out["EOneLatZeroErrMax"] = fmt_num(100 * float(zero["abs_err"].max()), 2)
+        fast = zero[zero["time_s"] < 0.01]
+        if not fast.empty:
+            out["EOneLatZeroFastErrMax"] = fmt_num(100 * float(fast["abs_err"].max()), 2)
+    if "ratio" in cells and cells["ratio"].notna().any():
+        r = cells["ratio"].dropna()
+        out["EOneLatCrossCount"] = str(len(r))
+        out["EOneLatCrossRatioMedian"] = fmt_num(float(r.median()), 3)
+        out["EOneLatCrossRatioWorst"] = fmt_num(float(max(r.max(), 1 / r.min())), 3)
+    if "winner_agree" in cells and cells["winner_agree"].notna().any():
+        out["EOneLatWinnerAgree"] = fmt_num(100 * float(cells["winner_agree"].mean()), 3)
+    return out
+
+
+def latency_table(tables: dict[str, Any]) -> str:
+    """One row per testbed: fastest algorithm at the smallest and the largest size (model = measured unless
+    shown as measured/model), the crossover of those two (predicted, measured, talk's), the worst error."""
+    cells = tables["latency_cells"].sort_values(CELL)
+
+    def kb(x) -> str:
+        return "--" if x is None or (isinstance(x, float) and math.isnan(x)) else fmt_num(float(x) / 1e3)
+
+    def fastest(r, end: str) -> str:
+        m, p = r.get(f"measured_fastest_{end}"), r.get(f"model_fastest_{end}")
+        if not isinstance(m, str):
+            return "--"
+        return escape(m) if m == p else f"{escape(m)}/{escape(str(p))}"
+
+    rows = []
+    for _, r in cells.iterrows():
+        rows.append([fmt_num(float(r["rate_mbit"])), str(int(r["workers"])), fmt_num(float(r["delay_ms"])),
+                     fastest(r, "small"), fastest(r, "large"), kb(r.get("predicted_bytes")),
+                     kb(r.get("measured_bytes")), kb(r.get("talk_bytes")), fmt_num(100 * float(r["max_abs_err"]), 2)])
+    skipped = tables["latency_skipped"]
+    note = None
+    if len(skipped):
+        which = "; ".join(f"{fmt_num(float(s['rate_mbit']))}\\,Mbit/s, N={int(s['workers'])}, "
+                          f"{fmt_num(float(s['delay_ms']))}\\,ms" for _, s in skipped.iterrows())
+        note = f"Not built (the link emulator cannot carry their summed uplinks): {which}."
+    header = ["Mbit/s", "N", "delay ms", "fastest, small", "fastest, large", "M* model KB", "M* measured KB",
+              "M* talk KB", r"max $|$err$|$ \%"]
+    return booktabs(rows, header,
+                    "E1 latency axis: per testbed, the fastest all-reduce at the smallest and the largest message "
+                    "(measured; measured/model where they differ), the message size M* where those two take equal "
+                    "time (calibrated model, measured, the talk's textbook formula at the nominal link), and the "
+                    "calibrated model's largest error.", "tab:e1lat", size=r"\scriptsize", note=note)
+
+
+def latency_axes(fig, grid_spec, tables: dict[str, Any]) -> None:
+    """Small multiples (rows: link rates; columns: worker counts) of time against message size: measured as
+    markers, the calibrated model as lines, one colour per delay, one marker and line style per algorithm."""
+    import matplotlib.pyplot as plt
+
+    df = tables["latency"]
+    rates = sorted(df["rate_mbit"].unique())
+    workers = sorted(df["workers"].unique())
+    delays = sorted(df["delay_ms"].unique())
+    colours = plt.get_cmap("viridis")([0.05 + 0.85 * i / max(1, len(delays) - 1) for i in range(len(delays))])[::-1]
+    markers = dict(zip(ALGS, ["o", "s", "^", "D"]))
+    styles = dict(zip(ALGS, ["-", "--", ":", "-."]))
+    sub = grid_spec.subgridspec(len(rates), len(workers), hspace=0.35, wspace=0.25)
+    for i, rate in enumerate(rates):
+        for j, n in enumerate(workers):
+            ax = fig.add_subplot(sub[i, j])
+            d = df[(df["rate_mbit"] == rate) & (df["workers"] == n)]
+            for k, delay in enumerate(delays):
+                for alg in ALGS:
+                    x = d[(d["delay_ms"] == delay) & (d["algorithm"] == alg)].sort_values("size_mb")
+                    if x.empty:
+                        continue
+                    ax.plot(x["size_mb"] * 1e3, x["model_s"], styles[alg], color=colours[k], lw=0.8)
+                    ax.plot(x["size_mb"] * 1e3, x["time_s"], markers[alg], color=colours[k], ms=3, mfc="none",
+                            mew=0.7)
+            ax.set(xscale="log", yscale="log", title=f"{fmt_num(float(rate))} Mbit/s, N={int(n)}")
+            ax.title.set_fontsize(7)
+            ax.tick_params(labelsize=6)
+            if d["delay_ms"].max() == 0 and len(delays) > 1:
+                ax.text(0.04, 0.96, "delay > 0: beyond the\nlink emulator (skipped)", transform=ax.transAxes,
+                        fontsize=5.5, va="top")
+            if i == len(rates) - 1:
+                ax.set_xlabel("message (KB per rank)", fontsize=7)
+            if j == 0:
+                ax.set_ylabel("all-reduce time (s)", fontsize=7)
+            if i == 0 and j == len(workers) - 1:
+                from matplotlib.lines import Line2D
+
+                hs = [Line2D([], [], color=colours[k], lw=1.5, label=f"{fmt_num(float(dl))} ms")
+                      for k, dl in enumerate(delays)]
+                hs += [Line2D([], [], color="k", ls=styles[a], marker=markers[a], ms=3, mfc="none", lw=0.8, label=a)
+                       for a in ALGS]
+                ax.legend(handles=hs, fontsize=5, ncol=2, loc="upper left", title="delay / algorithm",
+                          title_fontsize=5)
+
+
+def crossover_axis(ax, tables: dict[str, Any]) -> None:
+    """Measured against predicted crossover size, one point per testbed whose fastest algorithm changes."""
+    cells = tables["latency_cells"]
+    ok = cells.dropna(subset=["predicted_bytes", "measured_bytes"]) if "predicted_bytes" in cells else cells.iloc[:0]
+    if ok.empty:
+        ax.text(0.5, 0.5, "no crossover\nin the measured range", ha="center", va="center", transform=ax.transAxes)
+        ax.set_axis_off()
+        return
+    for pair, g in ok.groupby("pair"):
+        ax.scatter(g["predicted_bytes"] / 1e3, g["measured_bytes"] / 1e3, s=14, label=pair)
+    lo = min(ok["predicted_bytes"].min(), ok["measured_bytes"].min()) / 1e3 * 0.7
+    hi = max(ok["predicted_bytes"].max(), ok["measured_bytes"].max()) / 1e3 * 1.4
+    ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+    ax.set(xscale="log", yscale="log", xlabel="predicted crossover (KB)", ylabel="measured crossover (KB)",
+           title="latency axis: crossovers")
+    ax.legend(fontsize=6)

@@ -1,0 +1,105 @@
+"""E1's latency axis in the report: numbers, table, figure and CSV from a synthetic latency bench whose times
+are known, and the paper's fallbacks when either E1 file is absent."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from lowbw.bench.collectives import calibrated_time, calibration_key
+from lowbw.report.build import Context, run_experiment
+from lowbw.report.e1 import E1
+from lowbw.report.e1_latency import crossing_pair, measured_crossover
+from lowbw.report.latex import fmt_num
+
+SIZES_MB = [0.004, 0.016, 0.064, 0.256, 1.0]
+ERR = {"ring": 0.03, "tree": -0.05, "ps": 0.02, "butterfly": 0.08}
+
+
+def _cal(alpha: float, rate_bps: float) -> dict:
+    fit = {"alpha_s": alpha, "bandwidth_bps": 0.95 * rate_bps, "burst_bytes": 15_000.0}
+    return {"fit": fit, "fit_duplex": dict(fit), "nominal_rate_bps": rate_bps, "handshake_s": alpha,
+            "shaper_burst_bytes": 15_000.0, "gamma_s_per_byte": 0.0}
+
+
+def _latency_bench(delays=(0, 20), n=3, rate=10) -> dict:
+    rows, cal = [], {}
+    for d in delays:
+        c = _cal(1e-4 + d / 1e3, rate * 1e6)
+        cal[calibration_key(n, rate, d)] = c
+        for size in SIZES_MB:
+            nb = int(size * 1e6)
+            for alg, e in ERR.items():
+                model = calibrated_time(c, alg, nb, n)
+                t = model / (1 + e)  # so that (model - t) / t == e
+                rows.append({"workers": n, "rate_mbit": rate, "delay_ms": d, "size_mb": size, "nbytes": nb,
+                             "algorithm": alg, "ok": True, "time_s": t, "model_s": model, "model_rel_err": e,
+                             "model_nominal_s": model, "late_starts": 0, "emulation": "netns-tc"})
+    skipped = [{"workers": 4, "rate_mbit": 100, "delay_ms": 20, "cell": True, "why": "the links' rates sum to 400"}]
+    testbeds = [{"loadavg_before": 1.5, "loadavg_after": 2.5}]
+    return {"rows": rows, "calibration": cal, "skipped": skipped, "testbeds": testbeds}
+
+
+def _runs(tmp_path, latency: dict | None, rate_axis: bool):
+    (tmp_path / "bench").mkdir()
+    if latency is not None:
+        (tmp_path / "bench" / "collectives_latency.json").write_text(json.dumps(latency))
+    if rate_axis:
+        row = {"workers": 2, "rate_mbit": 100, "size_mb": 10, "algorithm": "ring", "ok": True, "time_s": 0.9,
+               "frac_of_bound": 0.89, "model_s": 0.91, "model_rel_err": 0.011, "timing": "measured",
+               "emulation": "netns-tc"}
+        (tmp_path / "bench" / "collectives.json").write_text(json.dumps({"rows": [row]}))
+    return Context({}, tmp_path, tmp_path / "out")
+
+
+def test_latency_numbers_table_and_figure(tmp_path):
+    sec = run_experiment(E1, _runs(tmp_path, _latency_bench(), rate_axis=True))
+    n = sec.numbers
+    assert n["EOneLatErrButterfly"] == fmt_num(8.0, 2) and n["EOneLatErrTree"] == fmt_num(5.0, 2)
+    assert n["EOneLatErrMax"] == fmt_num(8.0, 2) and (n["EOneLatAlgsWithinTen"], n["EOneLatAlgs"]) == ("4", "4")
+    assert n["EOneLatDelays"] == "0, 20" and n["EOneLatSkippedCells"] == "1" and n["EOneLatLoadMax"] == "2.5"
+    assert n["EOneLatHandshakeRatio"] == "1" and n["EOneLatLateStarts"] == "0"
+    assert "EOneLatNotRun" not in n and "EOneSettings" in n  # both axes measured
+    # with 20 ms the parameter server wins small messages, the ring large ones: a crossover in range, and the
+    # measured one (times = model / (1 + err)) lies near the model's
+    assert int(n["EOneLatCrossCount"]) >= 1
+    assert 0.7 < float(n["EOneLatCrossRatioMedian"]) < 1.3
+    assert "tab:e1" in sec.table and "tab:e1lat" in sec.table and "link emulator cannot carry" in sec.table
+    cells = sec.stats.tables["latency_cells"]
+    assert set(cells["delay_ms"]) == {0, 20} and len(sec.stats.tables["latency"]) == 2 * len(SIZES_MB) * len(ERR)
+    assert len(sec.figure.axes) >= 4
+
+
+def test_report_builds_without_the_latency_bench(tmp_path):
+    sec = run_experiment(E1, _runs(tmp_path, None, rate_axis=True))
+    assert "absent" in sec.numbers["EOneLatNotRun"]
+    assert not [k for k in sec.numbers if k.startswith("EOneLat") and k != "EOneLatNotRun"]
+    assert "tab:e1lat" not in sec.table and "tab:e1" in sec.table
+
+
+def test_report_builds_with_only_the_latency_bench(tmp_path):
+    sec = run_experiment(E1, _runs(tmp_path, _latency_bench(), rate_axis=False))
+    assert sec.stats is not None and "EOneNotRun" not in sec.numbers and "EOneSettings" not in sec.numbers
+    assert "EOneLatSettings" in sec.numbers and "tab:e1lat" in sec.table and "tab:e1}" not in sec.table
+
+
+def test_neither_file_means_not_run(tmp_path):
+    sec = run_experiment(E1, _runs(tmp_path, None, rate_axis=False))
+    assert sec.stats is None and "EOneNotRun" in sec.numbers
+
+
+def test_measured_crossover_interpolates_in_log_size():
+    at, changes = measured_crossover([1e3, 2e3, 4e3], [1.0, 2.0, 5.0], [2.0, 2.5, 3.0])
+    # log(ta/tb): -0.69, -0.22, +0.51 -> the sign changes between 2 and 4 KB, 30 % of the way in log size
+    f = math.log(2 / 2.5) / (math.log(2 / 2.5) - math.log(5 / 3))
+    assert changes == 1 and at == pytest.approx(math.exp(math.log(2e3) + f * math.log(2)))
+    assert measured_crossover([1, 2], [1.0, 1.0], [2.0, 2.0]) == (None, 0)
+
+
+def test_crossing_pair_needs_a_clear_flip():
+    small = {"ps": 1.0, "tree": 1.1, "ring": 2.0, "butterfly": 2.5}
+    large = {"ps": 9.0, "tree": 9.5, "ring": 4.0, "butterfly": 4.2}
+    assert crossing_pair(small, large) == ("ps", "ring")
+    assert crossing_pair({**small, "ring": 1.02}, large) is None  # a tie at the small end: no crossover
