@@ -72,7 +72,7 @@ def test_one_slow_worker_bounds_the_ring():
     assert dm.v_comm == pytest.approx(ex.v_comm)
 
 
-def test_slow_uplinks_and_the_parameter_server():
+def test_slow_uplinks_and_the_parameter_server(tmp_path):
     # uplinks 2 Mbit/s, downlinks 10: a ring hop i -> i+1 runs at min(U_i, D_{i+1}) = 2
     cfg = cfg_of(worker_bandwidth_mbit=[10] * 4, worker_uplink_mbit=[2] * 4)
     assert ring_mean(cfg).v_comm == pytest.approx(2 * 3 * 8 * 1000 / (2 * MBIT))
@@ -84,6 +84,14 @@ def test_slow_uplinks_and_the_parameter_server():
     ps = ring_mean(cfg_of(worker_bandwidth_mbit=[10] * 4, worker_uplink_mbit=[2, 10, 10, 10], collective="ps"))
     assert ps.v_comm == pytest.approx(3 * 8 * 4000 / (10 * MBIT) + 3 * 8 * 4000 / (2 * MBIT))
     assert link_for(cfg, "world").bandwidth_bps == 2 * MBIT  # the slowest link, for adaptive rules
+    # a compressed exchange on the batched path (lowbw.train.batched) times on the per-worker links too
+    topk = dict(compressor="topk", compressor_args={"ratio": 0.05}, error_feedback="on")
+    run(RunConfig.from_dict({**BASE, **topk, "worker_bandwidth_mbit": [10, 10, 10, 1]}), tmp_path / "slow", quiet=True)
+    run(RunConfig.from_dict({**BASE, **topk, "worker_bandwidth_mbit": [10] * 4}), tmp_path / "even", quiet=True)
+    run(RunConfig.from_dict({**BASE, **topk, "bandwidth_mbit": 1.0}), tmp_path / "allslow", quiet=True)
+    slow, even, allslow = (clocks(tmp_path / k)["t_virtual_comm"] for k in ("slow", "even", "allslow"))
+    # a ring all-gather of equal payloads is bounded by its slowest hop: one slow worker = all slow
+    assert even < slow and slow == pytest.approx(allslow)
     assert bandwidth_at(cfg, 0.0) == 2.0
 
 

@@ -38,8 +38,8 @@ from lowbw.net.costmodel import LinkParams, calls_time
 from lowbw.net.trace import Trace, rates_at, resolve_trace
 from lowbw.train.sync import TimedCollective, group_of
 
-__all__ = ["Exchange", "SimWorld", "DistWorld", "link_for", "links_for", "worker_links", "has_worker_links",
-           "bandwidth_at", "bytes_sent_of", "comm_cost", "default_threads"]
+__all__ = ["Exchange", "SimWorld", "DistWorld", "WorkerLinks", "link_for", "links_for", "worker_links",
+           "has_worker_links", "bandwidth_at", "bytes_sent_of", "comm_cost", "default_threads"]
 
 
 @dataclass
@@ -105,6 +105,19 @@ def worker_links(cfg, t_virtual: float = 0.0) -> list[WorkerLink]:
             for u, d, lat in _worker_mbit_ms(cfg, t_virtual)]
 
 
+@dataclass(frozen=True)
+class WorkerLinks(LinkParams):
+    """Per-worker links as one :class:`LinkParams`: the slowest link (the equal-link bound: what adaptive
+    rules and re-timing see) that also carries every worker's link, on which :func:`comm_cost` times calls."""
+
+    workers: tuple[WorkerLink, ...] = ()
+
+    @classmethod
+    def of(cls, links: list[WorkerLink]) -> WorkerLinks:
+        slow = costlinks.slowest_link(links)
+        return cls(alpha_s=slow.alpha_s, bandwidth_bps=slow.bandwidth_bps, workers=tuple(links))
+
+
 def links_for(cfg, level: str, t_virtual: float = 0.0) -> list[WorkerLink] | None:
     """Per-worker links of ``level`` at ``t_virtual``, or None where one :func:`link_for` times it (no
     per-worker key, or a household/neighbourhood level with its own ``household_bandwidth_mbit`` or
@@ -134,10 +147,11 @@ def link_for(cfg, level: str, t_virtual: float = 0.0):
     """The link of a synchronisation level as the virtual clock sees it: alpha = ``latency_ms`` +
     ``clock_overhead_ms``, bandwidth = the level's rate x ``link_goodput`` (payload bytes per second); the
     world link follows ``bandwidth_schedule`` in virtual time. On per-worker links (:func:`links_for`) the
-    level's slowest link (:func:`lowbw.net.costlinks.slowest_link`), the equal-link bound."""
+    level's :class:`WorkerLinks`: the slowest link (the equal-link bound) carrying every worker's link, so
+    that :func:`comm_cost` at it times calls on the per-worker links wherever an exchange is made."""
     links = links_for(cfg, level, t_virtual)
     if links is not None:
-        return costlinks.slowest_link(links)
+        return WorkerLinks.of(links)
     if level == "world":
         lat, bw = cfg.latency_ms, bandwidth_at(cfg, t_virtual)
     else:
@@ -203,10 +217,10 @@ _ALPHA_ONLY = (1.0, 1e300)  # alpha = 1 s, beta ~ 0     -> the number of latency
 _BETA_ONLY = (0.0, 8.0)  # alpha = 0,   beta = 1 s/byte -> the bytes on the critical path
 
 
-def comm_cost(per_group_calls: dict[int, list[list]], link, links: list[WorkerLink] | None = None
-              ) -> dict[str, float]:
-    """``v_comm`` at ``link`` (or on the per-worker ``links``) plus its equal-link coefficients ``v_alpha``
-    and ``v_beta_bytes`` (see Exchange)."""
+def comm_cost(per_group_calls: dict[int, list[list]], link) -> dict[str, float]:
+    """``v_comm`` at ``link`` (a :class:`WorkerLinks`: on every worker's own link) plus its equal-link
+    coefficients ``v_alpha`` and ``v_beta_bytes`` (see Exchange)."""
+    links = list(link.workers) if isinstance(link, WorkerLinks) else None
     return {
         "v_comm": _v_comm(per_group_calls, link, links),
         "v_alpha": _v_comm(per_group_calls, LinkParams(*_ALPHA_ONLY)),
@@ -216,7 +230,7 @@ def comm_cost(per_group_calls: dict[int, list[list]], link, links: list[WorkerLi
 
 def _level_cost(cfg, per_group: dict[int, list[list]], level: str, t_virtual: float) -> dict[str, float]:
     """:func:`comm_cost` of an exchange at ``level`` on the links the virtual clock has at ``t_virtual``."""
-    return comm_cost(per_group, link_for(cfg, level, t_virtual), links_for(cfg, level, t_virtual))
+    return comm_cost(per_group, link_for(cfg, level, t_virtual))
 
 
 class SimWorld:

@@ -1,0 +1,228 @@
+"""E10 -- unequal and unsteady networks (``runs/e10_<network>``): the same schemes of four workers on five
+networks (one experiment per network, the network in its base): ``even`` (every link the same), ``oneslow``
+(one worker's link slower), ``asym`` (uplinks slower than downlinks), ``trace`` (every link following a
+bandwidth trace) and ``straggler`` (one worker computing longer). Which schemes degrade gracefully, and by
+how much?
+
+Every time here is the run's own virtual clock (``t_virtual``: per-worker links timed by
+:mod:`lowbw.net.costlinks`, the trace read at each step's virtual time, a synchronous step waiting for its
+slowest worker), never a re-timing at another link: the alpha-beta coefficients a run records are those of
+equal links and cannot say what unequal ones cost.
+
+Slow-down of a scheme on a network = its virtual time to the target accuracy there / on ``even``, per seed
+(the same scheme and seed: for synchronous schemes on the model clock the two runs train identically and
+differ only in time), then mean and standard deviation over the seeds where both reached the target.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+from lowbw.report.build import Context, Experiment, Stats
+from lowbw.report.catalog import E10_NETWORKS
+from lowbw.report.common import fmt_duration, target_acc, training_runs
+from lowbw.report.latex import booktabs, escape, fmt_num
+
+__all__ = ["E10", "NETWORKS", "BASELINE_NETWORK", "EXPERIMENTS", "TARGET"]
+
+BASELINE_NETWORK = "even"  # every other network is compared with it
+# the target test accuracy: below the config's MNIST target, because E10's runs are half as long as E9's and
+# the methods that communicate every 16 steps end them near 88%
+TARGET = 0.85
+NETWORKS = [BASELINE_NETWORK, *E10_NETWORKS]  # in the order of the table and figure
+EXPERIMENTS = [f"e10_{n}" for n in NETWORKS]
+
+
+def _links_label(r) -> str:
+    """What the network of a run is, from its config: the per-worker rates, uplinks, trace or speeds."""
+
+    def _mbit(v) -> str:
+        return fmt_num(float(v))
+
+    def _lst(v) -> list:
+        if isinstance(v, str):  # lowbw.results spells list-valued config keys as JSON text
+            v = json.loads(v) if v.startswith("[") else []
+        return list(v) if isinstance(v, list | tuple) else []
+
+    rates, ups, speeds = _lst(r.get("worker_bandwidth_mbit")), _lst(r.get("worker_uplink_mbit")), _lst(
+        r.get("worker_speeds"))
+    parts = []
+    if rates and len(set(rates)) > 1:
+        slow = min(rates)
+        parts.append(f"{sum(1 for x in rates if x == slow)} of {len(rates)} at {_mbit(slow)} Mbit/s, "
+                     f"the rest {_mbit(max(rates))}")
+    elif rates:
+        parts.append(f"{_mbit(rates[0])} Mbit/s")
+    else:
+        parts.append(f"{_mbit(r['bandwidth_mbit'])} Mbit/s")
+    if ups:
+        parts.append(f"uplinks {_mbit(min(ups))} Mbit/s")
+    if r.get("bandwidth_trace"):
+        parts = [f"trace {r['bandwidth_trace']}"]
+    if speeds and max(speeds) != min(speeds):
+        parts.append(f"one worker {fmt_num(max(speeds) / min(speeds))}x compute")
+    return ", ".join(parts)
+
+
+def stats(ctx: Context) -> Stats | None:
+    """Tidy ``runs`` (per run: network, method, seed, ``ttt_s`` virtual seconds to the target (NaN: never),
+    ``t_end_s`` the whole run's virtual seconds, final test accuracy, ``ttt_ratio``/``end_ratio`` against the
+    same method and seed on ``even``) and ``slowdown`` (per network and method: means and standard deviations
+    over seeds, ``seeds_reached``: seeds with a finite ``ttt_ratio``)."""
+    import numpy as np
+    import pandas as pd
+
+    from lowbw.report.training import time_to_target
+
+    runs, mets = training_runs(ctx, EXPERIMENTS)
+    if runs is None or BASELINE_NETWORK not in {e.removeprefix("e10_") for e in runs["experiment"]}:
+        return None
+    target = TARGET if runs["dataset"].iloc[0] == "mnist" else target_acc(ctx, runs)
+    rows = []
+    for _, r in runs.iterrows():
+        m = mets[(mets["run"] == r["run"]) & (mets["experiment"] == r["experiment"])]
+        rows.append({"network": r["experiment"].removeprefix("e10_"), "method": r["method"], "seed": int(r["seed"]),
+                     "run": r["run"], "links": _links_label(r), "ttt_s": time_to_target(m, target),
+                     "t_end_s": float(r["t_virtual"]), "test_acc": float(r["final_test_acc"]),
+                     "workers": int(r["workers"]), "steps": int(r["step"])})
+    per_run = pd.DataFrame(rows)
+    base = per_run[per_run["network"] == BASELINE_NETWORK].set_index(["method", "seed"])
+    ttt_ratio, end_ratio = [], []
+    for _, r in per_run.iterrows():
+        b = base.loc[(r["method"], r["seed"])] if (r["method"], r["seed"]) in base.index else None
+        ttt_ratio.append(r["ttt_s"] / b["ttt_s"] if b is not None else math.nan)
+        end_ratio.append(r["t_end_s"] / b["t_end_s"] if b is not None else math.nan)
+    per_run = per_run.assign(ttt_ratio=ttt_ratio, end_ratio=end_ratio)
+    order = {n: i for i, n in enumerate(NETWORKS)}
+    per_run = per_run.sort_values(["network", "method", "seed"], key=lambda c: c.map(order) if c.name == "network"
+                                  else c, kind="stable", ignore_index=True)
+
+    def _ms(x) -> tuple[float, float]:
+        x = np.asarray(x, dtype=float)
+        x = x[np.isfinite(x)]
+        if not len(x):
+            return math.nan, math.nan
+        return float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else 0.0
+
+    slow = []
+    for (net, meth), g in per_run.groupby(["network", "method"], sort=False):
+        tr, er, tt, acc = _ms(g["ttt_ratio"]), _ms(g["end_ratio"]), _ms(g["ttt_s"]), _ms(g["test_acc"])
+        slow.append({"network": net, "method": meth, "links": g["links"].iloc[0], "ttt_mean_s": tt[0],
+                     "ttt_std_s": tt[1], "ttt_ratio_mean": tr[0], "ttt_ratio_std": tr[1],
+                     "end_ratio_mean": er[0], "end_ratio_std": er[1], "test_acc_mean": acc[0],
+                     "test_acc_std": acc[1], "seeds_reached": int(np.isfinite(g["ttt_ratio"].to_numpy(float)).sum()),
+                     "seeds": len(g)})
+    slowdown = pd.DataFrame(slow)
+    return Stats({"runs": per_run, "slowdown": slowdown},
+                 {"source": "runs/e10_*", "target_acc": target, "seeds": int(per_run["seed"].nunique()),
+                  "workers": sorted(int(n) for n in per_run["workers"].unique()),
+                  "steps": sorted(int(n) for n in per_run["steps"].unique()),
+                  "networks": [n for n in NETWORKS if n in set(per_run["network"])],
+                  "methods": list(dict.fromkeys(per_run["method"])), "baseline": BASELINE_NETWORK})
+
+
+def _complete(sd, net: str):
+    """Rows of network ``net`` whose every seed reached the target on it and on ``even``."""
+    t = sd[sd["network"] == net]
+    return t[(t["seeds_reached"] == t["seeds"]) & t["ttt_ratio_mean"].notna()]
+
+
+def numbers(st: Stats) -> dict[str, str]:
+    sd = st.tables["slowdown"]
+    out = {"ETenTarget": fmt_num(100 * st.meta["target_acc"], 3), "ETenSeeds": str(st.meta["seeds"]),
+           "ETenWorkers": " and ".join(str(n) for n in st.meta["workers"]),
+           "ETenMethods": str(len(st.meta["methods"]))}
+    even = sd[(sd["network"] == BASELINE_NETWORK) & (sd["seeds_reached"] == sd["seeds"])]
+    if not even.empty:
+        best = even.loc[even["ttt_mean_s"].idxmin()]
+        out["ETenEvenFastest"] = escape(best["method"])
+        out["ETenEvenFastestTtt"] = fmt_duration(float(best["ttt_mean_s"]))
+        out["ETenEvenLinks"] = escape(best["links"])
+    for net, w in E10_NETWORKS.items():
+        t = _complete(sd, net)
+        if t.empty:
+            continue
+        out[f"ETen{w}Links"] = escape(t["links"].iloc[0])
+        lo, hi = t.loc[t["ttt_ratio_mean"].idxmin()], t.loc[t["ttt_ratio_mean"].idxmax()]
+        out[f"ETen{w}Best"] = escape(lo["method"])
+        out[f"ETen{w}BestRatio"] = fmt_num(float(lo["ttt_ratio_mean"]), 3)
+        out[f"ETen{w}Worst"] = escape(hi["method"])
+        out[f"ETen{w}WorstRatio"] = fmt_num(float(hi["ttt_ratio_mean"]), 3)
+        dense = t[t["method"] == "dense"]
+        if not dense.empty:
+            out[f"ETen{w}DenseRatio"] = fmt_num(float(dense["ttt_ratio_mean"].iloc[0]), 3)
+    return out
+
+
+def _cell(r, ratio: bool) -> str:
+    k, n = int(r["seeds_reached"]), int(r["seeds"])
+    if ratio:
+        if k == 0:
+            return "--"
+        s = r"$\times$" + fmt_num(r["ttt_ratio_mean"], 3)
+    else:
+        if not math.isfinite(r["ttt_mean_s"]):
+            return "--"
+        s = fmt_duration(r["ttt_mean_s"])
+    return s + ("" if k == n else f" ({k}/{n})")
+
+
+def table(st: Stats) -> str:
+    sd = st.tables["slowdown"].set_index(["network", "method"])
+    nets, n_seeds = st.meta["networks"], st.meta["seeds"]
+    rows = []
+    for meth in st.meta["methods"]:
+        row = [escape(meth)]
+        if (BASELINE_NETWORK, meth) in sd.index:
+            b = sd.loc[(BASELINE_NETWORK, meth)]
+            row.append(fmt_num(100 * b["test_acc_mean"], 3) + r" $\pm$ " + fmt_num(100 * b["test_acc_std"], 2))
+        else:
+            row.append("--")
+        for net in nets:
+            row.append(_cell(sd.loc[(net, meth)], net != BASELINE_NETWORK) if (net, meth) in sd.index else "--")
+        rows.append(row)
+    header = ["Method", r"Test acc.\ (\%)"] + [escape(n) for n in nets]
+    nets_text = "; ".join(f"{escape(n)}: {escape(st.tables['slowdown'].query('network == @n')['links'].iloc[0])}"
+                          for n in nets)
+    return booktabs(rows, header,
+                    f"Unequal and unsteady networks ({' and '.join(map(str, st.meta['workers']))} workers, MLP on "
+                    f"MNIST, sim backend, {n_seeds} seeds): final test accuracy on the even network (mean $\\pm$ "
+                    f"std), virtual time to {fmt_num(100 * st.meta['target_acc'])}\\,\\% test accuracy there, and "
+                    f"on every other network that time divided by the same run's on the even one (mean over "
+                    f"seeds; (k/n): only k of n seeds reached the target). Times are the runs' own virtual "
+                    f"clocks on per-worker links. Networks: {nets_text}.", "tab:e10", size=r"\scriptsize")
+
+
+def figure(st: Stats):
+    """Small multiples: one panel per network other than ``even``, each the slow-down (time to target there /
+    on even) of every method, mean and standard deviation over seeds; a dashed line at 1 (no slow-down)."""
+    from lowbw.report.common import plotting
+
+    plt, sns = plotting()
+    sd = st.tables["slowdown"]
+    nets = [n for n in st.meta["networks"] if n != BASELINE_NETWORK]
+    methods = st.meta["methods"]
+    fig, axes = plt.subplots(1, max(1, len(nets)), figsize=(7.0, 2.3), sharey=True, squeeze=False)
+    colors = sns.color_palette("colorblind", len(methods))
+    for ax, net in zip(axes.flat, nets):
+        g = sd[sd["network"] == net].set_index("method")
+        ys = list(range(len(methods)))
+        vals = [float(g.loc[m, "ttt_ratio_mean"]) if m in g.index else math.nan for m in methods]
+        errs = [float(g.loc[m, "ttt_ratio_std"]) if m in g.index else 0.0 for m in methods]
+        ax.barh(ys, [0 if math.isnan(v) else v for v in vals], xerr=[0 if math.isnan(e) else e for e in errs],
+                color=colors, height=0.7, error_kw={"lw": 0.8, "capsize": 2})
+        for y, v in zip(ys, vals):
+            ax.annotate("--" if math.isnan(v) else f"{v:.2g}", (0 if math.isnan(v) else v, y), xytext=(3, 0),
+                        textcoords="offset points", va="center", fontsize=6)
+        ax.axvline(1.0, ls="--", lw=0.7, color="0.3")
+        ax.set(title=net, xlabel="time to target / even")
+        ax.set_xlim(0, max([v for v in vals if not math.isnan(v)] + [1.0]) * 1.3)
+        ax.grid(True, axis="x", lw=0.4)
+    axes.flat[0].set_yticks(range(len(methods)), methods)
+    axes.flat[0].invert_yaxis()
+    fig.tight_layout()
+    return fig
+
+
+E10 = Experiment("e10", "E10 unequal and unsteady networks", stats, numbers, table, figure, "no e10_* runs")
