@@ -14,7 +14,7 @@ GRID = {**B.DEFAULTS, "workers": [2, 3, 4], "rates_mbit": [10, 100], "delay_ms":
 
 
 def test_plan_skips_the_cells_the_emulator_cannot_carry_and_says_why():
-    cells, skipped = B.plan_grid(GRID, netem=False)
+    cells, skipped = B.plan_grid(GRID, netem=False, netns=True)
     whole = [s for s in skipped if s.get("cell")]
     limit = linkemu.MAX_TOTAL_BPS / 1e6
     want = {(n, r, d) for n in (2, 3, 4) for r in (10, 100) for d in (5, 20, 50) if n * r > limit}
@@ -33,10 +33,10 @@ def test_plan_skips_the_cells_the_emulator_cannot_carry_and_says_why():
 
 
 def test_plan_with_netem_skips_no_cell_and_rejects_negative_delays():
-    _, skipped = B.plan_grid(GRID, netem=True)
+    _, skipped = B.plan_grid(GRID, netem=True, netns=True)
     assert not [s for s in skipped if s.get("cell")]
     with pytest.raises(ValueError, match="delay_ms"):
-        B.plan_grid({**GRID, "delay_ms": [0, -5]}, netem=False)
+        B.plan_grid({**GRID, "delay_ms": [0, -5]}, netem=False, netns=True)
 
 
 def test_emulator_refusal_matches_the_emulators_limit():
@@ -110,3 +110,26 @@ def test_remodel_finds_the_calibration_of_a_delayed_testbed():
            "ok": True, "time_s": 0.12, "chunk_bytes": None}
     res = B.remodel({"rows": [row], "calibration": {"N3_10mbit_20ms": cal}})
     assert res["rows"][0]["model_s"] == pytest.approx(B.calibrated_time(cal, "ring", 64_000, 3))
+
+
+def test_plan_under_loopback_emulation_skips_no_cell():
+    # the in-process limiter adds the delay itself: the userspace emulator's limit does not apply
+    _, skipped = B.plan_grid({**GRID, "emulation": "loopback-ratelimit"}, netem=False)
+    assert not [s for s in skipped if s.get("cell")]
+
+
+def test_a_known_bucket_is_used_not_fitted():
+    """With delay the largest ping-pong pays a loss-recovery round trip; a fitted burst absorbs it (several
+    buckets), the configured bucket does not, and beta stays near the shaped rate."""
+    a, beta, bucket = 0.02, 8 / 9.5e6, 15140
+    burst = bucket * B.TCP_PAYLOAD_PER_FRAME
+    pp = [{"nbytes": nb, "one_way_s": a + max(0, nb - burst) * beta + (0.04 if nb >= 1 << 20 else 0.0),
+           "exchange_s": 2 * a + max(0, nb - burst) * beta} for nb in (1024, 16384, 65536, 1 << 18, 1 << 20)]
+    fitted = B._calibrate(pp, 1e7)
+    assert fitted["fit"]["burst_bytes"] > 1.5 * bucket
+    known = B._calibrate(pp, 1e7, bucket_bytes=bucket)
+    assert known["fit"]["burst_bytes"] == pytest.approx(burst) and known["shaper_burst_bytes"] == bucket
+    assert known["fit"]["bandwidth_bps"] == pytest.approx(9.5e6, rel=0.05)
+    link = B._model_link(known, "ps")
+    assert link.message(65536) == pytest.approx(pp[2]["one_way_s"], rel=0.03)  # a few buckets: right
+    assert B._model_link(fitted, "ps").message(65536) < 0.85 * pp[2]["one_way_s"]  # the fitted burst: far off

@@ -72,6 +72,8 @@ QUICK: dict[str, Any] = {
 
 # --------------------------------------------------------------------------------- controller
 FIT_MIN_BYTES = 256 << 10
+BUCKET_FIT_FACTOR = 4  # with the shapers' bucket known, beta is fitted over messages of >= this many buckets
+TCP_PAYLOAD_PER_FRAME = 1448 / 1514  # TCP payload (MSS with timestamps) per full-size Ethernet frame
 
 
 def _nominal_time(alg: str, nbytes: float, n: int, rate_bps: float, delay_s: float) -> float:
@@ -116,20 +118,26 @@ def emulator_refusal(n: int, rate_bps: float, delay_s: float, queue_s: float, ne
     return None
 
 
-def plan_grid(cfg: dict, netem: bool | None = None) -> tuple[list[dict], list[dict]]:
+def plan_grid(cfg: dict, netem: bool | None = None, netns: bool | None = None) -> tuple[list[dict], list[dict]]:
     """Every testbed of the grid and what it measures, decided before any testbed starts.
 
     Returns ``(cells, skipped)``: a cell is ``{workers, rate_mbit, delay_ms, plan}`` (one testbed; ``plan``
     the (size, algorithm) measurements with their repetitions and the nominal model's time); ``skipped``
     lists, with the reason, every (size, algorithm) the nominal model predicts longer than ``max_seconds``
     and every testbed the link emulator cannot carry (one entry per cell, ``"cell": True``: its sizes and
-    algorithms are not measured). ``netem``: whether the kernel has sch_netem (None: probe it, only if some
-    delay is nonzero)."""
+    algorithms are not measured). ``netem``: whether the kernel has sch_netem; ``netns``: whether the
+    testbeds will be netns-tc ones (False under loopback-ratelimit, whose in-process limiter adds the delay
+    itself, without that limit); None: probe, only if some delay is nonzero."""
     algorithms = list(cfg["algorithms"])
     delays_ms = _as_list(cfg.get("delay_ms") or 0)
     if any(float(d) < 0 for d in delays_ms):
         raise ValueError(f"delay_ms {delays_ms}: delays must be >= 0")
-    if netem is None and any(float(d) > 0 for d in delays_ms):
+    delayed = any(float(d) > 0 for d in delays_ms)
+    if netns is None and delayed:
+        from lowbw.net.probe import netns_missing
+
+        netns = cfg.get("emulation", "auto") != "loopback-ratelimit" and not netns_missing()
+    if netem is None and delayed and netns:
         from lowbw.net.probe import has_netem
 
         netem = has_netem()
@@ -139,7 +147,7 @@ def plan_grid(cfg: dict, netem: bool | None = None) -> tuple[list[dict], list[di
     for n, rate_mbit, delay_ms in itertools.product(cfg["workers"], cfg["rates_mbit"], delays_ms):
         rate_bps = float(rate_mbit) * 1e6
         delay_s = float(delay_ms) / 1e3
-        why = emulator_refusal(n, rate_bps, delay_s, queue_s, bool(netem)) if delay_s else None
+        why = emulator_refusal(n, rate_bps, delay_s, queue_s, bool(netem)) if delay_s and netns else None
         if why:
             skipped.append({"workers": n, "rate_mbit": rate_mbit, "delay_ms": delay_ms, "cell": True,
                             "sizes_mb": list(cfg["sizes_mb"]), "algorithms": algorithms, "why": why})
@@ -198,8 +206,8 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
         testbeds.append(desc)
         pp = res["pingpong"]
         key = calibration_key(n, rate_mbit, delay_ms)
-        calibration[key] = cal = _calibrate(pp, rate_bps, res.get("gamma_s_per_byte"))
-        cal["shaper_burst_bytes"] = (desc.get("tbf") or {}).get("burst")
+        calibration[key] = cal = _calibrate(pp, rate_bps, res.get("gamma_s_per_byte"),
+                                            (desc.get("tbf") or {}).get("burst"))
         nominal = LinkParams(alpha_s=delay_s, bandwidth_bps=rate_bps)
         for m in res["measurements"]:
             t = m["time_s"]
@@ -268,7 +276,8 @@ def handshake_steps(algorithm: str, n: int) -> int | None:
     return None
 
 
-def _calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None = None) -> dict:
+def _calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None = None,
+               bucket_bytes: float | None = None) -> dict:
     """alpha: the one-way time of the smallest message (pure latency, inside tbf's burst); beta and the
     shaper's burst: least squares over the messages far larger than the burst with alpha fixed, t = alpha +
     (m - burst) beta (each ping-pong message starts on a link that idled during the reply) -- beta once for
@@ -279,17 +288,32 @@ def _calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None =
     ``handshake_s``: what a send waits when its receive is posted at the same moment (the exchange's
     smallest time less the ping-pong's, whose receives are posted ahead: about one one-way delay; see
     :func:`handshake_steps`). It is also why the exchange has its own intercept: fitted through the
-    ping-pong's alpha, its beta would absorb the handshake (~10% at 20 ms and 10 Mbit/s)."""
+    ping-pong's alpha, its beta would absorb the handshake (~10% at 20 ms and 10 Mbit/s).
+
+    ``bucket_bytes``: the shapers' configured token bucket (tbf's burst, bytes on the wire), where known. The
+    burst is then that bucket's TCP payload, not fitted, and beta is fitted (relative errors) over the
+    messages of at least ``BUCKET_FIT_FACTOR`` buckets: with delay, the largest messages also pay a
+    loss-recovery round trip once TCP's window overruns the shaper's queue, and a fitted intercept would
+    absorb that as a burst several times the bucket's (it grew with the delay), overcharging every
+    message of a few buckets."""
     from lowbw.net.costmodel import fit_alpha_beta
 
     alpha = min(p["one_way_s"] for p in pp)
-    big = [p for p in pp if p["nbytes"] >= FIT_MIN_BYTES]
-    fit = fit_alpha_beta([p["nbytes"] for p in big], [p["one_way_s"] for p in big], weights="absolute",
-                         alpha_s=alpha, fit_burst=True)
+    if bucket_bytes:
+        burst = float(bucket_bytes) * TCP_PAYLOAD_PER_FRAME
+        big = [p for p in pp if p["nbytes"] >= BUCKET_FIT_FACTOR * burst]
+        fit = fit_alpha_beta([p["nbytes"] for p in big], [p["one_way_s"] for p in big], weights="relative",
+                             alpha_s=alpha, burst_bytes=burst)
+    else:
+        big = [p for p in pp if p["nbytes"] >= FIT_MIN_BYTES]
+        fit = fit_alpha_beta([p["nbytes"] for p in big], [p["one_way_s"] for p in big], weights="absolute",
+                             alpha_s=alpha, fit_burst=True)
     out = {"fit": fit.to_dict(), "pingpong": pp, "nominal_rate_bps": rate_bps, "fit_min_bytes": FIT_MIN_BYTES,
            "efficiency": fit.link.bandwidth_bps / rate_bps, "gamma_s_per_byte": float(gamma_s_per_byte or 0.0),
-           "handshake_s": 0.0}
-    ex = [p for p in big if p.get("exchange_s")]
+           "handshake_s": 0.0, "shaper_burst_bytes": bucket_bytes}
+    # the exchange: beta over the messages far larger than the bucket (FIT_MIN_BYTES), where a message's two
+    # directions share the links' queues and ACKs steadily (of a few buckets, they collide in the queue first)
+    ex = [p for p in pp if p.get("exchange_s") and p["nbytes"] >= FIT_MIN_BYTES]
     if len(ex) >= 2:
         alpha_x = min(p["exchange_s"] for p in pp if p.get("exchange_s"))
         # the same shapers, so the same burst (the exchange's own intercept is noisier: ACKs share the links)
@@ -423,19 +447,27 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
 
 
 def remodel(result: dict, chunk_bytes: int | None = None) -> dict:
-    """Recompute every row's model prediction from the stored calibration (e.g. after a cost-model change)
-    and the targets; ``chunk_bytes`` overrides the chunk size recorded in the rows. Returns ``result``."""
+    """Recalibrate every testbed from its stored ping-pong (a pure function of it; the shapers' bucket from
+    the testbed's record where the calibration lacks it), then recompute every row's model prediction (e.g.
+    after a cost-model change) and the targets; ``chunk_bytes`` overrides the chunk size recorded in the
+    rows. Returns ``result``."""
+    buckets = {(t.get("workers"), t.get("rate_bps"), t.get("delay_s") or 0.0): t["tbf"]["burst"]
+               for t in result.get("testbeds", []) if t.get("tbf")}
+    for key, cal in result["calibration"].items():
+        if not cal.get("pingpong"):
+            continue
+        bucket = cal.get("shaper_burst_bytes")
+        if bucket is None:
+            n, rest = key[1:].split("_", 1)
+            rate, _, delay = rest.partition("mbit")
+            delay_s = float(delay.strip("_").removesuffix("ms") or 0) / 1e3
+            bucket = buckets.get((int(n), float(rate) * 1e6, delay_s))
+        cal.update(_calibrate(cal["pingpong"], cal["nominal_rate_bps"], cal.get("gamma_s_per_byte"), bucket))
     for r in result["rows"]:
         cal = (result["calibration"].get(calibration_key(r["workers"], r["rate_mbit"], r.get("delay_ms") or 0))
                or result["calibration"].get(f"N{r['workers']}_{r['rate_mbit']}mbit"))
         if not cal or not r.get("ok") or not r.get("time_s"):
             continue
-        if "burst_bytes" not in cal["fit"] or "handshake_s" not in cal:  # calibrated by an older version
-            cal.update(_calibrate(cal["pingpong"], cal["nominal_rate_bps"], cal.get("gamma_s_per_byte")))
-        if "shaper_burst_bytes" not in cal:
-            tbf = [t.get("tbf") for t in result.get("testbeds", []) if t.get("workers") == r["workers"]
-                   and t.get("rate_bps") == float(r["rate_mbit"]) * 1e6 and t.get("tbf")]
-            cal["shaper_burst_bytes"] = tbf[0]["burst"] if tbf else None
         chunk = chunk_bytes or r.get("chunk_bytes")
         r["chunk_bytes"] = chunk
         r["model_s"] = calibrated_time(cal, r["algorithm"], r["nbytes"], r["workers"], chunk)
@@ -477,7 +509,8 @@ def summarize(result: dict) -> list[dict]:
     """Flat rows for a DataFrame/table."""
     out = []
     for r in result["rows"]:
-        out.append({"N": r["workers"], "Mbit/s": r["rate_mbit"], "MB": r["size_mb"], "algorithm": r["algorithm"],
+        out.append({"N": r["workers"], "Mbit/s": r["rate_mbit"], "delay ms": r.get("delay_ms") or 0,
+                    "MB": r["size_mb"], "algorithm": r["algorithm"],
                     "time_s": r["time_s"], "busbw_Mbit": (r.get("busbw_bps") or 0) / 1e6,
                     "frac_bound": r.get("frac_of_bound"), "bound_s": r["lower_bound_s"], "model_s": r["model_s"],
                     "model_err": r.get("model_rel_err"), "ok": r["ok"], "emulation": r["emulation"]})
@@ -486,14 +519,16 @@ def summarize(result: dict) -> list[dict]:
 
 def table(result: dict) -> str:
     """A plain-text (markdown) table of every row."""
-    head = "| N | Mbit/s | MB | algorithm | time s | busbw Mbit/s | bound s | % of bound | model s | model err | ok |"
-    lines = [head, "|" + "---|" * 11]
+    head = ("| N | Mbit/s | delay ms | MB | algorithm | time s | busbw Mbit/s | bound s | % of bound | model s "
+            "| model err | ok |")
+    lines = [head, "|" + "---|" * 12]
 
     def f(x: Any, spec: str) -> str:
         return "-" if x is None else format(x, spec)
 
     for r in summarize(result):
-        lines.append(f"| {r['N']} | {r['Mbit/s']:g} | {r['MB']:g} | {r['algorithm']} | {f(r['time_s'], '.3f')} | "
+        lines.append(f"| {r['N']} | {r['Mbit/s']:g} | {r['delay ms']:g} | {r['MB']:g} | {r['algorithm']} | "
+                     f"{f(r['time_s'], '.3f')} | "
                      f"{r['busbw_Mbit']:.1f} | {r['bound_s']:.3f} | "
                      f"{f(r['frac_bound'] and 100 * r['frac_bound'], '.1f')}"
                      f" | {f(r['model_s'], '.3f')} | {f(r['model_err'] and 100 * r['model_err'], '+.1f')}% | "
