@@ -31,6 +31,7 @@ Buffers (batch-norm statistics) are not synchronised; average them yourself if y
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 
 import torch
@@ -42,8 +43,8 @@ from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter
 from lowbw.compress.base import State
 
-__all__ = ["DiLoCo", "DiLoCoCounters", "OUTER_OPTIMIZERS", "outer_sgd", "check_outer"]
-
+__all__ = ["DiLoCo", "DiLoCoCounters", "OUTER_OPTIMIZERS", "outer_sgd", "check_outer", "split_fragments",
+           "split_rows", "sync_offsets"]
 
 
 @dataclass
@@ -70,8 +71,11 @@ def check_outer(kind: str, lr: float, momentum: float) -> None:
         raise ValueError("outer='nesterov' needs outer_momentum > 0 (use outer='sgd' for plain averaging)")
 
 
-def _fragments(sizes: list[int], count: int) -> list[list[int]]:
-    """Split parameter indices 0..len(sizes)-1 into ``count`` contiguous groups of about equal total size."""
+def split_fragments(sizes: list[int], count: int) -> list[list[int]]:
+    """Split tensor indices 0..len(sizes)-1 (sizes in elements) into at most ``count`` contiguous groups of
+    about equal total size: tensor i goes to group floor(F * S_i / S), S_i = the elements before it, S = all
+    of them (empty groups are dropped, so fewer than ``count`` come back when there are few tensors or one
+    dominates). The wrapper's split; the engine's ``diloco_fragments`` uses :func:`split_rows`."""
     total = sum(sizes)
     groups: list[list[int]] = [[] for _ in range(count)]
     acc = 0
@@ -80,6 +84,50 @@ def _fragments(sizes: list[int], count: int) -> list[list[int]]:
         groups[f].append(i)
         acc += s
     return [g for g in groups if g]
+
+
+def split_rows(shapes: list[tuple[int, ...]], count: int) -> list[list[tuple[int, int, int]]]:
+    """Split the concatenation of tensors of ``shapes`` (flattened, in order) into ``count`` contiguous
+    fragments of near-equal size, cutting only between rows (first-dimension slices) of a tensor.
+
+    Returns, per fragment, its pieces ``(tensor index, first row, end row)``. Boundary f (f = 1..F-1) is the
+    row boundary nearest to f P / F (P = all elements). Unlike :func:`split_fragments` a large tensor may be
+    shared by fragments (one block of rows each), so F near-equal fragments exist even where one layer holds
+    most of the parameters (the MLP's first layer). Raises ValueError if two boundaries coincide (F too
+    large for the model)."""
+    rows = [s[0] if len(s) else 1 for s in shapes]
+    unit = [(math.prod(s) // r if r else 0) for s, r in zip(shapes, rows)]  # elements per row
+    starts = [0]
+    for r, u in zip(rows, unit):
+        starts.append(starts[-1] + r * u)
+    total = starts[-1]
+    cuts = [0]  # boundaries in elements, each at a row boundary
+    for f in range(1, count):
+        target = f * total / count
+        i = max(k for k in range(len(shapes)) if starts[k] <= target) if total else 0
+        u = max(unit[i], 1)
+        r = min(rows[i], max(0, round((target - starts[i]) / u)))
+        cuts.append(starts[i] + r * u)
+    cuts.append(total)
+    if any(b <= a for a, b in zip(cuts, cuts[1:])):
+        raise ValueError(f"fragments={count}: the {total} parameters cannot be cut into {count} non-empty "
+                         "fragments at row boundaries")
+    out: list[list[tuple[int, int, int]]] = []
+    for a, b in zip(cuts, cuts[1:]):
+        pieces = []
+        for i in range(len(shapes)):
+            lo, hi = max(a, starts[i]), min(b, starts[i + 1])
+            if hi > lo:
+                u = max(unit[i], 1)
+                pieces.append((i, (lo - starts[i]) // u, (hi - starts[i]) // u))
+        out.append(pieces)
+    return out
+
+
+def sync_offsets(period: int, count: int) -> list[int]:
+    """Streaming DiLoCo's schedule: fragment f of ``count`` synchronises after the inner steps t with
+    t % H == ((f + 1) H / F) % H (H = ``period``, F = ``count``; the last fragment at t % H == 0)."""
+    return [((f + 1) * period // count) % period for f in range(count)]
 
 
 class DiLoCo:
@@ -127,10 +175,10 @@ class DiLoCo:
             with torch.no_grad():
                 for p in self.params:
                     p.copy_(self.coll.broadcast(p.detach(), 0))
-        groups = _fragments([p.numel() for p in self.params], fragments)
+        groups = split_fragments([p.numel() for p in self.params], fragments)
         self.fragments = groups
         # fragment f synchronises after inner steps t with t % H == offsets[f] (the last one at t % H == 0)
-        self.offsets = [((f + 1) * period // len(groups)) % period for f in range(len(groups))]
+        self.offsets = sync_offsets(period, len(groups))
         self.start = [[p.detach().float().clone() for p in (self.params[i] for i in g)] for g in groups]
         self.outer = [outer_sgd(s, outer, outer_lr, outer_momentum) for s in self.start]
 

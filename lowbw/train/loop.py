@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import os
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -40,6 +41,7 @@ from lowbw.train.ps import ParameterServer
 from lowbw.train.replicas import Replicas
 from lowbw.train.schedule import LRSchedule, dynamic_batch
 from lowbw.train.state import Interval, RunState, WorkerStats
+from lowbw.train.streaming import landing_wait
 from lowbw.train.sync import Action
 from lowbw.train.synchroniser import Synchroniser
 from lowbw.train.world import Exchange
@@ -141,25 +143,43 @@ class Trainer:
         t_opt = time.perf_counter()
         self.opt.step(self.rep.params, grads, lr)
         t_opt = (time.perf_counter() - t_opt) / len(stats)  # per replica: the optimiser's update of its row
-        if act.avg is not None:
-            exchanges.append(self.sync.average(act.avg))
+        ms = self.sync.model_sync(st.step, act)  # model averaging / diloco's outer steps (landing, starting)
+        exchanges += ms.foreground
         # replicas are equal after a world average, or after a world gradient step from equal replicas
-        st.in_sync = act.avg == "world" or (act.grad == "world" and st.in_sync)
+        st.in_sync = ms.equal or (act.grad == "world" and st.in_sync)
         st.samples += b * cfg.workers
         v_comm, meta_s = 0.0, 0.0
         for ex in exchanges:
             meta_s += ex.meta_s
             v_comm += ex.v_comm
             self._count_comm(ex)
+        for ex in exchanges + [x.exchange for x in ms.landed]:  # a background exchange counts when it lands
             for i, s in enumerate(stats):
                 s.add_exchange(ex.busy_s[i], ex.comm_s[i], ex.bytes_sent[i])
+        meta_s += sum(x.exchange.meta_s for x in ms.landed)
         for s in stats:
             s.t_compute += t_opt  # a worker's compute: its batch, forward + backward, and its optimiser update
         t_meta = time.perf_counter()
         cols = WorkerStats.from_rows(world.allgather_rows(WorkerStats.rows(stats)))
         st.meas["t_meta"] += time.perf_counter() - t_meta + meta_s
-        v_compress = self._compress_model_s() if (cfg.clock == "model" and self.sync.compresses(act)) else None
+        v_compress = (self._compress_model_s(self.sync.compressed_bytes(act))
+                      if (cfg.clock == "model" and self.sync.compresses(act)) else None)
         self._record_step(cols, v_comm, v_compress, time.perf_counter() - t0)
+        self._overlap(ms)
+
+    def _overlap(self, ms) -> None:
+        """The virtual clock of background exchanges (diloco with tau > 0; :mod:`lowbw.train.streaming`):
+        each exchange landing now makes the step wait w = max(0, e - T) for the link to finish it (T: the
+        clock after this step's own time); exchanges starting now start at the clock after those waits."""
+        clock = self.state.clock
+        for x in ms.landed:
+            ex = x.exchange
+            w, self.sync.link_free = landing_wait(clock["t_virtual"], x.t_start, ex.v_comm, self.sync.link_free)
+            clock["t_virtual"] += w
+            clock["t_virtual_comm"] += w
+            self._count_comm(ex, w / ex.v_comm if ex.v_comm > 0 else 0.0)
+        for x in ms.started:
+            x.t_start = clock["t_virtual"]
 
     def gradients(self, b: int, act: Action) -> tuple[torch.Tensor, list[WorkerStats], list[Exchange]]:
         """Every local replica's gradient on its next ``b`` samples, averaged over its group at ``act.grad``
@@ -179,17 +199,19 @@ class Trainer:
         ex = self.sync.aggregate(act.grad)
         return torch.stack(ex.outputs), stats, [ex]
 
-    def _compress_model_s(self) -> float:
-        """clock=model: seconds to (de)compress the gradient at ``clock_compress_mbyte_s``."""
+    def _compress_model_s(self, nbytes: int | None = None) -> float:
+        """clock=model: seconds to (de)compress ``nbytes`` (default: the gradient's) at
+        ``clock_compress_mbyte_s``."""
         cfg = self.cfg
         if self.sync.comp is None or cfg.clock_compress_mbyte_s <= 0:
             return 0.0
-        return self.rep.P * 4 / (cfg.clock_compress_mbyte_s * 1e6)
+        return (self.rep.P * 4 if nbytes is None else nbytes) / (cfg.clock_compress_mbyte_s * 1e6)
 
-    def _count_comm(self, ex: Exchange) -> None:
-        """Accumulate the alpha-beta coefficients of an exchange (lets the report re-time at any link)."""
-        self.state.clock["comm_alpha_terms"] += ex.v_alpha
-        self.state.clock["comm_beta_bytes"] += ex.v_beta_bytes
+    def _count_comm(self, ex: Exchange, weight: float = 1.0) -> None:
+        """Accumulate the alpha-beta coefficients of an exchange (lets the report re-time at any link);
+        ``weight``: the exposed fraction of a background exchange (:mod:`lowbw.train.streaming`)."""
+        self.state.clock["comm_alpha_terms"] += ex.v_alpha * weight
+        self.state.clock["comm_beta_bytes"] += ex.v_beta_bytes * weight
 
     def _record_step(self, cols: WorkerStats, v_comm: float, v_compress: float | None, wall: float) -> None:
         """Advance the clocks and records by one step whose every worker's statistics are ``cols``."""
@@ -243,17 +265,21 @@ class Trainer:
         st.in_sync = True  # evaluation uses the server's model
 
     def final_sync(self) -> None:
-        """Average the world's models after a last step that left replicas apart (counted as communication)."""
+        """Average the world's models after a last step that left replicas apart (counted as communication);
+        diloco: land the exchanges in flight, then the outer step of every fragment with local steps."""
         st, world = self.state, self.world
         t_sync = time.perf_counter()
-        ex = self.sync.average("world")
+        ms = self.sync.finish()
         stats = [WorkerStats() for _ in world.ranks]
-        for i, s in enumerate(stats):
-            s.add_exchange(ex.busy_s[i], ex.comm_s[i], ex.bytes_sent[i])
+        for ex in [x.exchange for x in ms.landed] + ms.foreground:
+            for i, s in enumerate(stats):
+                s.add_exchange(ex.busy_s[i], ex.comm_s[i], ex.bytes_sent[i])
         st.bytes_sent += int(WorkerStats.from_rows(world.allgather_rows(WorkerStats.rows(stats))).bytes_sent.sum())
-        st.clock["t_virtual_comm"] += ex.v_comm
-        st.clock["t_virtual"] += ex.v_comm
-        self._count_comm(ex)
+        self._overlap(ms)
+        for ex in ms.foreground:
+            st.clock["t_virtual_comm"] += ex.v_comm
+            st.clock["t_virtual"] += ex.v_comm
+            self._count_comm(ex)
         st.in_sync = True
         t_sync = time.perf_counter() - t_sync  # measured like a step: the final synchronisation is training
         st.meas["t_step"] += t_sync
@@ -266,9 +292,30 @@ class Trainer:
         if self.world.is_main:
             d, bs, tf = self.data, self.cfg.eval_batch_size, self.batches.aug.eval
             rep = self.ps.server if self.ps is not None else self.rep
-            res["val_loss"], res["val_acc"] = rep.evaluate(0, d.x_val, d.y_val, bs, tf)
-            res["test_loss"], res["test_acc"] = rep.evaluate(0, d.x_test, d.y_test, bs, tf)
+            with self._global_model():
+                res["val_loss"], res["val_acc"] = rep.evaluate(0, d.x_val, d.y_val, bs, tf)
+                res["test_loss"], res["test_acc"] = rep.evaluate(0, d.x_test, d.y_test, bs, tf)
         return records.finite(self.world.broadcast_obj(res))
+
+    @property
+    def evaluable(self) -> bool:
+        """Can the run be evaluated now: the replicas agree, or (streaming diloco) its global model is
+        theta_start, equal on every worker whatever the replicas do."""
+        return self.state.in_sync or (self.sync is not None and self.sync.global_row is not None)
+
+    @contextmanager
+    def _global_model(self):
+        """Replica 0 holds the model to evaluate in the body: itself, or streaming diloco's theta_start."""
+        g = self.sync.global_row if self.sync is not None else None
+        if g is None:
+            yield
+            return
+        own = self.rep.params[0].clone()
+        self.rep.params[0].copy_(g)
+        try:
+            yield
+        finally:
+            self.rep.params[0].copy_(own)
 
     def after_eval(self, ev: dict[str, Any]) -> None:
         """Best accuracies, times to target, and the dynamic batch size after an evaluation ``ev``."""
@@ -422,7 +469,7 @@ class Trainer:
                     st.eval_pending = True
                     st.next_eval += self.eval_every_samples
                 ev = None
-                if st.eval_pending and st.in_sync and st.samples < self.total:
+                if st.eval_pending and self.evaluable and st.samples < self.total:
                     ev = self.evaluate()
                     self.after_eval(ev)
                     st.eval_pending = False
@@ -444,6 +491,8 @@ class Trainer:
         # 7. the final model: synchronise if the last step left replicas apart
         if not st.in_sync and stopped is None and self.ps is None:
             self.final_sync()
+        if self.sync is not None:
+            self.sync.close()
         # 8. the final evaluation and metrics line, unless the last step had them; summary.json
         if st.last_eval_step != st.step or st.interval.n:
             ev = self.evaluate() if st.last_eval_step != st.step else {}

@@ -12,7 +12,8 @@ Per step, every scheme is a pair (gradient level, model-averaging level), each `
                 (the highest level due wins). Thesis ch. 4.2.
 ``ssp/async``   parameter server, see :mod:`lowbw.train.ps` (sim only)
 ``diloco``      local steps; every L_W steps an outer optimiser step on the world's average pseudo-gradient
-                (Douillard et al. 2023), see :class:`lowbw.train.synchroniser.Synchroniser`
+                (Douillard et al. 2023); with F = ``diloco_fragments`` one fragment's every L_W / F steps
+                (Streaming DiLoCo), see :class:`lowbw.train.synchroniser.Synchroniser`
 ==============  =========================================================================================
 
 Gradient aggregation runs ``compressor.aggregate(tensor, coll, name, state)`` per parameter tensor
@@ -29,6 +30,7 @@ from dataclasses import dataclass
 
 import torch
 
+from lowbw.comm.diloco import sync_offsets
 from lowbw.compress import base
 from lowbw.compress.base import State
 from lowbw.train.assign import seed_for
@@ -43,6 +45,7 @@ LEVELS = ("world", "neighbourhood", "household")
 class Action:
     grad: str | None  # level at which gradients are averaged (None: local step)
     avg: str | None  # level at which models are averaged after the step (None: no averaging)
+    fragment: int = 0  # diloco: the fragment whose outer step ``avg`` is (0 with one fragment)
 
 
 class Scheme:
@@ -55,12 +58,18 @@ class Scheme:
         self.LN = cfg.neighbourhood_period
         self.NB = cfg.neighbourhoods
         self.local_start = cfg.local_start
+        # diloco: fragment f has its outer step after the steps t with t % L_W == offsets[f]
+        F = getattr(cfg, "diloco_fragments", 1) if self.kind == "diloco" else 1
+        self.fragment_at = {off: f for f, off in enumerate(sync_offsets(self.LW, F))}
 
     def action(self, step: int, progress: float) -> Action:
         k = self.kind
         if k == "sync" or (k == "post_local" and progress < self.local_start):
             return Action("world", None)
-        if k in ("local", "post_local", "diloco"):
+        if k == "diloco":
+            f = self.fragment_at.get(step % self.LW)
+            return Action(None, None) if f is None else Action(None, "world", f)
+        if k in ("local", "post_local"):
             return Action(None, "world" if step % self.LW == 0 else None)
         if k == "hierarchical":
             grad = "household" if self.LH == 1 else None

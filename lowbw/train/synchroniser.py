@@ -19,20 +19,52 @@ Models"): the scheme's model synchronisation every H = ``world_period`` inner st
 With ``outer_optimizer: sgd``, ``outer_lr: 1``, ``outer_momentum: 0`` step 3 is theta_start - Delta =
 the workers' mean: local SGD, up to floating-point rounding. BatchNorm statistics are not synchronised
 (each worker keeps its own, as the wrapper :mod:`lowbw.comm.diloco` does).
+
+Streaming DiLoCo (Douillard et al. 2025, "Streaming DiLoCo with overlapping communication"):
+``diloco_fragments`` F > 1 cuts the flat row into F fragments (:class:`lowbw.train.streaming.FragmentPlan`),
+each with its own slice of theta_start and its own outer momentum; fragment f does steps 1-4 alone after the
+inner steps t with t = (f + 1) H / F (mod H), so an exchange carries one fragment (its pseudo-gradient,
+through the collective and the compressor with error feedback like the whole model). ``diloco_delay`` tau >
+0: steps 1-2 start after step t (Delta_f taken then) and steps 3-4 land after step t + tau, meanwhile the
+workers keep computing; step 4 then *replaces* the fragment's parameters by theta_start_f (the paper's
+mixing factor alpha = 0: theta_f <- alpha theta_f + (1 - alpha) theta_start_f; the tau steps of local
+progress on that fragment are dropped). On procs the exchange really runs in the background (one thread per
+process, :class:`lowbw.train.streaming.Background`) and is waited for, with the world's peer timeout, at
+the landing step; sim runs it at once and applies it tau steps later (the same arithmetic). The virtual
+clock of the overlap is in :mod:`lowbw.train.streaming`. With F > 1 no step leaves the replicas equal: the
+run is evaluated on theta_start (the global model, equal on every worker, :attr:`Synchroniser.global_row`).
 """
 
 from __future__ import annotations
 
 import math
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass, field
 
 import torch
 
 from lowbw.adaptive import AdaptiveTopK, candidate_densities
+from lowbw.comm.distributed import DistCollective
+from lowbw.comm.meter import Meter
 from lowbw.train.optim import FlatOptimizer
-from lowbw.train.sync import Action, Scheme, aggregate_rank, average_rank, make_compressor, make_states
+from lowbw.train.streaming import Background, FragmentPlan, InFlight
+from lowbw.train.sync import Action, Scheme, TimedCollective, aggregate_rank, average_rank, make_compressor, make_states
 from lowbw.train.world import Exchange, link_for
 
-__all__ = ["Synchroniser"]
+__all__ = ["Synchroniser", "ModelSync"]
+
+
+@dataclass
+class ModelSync:
+    """A step's model synchronisation: ``foreground`` exchanges (the step waits for them), exchanges
+    ``landed`` now and ``started`` now (diloco with tau > 0: in the background), and whether the replicas
+    are ``equal`` afterwards."""
+
+    foreground: list[Exchange] = field(default_factory=list)
+    landed: list[InFlight] = field(default_factory=list)
+    started: list[InFlight] = field(default_factory=list)
+    equal: bool = False
 
 
 class Synchroniser:
@@ -49,28 +81,66 @@ class Synchroniser:
         if cfg.adaptive == "moo":
             self.policy = AdaptiveTopK(nbytes=rep.P * 4, world_size=cfg.workers,
                                        densities=candidate_densities(cfg.adaptive_c_low, cfg.adaptive_c_high))
-        self.start = self.outer = None
-        if cfg.sync == "diloco":  # theta_start of every local replica (all equal) and the outer optimiser
+        self.start = self.outer = self.plan = None
+        self.inflight: list[InFlight] = []  # diloco, tau > 0: exchanges started and not yet landed (FIFO)
+        self.link_free = 0.0  # virtual time the background link is free again (lowbw.train.streaming)
+        self.dirty: list[bool] = []  # per fragment: inner steps since its last outer update landed
+        self.bg = self.bg_coll = None  # procs, tau > 0: the background thread and its collective
+        if cfg.sync == "diloco":  # theta_start of every local replica (all equal) and the outer optimisers
+            F = cfg.diloco_fragments
+            try:
+                self.plan = FragmentPlan.make(rep.p_layout, F, cfg.world_period, gran == "flat")
+            except ValueError as e:
+                raise ValueError(f"diloco_fragments={F}: {e}") from None
             self.start = rep.params.clone()
-            self.outer = FlatOptimizer("sgd", tuple(rep.params.shape), rep.device, momentum=cfg.outer_momentum,
-                                       nesterov=cfg.outer_optimizer == "nesterov", weight_decay=0.0)
+            R = rep.params.shape[0]
+            self.outer = [FlatOptimizer("sgd", (R, hi - lo), rep.device, momentum=cfg.outer_momentum,
+                                        nesterov=cfg.outer_optimizer == "nesterov", weight_decay=0.0)
+                          for lo, hi in self.plan.ranges]
+            self.dirty = [False] * F
 
     def compresses(self, act: Action) -> bool:
         """Does step action ``act`` run the compressor (a gradient, or diloco's pseudo-gradient)?"""
         return self.comp is not None and (act.grad is not None or (self.outer is not None and act.avg is not None))
 
+    def compressed_bytes(self, act: Action) -> int:
+        """fp32 bytes step action ``act`` compresses: the gradient row, or diloco's fragment of Delta."""
+        if self.outer is not None and act.avg is not None:
+            lo, hi = self.plan.ranges[act.fragment]
+            return (hi - lo) * 4
+        return self.rep.P * 4
+
+    @property
+    def global_row(self) -> torch.Tensor | None:
+        """diloco with F > 1: theta_start (worker 0's copy; equal on every worker), the model to evaluate;
+        else None (the replicas are equal at synchronisation steps: evaluate them)."""
+        return self.start[0] if self.plan is not None and len(self.plan.ranges) > 1 else None
+
     def state_dict(self) -> dict:
-        """The compressor states and, for diloco, theta_start and the outer optimiser (checkpoints)."""
+        """The compressor states and, for diloco, theta_start, the outer optimisers and the exchanges in
+        flight (completed first: on procs this waits for them; every rank checkpoints at the same step)."""
+        if self.outer is not None:
+            for x in self.inflight:
+                self._complete(x)
         s = {"compressor_states": self.states}
         if self.outer is not None:
-            s.update(start=self.start.clone(), outer=self.outer.state_dict())
+            s.update(start=self.start.clone(), outer=[o.state_dict() for o in self.outer],
+                     inflight=[x.to_dict() for x in self.inflight], link_free=self.link_free,
+                     dirty=list(self.dirty))
         return s
 
     def load_state_dict(self, s: dict) -> None:
         self.states = s["compressor_states"]
         if self.outer is not None:
             self.start.copy_(s["start"])
-            self.outer.load_state_dict(s["outer"])
+            outer = s["outer"] if isinstance(s["outer"], list) else [s["outer"]]  # format of one fragment
+            if len(outer) != len(self.outer):
+                raise RuntimeError(f"checkpoint has {len(outer)} diloco fragments, the run {len(self.outer)}")
+            for o, d in zip(self.outer, outer):
+                o.load_state_dict(d)
+            self.inflight = [InFlight.from_dict(d) for d in s.get("inflight", [])]
+            self.link_free = float(s.get("link_free", 0.0))
+            self.dirty = list(s.get("dirty", self.dirty))
 
     def action(self, step: int, progress: float) -> Action:
         """The scheme's communication after step ``step`` (from 1) at ``progress`` = samples / total."""
@@ -96,9 +166,127 @@ class Synchroniser:
 
         return self.world.exchange(level, work)
 
+    def model_sync(self, step: int, act: Action) -> ModelSync:
+        """Step ``step``'s model synchronisation after its inner update: model averaging at ``act.avg``, or,
+        diloco, the exchanges landing now and the fragment exchange ``act`` starts."""
+        if self.outer is None:
+            if act.avg is None:
+                return ModelSync(equal=False)
+            return ModelSync(foreground=[self.average(act.avg)], equal=act.avg == "world")
+        ms = ModelSync()
+        self.dirty = [True] * len(self.dirty)
+        while self.inflight and self.inflight[0].land_step <= step:
+            ms.landed.append(self._land(self.inflight.pop(0)))
+        if act.avg is not None:
+            f, tau = act.fragment, self.cfg.diloco_delay
+            if tau == 0:
+                ms.foreground.append(self._fragment_step(act.avg, f))
+            else:
+                self.inflight.append(self._start(act.avg, f, step, step + tau))
+                ms.started.append(self.inflight[-1])
+        ms.equal = not any(self.dirty)
+        return ms
+
+    def finish(self) -> ModelSync:
+        """The run's last synchronisation: diloco lands every exchange in flight and does the outer step of
+        every fragment with local steps since its last update; other schemes average the world's models."""
+        if self.outer is None:
+            return ModelSync(foreground=[self.average("world")], equal=True)
+        ms = ModelSync()
+        while self.inflight:
+            ms.landed.append(self._land(self.inflight.pop(0)))
+        for f, d in enumerate(self.dirty):
+            if d:
+                ms.foreground.append(self._fragment_step("world", f))
+        ms.equal = True
+        return ms
+
+    def close(self) -> None:
+        if self.bg is not None:
+            self.bg.close()
+            self.bg = None
+
+    # ------------------------------------------------------------------------------------ diloco fragments
+    @contextmanager
+    def _fragment_chunks(self, f: int):
+        """Aggregate fragment ``f``'s row (its chunks, offsets from the fragment's start) in the body."""
+        full = self.chunks
+        self.chunks = self.plan.chunks[f]
+        try:
+            yield
+        finally:
+            self.chunks = full
+
+    def _delta(self, f: int) -> torch.Tensor:
+        """Step 1 for fragment ``f``: Delta_i = theta_start_f - theta_i,f, ``[R, n_f]`` (a new tensor)."""
+        lo, hi = self.plan.ranges[f]
+        return self.start[:, lo:hi] - self.rep.params[:, lo:hi]
+
+    def _apply(self, f: int, ex: Exchange) -> None:
+        """Steps 3-4 for fragment ``f`` with the averaged Delta_f of ``ex``."""
+        lo, hi = self.plan.ranges[f]
+        self.outer[f].step(self.start[:, lo:hi], torch.stack(ex.outputs), self.cfg.outer_lr)
+        self.rep.params[:, lo:hi].copy_(self.start[:, lo:hi])
+        self.dirty[f] = False
+
+    def _fragment_step(self, level: str, f: int) -> Exchange:
+        """Steps 1-4 of fragment ``f`` at once (tau = 0), over the groups at ``level``."""
+        rows = self._delta(f)
+        with self._fragment_chunks(f):
+            ex = self.aggregate(level, rows)
+        self._apply(f, ex)
+        return ex
+
+    def _start(self, level: str, f: int, step: int, land_step: int) -> InFlight:
+        """Steps 1-2 of fragment ``f`` after step ``step``, to land after ``land_step``: sim aggregates now;
+        procs hands the collective to the background thread (a copy of Delta_f, so training goes on)."""
+        x = InFlight(f, step, land_step, now=self.world.now)
+        rows = self._delta(f)
+        if self.world.kind == "sim":
+            with self._fragment_chunks(f):
+                x.exchange = self.aggregate(level, rows)
+            return x
+        if self.bg is None:
+            self.bg = Background(self.rep.device)
+            self.bg_coll = DistCollective(self.cfg.collective, meter=Meter(), timeout=self.world.timeout_s)
+        coll, comp, state, chunks = self.bg_coll, self.comp, self.states[0], self.plan.chunks[f]
+        coll.timeout = self.world.timeout_s
+        n0, m0 = len(coll.calls), len(coll.meter.calls)
+
+        def job():
+            tc = TimedCollective(coll)
+            t0 = time.perf_counter()
+            out = aggregate_rank(rows[0], chunks, tc, comp, state)
+            return out, time.perf_counter() - t0 - tc.comm_s, tc.comm_s
+
+        x.job = (self.bg.submit(job), n0, m0)
+        return x
+
+    def _complete(self, x: InFlight) -> None:
+        """Wait (procs) for ``x``'s background exchange and account it as the world does, at the link of
+        its start step. Collective over the world: every rank completes the same exchanges in order."""
+        if x.exchange is not None:
+            return
+        job, n0, m0 = x.job
+        out, busy, comm = job.result(self.world.timeout_s + 60.0,
+                                     f"diloco fragment {x.fragment}'s exchange started after step {x.step}")
+        now, self.world.now = self.world.now, x.now
+        try:
+            x.exchange = self.world.account("world", self.bg_coll, self.bg_coll.meter, n0, m0, out, busy, comm)
+        finally:
+            self.world.now = now
+        x.job = None
+
+    def _land(self, x: InFlight) -> InFlight:
+        """Steps 3-4 of an exchange in flight (completing it first on procs)."""
+        self._complete(x)
+        self._apply(x.fragment, x.exchange)
+        return x
+
     def average(self, level: str) -> Exchange:
         """Synchronise the models of every group at ``level``: replace every local replica's parameters (and
-        BatchNorm statistics, with ``average_buffers``) by their dense average; diloco: the outer step."""
+        BatchNorm statistics, with ``average_buffers``) by their dense average; diloco: the outer step of
+        every fragment at once (tau = 0; the exchanges of the fragments merged into one record)."""
         if self.outer is not None:
             return self.outer_step(level)
         rep = self.rep
@@ -121,12 +309,12 @@ class Synchroniser:
         return ex
 
     def outer_step(self, level: str) -> Exchange:
-        """DiLoCo's outer step (steps 1-4 of the module docstring) over the groups at ``level``."""
-        rep, start = self.rep, self.start
-        ex = self.aggregate(level, start - rep.params)
-        self.outer.step(start, torch.stack(ex.outputs), self.cfg.outer_lr)
-        rep.params.copy_(start)
-        return ex
+        """DiLoCo's outer step (steps 1-4 of the module docstring) of the whole model over the groups at
+        ``level``: fragment by fragment (one fragment: the whole row in one exchange)."""
+        exs = [self._fragment_step(level, f) for f in range(len(self.plan.ranges))]
+        if len(exs) == 1:
+            return exs[0]
+        return merge_exchanges(exs)
 
     def adapt(self, step: int, clock: dict[str, float]) -> None:
         """MOO choice of the top-k density at the current bandwidth (lowbw.adaptive), before step ``step``'s
@@ -147,3 +335,14 @@ class Synchroniser:
             pol.current = None  # fresh measurements: decide again
         choice = pol.choose(link_for(self.cfg, "world", clock["t_virtual"]))
         self._sparse().ratio = choice.density
+
+
+def merge_exchanges(exs: list[Exchange]) -> Exchange:
+    """One record of exchanges made one after the other: the sums of their times, bytes and coefficients
+    (outputs: the last one's)."""
+    n = len(exs[0].busy_s)
+    return Exchange(outputs=exs[-1].outputs, busy_s=[sum(e.busy_s[i] for e in exs) for i in range(n)],
+                    comm_s=[sum(e.comm_s[i] for e in exs) for i in range(n)],
+                    bytes_sent=[sum(e.bytes_sent[i] for e in exs) for i in range(n)],
+                    v_comm=sum(e.v_comm for e in exs), v_alpha=sum(e.v_alpha for e in exs),
+                    v_beta_bytes=sum(e.v_beta_bytes for e in exs), meta_s=sum(e.meta_s for e in exs))

@@ -1,0 +1,200 @@
+"""Streaming DiLoCo in the engine: fragments (diloco_fragments F) and overlapped exchanges (diloco_delay tau)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from lowbw.runio import read_jsonl
+from lowbw.train.launch import run
+from lowbw.train.loop import WALL_FIELDS, Trainer
+from lowbw.train.world import SimWorld
+from tests.test_train_diloco import cfg, trained
+from tests.test_train_loop import killed_run
+
+
+def no_wall(lines: list[dict]) -> list[dict]:
+    return [{k: v for k, v in ln.items() if k not in WALL_FIELDS} for ln in lines]
+
+
+def step_lines(lines: list[dict]) -> dict[int, dict]:
+    """The first metrics line of every step (the run's last line may follow with the final synchronisation)."""
+    out: dict[int, dict] = {}
+    for ln in lines:
+        out.setdefault(ln["step"], ln)
+    return out
+
+
+def per_step(lines: list[dict], key: str, steps: int) -> list[float]:
+    by = step_lines(lines)
+    return [by[s][key] - by[s - 1][key] for s in range(1, steps + 1)]
+
+
+def test_one_fragment_and_no_delay_is_plain_diloco(tmp_path):
+    """F = 1, tau = 0 spelt out is the plain DiLoCo run, bit for bit (losses, bytes, clock, evaluations)."""
+    kw = dict(sync="diloco", world_period=3, optimizer="adamw", lr=0.003, compressor="topk",
+              compressor_args={"ratio": 0.1}, error_feedback="on")
+    _, plain = trained(cfg(**kw), tmp_path / "plain")
+    _, spelt = trained(cfg(**kw, diloco_fragments=1, diloco_delay=0), tmp_path / "spelt")
+    assert no_wall(plain) == no_wall(spelt)
+    assert any(ln.get("test_acc") is not None for ln in plain[1:])
+
+
+def test_fragments_send_a_fraction_each_and_sync_F_times_per_period(tmp_path):
+    """F = 4, H = 8, dense: an exchange every H/F = 2 steps, each about a quarter of the whole model's, and
+    together (one of each fragment) the whole model's bytes."""
+    kw = dict(sync="diloco", world_period=8, steps=8)
+    _, whole = trained(cfg(**kw), tmp_path / "whole")
+    tr, frag = trained(cfg(**kw, diloco_fragments=4), tmp_path / "frag")
+    b1, b4 = per_step(whole, "bytes_sent", 8), per_step(frag, "bytes_sent", 8)
+    assert [s for s, b in enumerate(b1, 1) if b] == [8]
+    assert [s for s, b in enumerate(b4, 1) if b] == [2, 4, 6, 8]
+    for b in b4[1::2]:
+        assert b == pytest.approx(b1[7] / 4, rel=0.05)
+    assert sum(b4) == pytest.approx(b1[7], rel=1e-3)
+    # the fragments tile the row, in order, at near-equal sizes
+    r = tr.sync.plan.ranges
+    assert r[0][0] == 0 and r[-1][1] == tr.rep.P and all(a[1] == b[0] for a, b in zip(r, r[1:]))
+    # the final synchronisation brings the three fragments with local steps since theirs (not the 4th)
+    assert whole[-1]["bytes_sent"] == step_lines(whole)[8]["bytes_sent"]
+    fin = frag[-1]["bytes_sent"] - step_lines(frag)[8]["bytes_sent"]
+    assert fin == pytest.approx(sum(b4[:6]), rel=1e-3)
+
+
+@pytest.mark.parametrize("tau", [0, 1])
+def test_a_fragment_outer_step_by_hand(tau):
+    """F = 2, H = 4: fragment 0's outer step uses Delta after step 2 and lands after step 2 + tau; the other
+    fragment and (before landing) fragment 0 are the unsynchronised twin's, exactly."""
+    c = cfg(sync="diloco", world_period=4, diloco_fragments=2, diloco_delay=tau, steps=4)
+    dil = Trainer(c, SimWorld(c))
+    t = cfg(sync="local", world_period=1000, steps=4)
+    twin = Trainer(t, SimWorld(t))
+    theta0 = dil.rep.params[0].clone()
+    (lo, hi), (lo1, hi1) = dil.sync.plan.ranges
+    assert lo == 0 and hi == lo1 and hi1 == dil.rep.P
+    for _ in range(2):
+        dil.train_step()
+        twin.train_step()
+    want = theta0[lo:hi] - 0.7 * 1.9 * (theta0 - twin.rep.params).mean(0)[lo:hi]  # Nesterov's first step
+    if tau == 1:
+        assert torch.equal(dil.rep.params, twin.rep.params)  # in flight: nothing applied yet
+        dil.train_step()
+        twin.train_step()
+    for i in range(2):
+        assert torch.allclose(dil.rep.params[i, lo:hi], want, rtol=0, atol=1e-6)
+        assert torch.equal(dil.rep.params[i, hi:], twin.rep.params[i, hi:])
+    assert not dil.state.in_sync
+
+
+def _hand_overlap(base: list[dict], tau_lines: list[dict], steps: int, compute_s: float, tau: int,
+                  sync_steps: list[int]) -> float:
+    """The clock of the overlapped run from the tau = 0 run's: each exchange started at a sync step s and
+    landing within the run hides min(v_comm, compute of the tau steps after s) (a free link: tau <= H/F)."""
+    v = per_step(base, "t_virtual_comm", steps)
+    hidden = sum(min(v[s - 1], tau * compute_s) for s in sync_steps if s + tau <= steps)
+    return base[-1]["t_virtual"] - hidden
+
+
+@pytest.mark.parametrize("mbit,latency_ms", [(0.5, 20.0), (1000.0, 0.0)])
+def test_overlap_hides_communication_behind_the_next_steps(tmp_path, mbit, latency_ms):
+    """clock=model, F = 2, H = 4, tau = 1, 8 steps: syncs after steps 2, 4, 6, 8; the first three land within
+    the run, the last at the final synchronisation (nothing left to overlap). The overlapped run's clock is
+    the tau = 0 run's less min(v_comm, one step's compute) per landed exchange: at 0.5 Mbit/s the link is
+    the bottleneck (only a step's compute is hidden), at 1 Gbit/s the exchange hides entirely."""
+    kw = dict(sync="diloco", world_period=4, diloco_fragments=2, steps=8, bandwidth_mbit=mbit,
+              latency_ms=latency_ms)
+    _, base = trained(cfg(**kw), tmp_path / "t0")
+    _, over = trained(cfg(**kw, diloco_delay=1), tmp_path / "t1")
+    compute_s = 1e-3 * 16  # clock_sample_s x local batch (32 / 2 workers)
+    v = per_step(base, "t_virtual_comm", 8)
+    assert [s for s, x in enumerate(v, 1) if x] == [2, 4, 6, 8]
+    assert (min(v[1], v[3]) > compute_s) == (mbit < 1)  # the slow link is comm-heavy, the fast one is not
+    want = _hand_overlap(base, over, 8, compute_s, 1, [2, 4, 6, 8])
+    assert over[-1]["t_virtual"] == pytest.approx(want, rel=1e-12)
+    assert over[-1]["t_virtual"] < base[-1]["t_virtual"]
+    assert over[-1]["t_virtual"] >= over[-1]["t_virtual_compute"]
+    assert over[-1]["bytes_sent"] == base[-1]["bytes_sent"]
+    # the exposed communication is what the alpha-beta coefficients give at the run's own link
+    for ln in over:
+        alpha = latency_ms / 1e3
+        re = ln["comm_alpha_terms"] * alpha + ln["comm_beta_bytes"] * 8 / (mbit * 1e6 * (1448 / 1514))
+        assert re == pytest.approx(ln["t_virtual_comm"], rel=1e-9, abs=1e-12)
+    # the overlapped steps pay only the rest: the step after a sync step waits max(0, v_comm - compute)
+    w = per_step(over, "t_virtual_comm", 8)
+    for s in (2, 4, 6):
+        assert w[s] == pytest.approx(max(0.0, v[s - 1] - compute_s), abs=1e-12)
+
+
+def test_streaming_checkpoint_resume_gives_identical_later_metrics(tmp_path, monkeypatch):
+    """F = 2, tau = 1, H = 4: the checkpoint after step 6 has fragment 0's exchange (started after step 6)
+    in flight; it is part of the checkpoint and lands after step 7 of the resumed run as in the full run."""
+    c = cfg(sync="diloco", world_period=4, diloco_fragments=2, diloco_delay=1, steps=8, checkpoint_every=3,
+            compressor="topk", compressor_args={"ratio": 0.1}, error_feedback="on", optimizer="adamw", lr=0.003,
+            bandwidth_mbit=1.0)
+    run(c, tmp_path / "full")
+    killed_run(c, tmp_path / "k", monkeypatch, after_steps=7)
+    assert json.loads((tmp_path / "k" / "checkpoint" / "latest.json").read_text())["step"] == 6
+    run(c, tmp_path / "k")
+    assert no_wall(read_jsonl(tmp_path / "k" / "metrics.jsonl")) == no_wall(read_jsonl(tmp_path / "full" /
+                                                                                       "metrics.jsonl"))
+
+
+def test_streaming_on_procs_matches_sim(tmp_path):
+    """F = 2, tau = 1 with top-k + error feedback on Delta: procs (the exchange in a background thread,
+    waited for a step later) gives sim's losses, bytes and clock."""
+    kw = dict(sync="diloco", world_period=4, diloco_fragments=2, diloco_delay=1, steps=7, compressor="topk",
+              compressor_args={"ratio": 0.05}, error_feedback="on", bandwidth_mbit=1.0)
+    run(cfg(backend="sim", **kw), tmp_path / "sim", quiet=True)
+    run(cfg(backend="procs", **kw), tmp_path / "procs", quiet=True)
+    sim, procs = read_jsonl(tmp_path / "sim" / "metrics.jsonl"), read_jsonl(tmp_path / "procs" / "metrics.jsonl")
+    assert len(sim) == len(procs)
+    for a, b in zip(sim, procs):
+        assert a["step"] == b["step"] and a["bytes_sent"] == b["bytes_sent"]
+        for k in ("loss", "acc", "test_loss", "test_acc"):
+            if a.get(k) is not None:
+                assert b[k] == pytest.approx(a[k], abs=1e-5), (a["step"], k)
+        assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)
+
+
+def _timed_worker(rank: int, world_size: int, cd: dict) -> float:
+    """One procs worker: rank 1 reaches fragment 0's exchange (after step 2) 1.5 s late; returns how long
+    rank 0's model synchronisation of step 2 took (the exchange's start)."""
+    import time
+
+    from lowbw.train.config import RunConfig
+    from lowbw.train.world import DistWorld
+
+    cfg = RunConfig.from_dict(cd)
+    tr = Trainer(cfg, DistWorld(cfg, timeout_s=60.0))
+    real, took = tr.sync.model_sync, {}
+
+    def model_sync(step, act):
+        if rank == 1 and step == 2:
+            time.sleep(1.5)
+        t0 = time.perf_counter()
+        out = real(step, act)
+        took[step] = time.perf_counter() - t0
+        return out
+
+    tr.sync.model_sync = model_sync
+    for _ in range(cfg.steps):
+        tr.train_step()
+    tr.sync.close()
+    return took[2]
+
+
+@pytest.mark.parametrize("tau", [0, 1])
+def test_procs_exchange_runs_in_the_background(tau):
+    """procs, F = 2, tau = 1: starting fragment 0's exchange does not wait for the late peer (the collective
+    runs in the background thread, waited for at step 3); with tau = 0 the step blocks until the peer comes."""
+    from lowbw.comm.testing import run_procs
+
+    cd = {**cfg(backend="procs").to_dict(), "sync": "diloco", "world_period": 4, "diloco_fragments": 2,
+          "diloco_delay": tau, "steps": 3}
+    took = run_procs(_timed_worker, 2, cd, timeout=120)[0]
+    if tau:
+        assert took < 0.5
+    else:
+        assert took > 1.0
