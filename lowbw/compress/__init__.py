@@ -8,9 +8,11 @@
 
 Modules: ``base`` (Payload, Compressor, State, ErrorFeedback, registry), ``quantize`` (none, fp16, bf16,
 blockwise, qsgd, terngrad, twobit), ``sparsify`` (threshold, topk, randomk, dgc), ``sign`` (signsgd,
-ef_signsgd, onebit), ``lowrank`` (powersgd), ``artopk``; ``collective`` is the protocol aggregate() talks to.
+ef_signsgd, onebit), ``lowrank`` (powersgd), ``artopk``, ``loco`` (sparseloco), ``demo`` (DeMo); ``collective``
+is the protocol aggregate() talks to.
 """
 
+from lowbw.compress import demo as _demo  # noqa: F401  (registers "demo"; base._load_all lists the rest)
 from lowbw.compress.base import (
     Compressor,
     ErrorFeedback,
