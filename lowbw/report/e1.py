@@ -165,6 +165,11 @@ def _rate_axes(st: Stats, ax0, ax1, sns) -> None:
     ax1.plot(lim, lim, "k--", lw=0.8)
     ax1.set(xscale="log", yscale="log", xlabel="measured (s)", ylabel="calibrated model (s)",
             title="model vs measurement, all settings")
+    from matplotlib.ticker import NullFormatter
+
+    for ax in (ax0, ax1):
+        ax.xaxis.set_minor_formatter(NullFormatter())
+        ax.yaxis.set_minor_formatter(NullFormatter())
 
 
 E1 = Experiment("e1", "E1 collectives", stats, numbers, table, figure,

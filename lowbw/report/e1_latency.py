@@ -127,12 +127,14 @@ def latency_tables(b: dict) -> dict[str, Any] | None:
                        piv.loc[m].idxmin() == min(piv.columns, key=lambda a, m=m: calibrated_time(cal, a, m, int(n)))
                        for m in piv.index) / len(piv)))
         pair = crossing_pair(model_at[lo], model_at[hi])
-        if pair:
+        nominal = LinkParams(alpha_s=max(delay, 1e-6) / 1e3, bandwidth_bps=float(rate) * 1e6)
+        # the talk's condition: the two differ in latency steps and in bytes (never with two workers, where
+        # every schedule has the same latency term and only bursts and handshakes tell them apart)
+        talk = crossover_nbytes(*pair, int(n), nominal, talk=True) if pair else None
+        if pair and talk:
             a, b_ = pair
             pred = predicted_crossover(cal, a, b_, int(n), lo, hi)
             meas, changes = measured_crossover(list(piv.index), list(piv[a]), list(piv[b_]))
-            talk = crossover_nbytes(a, b_, int(n), LinkParams(alpha_s=max(delay, 1e-9) / 1e3,
-                                                               bandwidth_bps=float(rate) * 1e6), talk=True)
             row.update(pair=f"{a}/{b_}", predicted_bytes=pred, measured_bytes=meas, sign_changes=changes,
                        talk_bytes=talk, ratio=(meas / pred) if meas and pred else None)
         cells.append(row)
@@ -230,7 +232,7 @@ def latency_axes(fig, grid_spec, tables: dict[str, Any]) -> None:
     rates = sorted(df["rate_mbit"].unique())
     workers = sorted(df["workers"].unique())
     delays = sorted(df["delay_ms"].unique())
-    colours = plt.get_cmap("viridis")([0.05 + 0.85 * i / max(1, len(delays) - 1) for i in range(len(delays))])[::-1]
+    colours = plt.get_cmap("plasma")([0.85 * i / max(1, len(delays) - 1) for i in range(len(delays))])
     markers = dict(zip(ALGS, ["o", "s", "^", "D"]))
     styles = dict(zip(ALGS, ["-", "--", ":", "-."]))
     sub = grid_spec.subgridspec(len(rates), len(workers), hspace=0.35, wspace=0.25)
@@ -247,6 +249,7 @@ def latency_axes(fig, grid_spec, tables: dict[str, Any]) -> None:
                     ax.plot(x["size_mb"] * 1e3, x["time_s"], markers[alg], color=colours[k], ms=3, mfc="none",
                             mew=0.7)
             ax.set(xscale="log", yscale="log", title=f"{fmt_num(float(rate))} Mbit/s, N={int(n)}")
+            _plain_log_ticks(ax)
             ax.title.set_fontsize(7)
             ax.tick_params(labelsize=6)
             if d["delay_ms"].max() == 0 and len(delays) > 1:
@@ -282,4 +285,13 @@ def crossover_axis(ax, tables: dict[str, Any]) -> None:
     ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
     ax.set(xscale="log", yscale="log", xlabel="predicted crossover (KB)", ylabel="measured crossover (KB)",
            title="latency axis: crossovers")
+    _plain_log_ticks(ax)
     ax.legend(fontsize=6)
+
+
+def _plain_log_ticks(ax) -> None:
+    """Decades only on log axes (minor labels like 3x10^0 overlap in small panels)."""
+    from matplotlib.ticker import NullFormatter
+
+    ax.xaxis.set_minor_formatter(NullFormatter())
+    ax.yaxis.set_minor_formatter(NullFormatter())
