@@ -198,3 +198,22 @@ def test_procs_exchange_runs_in_the_background(tau):
         assert took < 0.5
     else:
         assert took > 1.0
+
+
+@pytest.mark.slow
+def test_procs_checkpoint_with_an_exchange_in_flight_resumes_identically(tmp_path):
+    """procs, F = 2, tau = 1, H = 4, 8 steps, a checkpoint every 3: the one after step 6 waits for fragment 0's
+    background exchange (started after step 6) and stores it; a rerun of the unfinished run resumes there
+    and lands it after step 7 with the numbers of the uninterrupted run."""
+    c = cfg(backend="procs", sync="diloco", world_period=4, diloco_fragments=2, diloco_delay=1, steps=8,
+            checkpoint_every=3, compressor="topk", compressor_args={"ratio": 0.1}, error_feedback="on",
+            bandwidth_mbit=1.0)
+    d = tmp_path / "r"
+    run(c, d, quiet=True, keep_checkpoint=True)
+    full = read_jsonl(d / "metrics.jsonl")
+    marker = json.loads((d / "checkpoint" / "latest.json").read_text())
+    assert marker["step"] == 6 and len(marker["files"]) == 2
+    (d / "summary.json").unlink()  # as if killed after the last line but before the summary
+    run(c, d, quiet=True)
+    assert no_wall(read_jsonl(d / "metrics.jsonl")) == no_wall(full)
+    assert json.loads((d / "config.json").read_text())["resumes"] == 1

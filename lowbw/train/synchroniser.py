@@ -264,15 +264,19 @@ class Synchroniser:
 
     def _complete(self, x: InFlight) -> None:
         """Wait (procs) for ``x``'s background exchange and account it as the world does, at the link of
-        its start step. Collective over the world: every rank completes the same exchanges in order."""
+        its start step. Collective over the world: every rank completes the same exchanges in order. Its
+        measured communication (``comm_s``) is the seconds this thread waited for it (the exposed part, as
+        the virtual clock counts), not the background thread's seconds inside collective calls."""
         if x.exchange is not None:
             return
         job, n0, m0 = x.job
-        out, busy, comm = job.result(self.world.timeout_s + 60.0,
-                                     f"diloco fragment {x.fragment}'s exchange started after step {x.step}")
+        t0 = time.perf_counter()
+        out, busy, _ = job.result(self.world.timeout_s + 60.0,
+                                  f"diloco fragment {x.fragment}'s exchange started after step {x.step}")
+        waited = time.perf_counter() - t0
         now, self.world.now = self.world.now, x.now
         try:
-            x.exchange = self.world.account("world", self.bg_coll, self.bg_coll.meter, n0, m0, out, busy, comm)
+            x.exchange = self.world.account("world", self.bg_coll, self.bg_coll.meter, n0, m0, out, busy, waited)
         finally:
             self.world.now = now
         x.job = None
