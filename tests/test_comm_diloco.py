@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -169,3 +171,22 @@ def test_bad_settings_are_one_line_errors_before_any_communication(kw, match):
     with pytest.raises(ValueError, match=match) as e:
         DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.1), args.pop("period"), collective=coll, **args)
     assert "\n" not in str(e.value)
+
+
+def test_split_rows_cuts_near_equal_fragments_at_row_boundaries():
+    """The engine's fragments: the MLP's first layer holds 3/4 of the parameters, so whole tensors cannot make
+    four near-equal fragments (split_fragments gives 3 of 401408, 512, 133898); rows can, within a row."""
+    from lowbw.comm.diloco import split_fragments, split_rows
+
+    shapes = [(512, 784), (512,), (256, 512), (256,), (10, 256), (10,)]
+    sizes = [math.prod(s) for s in shapes]
+    assert len(split_fragments(sizes, 4)) == 3
+    frags = split_rows(shapes, 4)
+    assert len(frags) == 4
+    covered = [(i, r) for f in frags for i, r0, r1 in f for r in range(r0, r1)]
+    assert covered == [(i, r) for i, s in enumerate(shapes) for r in range(s[0])]  # each row once, in order
+    n = [sum(math.prod(shapes[i][1:]) * (r1 - r0) for i, r0, r1 in f) for f in frags]
+    assert max(abs(x - sum(sizes) / 4) for x in n) <= 784  # within one row of the first layer
+    assert split_rows(shapes, 1) == [[(i, 0, s[0]) for i, s in enumerate(shapes)]]
+    with pytest.raises(ValueError, match="fragments=3"):
+        split_rows([(2,)], 3)
