@@ -10,7 +10,9 @@ record. The virtual clock advances by
 
 where compute and (de)compression are measured (``clock=measured``) or modelled (``clock=model``:
 ``clock_sample_s`` per sample, ``clock_compress_mbyte_s``), and the communication time is the
-:mod:`lowbw.net.costmodel` time of the exact collective calls the step made, at the configured link. With
+:mod:`lowbw.net.costmodel` time of the exact collective calls the step made, at the configured link; an
+exchange in the background (diloco with ``diloco_delay``) adds, at the step it lands, only the part of its
+time the steps since its start did not hide (:mod:`lowbw.train.streaming`). With
 ``clock=model`` every field of metrics.jsonl except the measured ``t_compute/t_compress/t_comm/t_step/t_wall``
 is deterministic, ``t_virtual*`` included.
 
