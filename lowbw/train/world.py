@@ -83,7 +83,9 @@ def _trace(cfg) -> Trace:
 def _worker_mbit_ms(cfg, t_virtual: float) -> list[tuple[float, float, float]]:
     """Per worker (uplink Mbit/s, downlink Mbit/s, one-way latency ms) at virtual time ``t_virtual``: the
     per-worker keys (else ``bandwidth_mbit`` under ``bandwidth_schedule``, ``latency_ms``); a trace then sets
-    the rate of both directions (as the testbed's trace does) and, where it has one, the latency."""
+    the rate of both directions (as the testbed's trace does) and, where it has one, the latency. The loop
+    sets the time once per step: an exchange runs at the rates of its step's start, even if the trace changes
+    before it ends."""
     M = cfg.workers
     down = list(cfg.worker_bandwidth_mbit) or [bandwidth_at(cfg, t_virtual, per_worker=False)] * M
     up = list(cfg.worker_uplink_mbit) or list(down)
