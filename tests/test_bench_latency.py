@@ -133,3 +133,16 @@ def test_a_known_bucket_is_used_not_fitted():
     link = B._model_link(known, "ps")
     assert link.message(65536) == pytest.approx(pp[2]["one_way_s"], rel=0.03)  # a few buckets: right
     assert B._model_link(fitted, "ps").message(65536) < 0.85 * pp[2]["one_way_s"]  # the fitted burst: far off
+
+
+def test_the_trees_window_paces_it_only_where_the_delay_bandwidth_product_exceeds_the_window():
+    m, c = 10e6, 256 << 10
+    slow = _cal(0.05, 1e8, handshake=0.05)  # 100 Mbit/s, 50 ms: a cycle of ~0.12 s per 4 x 256 KiB
+    cb = c * 8 / 1e8
+    # 39 chunks in 10 windows: 9 waits of a cycle, then the last window's 3 chunks; the link alone: 10 MB
+    paced = 9 * (0.05 + 0.05 + cb) + 3 * cb
+    assert B.window_wait(slow, "tree", m, 2) == pytest.approx(2 * (paced - m * 8 / 1e8))
+    assert paced > 1.3 * m * 8 / 1e8  # the window, not the link, paces it
+    assert B.window_wait(_cal(0.005, 1e8, handshake=0.005), "tree", m, 2) == 0.0  # 5 ms: the link paces it
+    assert B.window_wait(slow, "tree", B.WINDOW * c, 2) == 0.0  # one window: nothing waits
+    assert B.window_wait(slow, "ps", m, 2) == 0.0 and B.window_wait(slow, "ring", m, 2) == 0.0

@@ -36,8 +36,8 @@ IDLE_MIN_S = 0.002  # idle time before each timed call (at least; see _run_testb
 FULL_WARMUP_MAX_S = 2.0  # measurements predicted to take at most this long get an untimed full-size call first
 
 __all__ = ["DEFAULTS", "QUICK", "run", "plan_grid", "emulator_refusal", "calibration_key", "predicted_seconds",
-           "handshake_steps", "step_messages", "refilled_burst_bytes", "calibrated_time", "remodel", "summarize",
-           "table", "targets", "main"]
+           "handshake_steps", "step_messages", "refilled_burst_bytes", "window_wait", "calibrated_time", "remodel",
+           "summarize", "table", "targets", "main"]
 
 ALGORITHMS = list(ALLREDUCE_ALGORITHMS)
 DEFAULTS: dict[str, Any] = {
@@ -73,6 +73,7 @@ QUICK: dict[str, Any] = {
 # --------------------------------------------------------------------------------- controller
 FIT_MIN_BYTES = 256 << 10
 BUCKET_FIT_FACTOR = 4  # with the shapers' bucket known, beta is fitted over messages of >= this many buckets
+WINDOW = 4  # lowbw.comm's receive window (chunks in flight per stream; lowbw.comm.engine.DEFAULT_WINDOW)
 TCP_PAYLOAD_PER_FRAME = 1448 / 1514  # TCP payload (MSS with timestamps) per full-size Ethernet frame
 
 
@@ -377,15 +378,39 @@ def refilled_burst_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk
     return max(0.0, model_bytes - step_bytes)
 
 
+def window_wait(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> float:
+    """Seconds the heap tree's two phases last beyond their link time because its receive window, not the link,
+    paces them: each stream has ``WINDOW`` chunks of c = min(chunk, 256 KiB) posted ahead, and a chunk leaves
+    only after its receiver's ready notice, so a stream moves at most w c per cycle of alpha + handshake +
+    c beta: a phase of k chunks takes max(kids M beta, (ceil(k / w) - 1) cycle + (the last window's chunks)
+    c beta). It matters where the delay-bandwidth product
+    exceeds the window (100 Mbit/s and 50 ms: ~1.3 MB against 1 MiB); the parameter server's chunks (4 MiB)
+    and the ring's never reach it on this grid."""
+    from lowbw.net.costmodel import HEAP_TREE_MAX_CHUNK_BYTES
+
+    if algorithm != "tree" or n < 2 or nbytes <= 0:
+        return 0.0
+    link = _model_link(cal, algorithm)
+    c = min(float(chunk_bytes or 4 << 20), float(HEAP_TREE_MAX_CHUNK_BYTES), float(nbytes))
+    cycle = link.alpha_s + float(cal.get("handshake_s") or 0.0) + c * link.beta
+    kids = min(2, n - 1)  # the busiest link's streams per phase (the root's children in a binary heap tree)
+    chunks = math.ceil(nbytes / c)
+    windows = math.ceil(chunks / WINDOW)  # the first window's chunks leave at once; each later one waits a cycle
+    paced = (windows - 1) * cycle + (chunks - (windows - 1) * WINDOW) * c * link.beta
+    return 2 * max(0.0, paced - kids * nbytes * link.beta)
+
+
 def calibrated_time(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> float:
     """The calibrated model's time: :func:`lowbw.net.costmodel.allreduce_time` on :func:`_model_link`, plus
     gloo's handshakes (:func:`handshake_steps` x ``handshake_s``), less the bursts the shapers' buckets
-    refill between steps (:func:`refilled_burst_bytes` x beta)."""
+    refill between steps (:func:`refilled_burst_bytes` x beta), plus the tree's window waits
+    (:func:`window_wait`)."""
     from lowbw.net.costmodel import allreduce_time
 
     link = _model_link(cal, algorithm)
     t = allreduce_time(algorithm, nbytes, n, link, chunk_bytes)
     t += (handshake_steps(algorithm, n) or 0) * float(cal.get("handshake_s") or 0.0)
+    t += window_wait(cal, algorithm, nbytes, n, chunk_bytes)
     return t - refilled_burst_bytes(cal, algorithm, nbytes, n, chunk_bytes) * link.beta
 
 
