@@ -35,7 +35,7 @@ def per_step(lines: list[dict], key: str, steps: int) -> list[float]:
 def test_one_fragment_and_no_delay_is_plain_diloco(tmp_path):
     """F = 1, tau = 0 spelt out is the plain DiLoCo run, bit for bit (losses, bytes, clock, evaluations)."""
     kw = dict(sync="diloco", world_period=3, optimizer="adamw", lr=0.003, compressor="topk",
-              compressor_args={"ratio": 0.1}, error_feedback="on")
+              compressor_args={"ratio": 0.1}, error_feedback="on", model="mlp")
     _, plain = trained(cfg(**kw), tmp_path / "plain")
     _, spelt = trained(cfg(**kw, diloco_fragments=1, diloco_delay=0), tmp_path / "spelt")
     assert no_wall(plain) == no_wall(spelt)
@@ -45,7 +45,7 @@ def test_one_fragment_and_no_delay_is_plain_diloco(tmp_path):
 def test_fragments_send_a_fraction_each_and_sync_F_times_per_period(tmp_path):
     """F = 4, H = 8, dense: an exchange every H/F = 2 steps, each about a quarter of the whole model's, and
     together (one of each fragment) the whole model's bytes."""
-    kw = dict(sync="diloco", world_period=8, steps=8)
+    kw = dict(sync="diloco", world_period=8, steps=8, model="mlp")
     _, whole = trained(cfg(**kw), tmp_path / "whole")
     tr, frag = trained(cfg(**kw, diloco_fragments=4), tmp_path / "frag")
     b1, b4 = per_step(whole, "bytes_sent", 8), per_step(frag, "bytes_sent", 8)
