@@ -25,7 +25,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -83,8 +83,7 @@ class InFlight:
     now: float
     t_start: float | None = None
     exchange: Exchange | None = None
-    job: Any = None
-    info: dict = field(default_factory=dict)  # procs: what accounting the job needs (records, seconds)
+    job: Any = None  # procs: (Job, the collective's and its meter's record counts at the start)
 
     def to_dict(self) -> dict:
         if self.exchange is None:
