@@ -245,3 +245,12 @@ def test_procs_checkpoint_with_an_exchange_in_flight_resumes_identically(tmp_pat
     run(c, d, quiet=True)
     assert no_wall(read_jsonl(d / "metrics.jsonl")) == no_wall(full)
     assert json.loads((d / "config.json").read_text())["resumes"] == 1
+
+
+def test_more_fragments_than_the_model_has_rows_is_a_config_error():
+    from lowbw.train.config import ConfigError
+
+    c = cfg(model="mlp", sync="diloco", world_period=4096, diloco_fragments=4096, steps=1)
+    with pytest.raises(ConfigError, match="diloco_fragments: 4096: the .* parameters cannot be cut into 4096") as e:
+        Trainer(c, SimWorld(c))
+    assert e.value.key == "diloco_fragments" and "\n" not in str(e.value)

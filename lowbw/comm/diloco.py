@@ -110,8 +110,8 @@ def split_rows(shapes: list[tuple[int, ...]], count: int) -> list[list[tuple[int
         cuts.append(starts[i] + r * u)
     cuts.append(total)
     if any(b <= a for a, b in zip(cuts, cuts[1:])):
-        raise ValueError(f"fragments={count}: the {total} parameters cannot be cut into {count} non-empty "
-                         "fragments at row boundaries")
+        raise ValueError(f"the {total} parameters cannot be cut into {count} non-empty fragments at row "
+                         "boundaries")
     out: list[list[tuple[int, int, int]]] = []
     for a, b in zip(cuts, cuts[1:]):
         pieces = []

@@ -47,6 +47,7 @@ import torch
 from lowbw.adaptive import AdaptiveTopK, candidate_densities
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter
+from lowbw.train.config_rules import ConfigError
 from lowbw.train.optim import FlatOptimizer
 from lowbw.train.streaming import Background, FragmentPlan, InFlight
 from lowbw.train.sync import Action, Scheme, TimedCollective, aggregate_rank, average_rank, make_compressor, make_states
@@ -91,7 +92,7 @@ class Synchroniser:
             try:
                 self.plan = FragmentPlan.make(rep.p_layout, F, cfg.world_period, gran == "flat")
             except ValueError as e:
-                raise ValueError(f"diloco_fragments={F}: {e}") from None
+                raise ConfigError("diloco_fragments", f"{F}: {e} (model {cfg.model})") from None
             self.start = rep.params.clone()
             R = rep.params.shape[0]
             self.outer = [FlatOptimizer("sgd", (R, hi - lo), rep.device, momentum=cfg.outer_momentum,
