@@ -254,3 +254,18 @@ def test_more_fragments_than_the_model_has_rows_is_a_config_error():
     with pytest.raises(ConfigError, match="diloco_fragments: 4096: the .* parameters cannot be cut into 4096") as e:
         Trainer(c, SimWorld(c))
     assert e.value.key == "diloco_fragments" and "\n" not in str(e.value)
+
+
+def test_bench_e2e_accepts_the_diloco_presets():
+    """``python -m lowbw bench e2e --methods diloco16,sdiloco16``: the cells' configs are valid procs/testbed
+    run configs (checked before any run)."""
+    import argparse
+
+    from lowbw.bench import e2e
+
+    a = argparse.Namespace(methods="diloco16,sdiloco16", rates=[10.0], workers=[2, 4], steps=60,
+                           model=e2e.BASE["model"], dataset="synthetic", batch_size=e2e.BASE["batch_size"], seed=0,
+                           target=0.8)
+    mcfg, _ = e2e.plan(a)
+    assert mcfg["sdiloco16"]["diloco_fragments"] == 4 and mcfg["sdiloco16"]["diloco_delay"] == 1
+    assert mcfg["diloco16"]["sync"] == "diloco"
