@@ -95,9 +95,9 @@ def test_fragments_send_a_fraction_each_and_sync_F_times_per_period(tmp_path):
 def test_a_fragment_outer_step_by_hand(tau):
     """F = 2, H = 4: fragment 0's outer step uses Delta after step 2 and lands after step 2 + tau; the other
     fragment and (before landing) fragment 0 are the unsynchronised twin's, exactly."""
-    c = cfg(sync="diloco", world_period=4, diloco_fragments=2, diloco_delay=tau, steps=4)
+    c = cfg(sync="diloco", world_period=4, diloco_fragments=2, diloco_delay=tau, steps=4, model="mlp")
     dil = Trainer(c, SimWorld(c))
-    t = cfg(sync="local", world_period=1000, steps=4)
+    t = cfg(sync="local", world_period=1000, steps=4, model="mlp")
     twin = Trainer(t, SimWorld(t))
     theta0 = dil.rep.params[0].clone()
     (lo, hi), (lo1, hi1) = dil.sync.plan.ranges
@@ -116,8 +116,7 @@ def test_a_fragment_outer_step_by_hand(tau):
     assert not dil.state.in_sync
 
 
-def _hand_overlap(base: list[dict], tau_lines: list[dict], steps: int, compute_s: float, tau: int,
-                  sync_steps: list[int]) -> float:
+def _hand_overlap(base: list[dict], steps: int, compute_s: float, tau: int, sync_steps: list[int]) -> float:
     """The clock of the overlapped run from the tau = 0 run's: each exchange started at a sync step s and
     landing within the run hides min(v_comm, compute of the tau steps after s) (a free link: tau <= H/F)."""
     v = per_step(base, "t_virtual_comm", steps)
@@ -132,14 +131,14 @@ def test_overlap_hides_communication_behind_the_next_steps(tmp_path, mbit, laten
     the tau = 0 run's less min(v_comm, one step's compute) per landed exchange: at 0.5 Mbit/s the link is
     the bottleneck (only a step's compute is hidden), at 1 Gbit/s the exchange hides entirely."""
     kw = dict(sync="diloco", world_period=4, diloco_fragments=2, steps=8, bandwidth_mbit=mbit,
-              latency_ms=latency_ms)
+              latency_ms=latency_ms, model="mlp")
     _, base = trained(cfg(**kw), tmp_path / "t0")
     _, over = trained(cfg(**kw, diloco_delay=1), tmp_path / "t1")
     compute_s = 1e-3 * 16  # clock_sample_s x local batch (32 / 2 workers)
     v = per_step(base, "t_virtual_comm", 8)
     assert [s for s, x in enumerate(v, 1) if x] == [2, 4, 6, 8]
     assert (min(v[1], v[3]) > compute_s) == (mbit < 1)  # the slow link is comm-heavy, the fast one is not
-    want = _hand_overlap(base, over, 8, compute_s, 1, [2, 4, 6, 8])
+    want = _hand_overlap(base, 8, compute_s, 1, [2, 4, 6, 8])
     assert over[-1]["t_virtual"] == pytest.approx(want, rel=1e-12)
     assert over[-1]["t_virtual"] < base[-1]["t_virtual"]
     assert over[-1]["t_virtual"] >= over[-1]["t_virtual_compute"]
@@ -155,12 +154,31 @@ def test_overlap_hides_communication_behind_the_next_steps(tmp_path, mbit, laten
         assert w[s] == pytest.approx(max(0.0, v[s - 1] - compute_s), abs=1e-12)
 
 
+def test_exchanges_queue_on_the_link_when_tau_exceeds_H_over_F(tmp_path):
+    """F = 2, H = 4, tau = 3 > H/F at 0.5 Mbit/s (v_comm >> a step's compute c): fragment 0 starts after step 2
+    (link busy until e0 = 2c + v0), fragment 1 after step 4 but behind it on the link (until e1 = e0 + v1);
+    steps 5 and 7 wait for them; the exchanges after steps 6 and 8 queue again and land at the end. The link
+    is busy from step 2 on: T = 2c + 2 v0 + 2 v1. The tau = 0 run pays everything: 8c + 3 v0 + 2 v1 (its
+    final synchronisation brings fragment 0 once more)."""
+    kw = dict(sync="diloco", world_period=4, diloco_fragments=2, steps=8, bandwidth_mbit=0.5, model="mlp")
+    _, base = trained(cfg(**kw), tmp_path / "t0")
+    _, over = trained(cfg(**kw, diloco_delay=3), tmp_path / "t3")
+    c = 1e-3 * 16
+    v = per_step(base, "t_virtual_comm", 8)
+    v0, v1 = v[1], v[3]
+    assert v0 > 3 * c and v1 > 3 * c
+    assert base[-1]["t_virtual"] == pytest.approx(8 * c + 3 * v0 + 2 * v1, rel=1e-12)
+    w = per_step(over, "t_virtual_comm", 8)
+    assert w[4] == pytest.approx(v0 - 3 * c, rel=1e-12) and w[6] == pytest.approx(v1 - 2 * c, rel=1e-12)
+    assert over[-1]["t_virtual"] == pytest.approx(2 * c + 2 * v0 + 2 * v1, rel=1e-12)
+
+
 def test_streaming_checkpoint_resume_gives_identical_later_metrics(tmp_path, monkeypatch):
     """F = 2, tau = 1, H = 4: the checkpoint after step 6 has fragment 0's exchange (started after step 6)
     in flight; it is part of the checkpoint and lands after step 7 of the resumed run as in the full run."""
     c = cfg(sync="diloco", world_period=4, diloco_fragments=2, diloco_delay=1, steps=8, checkpoint_every=3,
             compressor="topk", compressor_args={"ratio": 0.1}, error_feedback="on", optimizer="adamw", lr=0.003,
-            bandwidth_mbit=1.0)
+            bandwidth_mbit=1.0, model="mlp")
     run(c, tmp_path / "full")
     killed_run(c, tmp_path / "k", monkeypatch, after_steps=7)
     assert json.loads((tmp_path / "k" / "checkpoint" / "latest.json").read_text())["step"] == 6
@@ -173,7 +191,7 @@ def test_streaming_on_procs_matches_sim(tmp_path):
     """F = 2, tau = 1 with top-k + error feedback on Delta: procs (the exchange in a background thread,
     waited for a step later) gives sim's losses, bytes and clock."""
     kw = dict(sync="diloco", world_period=4, diloco_fragments=2, diloco_delay=1, steps=7, compressor="topk",
-              compressor_args={"ratio": 0.05}, error_feedback="on", bandwidth_mbit=1.0)
+              compressor_args={"ratio": 0.05}, error_feedback="on", bandwidth_mbit=1.0, model="mlp")
     run(cfg(backend="sim", **kw), tmp_path / "sim", quiet=True)
     run(cfg(backend="procs", **kw), tmp_path / "procs", quiet=True)
     sim, procs = read_jsonl(tmp_path / "sim" / "metrics.jsonl"), read_jsonl(tmp_path / "procs" / "metrics.jsonl")
@@ -219,7 +237,7 @@ def test_procs_exchange_runs_in_the_background(tau):
     runs in the background thread, waited for at step 3); with tau = 0 the step blocks until the peer comes."""
     from lowbw.comm.testing import run_procs
 
-    cd = {**cfg(backend="procs").to_dict(), "sync": "diloco", "world_period": 4, "diloco_fragments": 2,
+    cd = {**cfg(backend="procs", model="mlp").to_dict(), "sync": "diloco", "world_period": 4, "diloco_fragments": 2,
           "diloco_delay": tau, "steps": 3}
     took = run_procs(_timed_worker, 2, cd, timeout=120)[0]
     if tau:
@@ -228,14 +246,13 @@ def test_procs_exchange_runs_in_the_background(tau):
         assert took > 1.0
 
 
-@pytest.mark.slow
 def test_procs_checkpoint_with_an_exchange_in_flight_resumes_identically(tmp_path):
     """procs, F = 2, tau = 1, H = 4, 8 steps, a checkpoint every 3: the one after step 6 waits for fragment 0's
     background exchange (started after step 6) and stores it; a rerun of the unfinished run resumes there
     and lands it after step 7 with the numbers of the uninterrupted run."""
     c = cfg(backend="procs", sync="diloco", world_period=4, diloco_fragments=2, diloco_delay=1, steps=8,
             checkpoint_every=3, compressor="topk", compressor_args={"ratio": 0.1}, error_feedback="on",
-            bandwidth_mbit=1.0)
+            bandwidth_mbit=1.0, model="mlp")
     d = tmp_path / "r"
     run(c, d, quiet=True, keep_checkpoint=True)
     full = read_jsonl(d / "metrics.jsonl")
