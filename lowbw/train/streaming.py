@@ -164,6 +164,7 @@ class Job:
     def result(self, timeout: float, what: str) -> Any:
         if not self.done.wait(timeout):
             raise TimeoutError(f"{what}: no result after {timeout:g} s")
-        if self.error is not None:
-            raise RuntimeError(f"{what} failed: {type(self.error).__name__}: {self.error}") from self.error
+        if self.error is not None:  # the job's own exception (a NonFiniteError stays one: the run diverged)
+            self.error.add_note(what)
+            raise self.error
         return self.value
