@@ -286,3 +286,27 @@ def test_bench_e2e_accepts_the_diloco_presets():
     mcfg, _ = e2e.plan(a)
     assert mcfg["sdiloco16"]["diloco_fragments"] == 4 and mcfg["sdiloco16"]["diloco_delay"] == 1
     assert mcfg["diloco16"]["sync"] == "diloco"
+
+
+def test_background_jobs_run_in_order_and_every_wait_times_out():
+    import threading
+
+    from lowbw.train.streaming import Background
+
+    bg, gate, order = Background(), threading.Event(), []
+    first = bg.submit(lambda: (gate.wait(10), order.append(1))[1])
+    second = bg.submit(lambda: order.append(2) or "done")
+    with pytest.raises(TimeoutError, match="exchange 2: no result after 0.1 s"):
+        second.result(0.1, "exchange 2")  # queued behind the first, which waits for the gate
+    gate.set()
+    assert second.result(10, "exchange 2") == "done" and first.done.is_set() and order == [1, 2]
+
+    def bad():
+        raise ValueError("bad payload")
+
+    with pytest.raises(ValueError, match="bad payload") as e:
+        bg.submit(bad).result(10, "exchange 3")
+    assert e.value.__notes__ == ["exchange 3"]
+    bg.close()
+    bg.thread.join(10)
+    assert not bg.thread.is_alive()
