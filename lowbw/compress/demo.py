@@ -1,15 +1,17 @@
 """DeMo, Decoupled Momentum Optimization (Peng, Quesnelle & Kingma 2024, arXiv:2411.19870), as a compressor.
 
-The paper's Algorithm 1, per worker and parameter tensor, with gradient Delta_t, decay beta and step size eta:
+The paper's Algorithm 1, per worker and parameter tensor, with local gradient Delta_t (no all-reduce), decay
+beta and step size eta:
 
 1. m_t <- beta m_t + Delta_t                  (local momentum; never synchronised, it is allowed to drift)
 2. q_t <- ExtractFastComponents(m_t, s, k)   (DCT-II of chunks of size s, the k largest coefficients a chunk)
 3. m_{t+1} <- m_t - q_t                      (what was sent leaves the momentum: a decayed error feedback)
 4. Q_t <- Synchronize(q_t)                   (all-gather of the sparse coefficients, averaged, inverse DCT)
-5. x_{t+1} <- x_t - eta sign(Q_t)            (the signum update the paper's experiments and the reference use)
+5. x_{t+1} <- x_t - eta sign(Q_t)            (Algorithm 1 has eta Q_t; the reference implementation, which
+                                              the paper's experiments ran, takes the sign: ``p.grad.sign_()``)
 
 Steps 1-4 and the sign of step 5 happen here: :meth:`DeMo.aggregate` returns sign(Q_t) (``sign=True``, the
-default) or Q_t (``sign=False``, Algorithm 1's plain line 6); the run's optimiser then applies x -= lr * that,
+default) or Q_t (``sign=False``, Algorithm 1's unsigned update); the run's optimiser then applies x -= lr * that,
 so run it with plain SGD (``optimizer: sgd``, ``momentum: 0``, ``weight_decay: 0``): DeMo's momentum is the
 only one. ``compress``/``decompress`` are one worker's q_t (in the parameter domain, no sign).
 
@@ -20,12 +22,16 @@ vector into c-long chunks that get a 1-D one; the top k coefficients by magnitud
 (k clamped to the block's size). Tensors of more than two dimensions (conv kernels), which the reference does
 not handle, are viewed as [shape[0], rest]. Q_t averages each coefficient over the workers that sent it (the
 reference's ``scatter_reduce(reduce="mean", include_self=False)``; with every coefficient sent this is the
-plain mean) before the inverse DCT.
+plain mean) before the inverse DCT. The blocks follow the tensor's own shape, so aggregate per parameter
+tensor (``granularity: layer``, the engine's default for compressors): one flat gradient whose length has no
+divisor near s gets short chunks (a prime length: chunks of 1, everything sent).
 
-Defaults are the reference's and the paper's experiments' (OLMo 300M/1B): s = 64 (``chunk``), k = 32
-(``topk``), beta = 0.999 (``decay``), sign on. The reference accumulates lr * Delta_t in step 1; under a
-constant lr that scales m, the selection and Q_t by lr and leaves sign(Q_t) unchanged; under a schedule the
-past gradients here are not weighted by their step's lr.
+Defaults are the reference's (``DeMo.__init__``: compression_chunk 64, compression_topk 32, compression_decay
+0.999), the values of the paper's OLMo-300M DeMo run config: s = 64 (``chunk``), k = 32 (``topk``),
+beta = 0.999 (``decay``), sign on; that config runs DeMo at lr 4e-4, OLMo's AdamW lr, weight decay 0.
+The reference accumulates lr * Delta_t in step 1; under a constant lr that scales m, the selection and Q_t
+by lr and leaves sign(Q_t) unchanged; under a schedule the past gradients here are not weighted by their
+step's lr.
 
 Wire per block: k indices within the block (int16; int32 for blocks over 32768 coefficients; the reference
 sends int64) and k fp32 values (the reference's values are in the parameter dtype: fp32 here). Payloads are
