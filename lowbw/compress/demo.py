@@ -26,9 +26,10 @@ plain mean) before the inverse DCT. The blocks follow the tensor's own shape, so
 tensor (``granularity: layer``, the engine's default for compressors): one flat gradient whose length has no
 divisor near s gets short chunks (a prime length: chunks of 1, everything sent).
 
-Defaults are the reference's (``DeMo.__init__``: compression_chunk 64, compression_topk 32, compression_decay
-0.999), the values of the paper's OLMo-300M DeMo run config: s = 64 (``chunk``), k = 32 (``topk``),
-beta = 0.999 (``decay``), sign on; that config runs DeMo at lr 4e-4, OLMo's AdamW lr, weight decay 0.
+Defaults are the reference's (``DeMo.__init__`` and the OLMo patch's ``OptimizerConfig``, which says 2-D
+gradients are chunked in 2-D): s = 64 (``chunk``), k = 32 (``topk``), beta = 0.999 (``decay``), sign on; a
+copy of the OLMo-300M DeMo run config (github.com/bentherien/DeMo) runs it at lr 4e-4, OLMo's AdamW lr, with
+weight decay 0.
 The reference accumulates lr * Delta_t in step 1; under a constant lr that scales m, the selection and Q_t
 by lr and leaves sign(Q_t) unchanged; under a schedule the past gradients here are not weighted by their
 step's lr.
