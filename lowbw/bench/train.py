@@ -3,6 +3,8 @@
     python -m lowbw.bench.train throughput   # sim with M replicas vs one model at batch M*b (samples/s)
     python -m lowbw.bench.train compression  # small CNN, 4 workers: dense vs 8-bit block-wise vs top-1%
     python -m lowbw.bench.train resnet20     # ResNet-20, 4 workers, dense, CIFAR-10, a wall-clock budget
+    python -m lowbw.bench.train steptime     # sim step time, compressed / dense, loop vs batched compression
+    python -m lowbw.bench.train exchange     # one gradient exchange alone, loop vs batched compression
 
 ``throughput`` interleaves the variants (blocks of steps, repeated) so that background load hits them alike
 and reports medians. ``compression`` and ``resnet20`` train real runs (run directories under
@@ -17,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["throughput", "compression", "resnet20", "main"]
+__all__ = ["throughput", "compression", "resnet20", "steptime", "exchange", "main"]
 
 OUT = Path("runs/bench")
 
@@ -110,6 +112,142 @@ def throughput(model: str = "cnn", workers: int = 4, local_batch: int = 32, step
         "ratio_vs_trainer_m1": {k: sps[k] / sps["trainer_m1"] for k in sps if k.startswith("sim_")},
         "target": 0.8,
     }
+
+
+STEPTIME_METHODS: dict[str, dict[str, Any]] = {  # E4's headline methods (config/config.yaml's presets)
+    "dense": {"compressor": "none"},
+    "fp16": {"compressor": "fp16"},
+    "q8nl": {"compressor": "blockwise", "compressor_args": {"bits": 8, "codebook": "nonlinear"}},
+    "topk1": {"compressor": "topk", "compressor_args": {"ratio": 0.01}, "error_feedback": "on"},
+    "dgc": {"compressor": "dgc", "compressor_args": {"ratio": 0.001}, "momentum": 0.0},
+    "powersgd": {"compressor": "powersgd", "compressor_args": {"rank": 2}},
+}
+
+
+def steptime(model: str = "resnet20", workers: int = 4, local_batch: int = 32, steps: int = 4, reps: int = 3,
+             methods: tuple[str, ...] = tuple(STEPTIME_METHODS), modes: tuple[str, ...] = ("loop", "batched"),
+             device: str = "cpu", threads: int = 0) -> dict[str, Any]:
+    """Wall seconds per ``sim`` training step (sync, ring, synthetic CIFAR-sized data) of every method, with
+    the compressors run rank by rank in threads (``loop``, the old path) and over all replicas at once
+    (``batched``, :mod:`lowbw.train.batched`); ``ratio``: compressed step / dense step (dense: one value, the
+    direct rank-ordered sum). Variants are interleaved (blocks of ``steps`` steps, ``reps`` times) so that
+    background load hits them alike; medians. ``exchange_s``: the seconds inside the gradient exchange.
+    ``threads``: torch intra-op threads (0: torch's default)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+
+    from lowbw.train import batched
+    from lowbw.train.config import RunConfig
+    from lowbw.train.loop import Trainer
+    from lowbw.train.world import SimWorld
+
+    bad = [m for m in methods if m not in STEPTIME_METHODS]
+    if bad or "dense" not in methods:
+        raise ValueError(f"methods {list(methods)}: need 'dense' and names of {sorted(STEPTIME_METHODS)}")
+    dev = torch.device(device)
+    data = _cifar_like(device=device)
+    base = {"dataset": "synthetic", "model": model, "steps": 10**6, "progress": False, "lr": 0.01,
+            "device": dev.type, "workers": workers, "batch_size": workers * local_batch}
+    variants: dict[str, tuple[Any, str]] = {}
+    ex_s: dict[str, list[float]] = {}
+    for m in methods:
+        for mode in (("loop",) if m == "dense" else modes):
+            key = m if m == "dense" else f"{m}/{mode}"
+            cfg = RunConfig.from_dict({**base, **STEPTIME_METHODS[m]})
+            tr = Trainer(cfg, SimWorld(cfg), None, data=data)
+            agg, acc = tr.sync.aggregate, ex_s.setdefault(key, [])
+
+            def timed(*a, _agg=agg, _acc=acc, **k):
+                t0 = time.perf_counter()
+                out = _agg(*a, **k)
+                _acc.append(time.perf_counter() - t0)
+                return out
+
+            tr.sync.aggregate = timed
+            variants[key] = (tr.train_step, mode)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    for fn, mode in variants.values():  # warm-up
+        with batched.use(mode):
+            fn()
+            fn()
+    for v in ex_s.values():
+        v.clear()
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(reps):
+        for k, (fn, mode) in variants.items():
+            with batched.use(mode):
+                sync()
+                t0 = time.perf_counter()
+                for _ in range(steps):
+                    fn()
+                sync()
+            times[k].append((time.perf_counter() - t0) / steps)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {
+        "model": model, "workers": workers, "local_batch": local_batch, "steps": steps, "reps": reps,
+        "device": str(dev), "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+        "torch_threads": torch.get_num_threads(), "step_s_median": med, "step_s_all": times,
+        "exchange_s_median": {k: statistics.median(v) for k, v in ex_s.items() if v},
+        "ratio": {k: v / med["dense"] for k, v in med.items() if k != "dense"},
+    }
+
+
+def exchange(model: str = "resnet20", workers: int = 4, reps: int = 20,
+             methods: tuple[str, ...] = tuple(STEPTIME_METHODS), modes: tuple[str, ...] = ("loop", "batched"),
+             device: str = "cpu", threads: int = 0) -> dict[str, Any]:
+    """Wall seconds of one gradient exchange alone (``Synchroniser.aggregate`` on fixed random gradients of
+    ``model``, ``workers`` sim replicas, ring): each compressor ``loop`` vs ``batched``, dense the direct sum.
+    Without the training compute in between, background load disturbs it less than :func:`steptime`.
+    Interleaved ``reps`` times; medians. ``threads``: torch intra-op threads (0: torch's default)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+
+    from lowbw.train import batched
+    from lowbw.train.config import RunConfig
+    from lowbw.train.loop import Trainer
+    from lowbw.train.world import SimWorld
+
+    dev = torch.device(device)
+    data = _cifar_like(n=64, device=device)
+    base = {"dataset": "synthetic", "model": model, "steps": 10**6, "progress": False, "device": dev.type,
+            "workers": workers, "batch_size": workers * 8}
+    g = torch.Generator().manual_seed(0)
+    calls: dict[str, tuple[Any, str]] = {}
+    for m in methods:
+        cfg = RunConfig.from_dict({**base, **STEPTIME_METHODS[m]})
+        tr = Trainer(cfg, SimWorld(cfg), None, data=data)
+        tr.rep.grads.copy_(torch.randn(tr.rep.grads.shape, generator=g).mul_(1e-2).to(dev))
+        for mode in (("loop",) if m == "dense" else modes):
+            calls[m if m == "dense" else f"{m}/{mode}"] = (tr.sync.aggregate, mode)
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    times: dict[str, list[float]] = {k: [] for k in calls}
+    for r in range(reps + 2):
+        for k, (agg, mode) in calls.items():
+            with batched.use(mode):
+                sync()
+                t0 = time.perf_counter()
+                agg("world")
+                sync()
+            if r >= 2:  # two warm-up rounds
+                times[k].append(time.perf_counter() - t0)
+    med = {k: statistics.median(v) for k, v in times.items()}
+    return {"model": model, "workers": workers, "reps": reps, "device": str(dev),
+            "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
+            "torch_threads": torch.get_num_threads(), "exchange_s_median": med, "exchange_s_all": times,
+            "speedup_batched": {m: med[f"{m}/loop"] / med[f"{m}/batched"] for m in methods
+                                if f"{m}/loop" in med and f"{m}/batched" in med}}
 
 
 def _train(cfg: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -249,7 +387,25 @@ def main(argv: list[str] | None = None) -> int:
     r = sub.add_parser("resnet20")
     r.add_argument("--max-wall-s", type=float, default=900.0)
     r.add_argument("--epochs", type=float, default=0, help="0: sized to the budget")
-    for p in (t, c, r):
+    st = sub.add_parser("steptime")
+    st.add_argument("--model", default="resnet20")
+    st.add_argument("--workers", type=int, default=4)
+    st.add_argument("--local-batch", type=int, default=32)
+    st.add_argument("--steps", type=int, default=4)
+    st.add_argument("--reps", type=int, default=3)
+    st.add_argument("--methods", default=",".join(STEPTIME_METHODS), help=f"of {', '.join(STEPTIME_METHODS)}")
+    st.add_argument("--modes", default="loop,batched", help="loop (threads, rank by rank) and/or batched")
+    st.add_argument("--device", default="cpu", help="cpu | cuda")
+    st.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    ex = sub.add_parser("exchange")
+    ex.add_argument("--model", default="resnet20")
+    ex.add_argument("--workers", type=int, default=4)
+    ex.add_argument("--reps", type=int, default=20)
+    ex.add_argument("--methods", default=",".join(STEPTIME_METHODS), help=f"of {', '.join(STEPTIME_METHODS)}")
+    ex.add_argument("--modes", default="loop,batched")
+    ex.add_argument("--device", default="cpu", help="cpu | cuda")
+    ex.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    for p in (t, c, r, st, ex):
         p.add_argument("--out", default=None, help="JSON path (default runs/bench/train_<what>.json)")
     a = ap.parse_args(argv)
     if a.what == "throughput":
@@ -263,6 +419,20 @@ def main(argv: list[str] | None = None) -> int:
             s = rr["summary"]
             print(f"{m:12s} final test acc {s['final_test_acc']:.4f}  virtual {s['t_virtual']:9.1f} s  "
                   f"bytes {s['bytes_sent_total'] / 1e9:8.3f} GB  ttt {s['time_to_target']}")
+    elif a.what == "steptime":
+        res = steptime(a.model, a.workers, a.local_batch, a.steps, a.reps, tuple(a.methods.split(",")),
+                       tuple(a.modes.split(",")), a.device, a.threads)
+        print(f"{res['model']}, {res['workers']} workers x batch {res['local_batch']}, {res['device_name']}")
+        print(f"{'variant':18s} {'step s':>9s} {'exchange s':>11s} {'/ dense':>8s}")
+        for k, v in res["step_s_median"].items():
+            print(f"{k:18s} {v:9.4f} {res['exchange_s_median'].get(k, 0.0):11.4f} {res['ratio'].get(k, 1.0):8.2f}")
+    elif a.what == "exchange":
+        res = exchange(a.model, a.workers, a.reps, tuple(a.methods.split(",")), tuple(a.modes.split(",")), a.device,
+                       a.threads)
+        print(f"{res['model']}, {res['workers']} workers, one exchange, {res['device_name']}")
+        for k, v in res["exchange_s_median"].items():
+            print(f"{k:18s} {v:9.4f} s")
+        print("batched speed-up:", {k: round(v, 2) for k, v in res["speedup_batched"].items()})
     else:
         res = resnet20(a.max_wall_s, a.epochs)
         s = res["summary"]
