@@ -229,3 +229,24 @@ def test_trains_in_the_engine_with_plain_sgd(tmp_path):
     data = sum(make("demo").compress(torch.zeros(p.shape)).data_nbytes for p in params)
     assert data < 4 * sum(p.numel() for p in params) / 50
     assert rows[-1]["bytes_sent"] == 120 * 2 * (data + 2 * len(params) * 8 * (MAX_DIMS + 2))
+
+
+@pytest.mark.slow
+def test_sim_and_procs_agree(tmp_path):
+    """The same run (a CNN: conv kernels viewed as [out, rest]) on sim threads and on gloo processes."""
+    from lowbw.runio import read_jsonl
+    from lowbw.train.launch import run
+
+    cfg = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=4, log_every=1, progress=False,
+               train_limit=400, test_limit=100, eval_every=0.5, clock="model", clock_sample_s=1e-3,
+               clock_compress_mbyte_s=200.0, compressor="demo", optimizer="sgd", momentum=0.0, weight_decay=0.0,
+               lr=0.001)
+    out = {}
+    for backend in ("sim", "procs"):
+        run({**cfg, "backend": backend}, tmp_path / backend, quiet=True)
+        out[backend] = read_jsonl(tmp_path / backend / "metrics.jsonl")
+    assert len(out["sim"]) == len(out["procs"]) == 6
+    for a, b in zip(out["sim"], out["procs"]):
+        assert (a["step"], a.get("loss"), a["bytes_sent"]) == (b["step"], b.get("loss"), b["bytes_sent"])
+        assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)
+    assert out["sim"][-1]["bytes_sent"] > 0
