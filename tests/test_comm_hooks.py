@@ -149,6 +149,8 @@ def _expected_sent(name, r0, r1, rank):
                 isz = torch.empty(0, dtype=index_dtype(n)).element_size()
                 total += 4 * k + ((8 + k * isz) if step % 2 == rank else 0)
         return total
+    if name == "demo":  # its own aggregate per tensor: two ring all-gathers (indices, values), 80-byte header each
+        return mine["payload_data"] + 2 * 80 * len(SHAPES) * STEPS
     if comp.summable:  # random-k: the values, all-reduced together per bucket
         return mine["payload_data"]
     # all the bucket's payloads packed (exactly Payload.nbytes each) in one ring all-gather (+ 80-byte header)

@@ -91,7 +91,7 @@ def test_fake_collective_satisfies_protocol():
 
 
 # ---------------------------------------------------------------------------------------------------------
-CUSTOM = {"powersgd", "artopk"}  # their own multi-round aggregate, checked in their own test files
+CUSTOM = {"powersgd", "artopk", "demo"}  # their own aggregate (demo: sign of the average), own test files
 
 
 def _inputs(world: int, shape=(40, 25), seed=0) -> list[torch.Tensor]:

@@ -15,7 +15,7 @@ from lowbw.compress.base import HEADER_BYTES_PER_DIM, HEADER_BYTES_PER_PART
 
 ALL = [
     "none", "fp16", "bf16", "blockwise", "qsgd", "terngrad", "twobit", "threshold", "topk", "randomk", "dgc",
-    "signsgd", "ef_signsgd", "onebit", "powersgd", "artopk", "sparseloco",
+    "signsgd", "ef_signsgd", "onebit", "powersgd", "artopk", "sparseloco", "demo",
 ]
 SHAPES = [(), (0,), (1,), (7,), (3, 0), (5, 3), (2049,), (3, 5, 7), (64, 33), (4, 1, 3, 3)]
 DTYPES = [torch.float32, torch.float16, torch.bfloat16]
@@ -81,7 +81,7 @@ def test_error_feedback_switch():
         ErrorFeedback(make("topk"))
     with pytest.raises(TypeError):
         ErrorFeedback("topk")
-    for own in ("dgc", "powersgd", "artopk", "sparseloco"):
+    for own in ("dgc", "powersgd", "artopk", "sparseloco", "demo"):
         with pytest.raises(ValueError, match="own memory"):
             ErrorFeedback(make(own))
 
@@ -95,6 +95,12 @@ def _data_bytes(name: str, shape: tuple[int, ...]) -> int:
         full, tail = divmod(n, 4096)
         kk = full * 82 + (max(1, ceil(0.02 * tail)) if tail else 0)
         return 2 * kk + ceil(2 * kk / 8) + 8 * (full + (tail > 0))
+    if name == "demo":  # DCT blocks: largest divisors <= 64 of rows and columns; 32 of each: int16 + fp32
+        from lowbw.compress.demo import largest_divisor_at_most as div
+
+        rows = shape[0] if len(shape) >= 2 and n else 1
+        size = div(rows, 64) * div(n // rows, 64) if n else 1
+        return (n // size) * min(32, size) * 6
     if name == "powersgd":
         c = make("powersgd")
         ms = c.matrix_shape(torch.Size(shape))
