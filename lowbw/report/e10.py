@@ -122,7 +122,15 @@ def stats(ctx: Context) -> Stats | None:
                   "workers": sorted(int(n) for n in per_run["workers"].unique()),
                   "steps": sorted(int(n) for n in per_run["steps"].unique()),
                   "networks": [n for n in NETWORKS if n in set(per_run["network"])],
-                  "methods": list(dict.fromkeys(per_run["method"])), "baseline": BASELINE_NETWORK})
+                  "methods": _method_order(ctx, per_run), "baseline": BASELINE_NETWORK})
+
+
+def _method_order(ctx: Context, per_run) -> list[str]:
+    """The methods in the order the config's even-network grid lists them (then any others as found)."""
+    exp = (ctx.config.get("experiments") or {}).get(f"e10_{BASELINE_NETWORK}") or {}
+    listed = list((exp.get("grid") or {}).get("method") or [])
+    found = list(dict.fromkeys(per_run["method"]))
+    return [m for m in listed if m in found] + [m for m in found if m not in listed]
 
 
 def _complete(sd, net: str):
@@ -233,9 +241,10 @@ def figure(st: Stats):
         ax.set_xlim(0, max([v for v in vals + runs if not math.isnan(v)] + [1.0]) * 1.3)
         ax.grid(True, axis="x", lw=0.4)
     axes.flat[0].set_yticks(range(len(methods)), methods)
-    axes.flat[-1].legend(fontsize=6, loc="lower right")
+    handles, labels = axes.flat[0].get_legend_handles_labels()
+    fig.legend(handles, labels, loc="upper center", ncol=2, fontsize=7, frameon=False, bbox_to_anchor=(0.5, 1.0))
     axes.flat[0].invert_yaxis()
-    fig.tight_layout()
+    fig.tight_layout(rect=(0, 0, 1, 0.9))
     return fig
 
 
