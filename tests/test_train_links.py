@@ -8,6 +8,7 @@ import json
 import pytest
 import torch
 
+from lowbw.net import trace as T
 from lowbw.net.trace import load_trace, rates_at
 from lowbw.runio import read_jsonl
 from lowbw.train import launch
@@ -113,6 +114,17 @@ def test_a_trace_changes_the_rate_at_its_virtual_time(tmp_path):
     assert rates_at(mm, 0.05, 1)[0][0] == pytest.approx(10 * 1500 * 8 / 0.1)
     assert rates_at(mm, 0.25, 1)[0][0] == pytest.approx(10 * 1500 * 8 / 0.1)
     assert rates_at(mm, 0.35, 1)[0][0] == pytest.approx(1500 * 8 / 0.1)
+
+
+def test_the_training_trace_is_what_the_generator_makes():
+    """wifi10 (E10): the WiFi model at a 10 Mbit/s median for 20 minutes, with dips, found by name."""
+    path = T.PACKAGED / "wifi10.csv"
+    assert path.read_text() == T.synthetic_csv("wifi10")
+    tr = T.resolve_trace("wifi10", 4)
+    mbit = sorted(s.bps / 1e6 for s in tr.steps)
+    assert len(mbit) == 2400 and tr.steps[-1].t_s == 1199.5
+    assert 8 < mbit[len(mbit) // 2] < 12 and mbit[0] < 3
+    assert tr.source == str(path) and not tr.changes_delay
 
 
 def test_a_trace_slows_a_run_after_its_step(tmp_path):

@@ -26,7 +26,7 @@ from pathlib import Path
 from lowbw.net.link import LinkSpec
 
 __all__ = ["TraceStep", "Trace", "load_trace", "resolve_trace", "rates_at", "parse_csv", "parse_mahimahi", "expand",
-           "peak_links", "MAHIMAHI_PACKET_BYTES", "MIN_BPS", "PACKAGED"]
+           "peak_links", "MAHIMAHI_PACKET_BYTES", "MIN_BPS", "PACKAGED", "SYNTHETIC", "TRAINING"]
 
 MAHIMAHI_PACKET_BYTES = 1500
 MIN_BPS = 8_000.0  # the rate of a window without delivery opportunities (1 KB/s)
@@ -144,9 +144,10 @@ PACKAGED = Path(__file__).with_name("traces")
 
 
 def resolve_trace(name_or_path: str | Path, workers: int) -> Trace:
-    """A packaged trace by name (``wifi``, ``lte``: :data:`SYNTHETIC`) or a trace file (:func:`load_trace`)."""
+    """A packaged trace by name (``wifi``, ``lte``: :data:`SYNTHETIC`; ``wifi10``: :data:`TRAINING`) or a trace
+    file (:func:`load_trace`)."""
     name = str(name_or_path)
-    if name in SYNTHETIC and not Path(name).exists():
+    if (name in SYNTHETIC or name in TRAINING) and not Path(name).exists():
         return load_trace(PACKAGED / f"{name}.csv", workers)
     return load_trace(name, workers)
 
@@ -212,16 +213,17 @@ SYNTHETIC = {
     # and a one-way delay of 40 ms +- 10 ms following the load
     "lte": {"median_mbit": 12.0, "sigma": 0.6, "rho": 0.95, "dip_every_s": 30.0, "dip_factor": 0.05,
             "delay_ms": (40.0, 10.0)},
-    # the WiFi above at a 10 Mbit/s median for 20 minutes: as long as a training run's virtual time, and
-    # comparable with a steady 10 Mbit/s link (E10)
-    "wifi10": {"median_mbit": 10.0, "sigma": 0.3, "rho": 0.8, "dip_every_s": 10.0, "dip_factor": 0.1,
-               "delay_ms": None, "seconds": 1200.0},
+}
+#: Synthetic traces for training runs (the sim's virtual clock, E10): as long as a run's virtual time
+TRAINING = {
+    # the WiFi above at a 10 Mbit/s median for 20 minutes, comparable with a steady 10 Mbit/s link
+    "wifi10": {**SYNTHETIC["wifi"], "median_mbit": 10.0, "seconds": 1200.0},
 }
 
 
 def synthetic_csv(kind: str, seconds: float | None = None, step_s: float = 0.5, seed: int = 0) -> str:
-    """A trace of :data:`SYNTHETIC` ``kind`` for every worker (``*``) as CSV text; deterministic in ``seed``;
-    ``seconds`` long (None: the kind's ``seconds``, else 60).
+    """A trace of :data:`SYNTHETIC` (or :data:`TRAINING`) ``kind`` for every worker (``*``) as CSV text;
+    deterministic in ``seed``; ``seconds`` long (None: the kind's ``seconds``, else 60).
 
     1. ``x_k = rho x_{k-1} + sqrt(1 - rho^2) N(0, 1)`` (stationary, unit variance);
     2. ``mbit_k = median exp(sigma x_k)``, times ``dip_factor`` while a dip lasts (each step starts one with
@@ -230,9 +232,10 @@ def synthetic_csv(kind: str, seconds: float | None = None, step_s: float = 0.5, 
     """
     import random
 
-    if kind not in SYNTHETIC:
-        raise ValueError(f"unknown synthetic trace {kind!r}; known: {', '.join(SYNTHETIC)}")
-    p = SYNTHETIC[kind]
+    kinds = {**SYNTHETIC, **TRAINING}
+    if kind not in kinds:
+        raise ValueError(f"unknown synthetic trace {kind!r}; known: {', '.join(kinds)}")
+    p = kinds[kind]
     seconds = float(p.get("seconds", 60.0)) if seconds is None else seconds
     rng = random.Random(seed)
     x, dip_left, rows = rng.gauss(0, 1), 0, ["t_s,worker,mbit" + (",delay_ms" if p["delay_ms"] else "")]
