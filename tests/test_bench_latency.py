@@ -58,7 +58,7 @@ def test_step_messages_add_up_to_the_models_link_bytes(alg, n):
     steps = B.step_messages(alg, m, n)
     assert steps is not None
     # the model's byte term with beta = 1 s/byte, no latency and no burst: the busiest link's bytes
-    assert sum(steps) == pytest.approx(allreduce_time(alg, m, n, LinkParams(0.0, 8.0)))
+    assert sum(b for b, _ in steps) == pytest.approx(allreduce_time(alg, m, n, LinkParams(0.0, 8.0)))
 
 
 def test_handshake_steps():
@@ -68,14 +68,16 @@ def test_handshake_steps():
 
 
 def _cal(alpha, rate_bps, handshake=0.0, burst=15_000.0):
-    fit = {"alpha_s": alpha, "bandwidth_bps": rate_bps, "burst_bytes": burst}
+    """A calibration as _calibrate writes it with the shapers' bucket known (``burst``: wire bytes)."""
+    fit = {"alpha_s": alpha, "bandwidth_bps": rate_bps, "burst_bytes": burst * B.TCP_PAYLOAD_PER_FRAME}
     return {"fit": fit, "fit_duplex": dict(fit), "nominal_rate_bps": rate_bps, "handshake_s": handshake,
             "shaper_burst_bytes": burst, "gamma_s_per_byte": 0.0}
 
 
 def test_calibrated_time_adds_handshakes_and_refilled_bursts():
     n, m = 3, 64_000.0
-    link = LinkParams(0.02, 1e7, burst_bytes=15_000.0)
+    b = 15_000.0 * B.TCP_PAYLOAD_PER_FRAME
+    link = LinkParams(0.02, 1e7, burst_bytes=b)
     # no handshake, a gap far below the bucket's refill time: the plain model
     cal0 = _cal(1e-6, 1e7)
     assert B.refilled_burst_bytes(cal0, "ring", m, n) == pytest.approx(0.0, abs=10)
@@ -83,7 +85,7 @@ def test_calibrated_time_adds_handshakes_and_refilled_bursts():
     cal = _cal(0.02, 1e7, handshake=0.02)
     free = B.refilled_burst_bytes(cal, "ring", m, n)
     seg = m / n
-    assert free == pytest.approx((2 * (n - 1) - 1) * min(15_000.0, seg))
+    assert free == pytest.approx((2 * (n - 1) - 1) * min(b, seg))
     t = B.calibrated_time(cal, "ring", m, n)
     assert t == pytest.approx(allreduce_time("ring", m, n, link) + 0.02 - free * 8 / 1e7)
     # ps and tree stream their two phases: only the handshake is added
@@ -146,3 +148,13 @@ def test_the_trees_window_paces_it_only_where_the_delay_bandwidth_product_exceed
     assert B.window_wait(_cal(0.005, 1e8, handshake=0.005), "tree", m, 2) == 0.0  # 5 ms: the link paces it
     assert B.window_wait(slow, "tree", B.WINDOW * c, 2) == 0.0  # one window: nothing waits
     assert B.window_wait(slow, "ps", m, 2) == 0.0 and B.window_wait(slow, "ring", m, 2) == 0.0
+
+
+def test_a_folding_butterfly_starts_its_exchanges_on_full_buckets():
+    """Without delay nothing refills, but the exchanges leave by links the fold did not use."""
+    cal = _cal(1e-6, 1e7)
+    b = 15_000.0 * B.TCP_PAYLOAD_PER_FRAME
+    m = 16_000.0  # fold 16 KB (link 1), halving 8 KB (link 2: full bucket), doubling 8 KB, unfold 16 KB
+    free = B.refilled_burst_bytes(cal, "butterfly", m, 3)
+    assert free == pytest.approx(8_000.0 + (b - 8_000.0), abs=50)  # the halving, and the rest of link 2's bucket
+    assert B.refilled_burst_bytes(cal, "butterfly", m, 4) == pytest.approx(0.0, abs=50)  # one link throughout

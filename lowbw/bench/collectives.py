@@ -336,46 +336,56 @@ def _model_link(cal: dict, algorithm: str):
                       burst_bytes=float(f.get("burst_bytes") or 0.0))
 
 
-def step_messages(algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> list[float] | None:
-    """Bytes each rank sends in each step of ``algorithm``'s schedule, in order, where steps are separated by a
-    wait for the peer's data (each step's send waits for the previous step's receive); None where the links
-    stream without such gaps (``ps``, ``tree``: two phases, already the model's idle starts) or where a ring
-    segment spans several chunks (then the window keeps the link busy)."""
+def step_messages(algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None
+                  ) -> list[tuple[float, str]] | None:
+    """(bytes, link) a rank sends in each step of ``algorithm``'s schedule on the critical path, in order,
+    where steps are separated by a wait for the peer's data (each step's send waits for the previous step's
+    receive); ``link`` names the shaped uplink it leaves by (steps on one link share its token bucket). None
+    where the links stream without such gaps (``ps``, ``tree``: two phases, already the model's idle starts)
+    or where a ring segment spans several chunks (then the window keeps the link busy). The butterfly's fold
+    leaves by the folding rank's uplink; the exchanges and the unfold by its partner's."""
     chunk = float(chunk_bytes or 4 << 20)
     if n < 2:
         return None
     if algorithm == "ring":
         seg = nbytes / n
-        return [seg] * (2 * (n - 1)) if seg <= chunk else None
+        return [(seg, "ring")] * (2 * (n - 1)) if seg <= chunk else None
     if algorithm == "butterfly":
         p2 = 1 << (n.bit_length() - 1)
         k = p2.bit_length() - 1
         halves = [nbytes / 2 ** (i + 1) for i in range(k)]
-        steps = halves + halves[::-1]
-        return [nbytes, *steps, nbytes] if n != p2 else steps
+        steps = [(m, "exchange") for m in halves + halves[::-1]]
+        return [(nbytes, "fold"), *steps, (nbytes, "exchange")] if n != p2 else steps
     return None
 
 
 def refilled_burst_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> float:
-    """Bytes that go at line rate because the shaper's token bucket refilled while the link waited between
-    two steps, beyond the one idle start :func:`lowbw.net.costmodel.allreduce_time` counts for ``ring`` and
-    ``butterfly``. Between steps a rank's uplink idles while the peer's data crosses (one one-way time; in a
-    butterfly exchange also gloo's handshake): the bucket refills at the shaper's rate, up to its burst, and
-    the next step's first bytes (at most the step's message) go free. Negligible where the delay is far below
-    burst/rate (~12 ms at 10 Mbit/s, ~1.2 ms at 100 Mbit/s under tbf's 10-frame minimum burst); with added
-    delay it is most of a small step. The bucket is the shapers' configured burst (``shaper_burst_bytes``,
-    recorded from the testbed): the ping-pong fit's burst also holds what large messages gain elsewhere."""
+    """Bytes that go at line rate beyond the one idle start :func:`lowbw.net.costmodel.allreduce_time` counts
+    for ``ring`` and ``butterfly``, from a token bucket per shaped link (:func:`step_messages`): a link starts
+    the call with a full bucket, each step's first bytes spend what is in it, and between steps it refills at
+    the shaper's rate while the link waits for the peer's data (one one-way time; in a butterfly exchange
+    also gloo's handshake), up to the bucket. Negligible for the ring without delay (~12 ms refill at 10
+    Mbit/s under tbf's 10-frame minimum burst); with added delay most of a small step goes free, and a
+    butterfly that folds starts its exchanges on links with full buckets. The bucket is the shapers'
+    configured burst (``shaper_burst_bytes``, in TCP payload), not a fitted one. Negative where the model's
+    one idle start frees more than the links can."""
     steps = step_messages(algorithm, nbytes, n, chunk_bytes)
-    bucket = float(cal.get("shaper_burst_bytes") or 0.0)  # the bucket's size (tbf's burst), not the fitted one
-    if not steps or len(steps) < 2 or not bucket:
+    wire = float(cal.get("shaper_burst_bytes") or 0.0)  # the bucket's size (tbf's burst, wire bytes)
+    if not steps or len(steps) < 2 or not wire:
         return 0.0
+    bucket = wire * TCP_PAYLOAD_PER_FRAME
     first = float(_model_link(cal, algorithm).burst_bytes)  # the model's one idle start
     gap = cal["fit"]["alpha_s"] + (float(cal.get("handshake_s") or 0.0) if algorithm == "butterfly" else 0.0)
-    refill = min(bucket, gap * float(cal["nominal_rate_bps"]) / 8)
-    total = sum(steps)
-    model_bytes = total - min(first, total)
-    step_bytes = max(0.0, steps[0] - first) + sum(max(0.0, m - refill) for m in steps[1:])
-    return max(0.0, model_bytes - step_bytes)
+    refill = gap * float(cal["nominal_rate_bps"]) / 8
+    tokens: dict[str, float] = {}
+    paced = 0.0
+    for m, link in steps:
+        tokens[link] = bucket if link not in tokens else min(bucket, tokens[link] + refill)
+        free = min(tokens[link], m)
+        tokens[link] -= free
+        paced += m - free
+    total = sum(m for m, _ in steps)
+    return (total - min(first, total)) - paced
 
 
 def window_wait(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> float:
