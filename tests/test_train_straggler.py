@@ -31,3 +31,12 @@ def test_a_straggler_slows_every_step_by_its_factor(tmp_path, sync):
 def test_worker_speeds_must_name_every_worker():
     with pytest.raises(ConfigError, match=r"worker_speeds.*\[1\.0\].*2 positive"):
         RunConfig.from_dict({**BASE, "worker_speeds": [1.0]})
+
+
+def test_a_bad_trace_is_refused_before_any_work(tmp_path):
+    with pytest.raises(ConfigError, match=r"bandwidth_trace: 'nope': No such file"):
+        RunConfig.from_dict({**BASE, "bandwidth_trace": "nope"})
+    bad = tmp_path / "bad.csv"
+    bad.write_text("t_s,worker,mbit\n0,0,fast\n")
+    with pytest.raises(ConfigError, match="bandwidth_trace"):
+        RunConfig.from_dict({**BASE, "bandwidth_trace": str(bad)})

@@ -193,7 +193,8 @@ class RunConfig:
                                         "latency_ms for every worker", group="clock")
     bandwidth_trace: str = _f("", "every worker's rate (and delay) follows this trace in virtual time: a CSV "
                               "t_s,worker,mbit[,delay_ms] or Mahimahi file (lowbw.net.trace), or a packaged "
-                              "trace by name (wifi, lte); '': fixed links", group="clock")
+                              "trace by name (wifi, lte; wifi10: 20 min of WiFi at a 10 Mbit/s median); '': "
+                              "fixed links", group="clock")
     bandwidth_schedule: list[float] = _f([], "fluctuating network: flat pairs [t0_s, mbit0, t1_s, mbit1, ...] in "
                                          "virtual time; from t_i on the world link has mbit_i (before t0: "
                                          "bandwidth_mbit)", group="clock")

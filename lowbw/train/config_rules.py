@@ -228,6 +228,13 @@ def _check_backends_and_network(cfg) -> None:
                                  + ("each >= 0" if k == "worker_latency_ms" else "each > 0"))
     if cfg.bandwidth_trace and cfg.bandwidth_schedule:
         raise ConfigError("bandwidth_trace", "give a trace or a bandwidth_schedule, not both")
+    if cfg.bandwidth_trace:
+        from lowbw.net.trace import resolve_trace  # reads the file: only when a trace is named
+
+        try:
+            resolve_trace(cfg.bandwidth_trace, cfg.workers)
+        except ValueError as e:  # the file's own message starts with the testbed's flag: name the key instead
+            raise ConfigError("bandwidth_trace", str(e).removeprefix("--trace ")) from None
     sched = cfg.bandwidth_schedule
     if sched:
         ts, bs = sched[0::2], sched[1::2]

@@ -15,7 +15,7 @@ from typing import Any
 
 from lowbw.runio import atomic_write_json, provenance
 from lowbw.train.state import RunState
-from lowbw.train.world import bandwidth_at
+from lowbw.train.world import bandwidth_at, has_worker_links
 
 __all__ = ["finite", "note_eval", "metrics_line", "summary", "write_config", "truncate_metrics", "progress_bar",
            "progress_postfix"]
@@ -58,7 +58,7 @@ def metrics_line(st: RunState, cfg, n_train: int, lr: float, wall_s: float, ev: 
         "acc": iv.correct / iv.count if iv.count else None,
         "bytes_sent": st.bytes_sent,
     }
-    if cfg.bandwidth_schedule:
+    if cfg.bandwidth_schedule or has_worker_links(cfg):  # the slowest worker's link on unequal links
         line["bandwidth_mbit"] = bandwidth_at(cfg, st.clock["t_virtual"])
     if density is not None:
         line["density"] = density
