@@ -42,7 +42,6 @@ MODES = ("batched", "loop")
 DEFAULT_MODE = "batched"
 ALGORITHMS = ("ring",)  # whose arithmetic RowCollective reproduces
 _HALF = (torch.float16, torch.bfloat16)
-_ORDERS: dict[tuple[int, int, str], Tensor] = {}
 
 
 @contextmanager
@@ -71,30 +70,26 @@ def applies(world, cfg, comp) -> bool:
             and cfg.collective in ALGORITHMS and mode_of(cfg) == "batched")
 
 
-def _ring_order(n: int, N: int, device: torch.device) -> Tensor:
-    """``[N, n]`` int64: row k holds, per element, the rank whose value the ring adds k-th (cached)."""
-    key = (n, N, str(device))
-    o = _ORDERS.get(key)
-    if o is None:
-        seg = torch.empty(n, dtype=torch.int64)
-        for j, (a, b) in enumerate(split(n, N)):
-            seg[a:b] = j
-        o = _ORDERS[key] = torch.stack([(seg + k) % N for k in range(N)]).to(device)
-    return o
-
-
 def ring_sum(rows: Tensor) -> Tensor:
-    """The ring all-reduce's sum of ``rows`` ``[N, n]`` (its order and roundings, see the module docstring)."""
+    """The ring all-reduce's sum of ``rows`` ``[N, n]`` (its order and roundings, see the module docstring):
+    segment by segment, N - 1 additions of contiguous slices each."""
     N, n = rows.shape
     if N == 1 or n == 0:
         return rows[0].clone()
-    order = _ring_order(n, N, rows.device)
     widen = rows.dtype in _HALF
-    acc = rows.gather(0, order[:1])
-    for k in range(1, N):
-        nxt = rows.gather(0, order[k:k + 1])
-        acc = (acc.float() + nxt.float()).to(rows.dtype) if widen else acc.add_(nxt)
-    return acc[0]
+    out = torch.empty(n, dtype=rows.dtype, device=rows.device)
+    for j, (a, b) in enumerate(split(n, N)):
+        if a == b:
+            continue
+        acc = out[a:b]
+        acc.copy_(rows[j, a:b])
+        for k in range(1, N):
+            x = rows[(j + k) % N, a:b]
+            if widen:
+                acc.copy_(acc.float().add_(x.float()))  # fp32 addition, one rounding to the wire dtype
+            else:
+                acc.add_(x)
+    return out
 
 
 def _ring_sent(n: int, N: int, rank: int, elem: int) -> int:
