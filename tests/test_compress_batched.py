@@ -27,6 +27,11 @@ HEADLINE = {
     "topk1": ("topk", {"ratio": 0.01, "error_feedback": True}),
     "dgc": ("dgc", {"ratio": 0.01}),
     "powersgd": ("powersgd", {"rank": 2}),
+    # stochastic or sub-byte: the row loop inside the batched path (each row's own random stream)
+    "qsgd": ("qsgd", {"levels": 8}),
+    "terngrad": ("terngrad", {}),
+    "twobit": ("twobit", {"threshold": 0.3}),
+    "q4sr": ("blockwise", {"bits": 4, "stochastic": True, "error_feedback": True}),
 }
 # shapes: a conv weight (PowerSGD compresses it), a tail block for blockwise, a bias, a tiny tensor
 SHAPES = [(16, 8, 3, 3), (700,), (10,), (1,)]
@@ -121,6 +126,14 @@ def test_error_feedback_residuals_and_topk_ties():
     assert torch.equal(dec + torch.stack([comp.residual(s, "t") for s in sb]), x)
 
 
+def test_exchange_bench_runs():
+    from lowbw.bench.train import exchange
+
+    res = exchange(model="cnn", workers=2, reps=1, methods=("dense", "topk1"))
+    assert set(res["exchange_s_median"]) == {"dense", "topk1/loop", "topk1/batched"}
+    assert res["speedup_batched"]["topk1"] > 0
+
+
 def test_ring_sum_is_the_threaded_ring_in_half_precision():
     xs = (torch.randn(4, 1001, generator=torch.Generator().manual_seed(0)) * 100).half()
     colls = ThreadCollective.group(4, "ring", timeout=30.0)
@@ -131,7 +144,7 @@ def test_ring_sum_is_the_threaded_ring_in_half_precision():
 
 
 def test_unbatched_compressors_refuse_and_bad_input_is_named():
-    q = make("qsgd")
+    q = make("threshold")  # payloads of different lengths per rank: no batched path
     assert not q.batched
     with pytest.raises(TypeError, match="no batched path"):
         q.aggregate_batch(torch.zeros(2, 4), RowCollective(2), "x", states(2))
@@ -152,6 +165,7 @@ RUN_METHODS = {
     "topk1": {"compressor": "topk", "compressor_args": {"ratio": 0.01}, "error_feedback": "on"},
     "dgc": {"compressor": "dgc", "compressor_args": {"ratio": 0.01}, "momentum": 0.0},
     "powersgd": {"compressor": "powersgd", "compressor_args": {"rank": 2}},
+    "qsgd": {"compressor": "qsgd", "compressor_args": {"levels": 8}},  # stochastic: the same random streams
     "hier_topk": {"compressor": "topk", "compressor_args": {"ratio": 0.01}, "sync": "hierarchical",
                   "households": 2, "household_period": 1, "world_period": 2},
 }

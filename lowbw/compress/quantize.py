@@ -335,6 +335,7 @@ class QSGD(Compressor):
     """
 
     name = "qsgd"
+    batched = True  # the row loop of Compressor._encode_batch: no threads; each row draws from its own State
 
     def __init__(self, levels: int = 127, block_size: int = 512):
         super().__init__()
@@ -395,6 +396,7 @@ class TernGrad(Compressor):
     per tensor: unbiased. 2-bit codes (packed 4 per byte) + one fp32 scale."""
 
     name = "terngrad"
+    batched = True  # the row loop of Compressor._encode_batch: no threads; each row draws from its own State
 
     def __init__(self) -> None:
         super().__init__()
@@ -432,6 +434,7 @@ class TwoBit(Compressor):
     parameter both sides know, so nothing else is sent."""
 
     name = "twobit"
+    batched = True  # the row loop of Compressor._encode_batch: no threads; each row draws from its own State
 
     def __init__(self, threshold: float = 0.5):
         super().__init__()
