@@ -9,8 +9,9 @@ paper/measured/gpu`` copies each complete CUDA run into ``<to>/<experiment>/<key
 * ``metrics.jsonl`` thinned to at most ``max_lines`` lines: every evaluation line first (test/validation
   accuracy: what time-to-accuracy needs), then evenly spaced training lines, always the first and the last,
   in step order;
-* ``provenance.json`` device name, torch and CUDA versions, commit, host, the run's date (UTC, when its
-  summary.json was written), when it was stored and from where.
+* ``provenance.json`` device name, torch and CUDA versions, commit, host, the run's date (UTC: its
+  provenance's ``date`` where it has one, else when its summary.json was written, so store runs on the
+  machine that ran them), when it was stored and from where.
 
 and ``<to>/index.json`` lists every stored run. A run is refused, with a one-line error naming it and before
 anything is written, when it is incomplete (no summary.json, ``complete`` false, or a metrics file that does
@@ -112,11 +113,15 @@ def _cuda_version(prov: dict[str, Any]) -> tuple[str | None, str]:
 def _provenance(run: Path, cfg: dict[str, Any], max_lines: int, n_lines: int, kept: int) -> dict[str, Any]:
     prov = cfg.get("provenance") or {}
     cuda, cuda_src = _cuda_version(prov)
-    when = datetime.fromtimestamp((run / "summary.json").stat().st_mtime, UTC)
+    if prov.get("date"):  # the run's own record of when it ran, where its provenance has one
+        when, when_src = datetime.fromisoformat(str(prov["date"]).replace("Z", "+00:00")), "provenance"
+    else:  # else when its summary.json was written (run the store on the machine that ran it: copies move it)
+        when, when_src = datetime.fromtimestamp((run / "summary.json").stat().st_mtime, UTC), "summary.json mtime"
     return {
         "gpu": prov.get("cuda"), "device": cfg.get("device"), "torch_version": prov.get("torch_version"),
         "cuda_version": cuda, "cuda_version_from": cuda_src, "git_commit": prov.get("git_commit"),
         "host": prov.get("host"), "measured_date": when.date().isoformat(), "measured_at": when.isoformat(),
+        "measured_date_from": when_src,
         "stored_at": datetime.now(UTC).isoformat(timespec="seconds"), "source_run": str(run),
         "metrics_thinning": {"max_lines": max_lines, "source_lines": n_lines, "kept_lines": kept},
     }

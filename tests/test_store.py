@@ -88,6 +88,13 @@ def test_store_format_and_loader(cpu_run, tmp_path):
     prov = json.loads((dest / "provenance.json").read_text())
     assert prov["gpu"] == FAKE_GPU and prov["cuda_version"] == "13.0" and prov["cuda_version_from"] == "torch build tag"
     assert prov["measured_date"] and prov["git_commit"] and prov["metrics_thinning"]["source_lines"] == len(orig)
+    assert prov["measured_date_from"] == "summary.json mtime"
+    c = json.loads((run / "config.json").read_text())
+    c["provenance"]["date"] = "2026-11-22T10:00:00+00:00"  # a run whose provenance records its date
+    atomic_write_json(run / "config.json", c)
+    (dest,) = add([run], store, max_lines=12)
+    prov = json.loads((dest / "provenance.json").read_text())
+    assert prov["measured_date"] == "2026-11-22" and prov["measured_date_from"] == "provenance"
     summ = json.loads((dest / "summary.json").read_text())
     assert summ["source_metrics_lines"] == len(orig) and summ["metrics_lines"] == 12
     # the loader: load_runs' row of the source run, plus provenance columns
