@@ -27,7 +27,6 @@ from lowbw.comm.engine import DEFAULT_CHUNK_BYTES
 from lowbw.net.ratelimit import install_from_env
 
 LATE_START_S = 1e-3  # a rank that sees the common start instant more than this late counts as a late start
-LEAD_ONE_WAY_TIMES = 4  # the common start is announced this many one-way times (+ idle + 5 ms) ahead
 
 __all__ = ["main"]
 
@@ -103,14 +102,13 @@ def main(plan_path: str) -> int:
     # every timed call starts on all ranks at one instant of the host's CLOCK_MONOTONIC (the namespaces share
     # it): a barrier's ranks leave it up to a one-way delay apart, and with 50 ms links that skew, not the
     # collective, would dominate a small call's time. Rank 0 broadcasts the instant ``lead`` seconds ahead:
-    # the links' idle time plus room for the broadcast to reach everyone (the ranks enter it within a one-way
-    # time of each other, after the previous call's all-reduce; gloo's send then waits for the receiver's
-    # ready notice: up to 2 one-way times more): 4 one-way times of a small message, and 5 ms. No longer:
-    # a connection idle for more than TCP's retransmission timeout (round trip + 200 ms) restarts from the
-    # initial window (tcp_slow_start_after_idle), which at 50 ms one way costs a round trip per message
+    # the links' idle time plus room for the broadcast to reach everyone: the ranks leave the previous call's
+    # all-reduce up to N one-way times apart, and gloo's send then waits for the receiver's ready notice (up
+    # to 2 one-way times more): 2 (N + 1) one-way times of a small message, and 5 ms (the controller switches
+    # off TCP's restart after idle, so that the wait does not cost the next call round trips)
     alpha0 = torch.tensor([min(p["one_way_s"] for p in pingpong) if rank == 0 else 0.0], dtype=torch.float64)
     dist.broadcast(alpha0, 0)
-    lead = idle_s + LEAD_ONE_WAY_TIMES * float(alpha0.item()) + 0.005
+    lead = idle_s + 2 * (n + 1) * float(alpha0.item()) + 0.005
 
     def common_start() -> float:
         t = torch.tensor([time.monotonic() + lead if rank == 0 else 0.0], dtype=torch.float64)

@@ -458,6 +458,7 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
             # in training, where compute separates the all-reduces); without it a call's burst depended on
             # the barrier's length (1 MB at 1 Gbit/s: ~10% of the call)
             burst = tb.tbf_params(rate_bps)["burst"] if tb.emulation == "netns-tc" else 0
+            restart = _no_restart_after_idle([w.namespace for w in tb.info if w.namespace])
             idle_s = max(IDLE_MIN_S, 2 * burst * 8 / rate_bps)
             plan_path.write_text(json.dumps({"plan": plan, "pingpong_sizes": _pingpong_sizes(rate_bps),
                                              "chunk_bytes": cfg.get("chunk_bytes"), "idle_s": idle_s,
@@ -467,7 +468,7 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
                 codes = tb.run([sys.executable, "-m", "lowbw.bench.collectives", "--worker", str(plan_path)],
                                env=env, timeout=timeout, grace=60, stdout=lf, stderr=subprocess.STDOUT)
             desc = tb.describe()
-            desc["idle_before_call_s"] = idle_s
+            desc.update(idle_before_call_s=idle_s, tcp_slow_start_after_idle=restart)
         # other load on the machine disturbs the timings: record it (1-min load average, before/after)
         desc.update(loadavg_before=load0[0], loadavg_after=os.getloadavg()[0], cpu_count=os.cpu_count())
         st = tb.emulator_stats  # the userspace link emulator's own account (delay lines' lateness, its CPU)
@@ -479,6 +480,26 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
             tail = log_path.read_text()[-4000:]
             raise RuntimeError(f"benchmark workers failed (exit codes {codes}):\n{tail}")
         return json.loads(res_path.read_text()), desc
+
+
+def _no_restart_after_idle(namespaces: list[str]) -> str | None:
+    """Switch off TCP's restart from the initial window after idle (``net.ipv4.tcp_slow_start_after_idle=0``,
+    a per-namespace sysctl) in every worker's namespace: between timed calls a connection that only some
+    algorithms use (the butterfly's partners, the star of the parameter server) idles past its
+    retransmission timeout (round trip + 200 ms), and with 50 ms links the restart, or the decay of an
+    application-limited window that the same sysctl governs, costs round trips per message that no
+    alpha-beta model has; tuned long-distance hosts switch it off too. Returns what is in force ("0"), the
+    error where it could not be set, or None without namespaces (loopback emulation)."""
+    if not namespaces:
+        return None
+    for ns in namespaces:
+        p = subprocess.run(["ip", "netns", "exec", ns, "sysctl", "-qw", "net.ipv4.tcp_slow_start_after_idle=0"],
+                           capture_output=True, text=True, timeout=30)
+        if p.returncode:
+            msg = f"could not set it in {ns}: {(p.stderr or p.stdout).strip()[:200]}"
+            print(f"[collectives] tcp_slow_start_after_idle: {msg}", file=sys.stderr)
+            return msg
+    return "0"
 
 
 def remodel(result: dict, chunk_bytes: int | None = None) -> dict:
