@@ -24,9 +24,9 @@ from lowbw.train.config import validate_grid  # noqa: E402  (checks every run's 
 validate_grid(config)
 
 RUNS = run_dirs(config)
-BENCH = ["runs/bench/collectives.json", "runs/bench/compressors.json", "runs/bench/models.json",
-         "runs/bench/e2e.json"]
-EXPERIMENTS = [f"e{i}" for i in range(1, 10)]
+BENCH = ["runs/bench/collectives.json", "runs/bench/collectives_latency.json", "runs/bench/compressors.json",
+         "runs/bench/models.json", "runs/bench/e2e.json"]
+EXPERIMENTS = [f"e{i}" for i in range(1, 11)]
 GENERATED = (
     ["paper/generated/numbers.tex", "paper/generated/setup.tex"]
     + [f"paper/generated/{kind}_{e}.{ext}" for e in EXPERIMENTS
@@ -41,6 +41,10 @@ THREADS = config.get("threads_per_job", 1)
 # (per-layer compressors; dense 0.009 s, README "On a GPU"), 64000 * 8 * 0.16 s = 23 h, hence 24 h; a run
 # stopped at its limit resumes from its checkpoint (every 2000 steps) when the workflow is run again.
 FULL = config["profile"] == "full"
+# The GPU profile (config/profiles/gpu) ends by keeping its runs in the repository (paper/measured/gpu), where
+# the CPU profiles' report finds them; the paper is rebuilt by the quick profile, with them included.
+GPU = config["profile"] == "gpu"
+STORE = "paper/measured/gpu"
 
 
 wildcard_constraints:
@@ -50,7 +54,7 @@ wildcard_constraints:
 
 rule all:
     input:
-        "paper/build/paper.pdf",
+        f"{STORE}/index.json" if GPU else "paper/build/paper.pdf",
 
 
 rule runs:
@@ -81,6 +85,27 @@ rule train:
         "-p config_json {params.cfg} -p out {params.out} -p threads {threads} > {log} 2>&1"
 
 
+rule gpu_store:
+    """GPU profile: every run, thinned to a small text form with its GPU, versions, commit and date, into the
+    store the report reads (python -m lowbw store; refuses runs not measured on CUDA)."""
+    input:
+        [f"{d}/summary.json" for d in RUNS],
+    output:
+        f"{STORE}/index.json",
+    log:
+        "runs/report/gpu_store.log",
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=10,
+    params:
+        dirs=" ".join(RUNS),
+    conda:
+        "environment.yml"
+    shell:
+        "python -m lowbw store add {params.dirs} --to " + STORE + " > {log} 2>&1"
+
+
 rule bench_collectives:
     """E1: every collective on rate-limited links (netns + tc when root, else labelled loopback emulation)."""
     output:
@@ -98,6 +123,26 @@ rule bench_collectives:
     shell:
         "papermill --log-output --start-timeout 120 -k python3 notebooks/collectives.ipynb runs/bench/collectives.ipynb "
         "-p config_json {params.cfg} -p out {output} > {log} 2>&1"
+
+
+rule bench_collectives_latency:
+    """E1's latency axis: every collective at several one-way link delays (the userspace link emulator where the
+    kernel has no netem); testbeds it cannot carry are skipped before any starts and listed in the result."""
+    output:
+        "runs/bench/collectives_latency.json",
+    log:
+        "runs/bench/collectives_latency.log",
+    threads: 1
+    resources:
+        mem_mb=4000 if FULL else 2000,
+        runtime=240 if FULL else 45,
+    params:
+        cfg=shlex.quote(json.dumps(config["bench"]["collectives_latency"], sort_keys=True)),
+    conda:
+        "environment.yml"
+    shell:
+        "papermill --log-output --start-timeout 120 -k python3 notebooks/collectives.ipynb "
+        "runs/bench/collectives_latency.ipynb -p config_json {params.cfg} -p out {output} > {log} 2>&1"
 
 
 rule bench_compressors:
@@ -166,6 +211,8 @@ rule report:
     input:
         runs=[f"{d}/summary.json" for d in RUNS],
         bench=BENCH,
+        stored=glob_wildcards(f"{STORE}/{{path}}/summary.json").path
+        and expand(f"{STORE}/{{path}}/summary.json", path=glob_wildcards(f"{STORE}/{{path}}/summary.json").path),
     output:
         GENERATED,
     log:

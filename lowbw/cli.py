@@ -18,6 +18,7 @@ COMMANDS: dict[str, str] = {
     "report": "lowbw.report.cli",
     "bench": "lowbw.bench.cli",
     "doctor": "lowbw.doctor",
+    "store": "lowbw.store",
 }
 
 

@@ -14,6 +14,7 @@ import socket
 import subprocess
 import tempfile
 from collections.abc import Callable
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
@@ -135,6 +136,8 @@ def provenance() -> dict[str, Any]:
         "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "cuda": torch.cuda.get_device_name(0) if torch.cuda.is_available() else None,
+        "cuda_version": torch.version.cuda,  # the CUDA the torch build targets (None: a CPU build)
+        "date": datetime.now(UTC).isoformat(timespec="seconds"),
     }
 
 

@@ -17,6 +17,7 @@ from lowbw.compress import State, make
 from lowbw.runio import read_jsonl
 from lowbw.train import batched
 from lowbw.train.batched import RowCollective, ring_sum
+from lowbw.train.config import ConfigError, RunConfig
 from lowbw.train.launch import run
 from lowbw.train.world import bytes_sent_of
 
@@ -130,7 +131,7 @@ def test_exchange_bench_runs():
     from lowbw.bench.train import exchange
 
     res = exchange(model="cnn", workers=2, reps=1, methods=("dense", "topk1"))
-    assert set(res["exchange_s_median"]) == {"dense", "topk1/loop", "topk1/batched"}
+    assert set(res["exchange_s_median"]) == {"dense", "topk1/threads", "topk1/batched"}
     assert res["speedup_batched"]["topk1"] > 0
 
 
@@ -174,10 +175,8 @@ RUN_METHODS = {
 @pytest.mark.parametrize("method", sorted(RUN_METHODS))
 def test_sim_batched_exchange_equals_threaded(tmp_path, method):
     c = {**RUN, **RUN_METHODS[method]}
-    with batched.use("loop"):
-        run(c, tmp_path / "loop")
-    with batched.use("batched"):
-        run(c, tmp_path / "batched")
+    run({**c, "sim_compress": "threads"}, tmp_path / "loop")
+    run({**c, "sim_compress": "batched"}, tmp_path / "batched")
     lo, ba = read_jsonl(tmp_path / "loop" / "metrics.jsonl"), read_jsonl(tmp_path / "batched" / "metrics.jsonl")
     keys = ("step", "loss", "acc", "test_acc", "bytes_sent", "t_virtual", "t_virtual_comm", "comm_alpha_terms",
             "comm_beta_bytes")
@@ -193,8 +192,7 @@ def test_sim_batched_path_is_taken(tmp_path, monkeypatch):
     monkeypatch.setattr(batched, "exchange", lambda *a, **k: seen.append(1) or real(*a, **k))
     run({**RUN, **RUN_METHODS["topk1"], "steps": 2}, tmp_path / "r")
     assert len(seen) == 2
-    with batched.use("loop"):
-        run({**RUN, **RUN_METHODS["topk1"], "steps": 2}, tmp_path / "l")
+    run({**RUN, **RUN_METHODS["topk1"], "steps": 2, "sim_compress": "threads"}, tmp_path / "l")
     assert len(seen) == 2
-    with pytest.raises(ValueError, match="sim_compress mode='fast'"), batched.use("fast"):
-        pass
+    with pytest.raises(ConfigError, match="sim_compress.*'fast'"):
+        RunConfig.from_dict({**RUN, "sim_compress": "fast"})

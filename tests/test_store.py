@@ -88,7 +88,9 @@ def test_store_format_and_loader(cpu_run, tmp_path):
     prov = json.loads((dest / "provenance.json").read_text())
     assert prov["gpu"] == FAKE_GPU and prov["cuda_version"] == "13.0" and prov["cuda_version_from"] == "torch build tag"
     assert prov["measured_date"] and prov["git_commit"] and prov["metrics_thinning"]["source_lines"] == len(orig)
-    assert prov["measured_date_from"] == "summary.json mtime"
+    # the run recorded when it ran (config.json's provenance); older runs fall back to summary.json's mtime
+    assert prov["measured_date_from"] == "provenance"
+    assert prov["measured_at"] == json.loads((run / "config.json").read_text())["provenance"]["date"]
     c = json.loads((run / "config.json").read_text())
     c["provenance"]["date"] = "2026-11-22T10:00:00+00:00"  # a run whose provenance records its date
     atomic_write_json(run / "config.json", c)

@@ -3,8 +3,8 @@
     python -m lowbw.bench.train throughput   # sim with M replicas vs one model at batch M*b (samples/s)
     python -m lowbw.bench.train compression  # small CNN, 4 workers: dense vs 8-bit block-wise vs top-1%
     python -m lowbw.bench.train resnet20     # ResNet-20, 4 workers, dense, CIFAR-10, a wall-clock budget
-    python -m lowbw.bench.train steptime     # sim step time, compressed / dense, loop vs batched compression
-    python -m lowbw.bench.train exchange     # one gradient exchange alone, loop vs batched compression
+    python -m lowbw.bench.train steptime     # sim step time, compressed / dense, threads vs batched compression
+    python -m lowbw.bench.train exchange     # one gradient exchange alone, threads vs batched compression
 
 ``throughput`` interleaves the variants (blocks of steps, repeated) so that background load hits them alike
 and reports medians. ``compression`` and ``resnet20`` train real runs (run directories under
@@ -125,20 +125,19 @@ STEPTIME_METHODS: dict[str, dict[str, Any]] = {  # E4's headline methods (config
 
 
 def steptime(model: str = "resnet20", workers: int = 4, local_batch: int = 32, steps: int = 4, reps: int = 3,
-             methods: tuple[str, ...] = tuple(STEPTIME_METHODS), modes: tuple[str, ...] = ("loop", "batched"),
+             methods: tuple[str, ...] = tuple(STEPTIME_METHODS), modes: tuple[str, ...] = ("threads", "batched"),
              device: str = "cpu", threads: int = 0) -> dict[str, Any]:
     """Wall seconds per ``sim`` training step (sync, ring, synthetic CIFAR-sized data) of every method, with
-    the compressors run rank by rank in threads (``loop``, the old path) and over all replicas at once
-    (``batched``, :mod:`lowbw.train.batched`); ``ratio``: compressed step / dense step (dense: one value, the
-    direct rank-ordered sum). Variants are interleaved (blocks of ``steps`` steps, ``reps`` times) so that
-    background load hits them alike; medians. ``exchange_s``: the seconds inside the gradient exchange.
-    ``threads``: torch intra-op threads (0: torch's default)."""
+    the compressors run rank by rank in threads (``sim_compress: threads``, what procs does) and over all
+    replicas at once (``batched``, :mod:`lowbw.train.batched`); ``ratio``: compressed step / dense step
+    (dense: one value, the direct rank-ordered sum). Variants are interleaved (blocks of ``steps`` steps,
+    ``reps`` times) so that background load hits them alike; medians. ``exchange_s``: the seconds inside the
+    gradient exchange. ``threads``: torch intra-op threads (0: torch's default)."""
     import torch
 
     if threads:
         torch.set_num_threads(threads)
 
-    from lowbw.train import batched
     from lowbw.train.config import RunConfig
     from lowbw.train.loop import Trainer
     from lowbw.train.world import SimWorld
@@ -153,9 +152,9 @@ def steptime(model: str = "resnet20", workers: int = 4, local_batch: int = 32, s
     variants: dict[str, tuple[Any, str]] = {}
     ex_s: dict[str, list[float]] = {}
     for m in methods:
-        for mode in (("loop",) if m == "dense" else modes):
+        for mode in (("threads",) if m == "dense" else modes):
             key = m if m == "dense" else f"{m}/{mode}"
-            cfg = RunConfig.from_dict({**base, **STEPTIME_METHODS[m]})
+            cfg = RunConfig.from_dict({**base, **STEPTIME_METHODS[m], "sim_compress": mode})
             tr = Trainer(cfg, SimWorld(cfg), None, data=data)
             agg, acc = tr.sync.aggregate, ex_s.setdefault(key, [])
 
@@ -172,21 +171,19 @@ def steptime(model: str = "resnet20", workers: int = 4, local_batch: int = 32, s
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
 
-    for fn, mode in variants.values():  # warm-up
-        with batched.use(mode):
-            fn()
-            fn()
+    for fn, _ in variants.values():  # warm-up
+        fn()
+        fn()
     for v in ex_s.values():
         v.clear()
     times: dict[str, list[float]] = {k: [] for k in variants}
     for _ in range(reps):
-        for k, (fn, mode) in variants.items():
-            with batched.use(mode):
-                sync()
-                t0 = time.perf_counter()
-                for _ in range(steps):
-                    fn()
-                sync()
+        for k, (fn, _) in variants.items():
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            sync()
             times[k].append((time.perf_counter() - t0) / steps)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {
@@ -199,10 +196,10 @@ def steptime(model: str = "resnet20", workers: int = 4, local_batch: int = 32, s
 
 
 def exchange(model: str = "resnet20", workers: int = 4, reps: int = 20,
-             methods: tuple[str, ...] = tuple(STEPTIME_METHODS), modes: tuple[str, ...] = ("loop", "batched"),
+             methods: tuple[str, ...] = tuple(STEPTIME_METHODS), modes: tuple[str, ...] = ("threads", "batched"),
              device: str = "cpu", threads: int = 0) -> dict[str, Any]:
     """Wall seconds of one gradient exchange alone (``Synchroniser.aggregate`` on fixed random gradients of
-    ``model``, ``workers`` sim replicas, ring): each compressor ``loop`` vs ``batched``, dense the direct sum.
+    ``model``, ``workers`` sim replicas, ring): each compressor ``threads`` vs ``batched``, dense the direct sum.
     Without the training compute in between, background load disturbs it less than :func:`steptime`.
     Interleaved ``reps`` times; medians. ``threads``: torch intra-op threads (0: torch's default)."""
     import torch
@@ -210,7 +207,6 @@ def exchange(model: str = "resnet20", workers: int = 4, reps: int = 20,
     if threads:
         torch.set_num_threads(threads)
 
-    from lowbw.train import batched
     from lowbw.train.config import RunConfig
     from lowbw.train.loop import Trainer
     from lowbw.train.world import SimWorld
@@ -222,10 +218,13 @@ def exchange(model: str = "resnet20", workers: int = 4, reps: int = 20,
     g = torch.Generator().manual_seed(0)
     calls: dict[str, tuple[Any, str]] = {}
     for m in methods:
-        cfg = RunConfig.from_dict({**base, **STEPTIME_METHODS[m]})
-        tr = Trainer(cfg, SimWorld(cfg), None, data=data)
-        tr.rep.grads.copy_(torch.randn(tr.rep.grads.shape, generator=g).mul_(1e-2).to(dev))
-        for mode in (("loop",) if m == "dense" else modes):
+        grads = torch.randn(0)
+        for mode in (("threads",) if m == "dense" else modes):
+            cfg = RunConfig.from_dict({**base, **STEPTIME_METHODS[m], "sim_compress": mode})
+            tr = Trainer(cfg, SimWorld(cfg), None, data=data)
+            if not grads.numel():  # the same gradients for both modes
+                grads = torch.randn(tr.rep.grads.shape, generator=g).mul_(1e-2)
+            tr.rep.grads.copy_(grads.to(dev))
             calls[m if m == "dense" else f"{m}/{mode}"] = (tr.sync.aggregate, mode)
 
     def sync():
@@ -234,20 +233,19 @@ def exchange(model: str = "resnet20", workers: int = 4, reps: int = 20,
 
     times: dict[str, list[float]] = {k: [] for k in calls}
     for r in range(reps + 2):
-        for k, (agg, mode) in calls.items():
-            with batched.use(mode):
-                sync()
-                t0 = time.perf_counter()
-                agg("world")
-                sync()
+        for k, (agg, _) in calls.items():
+            sync()
+            t0 = time.perf_counter()
+            agg("world")
+            sync()
             if r >= 2:  # two warm-up rounds
                 times[k].append(time.perf_counter() - t0)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"model": model, "workers": workers, "reps": reps, "device": str(dev),
             "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
             "torch_threads": torch.get_num_threads(), "exchange_s_median": med, "exchange_s_all": times,
-            "speedup_batched": {m: med[f"{m}/loop"] / med[f"{m}/batched"] for m in methods
-                                if f"{m}/loop" in med and f"{m}/batched" in med}}
+            "speedup_batched": {m: med[f"{m}/threads"] / med[f"{m}/batched"] for m in methods
+                                if f"{m}/threads" in med and f"{m}/batched" in med}}
 
 
 def _train(cfg: dict[str, Any], out: Path) -> dict[str, Any]:
@@ -394,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
     st.add_argument("--steps", type=int, default=4)
     st.add_argument("--reps", type=int, default=3)
     st.add_argument("--methods", default=",".join(STEPTIME_METHODS), help=f"of {', '.join(STEPTIME_METHODS)}")
-    st.add_argument("--modes", default="loop,batched", help="loop (threads, rank by rank) and/or batched")
+    st.add_argument("--modes", default="threads,batched",
+                    help="sim_compress values: threads (rank by rank) and/or batched")
     st.add_argument("--device", default="cpu", help="cpu | cuda")
     st.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     ex = sub.add_parser("exchange")
@@ -402,7 +401,7 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--workers", type=int, default=4)
     ex.add_argument("--reps", type=int, default=20)
     ex.add_argument("--methods", default=",".join(STEPTIME_METHODS), help=f"of {', '.join(STEPTIME_METHODS)}")
-    ex.add_argument("--modes", default="loop,batched")
+    ex.add_argument("--modes", default="threads,batched", help="sim_compress values")
     ex.add_argument("--device", default="cpu", help="cpu | cuda")
     ex.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
     for p in (t, c, r, st, ex):

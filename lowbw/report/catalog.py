@@ -13,12 +13,14 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["PREFIX", "MACROS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "not_run_macro",
-           "check_numbers", "word"]
+__all__ = ["PREFIX", "MACROS", "E1_ALGS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS",
+           "E10_NETWORKS", "not_run_macro", "check_numbers", "word"]
 
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
-          "e7": "ESeven", "e8": "EEight", "e9": "ENine"}
+          "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen"}
 
+# E1's latency-axis algorithms -> their words in the EOneLatErr<word> names
+E1_ALGS = {"ring": "Ring", "tree": "Tree", "ps": "Ps", "butterfly": "Butterfly"}
 # bench/compressors.py input kind -> its word in E2's names
 E2_INPUTS = {"gaussian": "Gaussian", "student_t3": "StudentT", "resnet20": "Gradient"}
 # model of E3's measured dense runs -> its word
@@ -30,6 +32,8 @@ E8_WORKERS = {2: "Two", 4: "Four"}
 # E9's links, each run re-timed at them: word -> (Mbit/s per worker, one-way latency in ms). "Far" is a
 # cross-continent link (tens of ms one way, as Mumbai - San Francisco)
 E9_LINKS = {"Slow": (1.0, 0.5), "Mid": (10.0, 0.5), "Far": (10.0, 50.0)}
+# E10's networks (experiment e10_<network>) other than "even" -> their words
+E10_NETWORKS = {"oneslow": "OneSlow", "asym": "Asym", "trace": "Trace", "straggler": "Straggler"}
 
 _SCHEMES = {  # E5 and E6 share their summary (lowbw.report.schemes)
     "Target": "target test accuracy (%)",
@@ -63,6 +67,32 @@ MACROS: dict[str, str] = {
     "EOneTopWinner": "algorithm fastest in most settings",
     "EOneTopWinnerCount": "settings it won",
     "EOneEmulation": "how the links were emulated",
+    # E1's latency axis (lowbw.report.e1_latency; runs/bench/collectives_latency.json)
+    "EOneLatNotRun": "why the latency axis has no data in this profile",
+    "EOneLatDelays": "one-way link delays measured (ms, a list)",
+    "EOneLatRates": "link rates measured (Mbit/s, a list)",
+    "EOneLatWorkersMin": "fewest workers", "EOneLatWorkersMax": "most workers",
+    "EOneLatSizeMinKB": "smallest message (KB per rank)", "EOneLatSizeMaxMB": "largest message (MB per rank)",
+    "EOneLatSettings": "measured (algorithm, workers, rate, delay, size) settings",
+    "EOneLatCells": "testbeds measured (workers, rate, delay)",
+    "EOneLatSkippedCells": "testbeds not built: beyond the userspace link emulator",
+    "EOneLatEmulatorLimit": "summed uplink rate the link emulator carries (Mbit/s)",
+    "EOneLatErrMedian": "calibrated model's median |error| (%)", "EOneLatErrMax": "its largest |error| (%)",
+    "EOneLatWithinTen": "settings within the tolerance (%)",
+    "EOneLatAlgsWithinTen": "algorithms with every setting within the tolerance",
+    "EOneLatAlgs": "algorithms measured",
+    **{f"EOneLatErr{w}": f"{a}'s largest |model error| (%)" for a, w in E1_ALGS.items()},
+    "EOneLatDelayedErrMax": "largest |model error| with added delay (%)",
+    "EOneLatDelayedWithinTen": "settings with added delay within the tolerance (%)",
+    "EOneLatZeroErrMax": "largest |model error| without added delay (%)",
+    "EOneLatZeroFastErrMax": "the same among calls under 10 ms (%)",
+    "EOneLatHandshakeRatio": "gloo's handshake wait / the one-way latency, median over delayed testbeds",
+    "EOneLatCrossCount": "testbeds whose fastest algorithm changes within the measured sizes",
+    "EOneLatCrossRatioMedian": "measured / predicted crossover size, median",
+    "EOneLatCrossRatioWorst": "the same ratio's worst factor (max of r, 1/r)",
+    "EOneLatWinnerAgree": "sizes where the model picks the measured fastest algorithm (%)",
+    "EOneLatLoadMax": "highest 1-minute load average during the measurement",
+    "EOneLatLateStarts": "timed calls a rank began late (the common start missed)",
     # E2 compressors
     "ETwoNumel": "elements of the benchmark tensor (millions)",
     "ETwoMinThroughput": "slowest of our configurations (GB/s)",
@@ -159,6 +189,21 @@ MACROS: dict[str, str] = {
         ("StepSpeedup", "dense time / its time"),
         ("RareBest", "fastest every-H-steps method to the target"), ("RareTtt", "its mean time (duration)"),
         ("RareSpeedup", "dense time / its time"))},
+    # E10 unequal and unsteady networks
+    "ETenTarget": "target test accuracy (%)",
+    "ETenSeeds": "seeds per configuration",
+    "ETenWorkers": "the number of workers",
+    "ETenMethods": "how many methods were compared",
+    "ETenEvenFastest": "fastest method to the target on the even network",
+    "ETenEvenFastestTtt": "its mean virtual time (duration)",
+    "ETenEvenLinks": "the even network's links (words)",
+    **{f"ETen{w}{k}": f"{what} ({net} network)" for net, w in E10_NETWORKS.items() for k, what in (
+        ("Links", "the network's links (words)"),
+        ("Best", "the method slowed least (time to target there / on the even network)"),
+        ("BestRatio", "its slow-down (ratio)"), ("Worst", "the method slowed most"),
+        ("WorstRatio", "its slow-down (ratio)"), ("DenseRatio", "dense training's slow-down (ratio)"),
+        ("RunBest", "the method whose whole run (the same samples) slowed least"),
+        ("RunBestRatio", "that slow-down (ratio)"))},
 }
 MACROS.update({f"{p}NotRun": "why the experiment has no data in this profile" for p in PREFIX.values()})
 

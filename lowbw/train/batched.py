@@ -18,14 +18,12 @@ the shape headers and the N-1 blocks it forwards). So outputs, call records, byt
 are those of the threaded path, bit for bit; tests hold the two paths to that.
 
 Used for a compressor with ``batched = True``, the ``ring`` collective and ``sim``; everything else keeps
-the threaded path. ``mode``: the run config's ``sim_compress`` (``batched`` | ``loop``) where it has that
-key, else :data:`DEFAULT_MODE` (:func:`use` changes it, for tests and benchmarks).
+the threaded path, and so does a run with ``sim_compress: threads``.
 """
 
 from __future__ import annotations
 
 import time
-from contextlib import contextmanager
 
 import torch
 from torch import Tensor
@@ -36,38 +34,16 @@ from lowbw.compress.collective import CallRecord
 from lowbw.train.sync import group_of
 from lowbw.train.world import Exchange, comm_cost, link_for
 
-__all__ = ["RowCollective", "ring_sum", "applies", "exchange", "use", "DEFAULT_MODE", "MODES"]
+__all__ = ["RowCollective", "ring_sum", "applies", "exchange"]
 
-MODES = ("batched", "loop")
-DEFAULT_MODE = "batched"
 ALGORITHMS = ("ring",)  # whose arithmetic RowCollective reproduces
 _HALF = (torch.float16, torch.bfloat16)
-
-
-@contextmanager
-def use(mode: str):
-    """``with use("loop"): ...``: runs without a ``sim_compress`` config key take ``mode`` meanwhile."""
-    global DEFAULT_MODE
-    if mode not in MODES:
-        raise ValueError(f"sim_compress mode={mode!r}; allowed: {' | '.join(MODES)}")
-    old, DEFAULT_MODE = DEFAULT_MODE, mode
-    try:
-        yield
-    finally:
-        DEFAULT_MODE = old
-
-
-def mode_of(cfg) -> str:
-    m = getattr(cfg, "sim_compress", None) or DEFAULT_MODE
-    if m not in MODES:
-        raise ValueError(f"sim_compress={m!r}; allowed: {' | '.join(MODES)}")
-    return m
 
 
 def applies(world, cfg, comp) -> bool:
     """Whether an exchange of ``comp`` in ``world`` takes the batched path."""
     return (comp is not None and world.kind == "sim" and bool(getattr(comp, "batched", False))
-            and cfg.collective in ALGORITHMS and mode_of(cfg) == "batched")
+            and cfg.collective in ALGORITHMS and cfg.sim_compress == "batched")
 
 
 def ring_sum(rows: Tensor) -> Tensor:

@@ -53,6 +53,11 @@ class RunConfig:
                         "(fast; the call records and byte counts of the configured collective are still what the "
                         "virtual clock uses), threads = the collective's own threaded implementation "
                         "(bit-identical to procs)", enum=["direct", "threads"], group="run")
+    sim_compress: str = _f("batched", "sim, compressed exchanges over the ring: batched = every replica's layer in "
+                           "one batched call of the compressor (lowbw.train.batched; same outputs, call records, "
+                           "bytes and virtual clock), threads = rank by rank in the collective's threads (the "
+                           "path procs takes); compressors without a batched path always take threads",
+                           enum=["batched", "threads"], group="run")
     progress: bool = _f(True, "tqdm progress bar on the console", group="run")
     max_wall_s: float = _f(0.0, "stop after this many wall-clock seconds (0: no limit); summary.json says "
                            "stopped=max_wall_s", minimum=0, group="run")

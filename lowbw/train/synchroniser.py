@@ -161,6 +161,10 @@ class Synchroniser:
         rows, comp = self.rep.grads if rows is None else rows, self.comp
         if comp is None and self.direct:
             return self.world.dense_mean(level, list(rows), [k * 4 for _, _, k, _ in self.chunks])
+        from lowbw.train import batched  # sim: all replicas' layers at once (same records, bytes, outputs)
+
+        if batched.applies(self.world, self.cfg, comp):
+            return batched.exchange(self.world, level, rows, self.chunks, comp, self.states)
 
         def work(i, coll):
             return aggregate_rank(rows[i], self.chunks, coll, comp, self.states[i])
