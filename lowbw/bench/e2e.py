@@ -20,7 +20,9 @@ testbed measure what the virtual clock needs to know about *this host* and nothi
   assumes a machine each).
 
 The sim runs (after the group's testbed runs) with ``clock_overhead_ms`` and ``clock_compute_scale`` set to
-them; each row also carries the prediction of the uncalibrated clock (ideal stack, a machine per worker),
+them, and ``clock_shaper_burst_bytes`` to the testbed's tbf bucket (:meth:`lowbw.net.link.LinkSpec.tbf_params`:
+the bytes that leave at line rate after a link idles, during compute and between per-layer messages); each
+row also carries the prediction of the uncalibrated clock (ideal stack, a machine per worker, a plain link),
 recomputed from the run's alpha-beta coefficients, so the paper can show what the calibration changed.
 
 Per cell (steps ``warmup`` .. ``steps``; t_meta, lowbw's own bookkeeping exchanges, is not training):
@@ -95,7 +97,8 @@ def cell_config(method: dict[str, Any], workers: int, rate: float, steps: int, a
     cfg = {**BASE, "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size, "seed": args.seed,
            **method, "workers": workers, "bandwidth_mbit": float(rate), "steps": steps,
            "targets": [args.target], "clock": "measured",
-           "clock_overhead_ms": probe["overhead_ms"], "clock_compute_scale": probe["compute_scale"]}
+           "clock_overhead_ms": probe["overhead_ms"], "clock_compute_scale": probe["compute_scale"],
+           "clock_shaper_burst_bytes": float(probe.get("shaper_burst_bytes") or 0.0)}
     from lowbw.train.config import RunConfig
 
     rc = RunConfig.from_dict({**cfg, "backend": "procs", "testbed": True})  # bad keys fail here, before work
@@ -221,10 +224,13 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
             codes = tb.run([sys.executable, "-m", "lowbw.bench.e2e", "--probe-worker", str(spec)], env=env, cwd=root,
                            timeout=600)
             emulation = tb.emulation
+            # the shapers' token bucket (tc tbf's burst, wire bytes), which the sim's clock models
+            burst = tb.tbf_params(rate * 1e6)["burst"] if emulation == "netns-tc" else 0
         if any(codes) or not out.exists():
             raise RuntimeError(f"e2e probe at {rate} Mbit/s, {workers} workers: worker exit codes {codes}")
         res = json.loads(out.read_text())
     res["emulation"] = emulation
+    res["shaper_burst_bytes"] = burst
     return res
 
 
@@ -305,6 +311,7 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
         "target": target, "ttt_step_sim": s_ttt_step, "ttt_step_procs": p_ttt_step,
         "predicted_ttt_s": s_ttt, "measured_ttt_s": p_ttt, "err_ttt": _rel(s_ttt, p_ttt),
         "overhead_ms": probe_res["overhead_ms"], "compute_scale": scale,
+        "shaper_burst_bytes": float(cfg.get("clock_shaper_burst_bytes") or 0.0),
         "emulation": probe_res.get("emulation"),
     }
 
@@ -348,7 +355,8 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
             # probes before the cells and after them (pooled): one burst of background load during a probe
             # should not decide the calibration of a whole group
             pre = probe(base, n, rate, shape)
-            pr = {**probe_summary([pre], n), "emulation": pre["emulation"]}
+            tbf = {"emulation": pre["emulation"], "shaper_burst_bytes": pre["shaper_burst_bytes"]}
+            pr = {**probe_summary([pre], n), **tbf}
             group: list[dict[str, Any]] = []
             print(f"probe N={n} {rate:g} Mbit/s: overhead {pr['overhead_ms']:.3f} ms/message, compute x"
                   f"{pr['compute_scale']:.2f} ({pr['emulation']})", flush=True)
@@ -359,7 +367,7 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
                 run({**cfg, "backend": "procs", "testbed": True}, cell / "procs", overwrite=True, quiet=True)
                 group.append({"method": m, "cell": cell, "wall_s": time.perf_counter() - t0})
             post = probe(base, n, rate, shape)
-            pr = {**probe_summary([pre, post], n), "emulation": pre["emulation"]}
+            pr = {**probe_summary([pre, post], n), **tbf}
             probes.append({"workers": n, "rate_mbit": rate, **pr})
             print(f"probes N={n} {rate:g} Mbit/s, pooled: overhead {pr['overhead_ms']:.3f} ms/message, compute x"
                   f"{pr['compute_scale']:.2f}", flush=True)

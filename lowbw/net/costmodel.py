@@ -47,6 +47,8 @@ __all__ = [
     "lower_bound",
     "collective_time",
     "calls_time",
+    "call_steps",
+    "bucket_steps_time",
     "step_time",
     "best_algorithm",
     "crossover_nbytes",
@@ -348,11 +350,84 @@ def collective_time(op: str, algorithm: str, nbytes: float, world_size: int, lin
     raise ValueError(f"unknown collective op {op!r}")
 
 
-def calls_time(calls: Iterable[Any], link: LinkParams) -> float:
+def call_steps(op: str, algorithm: str, nbytes: float, world_size: int, sizes: Sequence[float] | None = None
+               ) -> list[tuple[float, str]]:
+    """One collective call as its sequence of message steps on the critical path, for the token bucket of
+    :func:`bucket_steps_time`: ``(bytes, direction)`` per latency term of :func:`collective_time`, in order.
+
+    The bytes of a step are the call's critical-path bytes (:func:`collective_time` on a beta-only link)
+    spread evenly over its data steps; ``direction`` names the shaper they leave by: ``"both"`` where every
+    link carries them in both directions at once (ring, butterfly, all-gather, broadcast: by symmetry one
+    bucket state serves both), ``"down"`` then ``"up"`` for the two phases of ``ps`` and ``tree`` (the root's
+    downlink fills in the reduce, its uplink in the broadcast: two buckets). lowbw.comm's all_gather first
+    exchanges the sizes (N-1 latency-only steps), then the payload (N-1 steps)."""
+    n = world_size
+    opn = op.replace("-", "_").lower()
+    kw = {"sizes": list(sizes)} if sizes is not None else {}
+    terms = collective_time(opn, algorithm, nbytes, n, LinkParams(1.0, 1e300), **kw)
+    nbytes_cp = collective_time(opn, algorithm, nbytes, n, LinkParams(0.0, 8.0), **kw)
+    a = int(round(terms))
+    if a <= 0:
+        return []
+    if opn in ("all_gather", "allgather"):
+        header = int(round(collective_time(opn, algorithm, 0.0, n, LinkParams(1.0, 1e300), sizes=[0.0] * n)))
+        header = min(header // 2, a - 1)  # the sizes pass: as many steps as the payload's
+        data = a - header
+        return [(0.0, "both")] * header + [(nbytes_cp / data, "both")] * data
+    if opn in ("all_reduce", "allreduce") and _idle_starts(algorithm) == 2 and a >= 2:
+        half = a // 2
+        return ([(nbytes_cp / 2 / half, "down")] * half
+                + [(nbytes_cp / 2 / (a - half), "up")] * (a - half))
+    return [(nbytes_cp / a, "both")] * a
+
+
+def bucket_steps_time(steps: Iterable[tuple[float, str]], alpha_s: float, beta_s_per_byte: float,
+                      bucket_bytes: float) -> float:
+    """Time of a sequence of message steps (:func:`call_steps`, the calls of one exchange concatenated) on a
+    link shaped by a token bucket of ``bucket_bytes`` (tc tbf's burst, in payload bytes) per direction.
+
+    The exchange starts after the step's compute, on links that idled: every bucket is full (b). Before each
+    message the link idles for its ``alpha`` (latency and the software's per-message cost) and its bucket
+    refills at the line rate, ``1 / beta`` bytes per second, up to b; the message's first bytes then spend
+    the tokens (leave at line rate, free), the rest is paced at the rate. With tokens T_k before message k of
+    m_k bytes on direction d:
+
+        T_d <- min(b, T_d + alpha / beta)    (the first message: T_d = b, already full)
+        t_k  = alpha + max(0, m_k - T_d) beta,   T_d <- T_d - min(T_d, m_k)
+
+    and the exchange takes sum_k t_k. Back-to-back calls share the buckets (each call is not given a full
+    one); a ``"both"`` step draws from both directions (they carry the same bytes). ``bucket_bytes`` = 0 is
+    the plain link: sum_k (alpha + m_k beta)."""
+    if bucket_bytes < 0 or alpha_s < 0 or beta_s_per_byte <= 0:
+        raise ValueError(f"bad bucket arguments: bucket {bucket_bytes}, alpha {alpha_s}, beta {beta_s_per_byte}")
+    b = float(bucket_bytes)
+    refill = alpha_s / beta_s_per_byte
+    tokens = {"up": b, "down": b}
+    t = 0.0
+    for m, d in steps:
+        dirs = ("up", "down") if d == "both" else (d,)
+        for x in dirs:
+            tokens[x] = min(b, tokens[x] + refill)
+        avail = min(tokens[x] for x in dirs)
+        free = min(avail, m)
+        for x in dirs:
+            tokens[x] -= free
+        t += alpha_s + (m - free) * beta_s_per_byte
+    return t
+
+
+def calls_time(calls: Iterable[Any], link: LinkParams, bucket_bytes: float = 0.0) -> float:
     """Total modelled time of a sequence of ``lowbw.compress.collective.CallRecord`` (one rank's calls, in
     order; the sim backend's virtual clock). A list of per-rank call lists (same length, zipped) is also
-    accepted: then all_gather uses every rank's own contribution (variable sizes)."""
+    accepted: then all_gather uses every rank's own contribution (variable sizes).
+
+    ``bucket_bytes`` > 0: the calls are one exchange on links shaped by a token bucket of that many payload
+    bytes (:func:`bucket_steps_time`: full at the start, shared by the calls, refilled during each message's
+    alpha) instead of the plain link; ``link`` must then have no ``burst_bytes`` of its own (a per-call
+    burst) and its ``gamma`` is added per call as without a bucket."""
     calls = list(calls)
+    if bucket_bytes > 0:
+        return _bucket_calls_time(calls, link, bucket_bytes)
     if calls and isinstance(calls[0], list | tuple) and not hasattr(calls[0], "op"):
         per_rank = calls
         total = 0.0
@@ -365,6 +440,27 @@ def calls_time(calls: Iterable[Any], link: LinkParams) -> float:
                 total += collective_time(r.op, r.algorithm, max(c.nbytes for c in recs), r.world_size, link)
         return total
     return sum(collective_time(c.op, c.algorithm, c.nbytes, c.world_size, link) for c in calls)
+
+
+def _bucket_calls_time(calls: list, link: LinkParams, bucket_bytes: float) -> float:
+    if link.burst_bytes:
+        raise ValueError("calls_time: give a token bucket (bucket_bytes) or a per-call burst (link.burst_bytes), "
+                         "not both")
+    per_rank = calls and isinstance(calls[0], list | tuple) and not hasattr(calls[0], "op")
+    rows = zip(*calls) if per_rank else ((c,) for c in calls)
+    steps: list[tuple[float, str]] = []
+    gamma = 0.0
+    g_link = LinkParams(0.0, 1e300, link.gamma_s_per_byte) if link.gamma_s_per_byte else None
+    for recs in rows:
+        r = recs[0]
+        gathered = r.op.replace("-", "_") in ("all_gather", "allgather")
+        nb = r.nbytes if gathered else max(c.nbytes for c in recs)
+        sizes = [c.nbytes for c in recs] if (gathered and per_rank) else None
+        steps += call_steps(r.op, r.algorithm, nb, r.world_size, sizes)
+        if g_link is not None:
+            kw = {"sizes": sizes} if sizes is not None else {}
+            gamma += collective_time(r.op, r.algorithm, nb, r.world_size, g_link, **kw)
+    return gamma + bucket_steps_time(steps, link.alpha_s, link.beta, bucket_bytes)
 
 
 # ----------------------------------------------------------------------------------- step time

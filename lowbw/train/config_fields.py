@@ -228,6 +228,10 @@ class RunConfig:
                                   "worker (ms), added to latency_ms in every message's alpha (python -m lowbw "
                                   "bench e2e measures it for this host; 0: an ideal stack)", minimum=0,
                                   group="clock")
+    clock_shaper_burst_bytes: float = _f(0.0, "virtual clock: the testbed's tbf bucket (bytes on the wire): "
+                                         "after the link idles (compute, each message's alpha) up to that many "
+                                         "bytes leave at line rate; 0 = a plain link (python -m lowbw bench e2e "
+                                         "sets the testbed's)", minimum=0, group="clock")
     clock_compute_scale: float = _f(1.0, "virtual clock: factor on each worker's compute and (de)compression "
                                     "time, for workers that share cores (N processes on C < N cores: about "
                                     "N/C); 1: one machine per worker", exclusive_minimum=0, group="clock")

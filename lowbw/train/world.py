@@ -38,7 +38,7 @@ from lowbw.net.costmodel import LinkParams, calls_time
 from lowbw.net.trace import Trace, rates_at, resolve_trace
 from lowbw.train.sync import TimedCollective, group_of
 
-__all__ = ["Exchange", "SimWorld", "DistWorld", "WorkerLinks", "link_for", "links_for", "worker_links",
+__all__ = ["Exchange", "SimWorld", "DistWorld", "WorkerLinks", "ShapedLink", "link_for", "links_for", "worker_links",
            "has_worker_links", "bandwidth_at", "bytes_sent_of", "comm_cost", "default_threads"]
 
 
@@ -120,6 +120,16 @@ class WorkerLinks(LinkParams):
         return cls(alpha_s=slow.alpha_s, bandwidth_bps=slow.bandwidth_bps, workers=tuple(links))
 
 
+@dataclass(frozen=True)
+class ShapedLink(LinkParams):
+    """A link shaped by a token bucket (``clock_shaper_burst_bytes``, the testbed's tc tbf): ``bucket_bytes``
+    payload bytes leave at line rate after the link idles; :func:`comm_cost` times each exchange's calls on it
+    with :func:`lowbw.net.costmodel.bucket_steps_time` (full at the exchange's start, refilled during every
+    message's alpha). Seen as a plain :class:`LinkParams` (no per-call burst) by anything else."""
+
+    bucket_bytes: float = 0.0
+
+
 def links_for(cfg, level: str, t_virtual: float = 0.0) -> list[WorkerLink] | None:
     """Per-worker links of ``level`` at ``t_virtual``, or None where one :func:`link_for` times it (no
     per-worker key, or a household/neighbourhood level with its own ``household_bandwidth_mbit`` or
@@ -160,7 +170,11 @@ def link_for(cfg, level: str, t_virtual: float = 0.0):
         bw = cfg.household_bandwidth_mbit or cfg.bandwidth_mbit
         lat = cfg.latency_ms if cfg.household_latency_ms < 0 else cfg.household_latency_ms
     # alpha = network latency + the sending/receiving software's own per-message cost; beta = 1 / goodput
-    return LinkParams(alpha_s=(lat + cfg.clock_overhead_ms) / 1e3, bandwidth_bps=bw * 1e6 * cfg.link_goodput)
+    alpha, bps = (lat + cfg.clock_overhead_ms) / 1e3, bw * 1e6 * cfg.link_goodput
+    burst = getattr(cfg, "clock_shaper_burst_bytes", 0.0)
+    if burst > 0:  # the bucket counts wire bytes (frames); the clock's bytes are payload
+        return ShapedLink(alpha_s=alpha, bandwidth_bps=bps, bucket_bytes=burst * cfg.link_goodput)
+    return LinkParams(alpha_s=alpha, bandwidth_bps=bps)
 
 
 def bytes_sent_of(stats) -> int:
@@ -196,16 +210,18 @@ def _as_equal(links: list[WorkerLink]) -> LinkParams | None:
     return None
 
 
-def _v_comm(per_group_calls: dict[int, list[list]], link, links: list[WorkerLink] | None = None) -> float:
+def _v_comm(per_group_calls: dict[int, list[list]], link, links: list[WorkerLink] | None = None,
+            bucket_bytes: float = 0.0) -> float:
     """Slowest group's modelled time; each group's calls are the per-member lists (zipped by calls_time).
     ``links``: every worker's link (groups are contiguous rank ranges, group g of n members = ranks
-    g n .. g n + n - 1); None: ``link`` for all."""
+    g n .. g n + n - 1); None: ``link`` for all. ``bucket_bytes``: the calls are one exchange on links with
+    that token bucket (equal links only)."""
     t = 0.0
     for g, lists in per_group_calls.items():
         if not any(lists):
             continue
         if links is None:
-            t = max(t, calls_time(lists, link))
+            t = max(t, calls_time(lists, link, bucket_bytes) if bucket_bytes > 0 else calls_time(lists, link))
             continue
         n = len(lists)
         mine = links[g * n:(g + 1) * n]
@@ -220,11 +236,13 @@ _BETA_ONLY = (0.0, 8.0)  # alpha = 0,   beta = 1 s/byte -> the bytes on the crit
 
 
 def comm_cost(per_group_calls: dict[int, list[list]], link) -> dict[str, float]:
-    """``v_comm`` at ``link`` (a :class:`WorkerLinks`: on every worker's own link) plus its equal-link
-    coefficients ``v_alpha`` and ``v_beta_bytes`` (see Exchange)."""
+    """``v_comm`` at ``link`` (a :class:`WorkerLinks`: on every worker's own link; a :class:`ShapedLink`: the
+    calls as one exchange on its token bucket) plus its equal-link coefficients ``v_alpha`` and
+    ``v_beta_bytes`` of the plain link (see Exchange)."""
     links = list(link.workers) if isinstance(link, WorkerLinks) else None
+    bucket = link.bucket_bytes if isinstance(link, ShapedLink) else 0.0
     return {
-        "v_comm": _v_comm(per_group_calls, link, links),
+        "v_comm": _v_comm(per_group_calls, link, links, bucket),
         "v_alpha": _v_comm(per_group_calls, LinkParams(*_ALPHA_ONLY)),
         "v_beta_bytes": _v_comm(per_group_calls, LinkParams(*_BETA_ONLY)),
     }
