@@ -61,9 +61,24 @@ def test_cell_row_from_two_runs(tmp_path):
     assert row["predicted_ttt_s"] == 2.0 and row["measured_ttt_s"] == pytest.approx(2.4)
     assert row["err_ttt"] == pytest.approx(2.0 / 2.4 - 1)
     assert row["loss_identical"] and row["max_loss_diff"] == 0.0
+    assert row["shaper_burst_bytes"] == 0.0  # the config had no bucket
     s = e2e.summarise([row])
     assert s["worst_abs_err_step_by_method"]["topk1"] == pytest.approx(abs(row["err_step"]))
     assert s["target"]["met"] is False and s["target"]["n"] == 1
+
+
+def test_sim_side_models_the_testbeds_token_bucket():
+    import argparse
+
+    from lowbw.net.link import LinkSpec
+
+    args = argparse.Namespace(model="mlp", dataset="mnist", batch_size=128, seed=0, target=0.8)
+    burst = LinkSpec().tbf_params(100e6)["burst"]  # what the testbed's shapers get at 100 Mbit/s
+    pr = {"overhead_ms": 1.0, "compute_scale": 1.0, "shaper_burst_bytes": burst}
+    cfg = e2e.cell_config({"compressor": "topk"}, 2, 100.0, 20, args, pr)
+    assert cfg["clock_shaper_burst_bytes"] == burst and e2e.sim_twin(cfg)["clock_shaper_burst_bytes"] == burst
+    # a probe without a shaped testbed (loopback emulation, old files): a plain link
+    assert e2e.cell_config({}, 2, 100.0, 20, args, e2e.UNCALIBRATED)["clock_shaper_burst_bytes"] == 0.0
 
 
 def test_cell_row_refuses_mismatched_logs(tmp_path):
