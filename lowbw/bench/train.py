@@ -36,6 +36,27 @@ def _cifar_like(n: int = 4096, seed: int = 0, device: str = "cpu"):
     return TrainData("random32", x, y, empty_x, empty_y, empty_x, empty_y, 10, (0.5,) * 3, (0.25,) * 3)
 
 
+def _interleaved(variants: dict[str, Any], reps: int, steps: int, dev) -> dict[str, list[float]]:
+    """Seconds per call of every variant (a no-argument function): ``reps`` rounds, each timing ``steps``
+    calls of every variant in turn, so that background load hits them alike; CUDA work is waited for."""
+    import torch
+
+    def sync():
+        if dev.type == "cuda":
+            torch.cuda.synchronize(dev)
+
+    times: dict[str, list[float]] = {k: [] for k in variants}
+    for _ in range(reps):
+        for k, fn in variants.items():
+            sync()
+            t0 = time.perf_counter()
+            for _ in range(steps):
+                fn()
+            sync()
+            times[k].append((time.perf_counter() - t0) / steps)
+    return times
+
+
 def throughput(model: str = "cnn", workers: int = 4, local_batch: int = 32, steps: int = 8, reps: int = 5,
                engines: tuple[str, ...] = ("loop", "vmap"), threads: int = 0, device: str = "cpu") -> dict[str, Any]:
     """Samples/s of sim with ``workers`` replicas (dense sync, ring) vs one model at batch workers*b.
@@ -88,19 +109,7 @@ def throughput(model: str = "cnn", workers: int = 4, local_batch: int = 32, step
     for fn in variants.values():  # warm-up
         fn()
         fn()
-    def sync():
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(reps):
-        for k, fn in variants.items():
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                fn()
-            sync()
-            times[k].append((time.perf_counter() - t0) / steps)
+    times = _interleaved(variants, reps, steps, dev)
     med = {k: statistics.median(v) for k, v in times.items()}
     sps = {k: B / v for k, v in med.items()}
     return {
@@ -167,24 +176,12 @@ def steptime(model: str = "resnet20", workers: int = 4, local_batch: int = 32, s
             tr.sync.aggregate = timed
             variants[key] = (tr.train_step, mode)
 
-    def sync():
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-
     for fn, _ in variants.values():  # warm-up
         fn()
         fn()
     for v in ex_s.values():
         v.clear()
-    times: dict[str, list[float]] = {k: [] for k in variants}
-    for _ in range(reps):
-        for k, (fn, _) in variants.items():
-            sync()
-            t0 = time.perf_counter()
-            for _ in range(steps):
-                fn()
-            sync()
-            times[k].append((time.perf_counter() - t0) / steps)
+    times = _interleaved({k: fn for k, (fn, _) in variants.items()}, reps, steps, dev)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {
         "model": model, "workers": workers, "local_batch": local_batch, "steps": steps, "reps": reps,
@@ -227,19 +224,9 @@ def exchange(model: str = "resnet20", workers: int = 4, reps: int = 20,
             tr.rep.grads.copy_(grads.to(dev))
             calls[m if m == "dense" else f"{m}/{mode}"] = (tr.sync.aggregate, mode)
 
-    def sync():
-        if dev.type == "cuda":
-            torch.cuda.synchronize(dev)
-
-    times: dict[str, list[float]] = {k: [] for k in calls}
-    for r in range(reps + 2):
-        for k, (agg, _) in calls.items():
-            sync()
-            t0 = time.perf_counter()
-            agg("world")
-            sync()
-            if r >= 2:  # two warm-up rounds
-                times[k].append(time.perf_counter() - t0)
+    fns = {k: (lambda agg=agg: agg("world")) for k, (agg, _) in calls.items()}
+    _interleaved(fns, 2, 1, dev)  # two warm-up rounds
+    times = _interleaved(fns, reps, 1, dev)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"model": model, "workers": workers, "reps": reps, "device": str(dev),
             "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
