@@ -266,7 +266,7 @@ def latency_axes(fig, grid_spec, tables: dict[str, Any]) -> None:
                       for k, dl in enumerate(delays)]
                 hs += [Line2D([], [], color="k", ls=styles[a], marker=markers[a], ms=3, mfc="none", lw=0.8, label=a)
                        for a in ALGS]
-                ax.legend(handles=hs, fontsize=5, ncol=2, loc="upper left", title="delay / algorithm",
+                ax.legend(handles=hs, fontsize=5, ncol=2, loc="lower right", title="delay / algorithm",
                           title_fontsize=5)
 
 
