@@ -8,7 +8,8 @@ Crossover of algorithms a and b in one testbed (N, rate, delay): the message siz
 are equal. Predicted: the calibrated model's (:func:`lowbw.bench.collectives.calibrated_time`), solved in
 log M by bisection over the measured size range; measured: where log(t_a / t_b) changes sign between two
 measured sizes, interpolated linearly in log M. The talk's textbook condition
-(:func:`lowbw.net.costmodel.crossover_nbytes` with ``talk=True``, alpha = the one-way delay, nominal beta)
+(:func:`lowbw.net.costmodel.crossover_nbytes` with ``talk=True``, alpha = the measured one-way latency,
+the nominal beta)
 is listed beside them. These helpers are used by :mod:`lowbw.report.e1`, which owns E1's files.
 """
 
@@ -127,7 +128,7 @@ def latency_tables(b: dict) -> dict[str, Any] | None:
                        piv.loc[m].idxmin() == min(piv.columns, key=lambda a, m=m: calibrated_time(cal, a, m, int(n)))
                        for m in piv.index) / len(piv)))
         pair = crossing_pair(model_at[lo], model_at[hi])
-        nominal = LinkParams(alpha_s=max(delay, 1e-6) / 1e3, bandwidth_bps=float(rate) * 1e6)
+        nominal = LinkParams(alpha_s=float(cal["fit"]["alpha_s"]), bandwidth_bps=float(rate) * 1e6)
         # the talk's condition: the two differ in latency steps and in bytes (never with two workers, where
         # every schedule has the same latency term and only bursts and handshakes tell them apart)
         talk = crossover_nbytes(*pair, int(n), nominal, talk=True) if pair else None
@@ -219,8 +220,9 @@ def latency_table(tables: dict[str, Any]) -> str:
     return booktabs(rows, header,
                     "E1 latency axis: per testbed, the fastest all-reduce at the smallest and the largest message "
                     "(measured; measured/model where they differ), the message size M* where those two take equal "
-                    "time (calibrated model, measured, the talk's textbook formula at the nominal link), and the "
-                    "calibrated model's largest error.", "tab:e1lat", size=r"\scriptsize", note=note)
+                    "time (calibrated model, measured, the talk's textbook formula with the measured one-way "
+                    "latency and the nominal rate), and the calibrated model's largest error.", "tab:e1lat",
+                    size=r"\scriptsize", note=note)
 
 
 def latency_axes(fig, grid_spec, tables: dict[str, Any]) -> None:
