@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lowbw.bench import collectives as B
+from lowbw.bench import collectives_model as M
 from lowbw.net import linkemu
 from lowbw.net.costmodel import LinkParams, allreduce_time
 
@@ -55,55 +56,55 @@ def test_calibration_keys_carry_the_delay():
 @pytest.mark.parametrize("alg", ["ring", "butterfly"])
 def test_step_messages_add_up_to_the_models_link_bytes(alg, n):
     m = 1e6
-    steps = B.step_messages(alg, m, n)
+    steps = M.step_messages(alg, m, n)
     assert steps is not None
     # the model's byte term with beta = 1 s/byte, no latency and no burst: the busiest link's bytes
     assert sum(b for b, _ in steps) == pytest.approx(allreduce_time(alg, m, n, LinkParams(0.0, 8.0)))
 
 
 def test_handshake_steps():
-    assert [B.handshake_steps("butterfly", n) for n in (2, 3, 4)] == [2, 3, 4]
-    assert {B.handshake_steps(a, n) for a in ("ring", "ps", "tree") for n in (2, 3, 4)} == {1}
-    assert B.handshake_steps("ring", 1) == 0 and B.handshake_steps("alltoall", 4) is None
+    assert [M.handshake_steps("butterfly", n) for n in (2, 3, 4)] == [2, 3, 4]
+    assert {M.handshake_steps(a, n) for a in ("ring", "ps", "tree") for n in (2, 3, 4)} == {1}
+    assert M.handshake_steps("ring", 1) == 0 and M.handshake_steps("alltoall", 4) is None
 
 
 def _cal(alpha, rate_bps, handshake=0.0, burst=15_000.0):
-    """A calibration as _calibrate writes it with the shapers' bucket known (``burst``: wire bytes)."""
-    fit = {"alpha_s": alpha, "bandwidth_bps": rate_bps, "burst_bytes": burst * B.TCP_PAYLOAD_PER_FRAME}
+    """A calibration as calibrate writes it with the shapers' bucket known (``burst``: wire bytes)."""
+    fit = {"alpha_s": alpha, "bandwidth_bps": rate_bps, "burst_bytes": burst * M.TCP_PAYLOAD_PER_FRAME}
     return {"fit": fit, "fit_duplex": dict(fit), "nominal_rate_bps": rate_bps, "handshake_s": handshake,
             "shaper_burst_bytes": burst, "gamma_s_per_byte": 0.0}
 
 
 def test_calibrated_time_adds_handshakes_and_refilled_bursts():
     n, m = 3, 64_000.0
-    b = 15_000.0 * B.TCP_PAYLOAD_PER_FRAME
+    b = 15_000.0 * M.TCP_PAYLOAD_PER_FRAME
     link = LinkParams(0.02, 1e7, burst_bytes=b)
     # no handshake, a gap far below the bucket's refill time: the plain model
     cal0 = _cal(1e-6, 1e7)
-    assert B.refilled_burst_bytes(cal0, "ring", m, n) == pytest.approx(0.0, abs=10)
+    assert M.refilled_burst_bytes(cal0, "ring", m, n) == pytest.approx(0.0, abs=10)
     # 20 ms one way: each of the ring's 2(N-1) - 1 later steps gets the full bucket again
     cal = _cal(0.02, 1e7, handshake=0.02)
-    free = B.refilled_burst_bytes(cal, "ring", m, n)
+    free = M.refilled_burst_bytes(cal, "ring", m, n)
     seg = m / n
     assert free == pytest.approx((2 * (n - 1) - 1) * min(b, seg))
-    t = B.calibrated_time(cal, "ring", m, n)
+    t = M.calibrated_time(cal, "ring", m, n)
     assert t == pytest.approx(allreduce_time("ring", m, n, link) + 0.02 - free * 8 / 1e7)
     # ps and tree stream their two phases: only the handshake is added
-    assert B.calibrated_time(cal, "ps", m, n) == pytest.approx(allreduce_time("ps", m, n, link) + 0.02)
+    assert M.calibrated_time(cal, "ps", m, n) == pytest.approx(allreduce_time("ps", m, n, link) + 0.02)
     # tiny messages: nothing left to make free, and never a negative byte term
-    assert B.refilled_burst_bytes(cal, "ring", 4000.0, n) == 0.0
-    assert B.calibrated_time(cal, "butterfly", 4000.0, n) >= 7 * 0.02 - 1e-12
+    assert M.refilled_burst_bytes(cal, "ring", 4000.0, n) == 0.0
+    assert M.calibrated_time(cal, "butterfly", 4000.0, n) >= 7 * 0.02 - 1e-12
 
 
 def test_calibration_measures_the_handshake_from_the_exchange():
     a, beta = 0.02, 8e-7
     pp = [{"nbytes": nb, "one_way_s": a + max(0, nb - 15_000) * beta,
            "exchange_s": 2 * a + max(0, nb - 15_000) * beta * 1.01} for nb in (1024, 16384, 1 << 18, 1 << 20)]
-    cal = B._calibrate(pp, 1e7)
+    cal = M.calibrate(pp, 1e7)
     assert cal["handshake_s"] == pytest.approx(a, rel=1e-6)
     # the exchange's beta is fitted through its own intercept, so it does not absorb the handshake
     assert cal["fit_duplex"]["bandwidth_bps"] == pytest.approx(8 / (beta * 1.01), rel=1e-3)
-    assert B._model_link(cal, "ring").alpha_s == pytest.approx(a)  # every algorithm: the one-way alpha
+    assert M.model_link(cal, "ring").alpha_s == pytest.approx(a)  # every algorithm: the one-way alpha
 
 
 def test_remodel_finds_the_calibration_of_a_delayed_testbed():
@@ -111,7 +112,7 @@ def test_remodel_finds_the_calibration_of_a_delayed_testbed():
     row = {"workers": 3, "rate_mbit": 10, "delay_ms": 20, "algorithm": "ring", "nbytes": 64_000, "size_mb": 0.064,
            "ok": True, "time_s": 0.12, "chunk_bytes": None}
     res = B.remodel({"rows": [row], "calibration": {"N3_10mbit_20ms": cal}})
-    assert res["rows"][0]["model_s"] == pytest.approx(B.calibrated_time(cal, "ring", 64_000, 3))
+    assert res["rows"][0]["model_s"] == pytest.approx(M.calibrated_time(cal, "ring", 64_000, 3))
 
 
 def test_plan_under_loopback_emulation_skips_no_cell():
@@ -124,17 +125,17 @@ def test_a_known_bucket_is_used_not_fitted():
     """With delay the largest ping-pong pays a loss-recovery round trip; a fitted burst absorbs it (several
     buckets), the configured bucket does not, and beta stays near the shaped rate."""
     a, beta, bucket = 0.02, 8 / 9.5e6, 15140
-    burst = bucket * B.TCP_PAYLOAD_PER_FRAME
+    burst = bucket * M.TCP_PAYLOAD_PER_FRAME
     pp = [{"nbytes": nb, "one_way_s": a + max(0, nb - burst) * beta + (0.04 if nb >= 1 << 20 else 0.0),
            "exchange_s": 2 * a + max(0, nb - burst) * beta} for nb in (1024, 16384, 65536, 1 << 18, 1 << 20)]
-    fitted = B._calibrate(pp, 1e7)
+    fitted = M.calibrate(pp, 1e7)
     assert fitted["fit"]["burst_bytes"] > 1.5 * bucket
-    known = B._calibrate(pp, 1e7, bucket_bytes=bucket)
+    known = M.calibrate(pp, 1e7, bucket_bytes=bucket)
     assert known["fit"]["burst_bytes"] == pytest.approx(burst) and known["shaper_burst_bytes"] == bucket
     assert known["fit"]["bandwidth_bps"] == pytest.approx(9.5e6, rel=0.05)
-    link = B._model_link(known, "ps")
+    link = M.model_link(known, "ps")
     assert link.message(65536) == pytest.approx(pp[2]["one_way_s"], rel=0.03)  # a few buckets: right
-    assert B._model_link(fitted, "ps").message(65536) < 0.85 * pp[2]["one_way_s"]  # the fitted burst: far off
+    assert M.model_link(fitted, "ps").message(65536) < 0.85 * pp[2]["one_way_s"]  # the fitted burst: far off
 
 
 def test_the_trees_window_paces_it_only_where_the_delay_bandwidth_product_exceeds_the_window():
@@ -143,18 +144,18 @@ def test_the_trees_window_paces_it_only_where_the_delay_bandwidth_product_exceed
     cb = c * 8 / 1e8
     # 39 chunks in 10 windows: 9 waits of a cycle, then the last window's 3 chunks; the link alone: 10 MB
     paced = 9 * (0.05 + 0.05 + cb) + 3 * cb
-    assert B.window_wait(slow, "tree", m, 2) == pytest.approx(2 * (paced - m * 8 / 1e8))
+    assert M.window_wait(slow, "tree", m, 2) == pytest.approx(2 * (paced - m * 8 / 1e8))
     assert paced > 1.3 * m * 8 / 1e8  # the window, not the link, paces it
-    assert B.window_wait(_cal(0.005, 1e8, handshake=0.005), "tree", m, 2) == 0.0  # 5 ms: the link paces it
-    assert B.window_wait(slow, "tree", B.WINDOW * c, 2) == 0.0  # one window: nothing waits
-    assert B.window_wait(slow, "ps", m, 2) == 0.0 and B.window_wait(slow, "ring", m, 2) == 0.0
+    assert M.window_wait(_cal(0.005, 1e8, handshake=0.005), "tree", m, 2) == 0.0  # 5 ms: the link paces it
+    assert M.window_wait(slow, "tree", M.WINDOW * c, 2) == 0.0  # one window: nothing waits
+    assert M.window_wait(slow, "ps", m, 2) == 0.0 and M.window_wait(slow, "ring", m, 2) == 0.0
 
 
 def test_a_folding_butterfly_starts_its_exchanges_on_full_buckets():
     """Without delay nothing refills, but the exchanges leave by links the fold did not use."""
     cal = _cal(1e-6, 1e7)
-    b = 15_000.0 * B.TCP_PAYLOAD_PER_FRAME
+    b = 15_000.0 * M.TCP_PAYLOAD_PER_FRAME
     m = 16_000.0  # fold 16 KB (link 1), halving 8 KB (link 2: full bucket), doubling 8 KB, unfold 16 KB
-    free = B.refilled_burst_bytes(cal, "butterfly", m, 3)
+    free = M.refilled_burst_bytes(cal, "butterfly", m, 3)
     assert free == pytest.approx(8_000.0 + (b - 8_000.0), abs=50)  # the halving, and the rest of link 2's bucket
-    assert B.refilled_burst_bytes(cal, "butterfly", m, 4) == pytest.approx(0.0, abs=50)  # one link throughout
+    assert M.refilled_burst_bytes(cal, "butterfly", m, 4) == pytest.approx(0.0, abs=50)  # one link throughout

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from lowbw.bench import collectives as B
+from lowbw.bench import collectives_model as M
 
 
 def _row(alg, t, n=4, rate=100, size=10, err=0.02):
@@ -32,18 +33,18 @@ def test_targets_and_table():
 def test_pingpong_sizes_cover_the_fit_range():
     for rate in (1e7, 1e8, 1e9):
         s = B._pingpong_sizes(rate)
-        assert s[0] == 1024 and sum(x >= B.FIT_MIN_BYTES for x in s) >= 2 and max(s) <= 16 << 20
+        assert s[0] == 1024 and sum(x >= M.FIT_MIN_BYTES for x in s) >= 2 and max(s) <= 16 << 20
 
 
 def test_calibration_carries_gamma_into_the_model():
     pp = [{"nbytes": nb, "one_way_s": 1e-4 + nb * 8e-8, "exchange_s": 1e-4 + nb * 9e-8}
           for nb in (1024, 1 << 18, 1 << 20, 4 << 20)]
-    cal = B._calibrate(pp, 1e8, gamma_s_per_byte=1e-9)
-    ring, tree = B._model_link(cal, "ring"), B._model_link(cal, "tree")
+    cal = M.calibrate(pp, 1e8, gamma_s_per_byte=1e-9)
+    ring, tree = M.model_link(cal, "ring"), M.model_link(cal, "tree")
     assert ring.gamma_s_per_byte == tree.gamma_s_per_byte == 1e-9
     assert ring.bandwidth_bps == pytest.approx(8 / 9e-8, rel=1e-3)  # duplex fit for ring
     assert tree.bandwidth_bps == pytest.approx(8 / 8e-8, rel=1e-3)  # ping-pong fit for tree
-    assert B._model_link(B._calibrate(pp, 1e8), "ring").gamma_s_per_byte == 0.0
+    assert M.model_link(M.calibrate(pp, 1e8), "ring").gamma_s_per_byte == 0.0
     # these links have no burst: what is fitted is the 1 KB that alpha (the 1 KB message's time) already holds
     assert ring.burst_bytes == tree.burst_bytes == pytest.approx(1024, rel=1e-6)
 
@@ -52,8 +53,8 @@ def test_calibration_fits_the_shapers_burst_from_pingpong_and_uses_it_for_every_
     burst = 100_000
     pp = [{"nbytes": nb, "one_way_s": 1e-4 + max(0, nb - burst) * 8e-9, "exchange_s": 1e-4 + max(0, nb - burst) * 9e-9}
           for nb in (1024, 1 << 18, 1 << 20, 4 << 20)]
-    cal = B._calibrate(pp, 1e9)
-    ring, tree = B._model_link(cal, "ring"), B._model_link(cal, "tree")
+    cal = M.calibrate(pp, 1e9)
+    ring, tree = M.model_link(cal, "ring"), M.model_link(cal, "tree")
     assert ring.burst_bytes == tree.burst_bytes == pytest.approx(burst, rel=1e-6)
     assert ring.bandwidth_bps == pytest.approx(8 / 9e-9, rel=1e-6) and tree.bandwidth_bps == pytest.approx(1e9)
 

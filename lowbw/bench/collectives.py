@@ -31,6 +31,15 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.bench.collectives_model import (
+    FIT_MIN_BYTES,
+    calibrate,
+    calibrated_time,
+    handshake_steps,
+    refilled_burst_bytes,
+    step_messages,
+    window_wait,
+)
 
 IDLE_MIN_S = 0.002  # idle time before each timed call (at least; see _run_testbed)
 FULL_WARMUP_MAX_S = 2.0  # measurements predicted to take at most this long get an untimed full-size call first
@@ -71,10 +80,6 @@ QUICK: dict[str, Any] = {
 
 
 # --------------------------------------------------------------------------------- controller
-FIT_MIN_BYTES = 256 << 10
-BUCKET_FIT_FACTOR = 4  # with the shapers' bucket known, beta is fitted over messages of >= this many buckets
-WINDOW = 4  # lowbw.comm's receive window (chunks in flight per stream; lowbw.comm.engine.DEFAULT_WINDOW)
-TCP_PAYLOAD_PER_FRAME = 1448 / 1514  # TCP payload (MSS with timestamps) per full-size Ethernet frame
 
 
 def _nominal_time(alg: str, nbytes: float, n: int, rate_bps: float, delay_s: float) -> float:
@@ -207,7 +212,7 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
         testbeds.append(desc)
         pp = res["pingpong"]
         key = calibration_key(n, rate_mbit, delay_ms)
-        calibration[key] = cal = _calibrate(pp, rate_bps, res.get("gamma_s_per_byte"),
+        calibration[key] = cal = calibrate(pp, rate_bps, res.get("gamma_s_per_byte"),
                                             (desc.get("tbf") or {}).get("burst"))
         nominal = LinkParams(alpha_s=delay_s, bandwidth_bps=rate_bps)
         for m in res["measurements"]:
@@ -248,180 +253,6 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
 
 def _as_list(v) -> list:
     return list(v) if isinstance(v, (list, tuple)) else [v]
-
-
-# algorithms whose busiest links carry data in both directions at once (each direction then also carries
-# the ACKs of the other): their beta comes from the simultaneous exchange, the others' from ping-pong
-DUPLEX_ALGORITHMS = ("ring", "native", "butterfly", "alltoall", "roundrobin", "allgather")
-
-
-def handshake_steps(algorithm: str, n: int) -> int | None:
-    """Steps of ``algorithm``'s schedule (lowbw.comm on gloo, N = ``n``) whose receive is posted no earlier
-    than the matching send, on the critical path; None where not worked out (no correction applied).
-
-    gloo's TCP pair sends an unbound buffer only once the receiver's ready notice has arrived ("sends cannot
-    execute until the remote side is ready to receive", gloo/transport/tcp/pair.cc), so such a step costs
-    one more one-way time than the alpha-beta model's ``alpha``. From the schedules: ``ps`` and ``tree``
-    (heap tree, N <= 4): the leaves' first sends up; ``ring``: step 0 (its later receives are posted a
-    window ahead); ``butterfly``: every pairwise exchange (both partners post receive and send together:
-    2 log2 P of them) and, for N not a power of two, the fold (the unfold's receive is posted early)."""
-    if n < 2:
-        return 0
-    if algorithm in ("ps", "ring"):
-        return 1
-    if algorithm == "tree" and n <= 4:
-        return 1
-    if algorithm == "butterfly":
-        p2 = 1 << (n.bit_length() - 1)
-        return 2 * (p2.bit_length() - 1) + (1 if n != p2 else 0)
-    return None
-
-
-def _calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None = None,
-               bucket_bytes: float | None = None) -> dict:
-    """alpha: the one-way time of the smallest message (pure latency, inside tbf's burst); beta and the
-    shaper's burst: least squares over the messages far larger than the burst with alpha fixed, t = alpha +
-    (m - burst) beta (each ping-pong message starts on a link that idled during the reply) -- beta once for
-    ping-pong (one direction at a time) and once for the simultaneous exchange (both directions at once,
-    burst as in ping-pong, intercept the exchange's own smallest time); gamma: the measured local summing
-    time per byte (0 if not measured).
-
-    ``handshake_s``: what a send waits when its receive is posted at the same moment (the exchange's
-    smallest time less the ping-pong's, whose receives are posted ahead: about one one-way delay; see
-    :func:`handshake_steps`). It is also why the exchange has its own intercept: fitted through the
-    ping-pong's alpha, its beta would absorb the handshake (~10% at 20 ms and 10 Mbit/s).
-
-    ``bucket_bytes``: the shapers' configured token bucket (tbf's burst, bytes on the wire), where known. The
-    burst is then that bucket's TCP payload, not fitted, and beta is fitted (relative errors) over the
-    messages of at least ``BUCKET_FIT_FACTOR`` buckets: with delay, the largest messages also pay a
-    loss-recovery round trip once TCP's window overruns the shaper's queue, and a fitted intercept would
-    absorb that as a burst several times the bucket's (it grew with the delay), overcharging every
-    message of a few buckets."""
-    from lowbw.net.costmodel import fit_alpha_beta
-
-    alpha = min(p["one_way_s"] for p in pp)
-    if bucket_bytes:
-        burst = float(bucket_bytes) * TCP_PAYLOAD_PER_FRAME
-        big = [p for p in pp if p["nbytes"] >= BUCKET_FIT_FACTOR * burst]
-        fit = fit_alpha_beta([p["nbytes"] for p in big], [p["one_way_s"] for p in big], weights="relative",
-                             alpha_s=alpha, burst_bytes=burst)
-    else:
-        big = [p for p in pp if p["nbytes"] >= FIT_MIN_BYTES]
-        fit = fit_alpha_beta([p["nbytes"] for p in big], [p["one_way_s"] for p in big], weights="absolute",
-                             alpha_s=alpha, fit_burst=True)
-    out = {"fit": fit.to_dict(), "pingpong": pp, "nominal_rate_bps": rate_bps, "fit_min_bytes": FIT_MIN_BYTES,
-           "efficiency": fit.link.bandwidth_bps / rate_bps, "gamma_s_per_byte": float(gamma_s_per_byte or 0.0),
-           "handshake_s": 0.0, "shaper_burst_bytes": bucket_bytes}
-    # the exchange: beta over the messages far larger than the bucket (FIT_MIN_BYTES), where a message's two
-    # directions share the links' queues and ACKs steadily (of a few buckets, they collide in the queue first)
-    ex = [p for p in pp if p.get("exchange_s") and p["nbytes"] >= FIT_MIN_BYTES]
-    if len(ex) >= 2:
-        alpha_x = min(p["exchange_s"] for p in pp if p.get("exchange_s"))
-        # the same shapers, so the same burst (the exchange's own intercept is noisier: ACKs share the links)
-        fx = fit_alpha_beta([p["nbytes"] for p in ex], [p["exchange_s"] for p in ex], weights="absolute",
-                            alpha_s=alpha_x, burst_bytes=fit.link.burst_bytes)
-        out.update(fit_duplex=fx.to_dict(), efficiency_duplex=fx.link.bandwidth_bps / rate_bps,
-                   handshake_s=max(0.0, alpha_x - alpha))
-    return out
-
-
-def _model_link(cal: dict, algorithm: str):
-    """The calibrated link for ``algorithm``: the ping-pong's alpha (one-way), the beta of its traffic
-    pattern (duplex or one direction at a time) and that fit's burst."""
-    from lowbw.net.costmodel import LinkParams
-
-    f = cal.get("fit_duplex") if algorithm in DUPLEX_ALGORITHMS and cal.get("fit_duplex") else cal["fit"]
-    return LinkParams(alpha_s=cal["fit"]["alpha_s"], bandwidth_bps=f["bandwidth_bps"],
-                      gamma_s_per_byte=float(cal.get("gamma_s_per_byte") or 0.0),
-                      burst_bytes=float(f.get("burst_bytes") or 0.0))
-
-
-def step_messages(algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None
-                  ) -> list[tuple[float, str]] | None:
-    """(bytes, link) a rank sends in each step of ``algorithm``'s schedule on the critical path, in order,
-    where steps are separated by a wait for the peer's data (each step's send waits for the previous step's
-    receive); ``link`` names the shaped uplink it leaves by (steps on one link share its token bucket). None
-    where the links stream without such gaps (``ps``, ``tree``: two phases, already the model's idle starts)
-    or where a ring segment spans several chunks (then the window keeps the link busy). The butterfly's fold
-    leaves by the folding rank's uplink; the exchanges and the unfold by its partner's."""
-    chunk = float(chunk_bytes or 4 << 20)
-    if n < 2:
-        return None
-    if algorithm == "ring":
-        seg = nbytes / n
-        return [(seg, "ring")] * (2 * (n - 1)) if seg <= chunk else None
-    if algorithm == "butterfly":
-        p2 = 1 << (n.bit_length() - 1)
-        k = p2.bit_length() - 1
-        halves = [nbytes / 2 ** (i + 1) for i in range(k)]
-        steps = [(m, "exchange") for m in halves + halves[::-1]]
-        return [(nbytes, "fold"), *steps, (nbytes, "exchange")] if n != p2 else steps
-    return None
-
-
-def refilled_burst_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> float:
-    """Bytes that go at line rate beyond the one idle start :func:`lowbw.net.costmodel.allreduce_time` counts
-    for ``ring`` and ``butterfly``, from a token bucket per shaped link (:func:`step_messages`): a link starts
-    the call with a full bucket, each step's first bytes spend what is in it, and between steps it refills at
-    the shaper's rate while the link waits for the peer's data (one one-way time; in a butterfly exchange
-    also gloo's handshake), up to the bucket. Negligible for the ring without delay (~12 ms refill at 10
-    Mbit/s under tbf's 10-frame minimum burst); with added delay most of a small step goes free, and a
-    butterfly that folds starts its exchanges on links with full buckets. The bucket is the shapers'
-    configured burst (``shaper_burst_bytes``, in TCP payload), not a fitted one. Negative where the model's
-    one idle start frees more than the links can."""
-    steps = step_messages(algorithm, nbytes, n, chunk_bytes)
-    wire = float(cal.get("shaper_burst_bytes") or 0.0)  # the bucket's size (tbf's burst, wire bytes)
-    if not steps or len(steps) < 2 or not wire:
-        return 0.0
-    bucket = wire * TCP_PAYLOAD_PER_FRAME
-    first = float(_model_link(cal, algorithm).burst_bytes)  # the model's one idle start
-    gap = cal["fit"]["alpha_s"] + (float(cal.get("handshake_s") or 0.0) if algorithm == "butterfly" else 0.0)
-    refill = gap * float(cal["nominal_rate_bps"]) / 8
-    tokens: dict[str, float] = {}
-    paced = 0.0
-    for m, link in steps:
-        tokens[link] = bucket if link not in tokens else min(bucket, tokens[link] + refill)
-        free = min(tokens[link], m)
-        tokens[link] -= free
-        paced += m - free
-    total = sum(m for m, _ in steps)
-    return (total - min(first, total)) - paced
-
-
-def window_wait(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> float:
-    """Seconds the heap tree's two phases last beyond their link time because its receive window, not the link,
-    paces them: each stream has ``WINDOW`` chunks of c = min(chunk, 256 KiB) posted ahead, and a chunk leaves
-    only after its receiver's ready notice, so a stream moves at most w c per cycle of alpha + handshake +
-    c beta: a phase of k chunks takes max(kids M beta, (ceil(k / w) - 1) cycle + (the last window's chunks)
-    c beta). It matters where the delay-bandwidth product
-    exceeds the window (100 Mbit/s and 50 ms: ~1.3 MB against 1 MiB); the parameter server's chunks (4 MiB)
-    and the ring's never reach it on this grid."""
-    from lowbw.net.costmodel import HEAP_TREE_MAX_CHUNK_BYTES
-
-    if algorithm != "tree" or n < 2 or nbytes <= 0:
-        return 0.0
-    link = _model_link(cal, algorithm)
-    c = min(float(chunk_bytes or 4 << 20), float(HEAP_TREE_MAX_CHUNK_BYTES), float(nbytes))
-    cycle = link.alpha_s + float(cal.get("handshake_s") or 0.0) + c * link.beta
-    kids = min(2, n - 1)  # the busiest link's streams per phase (the root's children in a binary heap tree)
-    chunks = math.ceil(nbytes / c)
-    windows = math.ceil(chunks / WINDOW)  # the first window's chunks leave at once; each later one waits a cycle
-    paced = (windows - 1) * cycle + (chunks - (windows - 1) * WINDOW) * c * link.beta
-    return 2 * max(0.0, paced - kids * nbytes * link.beta)
-
-
-def calibrated_time(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> float:
-    """The calibrated model's time: :func:`lowbw.net.costmodel.allreduce_time` on :func:`_model_link`, plus
-    gloo's handshakes (:func:`handshake_steps` x ``handshake_s``), less the bursts the shapers' buckets
-    refill between steps (:func:`refilled_burst_bytes` x beta), plus the tree's window waits
-    (:func:`window_wait`)."""
-    from lowbw.net.costmodel import allreduce_time
-
-    link = _model_link(cal, algorithm)
-    t = allreduce_time(algorithm, nbytes, n, link, chunk_bytes)
-    t += (handshake_steps(algorithm, n) or 0) * float(cal.get("handshake_s") or 0.0)
-    t += window_wait(cal, algorithm, nbytes, n, chunk_bytes)
-    return t - refilled_burst_bytes(cal, algorithm, nbytes, n, chunk_bytes) * link.beta
 
 
 def _result(cfg, rows, skipped, calibration, testbeds, t_start) -> dict:
@@ -518,7 +349,7 @@ def remodel(result: dict, chunk_bytes: int | None = None) -> dict:
             rate, _, delay = rest.partition("mbit")
             delay_s = float(delay.strip("_").removesuffix("ms") or 0) / 1e3
             bucket = buckets.get((int(n), float(rate) * 1e6, delay_s))
-        cal.update(_calibrate(cal["pingpong"], cal["nominal_rate_bps"], cal.get("gamma_s_per_byte"), bucket))
+        cal.update(calibrate(cal["pingpong"], cal["nominal_rate_bps"], cal.get("gamma_s_per_byte"), bucket))
     for r in result["rows"]:
         cal = (result["calibration"].get(calibration_key(r["workers"], r["rate_mbit"], r.get("delay_ms") or 0))
                or result["calibration"].get(f"N{r['workers']}_{r['rate_mbit']}mbit"))

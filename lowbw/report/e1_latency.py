@@ -5,7 +5,7 @@ from a latency-bound one (few message steps: ps, tree) to a bandwidth-bound one 
 ring, butterfly), measured and predicted.
 
 Crossover of algorithms a and b in one testbed (N, rate, delay): the message size M* where their times
-are equal. Predicted: the calibrated model's (:func:`lowbw.bench.collectives.calibrated_time`), solved in
+are equal. Predicted: the calibrated model's (:func:`lowbw.bench.collectives_model.calibrated_time`), solved in
 log M by bisection over the measured size range; measured: where log(t_a / t_b) changes sign between two
 measured sizes, interpolated linearly in log M. The talk's textbook condition
 (:func:`lowbw.net.costmodel.crossover_nbytes` with ``talk=True``, alpha = the measured one-way latency,
@@ -36,7 +36,7 @@ def predicted_crossover(cal: dict, a: str, b: str, n: int, lo: float, hi: float,
                         ) -> float | None:
     """Bytes in [lo, hi] where the calibrated model's times of ``a`` and ``b`` are equal (None: no sign change
     of their difference at the ends of the range)."""
-    from lowbw.bench.collectives import calibrated_time
+    from lowbw.bench.collectives_model import calibrated_time
 
     def d(m: float) -> float:
         return calibrated_time(cal, a, m, n, chunk) - calibrated_time(cal, b, m, n, chunk)
@@ -93,7 +93,8 @@ def latency_tables(b: dict) -> dict[str, Any] | None:
     and the largest size, their crossover), ``latency_skipped`` (testbeds not built, and why)."""
     import pandas as pd
 
-    from lowbw.bench.collectives import calibrated_time, calibration_key
+    from lowbw.bench.collectives import calibration_key
+    from lowbw.bench.collectives_model import calibrated_time
     from lowbw.net.costmodel import LinkParams, crossover_nbytes
 
     if not b or not b.get("rows"):
