@@ -47,7 +47,8 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lowbw.compress.base import Compressor, Payload, State, check_bool, check_float, check_int, register
+from lowbw.compress.base import Compressor, Payload, State, register
+from lowbw.compress.checks import check_bool, check_float, check_int
 from lowbw.compress.collective import Collective
 
 __all__ = ["DeMo", "dct_matrix", "largest_divisor_at_most", "Blocks"]

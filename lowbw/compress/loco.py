@@ -23,7 +23,8 @@ import torch
 from torch import Tensor
 
 from lowbw.compress._bits import pack, unpack
-from lowbw.compress.base import Compressor, Payload, State, check_float, check_int, register
+from lowbw.compress.base import Compressor, Payload, State, register
+from lowbw.compress.checks import check_float, check_int
 from lowbw.compress.quantize import row_views
 from lowbw.compress.sparsify import topk_count
 

@@ -27,15 +27,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lowbw.compress.base import (
-    Compressor,
-    Payload,
-    State,
-    check_bool,
-    check_float,
-    check_int,
-    register,
-)
+from lowbw.compress.base import Compressor, Payload, State, register
+from lowbw.compress.checks import check_bool, check_float, check_int
 from lowbw.compress.collective import Collective
 
 __all__ = ["PowerSGD", "orthogonalize"]
