@@ -159,3 +159,53 @@ def test_a_folding_butterfly_starts_its_exchanges_on_full_buckets():
     free = M.refilled_burst_bytes(cal, "butterfly", m, 3)
     assert free == pytest.approx(8_000.0 + (b - 8_000.0), abs=50)  # the halving, and the rest of link 2's bucket
     assert M.refilled_burst_bytes(cal, "butterfly", m, 4) == pytest.approx(0.0, abs=50)  # one link throughout
+
+
+@pytest.mark.parametrize("n", [2, 3])
+def test_the_trees_chain_below_four_workers_is_the_models_two_idle_starts(n):
+    """N = 2, 3: each phase's shared link has not carried data before it: nothing beyond the model."""
+    cal = _cal(0.02, 1e7, handshake=0.02)
+    b = 15_000.0 * M.TCP_PAYLOAD_PER_FRAME
+    for m in (4000.0, 16_000.0, 64_000.0):
+        assert M.tree_chain_paced_bytes(cal, m, n) == pytest.approx(2 * (n - 1) * m - 2 * min(b, (n - 1) * m))
+        assert M.refilled_burst_bytes(cal, "tree", m, n) == pytest.approx(0.0, abs=1e-6)
+
+
+def test_the_trees_chain_at_four_workers_frees_a_bucket_per_hop_and_the_roots_twice():
+    """N = 4, one chunk: 3 -> 1 -> 0 -> {1, 2} -> 3. With 20 ms gaps every bucket is full again (25 KB refill
+    against 14.5 KB): each hop frees b, the root's stream to 1 frees b and shares the rest round robin."""
+    b = 15_000.0 * M.TCP_PAYLOAD_PER_FRAME
+    m = 32_000.0
+    cal = _cal(0.02, 1e7, handshake=0.02)
+    assert M.tree_chain_paced_bytes(cal, m, 4) == pytest.approx((m - b) + (m - b) + 2 * (m - b) + (m - b))
+    # the model charges 4m - 2b (two idle starts) + (m - b) (the fill chunk): the chain frees 2 b more
+    assert M.refilled_burst_bytes(cal, "tree", m, 4, 4 << 20) == pytest.approx(2 * b)
+    link = LinkParams(0.02, 1e7, burst_bytes=b)
+    want = allreduce_time("tree", m, 4, link, 4 << 20) + 0.02 - 2 * b * 8 / 1e7
+    assert M.calibrated_time(cal, "tree", m, 4, 4 << 20) == pytest.approx(want)
+    # the latency terms and the chain's bytes, whether or not the model was told the chunk size
+    chain = 4 * 0.02 + 0.02 + (5 * m - 5 * b) * 8 / 1e7
+    assert M.calibrated_time(cal, "tree", m, 4) == pytest.approx(chain) == pytest.approx(want)
+
+
+def test_the_trees_chain_without_delay_refills_by_the_time_between_hops():
+    """alpha ~ 0: 0's downlink, drained by 2 -> 0, has nothing for 1 -> 0; 1's downlink refills while 1 -> 0
+    is paced (m - b at the shaped rate: full again); 1's uplink refills only while the root's stream to 1 is
+    paced: 2 (m - b) beta, i.e. 2 (m - b) payload bytes per byte at the line rate."""
+    b = 15_000.0 * M.TCP_PAYLOAD_PER_FRAME
+    m = 16_000.0  # m - b = 1 660 bytes
+    cal = _cal(1e-9, 1e7)
+    payload = M.TCP_PAYLOAD_PER_FRAME  # refill in payload bytes; beta here is the wire rate's
+    f4 = 2 * (m - b) * payload
+    assert f4 < b
+    paced = M.tree_chain_paced_bytes(cal, m, 4)
+    assert paced == pytest.approx((m - b) + m + 2 * (m - b) + (m - f4), abs=1.0)
+
+
+def test_the_trees_chain_applies_to_one_chunk_on_at_most_four_workers():
+    cal = _cal(0.02, 1e7, handshake=0.02)
+    assert M.tree_chain_paced_bytes(cal, 300_000.0, 4) is None  # > 256 KiB: chunks stream
+    assert M.tree_chain_paced_bytes(cal, 64_000.0, 4, chunk_bytes=32_000) is None
+    assert M.tree_chain_paced_bytes(cal, 64_000.0, 5) is None
+    assert M.tree_chain_paced_bytes({**cal, "shaper_burst_bytes": None}, 64_000.0, 4) is None
+    assert M.refilled_burst_bytes(cal, "tree", 300_000.0, 4) == 0.0

@@ -6,7 +6,9 @@ with link delay or many small steps:
 * gloo's receiver-ready handshake (:func:`handshake_steps`): a step whose receive is posted with its send
   waits one more one-way time;
 * token buckets refilled between steps (:func:`refilled_burst_bytes`): each shaped uplink's tbf bucket
-  refills while the link waits for the peer, so a later step's first bytes leave at line rate;
+  refills while the link waits for the peer, so a later step's first bytes leave at line rate; for the heap
+  tree's one-chunk messages, every hop of its chain (3 -> 1 -> 0 -> 1 -> 3 at N = 4) with the buckets of both
+  links it crosses (:func:`tree_chain_paced_bytes`);
 * the heap tree's receive window (:func:`window_wait`), where the delay-bandwidth product exceeds it.
 
 :func:`calibrated_time` adds them up. Sizes in bytes, rates in bits/s, times in seconds.
@@ -17,7 +19,8 @@ from __future__ import annotations
 import math
 
 __all__ = ["FIT_MIN_BYTES", "BUCKET_FIT_FACTOR", "WINDOW", "TCP_PAYLOAD_PER_FRAME", "DUPLEX_ALGORITHMS",
-           "calibrate", "model_link", "handshake_steps", "step_messages", "refilled_burst_bytes", "window_wait",
+           "calibrate", "model_link", "handshake_steps", "step_messages", "refilled_burst_bytes",
+           "tree_chain_paced_bytes", "window_wait",
            "calibrated_time"]
 
 FIT_MIN_BYTES = 256 << 10
@@ -117,7 +120,8 @@ def step_messages(algorithm: str, nbytes: float, n: int, chunk_bytes: float | No
     """(bytes, link) a rank sends in each step of ``algorithm``'s schedule on the critical path, in order,
     where steps are separated by a wait for the peer's data (each step's send waits for the previous step's
     receive); ``link`` names the shaped uplink it leaves by (steps on one link share its token bucket). None
-    where the links stream without such gaps (``ps``, ``tree``: two phases, already the model's idle starts)
+    where the links stream without such gaps (``ps``: two phases, already the model's idle starts; ``tree``:
+    its hops cross two buckets each, see :func:`tree_chain_paced_bytes`)
     or where a ring segment spans several chunks (then the window keeps the link busy). The butterfly's fold
     leaves by the folding rank's uplink; the exchanges and the unfold by its partner's."""
     chunk = float(chunk_bytes or 4 << 20)
@@ -143,8 +147,12 @@ def refilled_burst_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk
     also gloo's handshake), up to the bucket. Negligible for the ring without delay (~12 ms refill at 10
     Mbit/s under tbf's 10-frame minimum burst); with added delay most of a small step goes free, and a
     butterfly that folds starts its exchanges on links with full buckets. The bucket is the shapers'
-    configured burst (``shaper_burst_bytes``, in TCP payload), not a fitted one. Negative where the model's
-    one idle start frees more than the links can."""
+    configured burst (``shaper_burst_bytes``, in TCP payload; refilled in payload bytes too), not a fitted
+    one. Negative where the model's one idle start frees more than the links can. ``tree``: the bytes
+    :func:`lowbw.net.costmodel.allreduce_time` charges at the shaped rate less those of
+    :func:`tree_chain_paced_bytes` (0 where that does not apply)."""
+    if algorithm == "tree":
+        return _tree_refilled_bytes(cal, nbytes, n, chunk_bytes)
     steps = step_messages(algorithm, nbytes, n, chunk_bytes)
     wire = float(cal.get("shaper_burst_bytes") or 0.0)  # the bucket's size (tbf's burst, wire bytes)
     if not steps or len(steps) < 2 or not wire:
@@ -152,7 +160,7 @@ def refilled_burst_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk
     bucket = wire * TCP_PAYLOAD_PER_FRAME
     first = float(model_link(cal, algorithm).burst_bytes)  # the model's one idle start
     gap = cal["fit"]["alpha_s"] + (float(cal.get("handshake_s") or 0.0) if algorithm == "butterfly" else 0.0)
-    refill = gap * float(cal["nominal_rate_bps"]) / 8
+    refill = gap * float(cal["nominal_rate_bps"]) / 8 * TCP_PAYLOAD_PER_FRAME  # payload bytes, as the bucket
     tokens: dict[str, float] = {}
     paced = 0.0
     for m, link in steps:
@@ -162,6 +170,73 @@ def refilled_burst_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk
         paced += m - free
     total = sum(m for m, _ in steps)
     return (total - min(first, total)) - paced
+
+
+def tree_chain_paced_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = None) -> float | None:
+    """Bytes the heap tree's critical path sends at the shaped rate (the rest leaves at line rate out of the
+    links' tbf buckets), for a message of one chunk (``nbytes`` <= min(chunk, 256 KiB)) on N = ``n`` <= 4;
+    None otherwise (the chunks then stream and the model's two idle starts stand).
+
+    Every message crosses two shapers, its sender's uplink and its receiver's downlink, each with a bucket
+    of b (``shaper_burst_bytes`` in TCP payload), full at the call's start. A flow of m bytes through buckets
+    holding T_up and T_down sends f = min(T_up, T_down, m) free and the rest paced: it lasts alpha + (m - f)
+    beta, and leaves both buckets at max(0, T - m). A bucket refills at the shaper's rate r (payload bytes/s)
+    up to b, from its last flow's end to its next flow's start, both taken at the link: g = (next send's
+    start) - (last receive's end) + alpha (the one-way time is split between the two sides of the bridge;
+    either split gives this gap). The schedule (lowbw.comm.tree, leaves' sends first, a node sends up once
+    all its children's chunks are in, the root and node 1 forward down as soon as theirs is, children in
+    order [2v+1, 2v+2]):
+
+    * N = 2: 1 -> 0, then 0 -> 1: paced (m - f1) + (m - f2);
+    * N = 3: 1, 2 -> 0 into 0's downlink together, then 0 -> 1, 2 out of 0's uplink, each phase's shared
+      bucket full (f = min(b, 2m)): paced 2 (2m - f);
+    * N = 4: 3 -> 1 (while 2 -> 0 drains 0's downlink), 1 -> 0 (0's downlink refilled for g = alpha), 0 -> 1
+      and 0 -> 2 out of 0's uplink: the first posted stream (to 1) takes the burst f3 and then shares the
+      uplink round robin with the stream to 2, so its rest (m - f3) takes 2 (m - f3) beta; then 1 -> 3 (1's
+      uplink refilled since its send to 0 ended): paced (m - f1) + (m - f2) + 2 (m - f3) + (m - f4).
+
+    All buckets full (N = 2, 3, or long gaps), this is the model's 2 idle starts for N = 2 and 3; for N = 4
+    the chain frees up to 5 buckets where :func:`lowbw.net.costmodel.allreduce_time` credits 3 (its two
+    idle starts and the fill chunk's)."""
+    from lowbw.net.costmodel import HEAP_TREE_MAX_CHUNK_BYTES
+
+    wire = float(cal.get("shaper_burst_bytes") or 0.0)
+    m = float(nbytes)
+    c = min(float(chunk_bytes or 4 << 20), float(HEAP_TREE_MAX_CHUNK_BYTES))
+    if not wire or not 2 <= n <= 4 or m <= 0 or m > c:
+        return None
+    b = wire * TCP_PAYLOAD_PER_FRAME
+    a = float(cal["fit"]["alpha_s"])
+    beta = model_link(cal, "tree").beta
+    rate = float(cal["nominal_rate_bps"]) / 8 * TCP_PAYLOAD_PER_FRAME  # refill, payload bytes/s
+
+    def refilled(left: float, gap: float) -> float:
+        return min(b, left + max(0.0, gap) * rate)
+
+    if n < 4:  # each phase's shared link (0's downlink, then 0's uplink) has not carried data before it
+        return 2 * (n - 1) * m - 2 * min(b, (n - 1) * m)
+    left = max(0.0, b - m)  # what a full bucket keeps after one flow of m
+    f1 = min(b, m)  # 3 -> 1 (and 2 -> 0, the same size at the same time; both end at their receivers at t1)
+    t1 = a + (m - f1) * beta
+    f2 = min(refilled(left, a), m)  # 1 -> 0 at t1: 1's uplink full, 0's downlink refilled for g = alpha
+    t2 = t1 + a + (m - f2) * beta
+    f3 = min(refilled(left, t2 - t1 + a), m)  # 0 -> 1 first at t2: 0's uplink full, 1's downlink since t1
+    t3 = t2 + a + 2 * (m - f3) * beta
+    f4 = min(refilled(left, t3 - t2 + a), m)  # 1 -> 3 at t3: 3's downlink full, 1's uplink since t2
+    return (m - f1) + (m - f2) + 2 * (m - f3) + (m - f4)
+
+
+def _tree_refilled_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float | None) -> float:
+    """The bytes :func:`lowbw.net.costmodel.allreduce_time` charges the tree at the shaped rate (its byte and
+    fill terms, with the calibrated burst) less :func:`tree_chain_paced_bytes`; 0 where that is None."""
+    from lowbw.net.costmodel import LinkParams, allreduce_time
+
+    paced = tree_chain_paced_bytes(cal, nbytes, n, chunk_bytes)
+    if paced is None:
+        return 0.0
+    link = model_link(cal, "tree")
+    bytes_only = LinkParams(alpha_s=0.0, bandwidth_bps=link.bandwidth_bps, burst_bytes=link.burst_bytes)
+    return allreduce_time("tree", nbytes, n, bytes_only, chunk_bytes) / link.beta - paced
 
 
 def window_wait(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> float:
