@@ -162,3 +162,17 @@ def test_report_command_names_a_bad_argument_before_any_work(tmp_path, capsys):
     assert main(["report", "--config", str(cfg), "--runs", str(tmp_path / "runs"), "--out", str(out),
                  "--only", "e1"]) == 0
     assert r"\newcommand{\EOneNotRun}" in (out / "numbers.tex").read_text()
+
+
+def test_report_of_some_experiments_keeps_the_others_numbers(tmp_path):
+    from lowbw.report.build import build
+
+    gen = tmp_path / "gen"
+    gen.mkdir()
+    (gen / "numbers.tex").write_text("% old\n\\newcommand{\\EOneSettings}{42}\n\\newcommand{\\ENineTarget}{90}\n"
+                                     "\\newcommand{\\ETenTarget}{85}\n")
+    (tmp_path / "runs").mkdir()
+    build({"profile": "tiny", "seeds": [0]}, tmp_path / "runs", gen, only=["e9"])
+    text = (gen / "numbers.tex").read_text()
+    assert "\\newcommand{\\EOneSettings}{42}" in text and "\\newcommand{\\ETenTarget}{85}" in text
+    assert "ENineTarget" not in text and "\\ENineNotRun" in text  # E9 rebuilt: no runs now
