@@ -167,6 +167,8 @@ MACROS: dict[str, str] = {
     "EEightImpliedMin": "per-message cost implied by the measured communication, minimum (ms)",
     "EEightImpliedMax": "its maximum (ms)",
     "EEightImpliedCells": "cells it was implied in",
+    "EEightBucketKB": "the testbed shapers' token bucket the clock models, largest (KB)",
+    "EEightBucketCells": "cells whose clock modelled the shapers' bucket",
     "EEightLossIdentical": "cells where sim and testbed losses were bit-identical",
     "EEightTTTCells": "cells that reached the target accuracy",
     "EEightTTTWorst": "worst |error| of the predicted time to accuracy (%)",

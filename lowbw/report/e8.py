@@ -141,6 +141,9 @@ def numbers(st: Stats) -> dict[str, str]:
             out["EEightImpliedMin"] = fmt_num(float(imp.min()), 2)
             out["EEightImpliedMax"] = fmt_num(float(imp.max()), 2)
             out["EEightImpliedCells"] = str(len(imp))
+    if "shaper_burst_bytes" in df and (df["shaper_burst_bytes"].fillna(0) > 0).any():
+        out["EEightBucketKB"] = fmt_num(float(df["shaper_burst_bytes"].max()) / 1e3, 3)
+        out["EEightBucketCells"] = str(int((df["shaper_burst_bytes"].fillna(0) > 0).sum()))
     out["EEightLossIdentical"] = str(int(df["loss_identical"].astype(bool).sum()))
     ttt = df[df["err_ttt"].notna()]
     if not ttt.empty:
