@@ -8,6 +8,7 @@ import random
 import pytest
 
 from lowbw.compress.collective import CallRecord
+from lowbw.net import costfit
 from lowbw.net import costmodel as cm
 from lowbw.net.costmodel import LinkParams
 
@@ -151,12 +152,12 @@ def test_calibration_recovers_alpha_beta_from_noisy_pingpong():
     true = LinkParams(alpha_s=2e-4, bandwidth_bps=9.5e7)
     sizes = [2**k for k in range(10, 24)]
     times = [true.message(s) * (1 + rng.gauss(0, 0.01)) for s in sizes]
-    fit = cm.fit_alpha_beta(sizes, times)
+    fit = costfit.fit_alpha_beta(sizes, times)
     assert fit.link.bandwidth_bps == pytest.approx(true.bandwidth_bps, rel=0.03)
     assert fit.link.alpha_s == pytest.approx(true.alpha_s, rel=0.1)
     assert fit.r2 > 0.99 and fit.max_rel_err < 0.05
     # alpha fixed, beta fitted
-    fit2 = cm.fit_alpha_beta(sizes, times, alpha_s=2e-4, weights="absolute")
+    fit2 = costfit.fit_alpha_beta(sizes, times, alpha_s=2e-4, weights="absolute")
     assert fit2.link.alpha_s == 2e-4 and fit2.link.bandwidth_bps == pytest.approx(9.5e7, rel=0.03)
 
 
@@ -167,7 +168,7 @@ def test_calibration_from_allreduce_measurements_predicts_other_algorithms():
     B = [cm._allreduce_terms(a, n)[1] for a in algs for _ in sizes]
     ms = [s for _ in algs for s in sizes]
     ts = [cm.allreduce_time(a, s, n, true) for a in algs for s in sizes]
-    fit = cm.fit_alpha_beta(ms, ts, latency_steps=A, byte_factors=B)
+    fit = costfit.fit_alpha_beta(ms, ts, latency_steps=A, byte_factors=B)
     assert fit.link.alpha_s == pytest.approx(5e-4, rel=1e-6)
     want = cm.allreduce_time("butterfly", 3e7, n, true)
     assert cm.allreduce_time("butterfly", 3e7, n, fit.link) == pytest.approx(want)
@@ -175,10 +176,10 @@ def test_calibration_from_allreduce_measurements_predicts_other_algorithms():
 
 def test_fit_rejects_nonsense():
     with pytest.raises(ValueError):
-        cm.fit_alpha_beta([1], [1])
+        costfit.fit_alpha_beta([1], [1])
     with pytest.raises(ValueError, match="beta"):
-        cm.fit_alpha_beta([1, 2, 3], [3, 2, 1])
-    assert math.isfinite(cm.fit_alpha_beta([1, 2], [1, 2]).link.alpha_s)
+        costfit.fit_alpha_beta([1, 2, 3], [3, 2, 1])
+    assert math.isfinite(costfit.fit_alpha_beta([1, 2], [1, 2]).link.alpha_s)
 
 
 def test_pipelined_tree_fill():
@@ -230,15 +231,15 @@ def test_token_bucket_burst_shortens_transfers_that_start_on_idle_links():
 def test_calibration_recovers_a_token_bucket_burst():
     true = LinkParams(alpha_s=8e-5, bandwidth_bps=9.6e8, burst_bytes=110_000)
     sizes = [1 << 18, 1 << 20, 1 << 22, 1 << 24]
-    fit = cm.fit_alpha_beta(sizes, [true.message(s) for s in sizes], alpha_s=8e-5, weights="absolute",
+    fit = costfit.fit_alpha_beta(sizes, [true.message(s) for s in sizes], alpha_s=8e-5, weights="absolute",
                             fit_burst=True)
     assert fit.link.burst_bytes == pytest.approx(110_000, rel=1e-6)
     assert fit.link.bandwidth_bps == pytest.approx(9.6e8, rel=1e-9) and fit.to_dict()["burst_bytes"] > 0
     # a plain link: no burst is invented
-    plain = cm.fit_alpha_beta(sizes, [8e-5 + s * 8 / 9.6e8 for s in sizes], alpha_s=8e-5, fit_burst=True)
+    plain = costfit.fit_alpha_beta(sizes, [8e-5 + s * 8 / 9.6e8 for s in sizes], alpha_s=8e-5, fit_burst=True)
     assert plain.link.burst_bytes == pytest.approx(0, abs=1e-3)
     # a fixed burst: only beta is fitted
-    fixed = cm.fit_alpha_beta(sizes, [true.message(s) for s in sizes], alpha_s=8e-5, burst_bytes=110_000)
+    fixed = costfit.fit_alpha_beta(sizes, [true.message(s) for s in sizes], alpha_s=8e-5, burst_bytes=110_000)
     assert fixed.link.bandwidth_bps == pytest.approx(9.6e8, rel=1e-9) and fixed.link.burst_bytes == 110_000
     with pytest.raises(ValueError, match="alpha_s"):
-        cm.fit_alpha_beta(sizes, [true.message(s) for s in sizes], fit_burst=True)
+        costfit.fit_alpha_beta(sizes, [true.message(s) for s in sizes], fit_burst=True)

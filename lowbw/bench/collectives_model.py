@@ -76,7 +76,7 @@ def calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None = 
     loss-recovery round trip once TCP's window overruns the shaper's queue, and a fitted intercept would
     absorb that as a burst several times the bucket's (it grew with the delay), overcharging every
     message of a few buckets."""
-    from lowbw.net.costmodel import fit_alpha_beta
+    from lowbw.net.costfit import fit_alpha_beta
 
     alpha = min(p["one_way_s"] for p in pp)
     if bucket_bytes:
