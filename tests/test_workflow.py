@@ -67,14 +67,16 @@ def test_tiny_workflow_end_to_end(tmp_path):
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:] + logs
     summaries = list((proj / "runs").glob("e*/**/summary.json"))
     tiny = yaml.safe_load((proj / "config" / "tiny.yaml").read_text())
-    assert len(summaries) == len(run_dirs(tiny)) == 11  # E3-E7 and E9 runs of the tiny grid
+    assert len(summaries) == len(run_dirs(tiny)) == 14  # E3-E7, E9 and E10 runs of the tiny grid
     assert (proj / "runs" / "e4_compression" / "method~topk1" / "seed~1" / "train.ipynb").is_file()
     gen = proj / "paper" / "generated"
-    for e in range(1, 10):
+    for e in range(1, 11):
         assert (gen / f"tab_e{e}.tex").is_file() and (gen / f"fig_e{e}.pdf").is_file()
     numbers = (gen / "numbers.tex").read_text()
     assert r"\newcommand{\EFourTarget}" in numbers
     assert r"\newcommand{\ENineTarget}" in numbers  # E9 ran (dense, local SGD, DiLoCo)
+    assert r"\newcommand{\ETenTarget}" in numbers  # E10 ran (dense on an even network and with one slow link)
+    assert r"\newcommand{\EOneLatSettings}" in numbers  # E1's latency axis ran (one delayed testbed)
     if has_latex:
         pdf = proj / "paper" / "build" / "paper.pdf"
         assert pdf.is_file() and pdf.stat().st_size > 10_000
