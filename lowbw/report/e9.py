@@ -136,6 +136,28 @@ def table(st: Stats) -> str:
                     "worker, one-way latency; (k/n): only k of n seeds reached it).", "tab:e9", size=r"\scriptsize")
 
 
+def _label_points(ax, xs, ys, labels) -> None:
+    """Direct labels right of log-log points, each moved up (with a leader line) until it clears the labels
+    already placed near it: a greedy stack in log10 space, lowest point first."""
+    import math
+
+    pts = sorted(zip(map(math.log10, xs), map(math.log10, ys), labels), key=lambda t: t[1])
+    if not pts:
+        return
+    span = max(0.5, max(p[1] for p in pts) - min(p[1] for p in pts))
+    h = 0.065 * span  # one label's height in decades of y
+    placed: list[tuple[float, float]] = []
+    for lx, ly, text in pts:
+        y = ly
+        while any(abs(lx - px) < 0.9 and abs(y - py) < h for px, py in placed):
+            y += h
+        placed.append((lx, y))
+        moved = y - ly > 1e-9
+        ax.annotate(text, (10 ** lx, 10 ** ly), xytext=(10 ** (lx + 0.05), 10 ** y), textcoords="data",
+                    fontsize=5.5, va="center",
+                    arrowprops={"arrowstyle": "-", "lw": 0.3, "color": "0.5"} if moved else None)
+
+
 def figure(st: Stats):
     """Per number of workers: virtual time to the target on the middle link against the bytes each worker
     sent until then, one point per method (mean over the seeds that reached it), by family."""
@@ -151,11 +173,9 @@ def figure(st: Stats):
         g = mean[mean["workers"] == n]
         sns.scatterplot(data=g, x="bytes_to_target_per_worker", y="ttt_s", hue="family", style="family",
                         hue_order=["per step", "rare"], style_order=["per step", "rare"], s=28, ax=ax)
-        for _, r in g.iterrows():
-            ax.annotate(r["method"], (r["bytes_to_target_per_worker"], r["ttt_s"]), fontsize=5.5,
-                        xytext=(3, 2), textcoords="offset points")
         ax.set(xscale="log", yscale="log", title=f"{n} workers", xlabel="bytes per worker to the target",
                ylabel=f"virtual time to target, {fmt_num(LINKS[1][1])} Mbit/s (s)")
+        _label_points(ax, g["bytes_to_target_per_worker"], g["ttt_s"], g["method"])
         ax.grid(True, which="major", lw=0.4)
         if ax is not axes.flat[0] and ax.get_legend() is not None:
             ax.get_legend().remove()
