@@ -65,7 +65,10 @@ rule runs:
 
 
 rule train:
-    """One training run: notebooks/train.ipynb executed by papermill into the run directory."""
+    """One training run: notebooks/train.ipynb executed by papermill into the run directory. A run resumes or
+    redoes its work when run again, so a failed attempt is retried: once in a full test run a papermill kernel
+    never answered its start ("Kernel didn't respond in 120 seconds", two kernels starting together)."""
+    retries: 2
     output:
         "runs/{exp}/{params}/summary.json",
     log:

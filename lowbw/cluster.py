@@ -126,7 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:
         print(f"lowbw.cluster: {e}", file=sys.stderr)
         return 2
-    print(shlex.join(full), file=sys.stdout if a.dry_run else sys.stderr, flush=True)
+    # one write(2): the nodes of a testbed share the terminal, and print()'s separate writes interleave
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os.write(1 if a.dry_run else 2, (shlex.join(full) + "\n").encode())
     if a.dry_run:
         return 0
     os.execv(full[0], full)
