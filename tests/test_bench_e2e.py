@@ -174,3 +174,45 @@ def test_committed_clock_tables_cover_their_grids():
             _, exp, rest = d.split("/", 2)
             cfg = run_config(config, exp, decode(rest))
             assert cfg["clock"] == "model" and cfg["clock_sample_s"] > 0, d
+
+
+def test_probe_summary_curve_pools_gaps_and_reads_old_files():
+    # N = 3: a message is one of 2 (N-1) = 4 steps; per-call samples in seconds, per gap (ms) as strings
+    new = {"allgather_by_gap_s": {"0": [0.004, 0.004, 0.008], "1": [0.008, 0.008]},
+           "compute_alone_s": [1.0], "compute_together_s": [1.5]}
+    old = {"allgather_s": [0.004], "compute_alone_s": [1.0], "compute_together_s": [1.5]}
+    pr = e2e.probe_summary([new, old], workers=3)
+    assert pr["overhead_curve"] == [[0.0, 1.0], [1.0, 2.0]]  # medians 4 ms and 8 ms over 4 steps
+    assert pr["overhead_ms"] == 1.0  # back to back
+    assert pr["compute_scale"] == 1.5
+
+
+def test_overhead_at_interpolates_and_clamps():
+    curve = [[0.0, 0.5], [0.5, 1.5], [2.0, 2.0]]
+    assert e2e.overhead_at(curve, 0.0) == 0.5
+    assert e2e.overhead_at(curve, 0.25) == pytest.approx(1.0)
+    assert e2e.overhead_at(curve, 1.25) == pytest.approx(1.75)
+    assert e2e.overhead_at(curve, 9.0) == 2.0  # flat beyond the probed gaps
+    assert e2e.overhead_at(curve, float("inf")) == 2.0
+    with pytest.raises(ValueError, match="empty"):
+        e2e.overhead_at([], 1.0)
+
+
+def test_cell_calibration_reads_the_gap_off_the_sim_run(tmp_path):
+    # N = 2: a call is 2 latency terms; 20 terms per 10 steps = 1 call/step; compute + compress = 0.3 of
+    # t_virtual's 0.1 s/step -> gap 30 ms/call: flat beyond the curve
+    sim = [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)]
+    _write_run(tmp_path / "sim", sim)
+    assert e2e.cell_gap_ms(tmp_path / "sim", 20, 2) == pytest.approx(30.0)
+    pr = {"overhead_ms": 0.5, "overhead_curve": [[0.0, 0.5], [2.0, 1.8]], "compute_scale": 1.0}
+    pc = e2e.cell_calibration(pr, tmp_path / "sim", 20, 2)
+    assert pc["overhead_ms"] == 1.8 and pc["overhead_gap_ms"] == pytest.approx(30.0)
+    assert pr["overhead_ms"] == 0.5  # the group's calibration is not changed
+    # N = 3: 4000 latency terms per 10 steps = 100 calls/step -> 0.3 ms of work before each call
+    _write_run(tmp_path / "sim3", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=4000),
+                                   _line(20, 2.0, 1.0, alpha=8000)])
+    assert e2e.cell_gap_ms(tmp_path / "sim3", 20, 3) == pytest.approx(0.3)
+    assert e2e.cell_calibration(pr, tmp_path / "sim3", 20, 3)["overhead_ms"] == pytest.approx(0.5 + 1.3 * 0.15)
+    # a cell without calls (every step local): no gap to read, the curve's end
+    _write_run(tmp_path / "simL", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.0), _line(20, 2.0, 0.0)])
+    assert e2e.cell_gap_ms(tmp_path / "simL", 20, 2) == float("inf")

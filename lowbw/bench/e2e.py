@@ -8,21 +8,31 @@ per worker, every byte through a real tc-shaped link, gloo), per cell (method x 
 ``--methods`` takes the preset names of ``config/config.yaml``'s ``methods:``; ``NAME+ddp`` runs the preset
 through torch DDP with the compressor as its communication hook (``ddp_hook: true``).
 
-Around the testbed runs of each (rate, workers) pair, a probe before and one after (samples pooled) on the same
-testbed measure what the virtual clock needs to know about *this host* and nothing about the training runs:
+Per cell, in order:
 
-* ``overhead_ms``: the per-message cost of the software stack (Python + gloo + TCP + wake-ups), from tiny
-  all-gathers through lowbw.comm, back to back: t / (2 (N-1)) (the sizes exchange and the payload each
-  take N-1 steps). Recorded beside it, not used by the clock: ``overhead_pingpong_ms``, the one-way time of
-  a one-float ping-pong between ranks 0 and 1 (Hockney's alpha, as E1 calibrates it);
-* ``compute_scale``: forward + backward + update of the model at the local batch, all N workers at once
-  (the slowest) against one alone, alternately (N processes share this machine's cores; the virtual clock
-  assumes a machine each).
+1. the sim run with the uncalibrated clock, for the cell's mean CPU work between consecutive calls,
+   g = (compute + compress per step) / (calls per step), a call being 2 (N-1) latency terms;
+2. a probe, the testbed run, and a second probe, on the same kind of testbed (the two probes' samples pooled,
+   so that background load that moves within minutes hits probes and cell alike). A probe measures what the
+   virtual clock needs to know about *this host* and nothing about the training run:
 
-The sim runs (after the group's testbed runs) with ``clock_overhead_ms`` and ``clock_compute_scale`` set to
-them, and ``clock_shaper_burst_bytes`` to the testbed's tbf bucket (:meth:`lowbw.net.link.LinkSpec.tbf_params`:
-the bytes that leave at line rate after a link idles, during compute and between per-layer messages); each
-row also carries the prediction of the uncalibrated clock (ideal stack, a machine per worker, a plain link),
+   * ``overhead_curve``: the per-message cost of the software stack (Python + gloo + TCP + wake-ups) after
+     0 and after g ms of busy CPU (at most ``PROBE_MAX_GAP_MS``) on every rank: tiny all-gathers through
+     lowbw.comm, t / (2 (N-1)) per message (the sizes exchange and the payload each take N-1 steps). In
+     training every call follows CPU work (the backward pass, or the previous layer's compression), and a
+     call after work costs more than one back to back: the receiving side's threads must be woken and
+     scheduled while the cores are busy. Recorded beside it, not used by the clock: ``overhead_pingpong_ms``,
+     the one-way time of a one-float ping-pong between ranks 0 and 1 (Hockney's alpha, as E1 calibrates it);
+   * ``compute_scale``: forward + backward + update of the model at the local batch, all N workers at once
+     (the slowest) against one alone, alternately (N processes share this machine's cores; the virtual
+     clock assumes a machine each);
+
+3. the sim run again, with ``clock_overhead_ms`` = the curve at g (linear between probed gaps, flat beyond),
+   ``clock_compute_scale`` from the probes, and ``clock_shaper_burst_bytes`` = the testbed's tbf bucket
+   (:meth:`lowbw.net.link.LinkSpec.tbf_params`: the bytes that leave at line rate after a link idles, during
+   compute and between per-layer messages).
+
+Each row also carries the prediction of the uncalibrated clock (ideal stack, a machine per worker, a plain link),
 recomputed from the run's alpha-beta coefficients, so the paper can show what the calibration changed.
 
 Per cell (steps ``warmup`` .. ``steps``; t_meta, lowbw's own bookkeeping exchanges, is not training):
@@ -34,20 +44,19 @@ comm; time-to-accuracy at the first evaluation at or above ``--target`` (trainin
 from __future__ import annotations
 
 import argparse
-import datetime as _dt
 import json
 import math
 import os
-import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
 
 from lowbw.bench import bench_provenance
+from lowbw.bench.e2e_probe import overhead_at, probe, probe_summary
 
-__all__ = ["main", "plan", "run_cells", "cell_row", "method_config", "sim_twin", "BASE"]
+__all__ = ["main", "plan", "run_cells", "cell_row", "method_config", "sim_twin", "BASE", "probe_summary",
+           "overhead_at", "cell_gap_ms", "cell_calibration", "cell_config", "probe"]
 
 DEFAULT_OUT = "runs/bench/e2e.json"
 # The training every cell runs (MLP on MNIST: the quick profile's E4 model), with knobs E8 needs: frequent
@@ -61,9 +70,6 @@ BASE: dict[str, Any] = {
 }
 GOODPUT = 1448 / 1514  # RunConfig.link_goodput's default
 WARMUP_STEPS = 10  # steps excluded from the per-step figures (TCP slow start, first-touch allocations)
-PROBE_REPS = 20  # repetitions of a burst of PROBE_BURST tiny all-gathers
-PROBE_BURST = 10
-PROBE_PINGPONG = 200  # round trips of one float between ranks 0 and 1
 
 
 # ----------------------------------------------------------------------------------------------- configs
@@ -116,122 +122,21 @@ def sim_twin(cfg: dict[str, Any]) -> dict[str, Any]:
     return twin
 
 
-# ----------------------------------------------------------------------------------------------- the probe
-def _probe_worker(spec_path: str) -> int:
-    """One testbed worker of the probe (see the module docstring); rank 0 writes the result."""
-    import torch
-    import torch.distributed as dist
-
-    from lowbw.comm.distributed import DistCollective
-    from lowbw.train.config import RunConfig
-    from lowbw.train.models import build_model
-    from lowbw.train.optim import FlatOptimizer
-    from lowbw.train.replicas import Replicas
-
-    spec = json.loads(Path(spec_path).read_text())
-    cfg = RunConfig.from_dict(spec["config"])
-    torch.set_num_threads(int(os.environ.get("LOWBW_THREADS", "1")))
-    dist.init_process_group("gloo", init_method="env://", timeout=_dt.timedelta(seconds=120))
-    rank = dist.get_rank()
-    coll = DistCollective(cfg.collective, timeout=120)
-    one = torch.zeros(1)
-    gathers = []
-    for i in range(PROBE_REPS + 2):
-        # back to back, as a step's per-layer exchanges: the ranks' skew leaving the barrier is paid once
-        dist.barrier()
-        t0 = time.perf_counter()
-        for _ in range(PROBE_BURST):
-            coll.all_gather(one)
-        if i >= 2:
-            gathers.append((time.perf_counter() - t0) / PROBE_BURST)
-    # ping-pong of one float between ranks 0 and 1 (the others wait): one-way = round trip / 2, Hockney's
-    # alpha, as E1 calibrates it
-    pingpong = []
-    dist.barrier()
-    if rank < 2:
-        buf = torch.zeros(1)
-        for i in range(PROBE_PINGPONG + 10):
-            t0 = time.perf_counter()
-            if rank == 0:
-                dist.send(buf, 1)
-                dist.recv(buf, 1)
-            else:
-                dist.recv(buf, 0)
-                dist.send(buf, 0)
-            if i >= 10:
-                pingpong.append((time.perf_counter() - t0) / 2)
-    dist.barrier()
-    # compute: rank 0 alone (the others wait in a barrier), then every rank at once
-    c, h, w = spec["image_shape"]
-    torch.manual_seed(0)
-    rep = Replicas(build_model(cfg.model, spec["num_classes"], c, h), 1)
-    opt = FlatOptimizer(cfg.optimizer, (1, rep.P), "cpu", momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    x = torch.randn(cfg.local_batch, c, h, w)
-    y = torch.randint(0, spec["num_classes"], (cfg.local_batch,))
-
-    def step() -> float:
-        t0 = time.perf_counter()
-        rep.forward_backward([x], [y])
-        opt.step(rep.params, rep.grads, 1e-3)
-        return time.perf_counter() - t0
-
-    alone: list[float] = []
-    together: list[float] = []
-    step()
-    for _ in range(spec["compute_reps"]):  # alternate, so that background load hits both alike
-        dist.barrier()
-        if rank == 0:
-            alone.append(step())
-        dist.barrier()
-        t = torch.tensor([step()], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the clock takes the slowest worker
-        together.append(float(t))
-    if rank == 0:
-        Path(spec["out"]).write_text(json.dumps({"allgather_s": gathers, "pingpong_s": pingpong,
-                                                 "compute_alone_s": alone, "compute_together_s": together}))
-    dist.destroy_process_group()
-    return 0
+def cell_gap_ms(sim_dir: Path, steps: int, workers: int) -> float:
+    """The cell's mean CPU work between consecutive calls (ms), from its sim run: (compute + compress per
+    step) / (calls per step), a call being 2 (N-1) latency terms (an all-gather's sizes and payload, a ring
+    all-reduce's two phases); infinite for a cell without calls."""
+    s0, s1 = _train_lines(_lines(sim_dir), steps)
+    calls = (s1["comm_alpha_terms"] - s0["comm_alpha_terms"]) / (2 * (workers - 1))
+    busy = sum(s1[f"t_virtual_{k}"] - s0[f"t_virtual_{k}"] for k in ("compute", "compress"))
+    return busy / calls * 1e3 if calls > 0 else math.inf
 
 
-def probe_summary(samples: list[dict[str, list[float]]], workers: int) -> dict[str, Any]:
-    """Medians over the pooled samples of several probes: overhead per message (ms), core-sharing factor."""
-    g = [x for s in samples for x in s["allgather_s"]]
-    pp = [x for s in samples for x in s.get("pingpong_s", [])]
-    alone = [x for s in samples for x in s["compute_alone_s"]]
-    together = [x for s in samples for x in s["compute_together_s"]]
-    per_round = statistics.median(g) / (2 * (workers - 1)) * 1e3 if workers > 1 else 0.0
-    return {"overhead_ms": per_round,
-            "overhead_pingpong_ms": statistics.median(pp) * 1e3 if pp else None,
-            "compute_alone_s": statistics.median(alone), "compute_together_s": statistics.median(together),
-            "compute_scale": max(1.0, statistics.median(together) / statistics.median(alone)),
-            "samples": samples}
-
-
-def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list[int], int]) -> dict[str, float]:
-    """Raw samples of one probe on a testbed of ``workers`` at ``rate`` Mbit/s (see :func:`probe_summary`)."""
-    from lowbw.net.testbed import Testbed
-    from lowbw.train.launch import free_port
-
-    root = str(Path(__file__).resolve().parents[2])
-    with tempfile.TemporaryDirectory(prefix="lowbw-e2e-") as td:
-        spec = Path(td) / "spec.json"
-        out = Path(td) / "probe.json"
-        spec.write_text(json.dumps({"config": cfg, "out": str(out), "image_shape": data_shape[0],
-                                    "num_classes": data_shape[1], "compute_reps": 20}))
-        env = dict(os.environ, OMP_NUM_THREADS="1", LOWBW_THREADS="1",
-                   PYTHONPATH=root + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
-        with Testbed(workers=workers, rate=f"{rate}mbit", master_port=free_port()) as tb:
-            codes = tb.run([sys.executable, "-m", "lowbw.bench.e2e", "--probe-worker", str(spec)], env=env, cwd=root,
-                           timeout=600)
-            emulation = tb.emulation
-            # the shapers' token bucket (tc tbf's burst, wire bytes), which the sim's clock models
-            burst = tb.tbf_params(rate * 1e6)["burst"] if emulation == "netns-tc" else 0
-        if any(codes) or not out.exists():
-            raise RuntimeError(f"e2e probe at {rate} Mbit/s, {workers} workers: worker exit codes {codes}")
-        res = json.loads(out.read_text())
-    res["emulation"] = emulation
-    res["shaper_burst_bytes"] = burst
-    return res
+def cell_calibration(probe_res: dict[str, Any], sim_dir: Path, steps: int, workers: int) -> dict[str, Any]:
+    """The probe's calibration for one cell: ``overhead_ms`` read off the curve at the cell's own gap."""
+    gap = cell_gap_ms(sim_dir, steps, workers)
+    curve = probe_res.get("overhead_curve") or [[0.0, probe_res["overhead_ms"]]]
+    return {**probe_res, "overhead_ms": overhead_at(curve, gap), "overhead_gap_ms": gap}
 
 
 # ----------------------------------------------------------------------------------------------- one cell
@@ -310,14 +215,16 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
                               if a.get("loss") is not None and b.get("loss") is not None), default=None),
         "target": target, "ttt_step_sim": s_ttt_step, "ttt_step_procs": p_ttt_step,
         "predicted_ttt_s": s_ttt, "measured_ttt_s": p_ttt, "err_ttt": _rel(s_ttt, p_ttt),
-        "overhead_ms": probe_res["overhead_ms"], "compute_scale": scale,
+        "overhead_ms": probe_res["overhead_ms"], "overhead_gap_ms": probe_res.get("overhead_gap_ms"),
+        "compute_scale": scale,
         "shaper_burst_bytes": float(cfg.get("clock_shaper_burst_bytes") or 0.0),
         "emulation": probe_res.get("emulation"),
     }
 
 
 # ----------------------------------------------------------------------------------------------- the grid
-UNCALIBRATED = {"overhead_ms": 0.0, "compute_scale": 1.0}
+UNCALIBRATED = {"overhead_ms": 0.0, "compute_scale": 1.0, "shaper_burst_bytes": 0.0}
+PROBE_MAX_GAP_MS = 10.0  # the longest CPU gap a probe spins for (a call after more work costs about the same)
 
 
 def plan(args) -> tuple[dict[str, dict[str, Any]], tuple[list[int], int]]:
@@ -352,34 +259,36 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
     for n in args.workers:
         for rate in args.rates:
             base = cell_config({}, n, rate, args.steps, args, UNCALIBRATED)
-            # probes before the cells and after them (pooled): one burst of background load during a probe
-            # should not decide the calibration of a whole group
-            pre = probe(base, n, rate, shape)
-            tbf = {"emulation": pre["emulation"], "shaper_burst_bytes": pre["shaper_burst_bytes"]}
-            pr = {**probe_summary([pre], n), **tbf}
-            group: list[dict[str, Any]] = []
-            print(f"probe N={n} {rate:g} Mbit/s: overhead {pr['overhead_ms']:.3f} ms/message, compute x"
-                  f"{pr['compute_scale']:.2f} ({pr['emulation']})", flush=True)
             for m in mcfg:
-                cfg = cell_config(mcfg[m], n, rate, args.steps, args, pr)
                 cell = runs_dir / f"{m}_n{n}_r{rate:g}"
+                sim_dir = cell / "sim"
+                # 1. sim with the uncalibrated clock: the cell's CPU work between calls (cheap: no links)
+                run(sim_twin(cell_config(mcfg[m], n, rate, args.steps, args, UNCALIBRATED)), sim_dir,
+                    overwrite=True, quiet=True)
+                gap = min(cell_gap_ms(sim_dir, args.steps, n), PROBE_MAX_GAP_MS)
+                # 2. the testbed run between two probes at that gap (pooled: background load that moves within
+                #    minutes hits probe and cell alike; one burst during one probe does not decide)
+                pre = probe(base, n, rate, shape, gaps_ms=(0.0, gap))
+                tbf = {"emulation": pre["emulation"], "shaper_burst_bytes": pre["shaper_burst_bytes"]}
                 t0 = time.perf_counter()
+                cfg = cell_config(mcfg[m], n, rate, args.steps, args, UNCALIBRATED)
                 run({**cfg, "backend": "procs", "testbed": True}, cell / "procs", overwrite=True, quiet=True)
-                group.append({"method": m, "cell": cell, "wall_s": time.perf_counter() - t0})
-            post = probe(base, n, rate, shape)
-            pr = {**probe_summary([pre, post], n), **tbf}
-            probes.append({"workers": n, "rate_mbit": rate, **pr})
-            print(f"probes N={n} {rate:g} Mbit/s, pooled: overhead {pr['overhead_ms']:.3f} ms/message, compute x"
-                  f"{pr['compute_scale']:.2f}", flush=True)
-            for g in group:  # the sims, with the pooled calibration (cheap: no links)
-                cfg = cell_config(mcfg[g["method"]], n, rate, args.steps, args, pr)
-                run(sim_twin(cfg), g["cell"] / "sim", overwrite=True, quiet=True)
-                row = cell_row(g["cell"] / "sim", g["cell"] / "procs", method=g["method"], workers=n, rate=rate,
-                               steps=args.steps, target=args.target, probe_res=pr, cfg=cfg)
-                row["wall_s"] = g["wall_s"]
+                wall = time.perf_counter() - t0
+                post = probe(base, n, rate, shape, gaps_ms=(0.0, gap))
+                pr = {**probe_summary([pre, post], n), **tbf}
+                probes.append({"workers": n, "rate_mbit": rate, "method": m, **pr})
+                # 3. sim again with the calibrated clock
+                pc = cell_calibration(pr, sim_dir, args.steps, n)
+                cfg = cell_config(mcfg[m], n, rate, args.steps, args, pc)
+                run(sim_twin(cfg), sim_dir, overwrite=True, quiet=True)
+                row = cell_row(sim_dir, cell / "procs", method=m, workers=n, rate=rate, steps=args.steps,
+                               target=args.target, probe_res=pc, cfg=cfg)
+                row["wall_s"] = wall
                 rows.append(row)
+                print(f"  probes: overhead {_curve_str(pr)} ms/message, compute x{pr['compute_scale']:.2f} "
+                      f"({pr['emulation']})", flush=True)
                 print(_fmt_row(row), flush=True)
-            atomic_write_json(out, _result(rows, probes, args, t_start, complete=False))
+                atomic_write_json(out, _result(rows, probes, args, t_start, complete=False))
     res = _result(rows, probes, args, t_start, complete=True)
     atomic_write_json(out, res)
     return res
@@ -391,14 +300,16 @@ def reanalyse(args) -> dict[str, Any]:
 
     res = json.loads(Path(args.out).read_text())
     methods = load_methods()
-    probes = {(p["workers"], p["rate_mbit"]): p for p in res["probes"]}
+    # one probe per cell (its method named), or, in files before that, one per (N, rate) group
+    probes = {(p["workers"], p["rate_mbit"], p.get("method")): p for p in res["probes"]}
     a = argparse.Namespace(**{**vars(args), **{k: v for k, v in res["args"].items() if k in (
         "model", "dataset", "batch_size", "seed", "target", "runs_dir")}})
     rows = []
     for r in res["rows"]:
-        pr = probes[(r["workers"], r["rate_mbit"])]
-        cfg = cell_config(method_config(r["method"], methods), r["workers"], r["rate_mbit"], r["steps"], a, pr)
         cell = Path(a.runs_dir) / f"{r['method']}_n{r['workers']}_r{r['rate_mbit']:g}"
+        pr = probes.get((r["workers"], r["rate_mbit"], r["method"])) or probes[(r["workers"], r["rate_mbit"], None)]
+        pr = cell_calibration(pr, cell / "sim", r["steps"], r["workers"])
+        cfg = cell_config(method_config(r["method"], methods), r["workers"], r["rate_mbit"], r["steps"], a, pr)
         rows.append({**cell_row(cell / "sim", cell / "procs", method=r["method"], workers=r["workers"],
                                 rate=r["rate_mbit"], steps=r["steps"], target=r["target"], probe_res=pr, cfg=cfg),
                      "wall_s": r.get("wall_s")})
@@ -409,7 +320,7 @@ def reanalyse(args) -> dict[str, Any]:
 
 def _result(rows, probes, args, t_start, complete: bool) -> dict[str, Any]:
     return {"provenance": bench_provenance(), "complete": complete, "seconds": time.perf_counter() - t_start,
-            "args": {k: v for k, v in vars(args).items() if k not in ("probe_worker",)},
+            "args": dict(vars(args)),
             "base_config": BASE, "warmup_steps": WARMUP_STEPS, "probes": probes, "rows": rows,
             "summary": summarise(rows)}
 
@@ -426,6 +337,11 @@ def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
             "target": {"what": "|err_step| <= 0.10 at N=2, 10 and 100 Mbit/s, and 1000 where link-bound",
                        "max_abs_err": worst, "n": len(target_cells),
                        "met": worst is not None and worst <= 0.10}}
+
+
+def _curve_str(pr: dict[str, Any]) -> str:
+    """``0.62 @0, 1.41 @0.5, ...``: the overhead (ms) after each probed gap (ms)."""
+    return ", ".join(f"{o:.2f} @{g:g}" for g, o in pr["overhead_curve"])
 
 
 def _fmt(v, spec: str) -> str:
@@ -465,12 +381,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--target", type=float, default=0.8, help="test accuracy for time-to-accuracy")
     ap.add_argument("--runs-dir", default="runs/bench/e2e", help="where the cells' run directories go")
     ap.add_argument("--out", default=DEFAULT_OUT)
-    ap.add_argument("--probe-worker", help=argparse.SUPPRESS)
     ap.add_argument("--reanalyse", action="store_true",
                     help="recompute the rows of --out from its cells' run directories and stored probes (no runs)")
     a = ap.parse_args(argv)
-    if a.probe_worker:
-        return _probe_worker(a.probe_worker)
     for flag, vals, lo in (("--rates", a.rates, 0), ("--workers", a.workers, 1)):
         bad = [v for v in vals if v <= lo or (flag == "--workers" and v < 2)]
         if bad:

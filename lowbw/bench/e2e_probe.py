@@ -1,0 +1,189 @@
+"""E8's probe: what the virtual clock needs to know about *this host* (and nothing about a training run),
+measured on a testbed like the cell's (see :mod:`lowbw.bench.e2e` for how the cells use it):
+
+* the per-message cost of the software stack (Python + gloo + TCP + wake-ups) after g ms of busy CPU on every
+  rank, for each g of ``gaps_ms``: tiny all-gathers through lowbw.comm, t / (2 (N-1)) per message (the sizes
+  exchange and the payload each take N-1 steps). A call after CPU work costs more than one back to back: the
+  receiving side's threads must be woken and scheduled while the cores are busy;
+* Hockney's alpha, the one-way time of a one-float ping-pong between ranks 0 and 1 (recorded, not used);
+* the compute slow-down of N processes sharing this machine's cores: forward + backward + update at the local
+  batch, all N workers at once (the slowest) against one alone, alternately.
+
+    python -m lowbw.bench.e2e_probe SPEC.json     # one testbed worker (the testbed runs it on every rank)
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+__all__ = ["probe", "probe_summary", "overhead_at", "PROBE_GAPS_MS"]
+
+PROBE_REPS = 20  # repetitions of a burst of PROBE_BURST tiny all-gathers, per gap
+PROBE_BURST = 10
+PROBE_GAPS_MS = (0.0, 0.25, 0.5, 1.0, 2.0)  # busy CPU before each probed call (ms): 0 = back to back
+PROBE_PINGPONG = 200  # round trips of one float between ranks 0 and 1
+
+
+def _busy(seconds: float) -> None:
+    """Keep this core busy for ``seconds`` (a spin on the clock: CPU work, not a sleep)."""
+    t0 = time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        pass
+
+
+def _probe_worker(spec_path: str) -> int:
+    """One testbed worker of the probe (see the module docstring); rank 0 writes the result."""
+    import torch
+    import torch.distributed as dist
+
+    from lowbw.comm.distributed import DistCollective
+    from lowbw.train.config import RunConfig
+    from lowbw.train.models import build_model
+    from lowbw.train.optim import FlatOptimizer
+    from lowbw.train.replicas import Replicas
+
+    spec = json.loads(Path(spec_path).read_text())
+    cfg = RunConfig.from_dict(spec["config"])
+    torch.set_num_threads(int(os.environ.get("LOWBW_THREADS", "1")))
+    dist.init_process_group("gloo", init_method="env://", timeout=_dt.timedelta(seconds=120))
+    rank = dist.get_rank()
+    coll = DistCollective(cfg.collective, timeout=120)
+    one = torch.zeros(1)
+    gathers: dict[str, list[float]] = {}
+    for gap_ms in spec.get("gaps_ms", PROBE_GAPS_MS):
+        gap = gap_ms / 1e3
+        per_call = gathers.setdefault(f"{gap_ms:g}", [])
+        for i in range(PROBE_REPS + 2):
+            # every call after `gap` of busy CPU on every rank, as a step's calls follow its backward pass or
+            # the previous layer's compression; the ranks' skew leaving the barrier is paid once per burst
+            dist.barrier()
+            t0 = time.perf_counter()
+            for _ in range(PROBE_BURST):
+                _busy(gap)
+                coll.all_gather(one)
+            if i >= 2:
+                per_call.append((time.perf_counter() - t0) / PROBE_BURST - gap)
+    # ping-pong of one float between ranks 0 and 1 (the others wait): one-way = round trip / 2, Hockney's
+    # alpha, as E1 calibrates it
+    pingpong = []
+    dist.barrier()
+    if rank < 2:
+        buf = torch.zeros(1)
+        for i in range(PROBE_PINGPONG + 10):
+            t0 = time.perf_counter()
+            if rank == 0:
+                dist.send(buf, 1)
+                dist.recv(buf, 1)
+            else:
+                dist.recv(buf, 0)
+                dist.send(buf, 0)
+            if i >= 10:
+                pingpong.append((time.perf_counter() - t0) / 2)
+    dist.barrier()
+    # compute: rank 0 alone (the others wait in a barrier), then every rank at once
+    c, h, w = spec["image_shape"]
+    torch.manual_seed(0)
+    rep = Replicas(build_model(cfg.model, spec["num_classes"], c, h), 1)
+    opt = FlatOptimizer(cfg.optimizer, (1, rep.P), "cpu", momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+    x = torch.randn(cfg.local_batch, c, h, w)
+    y = torch.randint(0, spec["num_classes"], (cfg.local_batch,))
+
+    def step() -> float:
+        t0 = time.perf_counter()
+        rep.forward_backward([x], [y])
+        opt.step(rep.params, rep.grads, 1e-3)
+        return time.perf_counter() - t0
+
+    alone: list[float] = []
+    together: list[float] = []
+    step()
+    for _ in range(spec["compute_reps"]):  # alternate, so that background load hits both alike
+        dist.barrier()
+        if rank == 0:
+            alone.append(step())
+        dist.barrier()
+        t = torch.tensor([step()], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the clock takes the slowest worker
+        together.append(float(t))
+    if rank == 0:
+        Path(spec["out"]).write_text(json.dumps({"allgather_by_gap_s": gathers, "pingpong_s": pingpong,
+                                                 "compute_alone_s": alone, "compute_together_s": together}))
+    dist.destroy_process_group()
+    return 0
+
+
+def probe_summary(samples: list[dict[str, Any]], workers: int) -> dict[str, Any]:
+    """Medians over the pooled samples of several probes: the per-message overhead curve (ms against the
+    busy gap before each call, ms; ``overhead_ms`` its back-to-back point), the core-sharing factor."""
+    per_gap: dict[float, list[float]] = {}
+    for s in samples:
+        by_gap = s.get("allgather_by_gap_s") or {"0": s.get("allgather_s", [])}  # files before the curve
+        for gap, xs in by_gap.items():
+            per_gap.setdefault(float(gap), []).extend(xs)
+    rounds = 2 * (workers - 1)
+    curve = [[gap, statistics.median(xs) / rounds * 1e3 if workers > 1 else 0.0]
+             for gap, xs in sorted(per_gap.items()) if xs]
+    pp = [x for s in samples for x in s.get("pingpong_s", [])]
+    alone = [x for s in samples for x in s["compute_alone_s"]]
+    together = [x for s in samples for x in s["compute_together_s"]]
+    return {"overhead_ms": curve[0][1], "overhead_curve": curve,
+            "overhead_pingpong_ms": statistics.median(pp) * 1e3 if pp else None,
+            "compute_alone_s": statistics.median(alone), "compute_together_s": statistics.median(together),
+            "compute_scale": max(1.0, statistics.median(together) / statistics.median(alone)),
+            "samples": samples}
+
+
+def overhead_at(curve: list[list[float]], gap_ms: float) -> float:
+    """The per-message overhead (ms) after ``gap_ms`` of CPU work: linear between the probed gaps of
+    ``curve`` ([[gap_ms, overhead_ms], ...], sorted), the end values beyond them."""
+    if not curve:
+        raise ValueError("empty overhead curve")
+    if gap_ms <= curve[0][0]:
+        return float(curve[0][1])
+    for (g0, o0), (g1, o1) in zip(curve, curve[1:]):
+        if gap_ms <= g1:
+            return float(o0 + (o1 - o0) * (gap_ms - g0) / (g1 - g0))
+    return float(curve[-1][1])
+
+
+def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list[int], int],
+          gaps_ms: Sequence[float] = PROBE_GAPS_MS) -> dict[str, Any]:
+    """Raw samples of one probe on a testbed of ``workers`` at ``rate`` Mbit/s, calls after each of
+    ``gaps_ms`` of CPU work (see :func:`probe_summary`)."""
+    from lowbw.net.testbed import Testbed
+    from lowbw.train.launch import free_port
+
+    root = str(Path(__file__).resolve().parents[2])
+    with tempfile.TemporaryDirectory(prefix="lowbw-e2e-") as td:
+        spec = Path(td) / "spec.json"
+        out = Path(td) / "probe.json"
+        spec.write_text(json.dumps({"config": cfg, "out": str(out), "image_shape": data_shape[0],
+                                    "num_classes": data_shape[1], "compute_reps": 20,
+                                    "gaps_ms": [float(g) for g in gaps_ms]}))
+        env = dict(os.environ, OMP_NUM_THREADS="1", LOWBW_THREADS="1",
+                   PYTHONPATH=root + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
+        with Testbed(workers=workers, rate=f"{rate}mbit", master_port=free_port()) as tb:
+            codes = tb.run([sys.executable, "-m", "lowbw.bench.e2e_probe", str(spec)], env=env, cwd=root,
+                           timeout=600)
+            emulation = tb.emulation
+            # the shapers' token bucket (tc tbf's burst, wire bytes), which the sim's clock models
+            burst = tb.tbf_params(rate * 1e6)["burst"] if emulation == "netns-tc" else 0
+        if any(codes) or not out.exists():
+            raise RuntimeError(f"e2e probe at {rate} Mbit/s, {workers} workers: worker exit codes {codes}")
+        res = json.loads(out.read_text())
+    res["emulation"] = emulation
+    res["shaper_burst_bytes"] = burst
+    return res
+
+
+if __name__ == "__main__":
+    sys.exit(_probe_worker(sys.argv[1]))
