@@ -209,3 +209,84 @@ def test_the_trees_chain_applies_to_one_chunk_on_at_most_four_workers():
     assert M.tree_chain_paced_bytes(cal, 64_000.0, 5) is None
     assert M.tree_chain_paced_bytes({**cal, "shaper_burst_bytes": None}, 64_000.0, 4) is None
     assert M.refilled_burst_bytes(cal, "tree", 300_000.0, 4) == 0.0
+
+
+@pytest.mark.parametrize("n", [2, 3, 4])
+def test_software_steps_are_the_models_latency_steps(n):
+    assert M.software_steps("ring", n) == 2 * (n - 1)
+    assert M.software_steps("ps", n) == 2
+    assert M.software_steps("tree", n) == {2: 2, 3: 2, 4: 4}[n]
+    assert M.software_steps("butterfly", n) == {2: 2, 3: 4, 4: 4}[n]
+
+
+def test_software_cost_is_calibrated_from_tiny_calls_and_charged_per_step():
+    """A tiny call's time beyond the model, per latency step, is charged at every size; a tiny call
+    faster than the model charges nothing (not a negative cost)."""
+    n, s = 4, 4e-4
+    cal = _cal(1e-4, 1e8)
+    tiny = {}
+    for alg in ("ring", "tree", "ps", "butterfly"):
+        base = M.calibrated_time(cal, alg, 256, n)
+        k = M.software_steps(alg, n)
+        tiny[alg] = {"nbytes": 256, "times_s": [base + k * s * f for f in (0.8, 0.9, 1.0, 1.1, 1.2)]}
+    sw = M.software_calibration(cal, tiny, n)
+    for alg, e in sw.items():
+        assert e["per_step_s"] == pytest.approx(s) and e["steps"] == M.software_steps(alg, n)
+        assert e["per_step_q25_s"] == pytest.approx(0.9 * s) and e["per_step_q75_s"] == pytest.approx(1.1 * s)
+    with_sw = {**cal, "software": sw}
+    # 4 MB on the ps: nothing refills, so exactly k s more
+    assert M.calibrated_time(with_sw, "ps", 4e6, n) - M.calibrated_time(cal, "ps", 4e6, n) == pytest.approx(2 * s)
+    assert M.software_step_s(with_sw, "ring") == pytest.approx(s) and M.software_step_s(cal, "ring") == 0.0
+    fast = M.software_calibration(
+        cal, {"ring": {"nbytes": 256, "times_s": [0.5 * M.calibrated_time(cal, "ring", 256, n)]}}, n)
+    assert fast["ring"]["per_step_s"] < 0 and M.software_step_s({**cal, "software": fast}, "ring") == 0.0
+
+
+def test_the_software_gap_refills_the_buckets_between_ring_steps():
+    """Without delay a ring step's bucket barely refills in alpha; in alpha + s (0.4 ms at 100 Mbit/s:
+    ~4.8 KB of payload) most of a 16 KB segment beyond the first goes free."""
+    n, m = 4, 64_000.0
+    cal = _cal(7e-5, 1e8)
+    sw = {**cal, "software": {"ring": {"per_step_s": 4e-4}}}
+    free0, free = M.refilled_burst_bytes(cal, "ring", m, n), M.refilled_burst_bytes(sw, "ring", m, n)
+    refill = 4.7e-4 * 1e8 / 8 * M.TCP_PAYLOAD_PER_FRAME
+    assert free - free0 == pytest.approx((2 * (n - 1) - 1) * 4e-4 * 1e8 / 8 * M.TCP_PAYLOAD_PER_FRAME, rel=1e-6)
+    assert free < (2 * (n - 1) - 1) * refill + 1e-6
+    t0 = M.calibrated_time(cal, "ring", m, n)
+    assert M.calibrated_time(sw, "ring", m, n) == pytest.approx(t0 + 6 * 4e-4 - (free - free0) * 8 / 1e8)
+
+
+def test_merge_software_keeps_the_targets_own_calibration_and_records_the_run():
+    cal = _cal(0.005, 1e7, handshake=0.005)
+    cal["pingpong"] = []  # remodel leaves a calibration without a stored ping-pong as it is
+    row = {"workers": 4, "rate_mbit": 10, "delay_ms": 5, "algorithm": "ps", "nbytes": 4000, "size_mb": 0.004,
+           "ok": True, "time_s": 0.03, "chunk_bytes": None}
+    target = {"rows": [row], "calibration": {"N4_10mbit_5ms": dict(cal)}}
+    before = M.calibrated_time(cal, "ps", 4000, 4)
+    tiny = {"ps": {"nbytes": 256, "times_s": [M.calibrated_time(cal, "ps", 256, 4) + 2e-3] * 3, "late_starts": 0}}
+    source = {"calibration": {"N4_10mbit_5ms": {**_cal(0.0051, 1e7), "software": tiny},
+                              "N2_10mbit": {**_cal(1e-4, 1e7), "software": tiny}},
+              "testbeds": [{"workers": 4, "rate_bps": 1e7, "delay_s": 0.005, "loadavg_before": 0.5,
+                            "loadavg_after": 0.7}],
+              "provenance": {"git_commit": "abc"}, "finished_at": "2026-11-24T05:00:00Z", "elapsed_s": 60}
+    assert B.merge_software(target, source, "cal.json") == ["N4_10mbit_5ms"]
+    got = target["calibration"]["N4_10mbit_5ms"]
+    assert got["fit"]["alpha_s"] == 0.005  # the target's own ping-pong calibration
+    assert got["software_measured"] == {"source": "cal.json", "git_commit": "abc",
+                                        "finished_at": "2026-11-24T05:00:00Z", "loadavg": (0.5, 0.7)}
+    assert target["runs"][-1]["calibration_keys"] == ["N4_10mbit_5ms"]
+    # per step against the target's model: 2 ms over two steps
+    assert got["software"]["ps"]["per_step_s"] == pytest.approx(1e-3)
+    assert target["rows"][0]["model_s"] == pytest.approx(before + 2e-3)
+
+
+def test_targets_report_the_issues_size_range_separately():
+    rows = [{"workers": 2, "rate_mbit": 10, "delay_ms": d, "size_mb": mb, "algorithm": "ring", "ok": True,
+             "time_s": 1.0, "model_rel_err": e, "frac_of_bound": 1.0}
+            for d, mb, e in ((0, 0.004, -0.5), (0, 0.064, 0.05), (5, 1, -0.08), (5, 0.016, 0.2))]
+    t = B.targets(rows)
+    assert t["model_within_10pct"]["by_algorithm"]["ring"] == 0.5
+    assert t["model_within_10pct_64kb_10mb"]["by_algorithm"]["ring"] == 0.08
+    assert t["model_within_10pct_64kb_10mb"]["met"] is True and t["model_within_10pct_64kb_10mb"]["n"] == 2
+    assert t["model_within_10pct_64kb_10mb_delayed"]["n"] == 1
+    assert t["model_within_10pct"]["within_by_algorithm"]["ring"] == 0.5

@@ -24,6 +24,7 @@ import torch.distributed as dist
 import lowbw.comm as comm
 from lowbw.bench.collectives import FULL_WARMUP_MAX_S
 from lowbw.comm.engine import DEFAULT_CHUNK_BYTES
+from lowbw.comm.transport import DistTransport
 from lowbw.net.ratelimit import install_from_env
 
 LATE_START_S = 1e-3  # a rank that sees the common start instant more than this late counts as a late start
@@ -117,41 +118,59 @@ def main(plan_path: str) -> int:
 
     kw = {"chunk_bytes": spec["chunk_bytes"]} if spec.get("chunk_bytes") else {}
     chunk_bytes = spec.get("chunk_bytes") or DEFAULT_CHUNK_BYTES
+
+    def call(x: torch.Tensor, alg: str) -> None:
+        if alg == "native":
+            dist.all_reduce(x)  # gloo's own all-reduce, synchronous (padded under loopback emulation)
+        else:
+            comm.allreduce(x, algorithm=alg, **kw)
+
+    def timed(alg: str, x: torch.Tensor, reps: int, run=None, starts: list | None = None) -> tuple[list[float], int]:
+        """``reps`` calls (``run(x, alg)``, default :func:`call`), each started by every rank at one common
+        instant (appended to ``starts``); (the slowest rank's times, calls some rank began late)."""
+        times, late = [], 0
+        dist.barrier()  # after the warm-ups: every rank is here before the first announcement
+        for _ in range(reps):
+            x.fill_(float(rank + 1))
+            start = common_start()
+            if starts is not None:
+                starts.append(start)
+            late += time.monotonic() > start + LATE_START_S
+            while (wait := start - time.monotonic()) > 0:
+                time.sleep(wait)
+            (run or call)(x, alg)
+            times.append(slowest(time.monotonic() - start))
+        return times, int(slowest(float(late)))
+
+    # each algorithm's software cost per step: tiny calls (no bytes to speak of) before the grid
+    software = {}
+    sw = spec.get("software") or {}
+    for alg in sw.get("algorithms", []):
+        x = torch.zeros(max(1, int(sw["nbytes"]) // 4))
+        call(x, alg)
+        call(x, alg)  # warm-up: connections, code paths
+        times, late = timed(alg, x, int(sw["reps"][alg]))
+        software[alg] = {"nbytes": x.numel() * 4, "times_s": times, "late_starts": late}
+    trace = [{"plan": t, "calls": _trace(t, timed, rank, n, chunk_bytes)} for t in spec.get("trace") or []]
+
     for item in spec["plan"]:
         alg, nb = item["algorithm"], item["nbytes"]
         numel = nb // 4
         entry = {k: item[k] for k in ("size_mb", "nbytes", "algorithm", "predicted_s")}
-        def call(x: torch.Tensor, alg: str = alg) -> None:
-            if alg == "native":
-                dist.all_reduce(x)  # gloo's own all-reduce, synchronous (padded under loopback emulation)
-            else:
-                comm.allreduce(x, algorithm=alg, **kw)
-
         x = torch.full((numel,), float(rank + 1), dtype=torch.float32)
         try:
-            warm = torch.ones(1024)
-            call(warm)  # warm-up on a small tensor: connections, code paths
+            call(torch.ones(1024), alg)  # warm-up on a small tensor: connections, code paths
             # and, where it is cheap, one untimed call at full size (as nccl-tests warm up every size): the TCP
             # state (congestion window) a previous algorithm left on these connections would otherwise show
             # up in the first timed calls
             full_warmup = float(item["predicted_s"]) <= FULL_WARMUP_MAX_S
             if full_warmup:
-                call(x)
-            times = []
-            late_starts = 0  # calls this rank began late: the broadcast of the start came after its instant
-            dist.barrier()  # after the warm-ups: every rank is here before the first announcement
-            for _ in range(int(item["reps"])):
-                x.fill_(float(rank + 1))
-                start = common_start()
-                late_starts += time.monotonic() > start + LATE_START_S
-                while (wait := start - time.monotonic()) > 0:
-                    time.sleep(wait)
-                call(x)
-                times.append(slowest(time.monotonic() - start))
+                call(x, alg)
+            times, late_starts = timed(alg, x, int(item["reps"]))
             want = n * (n + 1) / 2
             ok = bool(x[0].item() == want and x[-1].item() == want and x[numel // 2].item() == want)
             entry.update(ok=ok, times_s=times, time_s=statistics.median(times), full_warmup=full_warmup,
-                         start="aligned", lead_s=lead, late_starts=int(slowest(float(late_starts))),
+                         start="aligned", lead_s=lead, late_starts=late_starts,
                          error=None if ok else f"wrong result {x[0].item()} != {want}")
         except Exception as e:  # a broken algorithm must not hide the others
             entry.update(ok=False, time_s=None, error=f"{type(e).__name__}: {str(e)[:300]}")
@@ -164,8 +183,67 @@ def main(plan_path: str) -> int:
             print(f"[worker] N={n} {alg:10s} {nb / 1e6:7.1f} MB {entry['time_s']:.3f} s", file=sys.stderr, flush=True)
     if rank == 0:
         Path(spec["out"]).write_text(json.dumps({"pingpong": pingpong, "measurements": measurements,
-                                                 "gamma_s_per_byte": gamma,
+                                                 "gamma_s_per_byte": gamma, "software": software,
+                                                 "trace": trace if rank == 0 and trace else None,
                                                  "limiter": limiter is not None, "chunk_bytes": chunk_bytes}))
     dist.barrier()
     dist.destroy_process_group()
     return 0
+
+
+class _TracedTransport(DistTransport):
+    """A DistTransport that logs every message: when it was posted and when its wait returned (seconds of
+    CLOCK_MONOTONIC), and whether it had completed before the wait began (then the wait's return is
+    later than its completion: an upper bound)."""
+
+    def __init__(self, log: list, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.log = log
+
+    def post(self, ops):
+        hs = super().post(ops)
+        now = time.monotonic()
+        for h in hs:
+            self.log.append({"kind": h.kind, "peer": h.peer, "nbytes": h.nbytes, "posted": now, "done": None,
+                             "handle": id(h)})
+        return hs
+
+    def wait(self, h):
+        done_before = bool(h.work is not None and h.work.is_completed()) if not h.done else True
+        out = super().wait(h)
+        now = time.monotonic()
+        for e in reversed(self.log):
+            if e["handle"] == id(h) and e["done"] is None:
+                e.update(done=now, done_before_wait=done_before)
+                break
+        return out
+
+
+def _trace(spec: dict, timed, rank: int, n: int, chunk_bytes: int) -> list | None:
+    """Per-message timings of ``spec["reps"]`` calls of ``spec["algorithm"]`` on ``spec["nbytes"]``, started as
+    the grid's calls are: rank 0 gets, per call, every rank's messages with their posting and completion
+    times in seconds from the call's start (the others None)."""
+    from lowbw.comm.engine import DEFAULT_WINDOW, chunk_elems, run_allreduce
+    from lowbw.comm.numerics import Reducer
+
+    alg, reps = spec["algorithm"], int(spec["reps"])
+    calls: list[list] = []
+    starts: list[float] = []
+
+    def run(x: torch.Tensor, alg: str) -> None:
+        log: list = []
+        t0 = starts[-1] if starts else time.monotonic()  # the common start instant (the warm-up: now)
+        tp = _TracedTransport(log, None, 600.0, None, context=f"{alg} trace")
+        run_allreduce(x, tp, alg, Reducer("sum", x.dtype, n), chunk_elems(chunk_bytes, 4), DEFAULT_WINDOW)
+        calls.append([{**{k: v for k, v in e.items() if k != "handle"}, "posted": e["posted"] - t0,
+                       "done": None if e["done"] is None else e["done"] - t0} for e in log])
+
+    x = torch.zeros(max(1, int(spec["nbytes"]) // 4))
+    run(x, alg)
+    calls.clear()  # the warm-up
+    times, _ = timed(alg, x, reps, run, starts)
+    gathered = [None] * n if rank == 0 else None
+    dist.gather_object(calls, gathered, dst=0)
+    if rank != 0:
+        return None
+    return [{"time_s": times[i], "ranks": [g[i] for g in gathered]} for i in range(reps)]

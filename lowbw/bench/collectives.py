@@ -33,18 +33,30 @@ from typing import Any
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.bench.collectives_model import (
     FIT_MIN_BYTES,
+    SOFTWARE_BYTES,
     calibrate,
     calibrated_time,
     handshake_steps,
     refilled_burst_bytes,
+    software_calibration,
     step_messages,
+    tree_chain,
     window_wait,
+)
+from lowbw.bench.collectives_results import (
+    calibration_key,
+    merge_software,
+    remodel,
+    summarize,
+    table,
+    targets,
 )
 
 IDLE_MIN_S = 0.002  # idle time before each timed call (at least; see _run_testbed)
 FULL_WARMUP_MAX_S = 2.0  # measurements predicted to take at most this long get an untimed full-size call first
 
-__all__ = ["DEFAULTS", "QUICK", "run", "plan_grid", "emulator_refusal", "calibration_key", "predicted_seconds",
+__all__ = ["DEFAULTS", "QUICK", "run", "plan_grid", "merge_software", "emulator_refusal", "calibration_key",
+           "predicted_seconds",
            "handshake_steps", "step_messages", "refilled_burst_bytes", "window_wait", "calibrated_time", "remodel",
            "summarize", "table", "targets", "main"]
 
@@ -67,7 +79,14 @@ DEFAULTS: dict[str, Any] = {
     "reps": 3,
     "max_seconds": 30,
     "emulation": "auto",
+    # each algorithm's software cost per step: tiny calls of this many bytes before the grid (0: not measured)
+    "software_bytes": SOFTWARE_BYTES,
+    # per-message timings of some calls (None, or {"algorithm", "size_mb", "reps"}), after the calibration
+    "trace": None,
+    # the testbeds' calibration (ping-pong, gamma, software cost) and trace only, no grid
+    "calibration_only": False,
 }
+MIN_SOFTWARE_REPS = 9  # tiny calls per algorithm at least (at most 25, ~0.5 s of them)
 # small enough to finish in well under a minute on 2 cores (papermill default)
 QUICK: dict[str, Any] = {
     "workers": [2, 3],
@@ -100,11 +119,6 @@ def _pingpong_sizes(rate_bps: float) -> list[int]:
     if not sizes or sizes[-1] < top // 2:
         sizes.append(top)
     return sizes
-
-
-def calibration_key(n: int, rate_mbit: float, delay_ms: float = 0) -> str:
-    """The ``calibration`` entry of one testbed (zero delay: no suffix, as before the latency axis)."""
-    return f"N{n}_{float(rate_mbit):g}mbit" + (f"_{float(delay_ms):g}ms" if delay_ms else "")
 
 
 def emulator_refusal(n: int, rate_bps: float, delay_s: float, queue_s: float, netem: bool) -> str | None:
@@ -197,7 +211,11 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
         cfg.update(QUICK)
     cfg.update({k: v for k, v in (config or {}).items() if v is not None})
     cells, skipped = plan_grid(cfg)
+    if cfg.get("calibration_only"):
+        cells = [{**c, "plan": []} for c in cells]
+        skipped = [x for x in skipped if x.get("cell")]
     rows: list[dict] = []
+    traces: list[dict] = []
     calibration: dict[str, Any] = {}
     testbeds: list[dict] = []
     t_start = time.time()
@@ -214,6 +232,10 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
         key = calibration_key(n, rate_mbit, delay_ms)
         calibration[key] = cal = calibrate(pp, rate_bps, res.get("gamma_s_per_byte"),
                                             (desc.get("tbf") or {}).get("burst"))
+        if res.get("software"):
+            cal["software"] = software_calibration(cal, res["software"], n)
+        if res.get("trace"):
+            traces.extend(_trace_records(cal, n, rate_mbit, delay_ms, res["trace"], desc))
         nominal = LinkParams(alpha_s=delay_s, bandwidth_bps=rate_bps)
         for m in res["measurements"]:
             t = m["time_s"]
@@ -241,10 +263,10 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
                 row["frac_of_bound"] = lb / t
                 row["model_rel_err"] = (model - t) / t if model is not None else None
             rows.append(row)
-        result = _result(cfg, rows, skipped, calibration, testbeds, t_start)
+        result = _result(cfg, rows, skipped, calibration, testbeds, t_start, traces)
         if out:
             atomic_write_json(out, {**result, "provenance": provenance()})
-    result = _result(cfg, rows, skipped, calibration, testbeds, t_start)
+    result = _result(cfg, rows, skipped, calibration, testbeds, t_start, traces)
     result["provenance"] = provenance()
     if out:
         atomic_write_json(out, result)
@@ -255,11 +277,12 @@ def _as_list(v) -> list:
     return list(v) if isinstance(v, (list, tuple)) else [v]
 
 
-def _result(cfg, rows, skipped, calibration, testbeds, t_start) -> dict:
-    emul = sorted({r["emulation"] for r in rows})
-    return {"benchmark": "collectives", "config": cfg, "rows": rows, "skipped": skipped,
+def _result(cfg, rows, skipped, calibration, testbeds, t_start, traces=None) -> dict:
+    emul = sorted({r["emulation"] for r in rows} or {t["emulation"] for t in testbeds})
+    return {"benchmark": "collectives", "config": cfg, "rows": rows, "skipped": skipped, "traces": traces or [],
             "calibration": calibration, "testbeds": testbeds, "emulation": emul[0] if len(emul) == 1 else emul,
             "targets": targets(rows), "elapsed_s": time.time() - t_start,
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "units": {"size_mb": "1e6 bytes of float32 per rank", "rate_mbit": "1e6 bit/s per link and direction",
                       "time_s": "median over reps of the slowest rank's time", "busbw_bps": "algbw * 2(N-1)/N"}}
 
@@ -293,7 +316,8 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
             idle_s = max(IDLE_MIN_S, 2 * burst * 8 / rate_bps)
             plan_path.write_text(json.dumps({"plan": plan, "pingpong_sizes": _pingpong_sizes(rate_bps),
                                              "chunk_bytes": cfg.get("chunk_bytes"), "idle_s": idle_s,
-                                             "out": str(res_path)}))
+                                             "software": _software_plan(cfg, n, rate_bps, delay_s),
+                                             "trace": _trace_plan(cfg), "out": str(res_path)}))
             log_path = Path(tmp, "workers.log")
             with open(log_path, "w") as lf:
                 codes = tb.run([sys.executable, "-m", "lowbw.bench.collectives", "--worker", str(plan_path)],
@@ -311,6 +335,46 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
             tail = log_path.read_text()[-4000:]
             raise RuntimeError(f"benchmark workers failed (exit codes {codes}):\n{tail}")
         return json.loads(res_path.read_text()), desc
+
+
+def _software_plan(cfg: dict, n: int, rate_bps: float, delay_s: float) -> dict | None:
+    """The tiny calls that measure each algorithm's software cost per step (None: not measured): of
+    ``software_bytes``, ~0.5 s of them per algorithm (the nominal model's time), 9 to 25."""
+    nb = int(cfg.get("software_bytes") or 0)
+    if nb <= 0:
+        return None
+    algs = [a for a in cfg["algorithms"] if a != "native"]  # gloo's own has no steps of ours
+    reps = {a: max(MIN_SOFTWARE_REPS, min(25, math.ceil(0.5 / max(_nominal_time(a, nb, n, rate_bps, delay_s), 1e-3))))
+            for a in algs}
+    return {"nbytes": nb, "algorithms": algs, "reps": reps}
+
+
+def _trace_plan(cfg: dict) -> list[dict] | None:
+    """The traced calls (``cfg["trace"]``: {"algorithm", "sizes_mb", "reps"}), one entry per size; None: none."""
+    t = cfg.get("trace")
+    if not t:
+        return None
+    if t.get("algorithm") not in ALGORITHMS or t["algorithm"] == "native":
+        raise ValueError(f"trace algorithm {t.get('algorithm')!r}: one of {[a for a in ALGORITHMS if a != 'native']}")
+    if not t.get("sizes_mb") or any(float(x) <= 0 for x in t["sizes_mb"]):
+        raise ValueError(f"trace sizes_mb {t.get('sizes_mb')!r}: one or more sizes > 0 (MB)")
+    return [{"algorithm": t["algorithm"], "nbytes": int(round(float(mb) * 1e6 / 4)) * 4, "size_mb": float(mb),
+             "reps": int(t.get("reps") or 10)} for mb in t["sizes_mb"]]
+
+
+def _trace_records(cal: dict, n: int, rate_mbit, delay_ms, traces: list, desc: dict) -> list[dict]:
+    """Each traced size's calls with the calibrated model's time and, for the heap tree's one-chunk chain at
+    N = 4, its predicted per-hop arrivals and free bytes (:func:`lowbw.bench.collectives_model.tree_chain`)."""
+    out = []
+    for t in traces:
+        plan, calls = t["plan"], t["calls"]
+        chain = tree_chain(cal, plan["nbytes"], n) if plan["algorithm"] == "tree" and n == 4 else None
+        out.append({"workers": n, "rate_mbit": rate_mbit, "delay_ms": delay_ms, **plan,
+                    "model_s": calibrated_time(cal, plan["algorithm"], plan["nbytes"], n),
+                    "model_chain": {"free_bytes": chain.free, "arrive_s": chain.arrive, "paced_bytes": chain.paced}
+                    if chain and chain.arrive else None,
+                    "loadavg_before": desc.get("loadavg_before"), "calls": calls})
+    return out
 
 
 def _no_restart_after_idle(namespaces: list[str]) -> str | None:
@@ -333,96 +397,6 @@ def _no_restart_after_idle(namespaces: list[str]) -> str | None:
     return "0"
 
 
-def remodel(result: dict, chunk_bytes: int | None = None) -> dict:
-    """Recalibrate every testbed from its stored ping-pong (a pure function of it; the shapers' bucket from
-    the testbed's record where the calibration lacks it), then recompute every row's model prediction (e.g.
-    after a cost-model change) and the targets; ``chunk_bytes`` overrides the chunk size recorded in the
-    rows. Returns ``result``."""
-    buckets = {(t.get("workers"), t.get("rate_bps"), t.get("delay_s") or 0.0): t["tbf"]["burst"]
-               for t in result.get("testbeds", []) if t.get("tbf")}
-    for key, cal in result["calibration"].items():
-        if not cal.get("pingpong"):
-            continue
-        bucket = cal.get("shaper_burst_bytes")
-        if bucket is None:
-            n, rest = key[1:].split("_", 1)
-            rate, _, delay = rest.partition("mbit")
-            delay_s = float(delay.strip("_").removesuffix("ms") or 0) / 1e3
-            bucket = buckets.get((int(n), float(rate) * 1e6, delay_s))
-        cal.update(calibrate(cal["pingpong"], cal["nominal_rate_bps"], cal.get("gamma_s_per_byte"), bucket))
-    for r in result["rows"]:
-        cal = (result["calibration"].get(calibration_key(r["workers"], r["rate_mbit"], r.get("delay_ms") or 0))
-               or result["calibration"].get(f"N{r['workers']}_{r['rate_mbit']}mbit"))
-        if not cal or not r.get("ok") or not r.get("time_s"):
-            continue
-        chunk = chunk_bytes or r.get("chunk_bytes")
-        r["chunk_bytes"] = chunk
-        r["model_s"] = calibrated_time(cal, r["algorithm"], r["nbytes"], r["workers"], chunk)
-        r["model_rel_err"] = (r["model_s"] - r["time_s"]) / r["time_s"]
-    result["targets"] = targets(result["rows"])
-    return result
-
-
-# ------------------------------------------------------------------------------------ summaries
-def targets(rows: list[dict]) -> dict:
-    """The issue's targets, evaluated on whatever was measured (None where nothing applies)."""
-    ok = [r for r in rows if r.get("ok") and r.get("time_s")]
-    ring_bound = [r for r in ok if r["algorithm"] == "ring" and r["rate_mbit"] == 100 and r["size_mb"] >= 10]
-    by_key = {(r["workers"], r["rate_mbit"], r.get("delay_ms") or 0, r["size_mb"], r["algorithm"]): r for r in ok}
-    ratios = []
-    for (n, rate, delay, size, alg), r in by_key.items():
-        if alg == "ring" and (n, rate, delay, size, "native") in by_key:
-            ratios.append({"workers": n, "rate_mbit": rate, "delay_ms": delay, "size_mb": size,
-                           "ring_over_native": r["time_s"] / by_key[(n, rate, delay, size, "native")]["time_s"]})
-    errs = [r for r in ok if r.get("model_rel_err") is not None]
-    return {
-        "ring_frac_of_bound_100mbit_ge10mb": {
-            "target": ">= 0.90", "min": min((r["frac_of_bound"] for r in ring_bound), default=None),
-            "met": all(r["frac_of_bound"] >= 0.9 for r in ring_bound) if ring_bound else None, "n": len(ring_bound)},
-        "ring_over_native": {
-            "target": "<= 1.05", "max": max((x["ring_over_native"] for x in ratios), default=None),
-            "met": all(x["ring_over_native"] <= 1.05 for x in ratios) if ratios else None, "n": len(ratios),
-            "cases": ratios},
-        "model_within_10pct": {
-            "target": "|model - measured| / measured <= 0.10 for every algorithm",
-            "max_abs_rel_err": max((abs(r["model_rel_err"]) for r in errs), default=None),
-            "met": all(abs(r["model_rel_err"]) <= 0.10 for r in errs) if errs else None, "n": len(errs),
-            "by_algorithm": {a: max(abs(r["model_rel_err"]) for r in errs if r["algorithm"] == a)
-                             for a in sorted({r["algorithm"] for r in errs})}},
-    }
-
-
-def summarize(result: dict) -> list[dict]:
-    """Flat rows for a DataFrame/table."""
-    out = []
-    for r in result["rows"]:
-        out.append({"N": r["workers"], "Mbit/s": r["rate_mbit"], "delay ms": r.get("delay_ms") or 0,
-                    "MB": r["size_mb"], "algorithm": r["algorithm"],
-                    "time_s": r["time_s"], "busbw_Mbit": (r.get("busbw_bps") or 0) / 1e6,
-                    "frac_bound": r.get("frac_of_bound"), "bound_s": r["lower_bound_s"], "model_s": r["model_s"],
-                    "model_err": r.get("model_rel_err"), "ok": r["ok"], "emulation": r["emulation"]})
-    return out
-
-
-def table(result: dict) -> str:
-    """A plain-text (markdown) table of every row."""
-    head = ("| N | Mbit/s | delay ms | MB | algorithm | time s | busbw Mbit/s | bound s | % of bound | model s "
-            "| model err | ok |")
-    lines = [head, "|" + "---|" * 12]
-
-    def f(x: Any, spec: str) -> str:
-        return "-" if x is None else format(x, spec)
-
-    for r in summarize(result):
-        lines.append(f"| {r['N']} | {r['Mbit/s']:g} | {r['delay ms']:g} | {r['MB']:g} | {r['algorithm']} | "
-                     f"{f(r['time_s'], '.3f')} | "
-                     f"{r['busbw_Mbit']:.1f} | {r['bound_s']:.3f} | "
-                     f"{f(r['frac_bound'] and 100 * r['frac_bound'], '.1f')}"
-                     f" | {f(r['model_s'], '.3f')} | {f(r['model_err'] and 100 * r['model_err'], '+.1f')}% | "
-                     f"{'yes' if r['ok'] else 'NO'} |")
-    return "\n".join(lines)
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lowbw.bench.collectives", description=__doc__.splitlines()[0])
     ap.add_argument("--worker", metavar="PLAN", help=argparse.SUPPRESS)
@@ -440,6 +414,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--emulation", choices=["auto", "netns-tc", "loopback-ratelimit"])
     ap.add_argument("--realtime", type=int, metavar="PRIO",
                     help="SCHED_RR priority of the workers where allowed (default 10; 0 = fair scheduler)")
+    ap.add_argument("--software-bytes", type=int,
+                    help=f"tiny call measuring each algorithm's software cost per step (default {SOFTWARE_BYTES}; "
+                    "0: off)")
+    ap.add_argument("--trace", metavar="ALG:MB[,MB..]:REPS",
+                    help="per-message timings of REPS calls of ALG at each MB per rank (after the calibration)")
+    ap.add_argument("--calibration-only", action="store_true", default=None,
+                    help="only each testbed's calibration (ping-pong, gamma, software cost) and trace")
+    ap.add_argument("--merge-software-into", metavar="FILE",
+                    help="then give FILE's testbeds this run's software cost per step and remodel FILE")
     ap.add_argument("--config-json", help="bench.collectives config as JSON (keys as in config/schema.yaml)")
     ap.add_argument("--out", default="runs/bench/collectives.json")
     a = ap.parse_args(argv)
@@ -449,11 +432,27 @@ def main(argv: list[str] | None = None) -> int:
         return worker_main(a.worker)
     cfg = json.loads(a.config_json) if a.config_json else {}
     for k in ("workers", "rates_mbit", "sizes_mb", "algorithms", "reps", "delay_ms", "queue_ms", "max_seconds",
-              "chunk_bytes", "congestion_control", "emulation", "realtime"):
+              "chunk_bytes", "congestion_control", "emulation", "realtime", "software_bytes", "calibration_only"):
         v = getattr(a, k)
         if v is not None:
             cfg[k] = v
+    if a.trace:
+        parts = a.trace.split(":")
+        if len(parts) != 3:
+            raise SystemExit(f"--trace {a.trace!r}: expected ALG:MB[,MB..]:REPS, e.g. tree:0.016,0.064:20")
+        cfg["trace"] = {"algorithm": parts[0], "sizes_mb": [float(x) for x in parts[1].split(",")],
+                        "reps": int(parts[2])}
+        _trace_plan(cfg)  # a bad algorithm: an error before any testbed
+    if a.merge_software_into and not Path(a.merge_software_into).is_file():
+        raise SystemExit(f"--merge-software-into {a.merge_software_into}: no such file")
     result = run(cfg, out=a.out, quick=a.quick, log=lambda s: print(s, file=sys.stderr, flush=True))
+    if a.merge_software_into:
+        from lowbw.runio import atomic_write_json
+
+        target = json.loads(Path(a.merge_software_into).read_text())
+        keys = merge_software(target, result, a.out)
+        atomic_write_json(a.merge_software_into, target)
+        print(f"[collectives] software cost merged into {a.merge_software_into}: {keys}", file=sys.stderr)
     print(table(result))
     print(json.dumps(result["targets"], indent=1, default=str))
     return 0

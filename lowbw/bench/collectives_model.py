@@ -9,7 +9,11 @@ with link delay or many small steps:
   refills while the link waits for the peer, so a later step's first bytes leave at line rate; for the heap
   tree's one-chunk messages, every hop of its chain (3 -> 1 -> 0 -> 1 -> 3 at N = 4) with the buckets of both
   links it crosses (:func:`tree_chain_paced_bytes`);
-* the heap tree's receive window (:func:`window_wait`), where the delay-bandwidth product exceeds it.
+* the heap tree's receive window (:func:`window_wait`), where the delay-bandwidth product exceeds it;
+* each message step's software cost (:func:`software_calibration`): Python, gloo and the wake-ups between
+  one step's receive and the next step's send, which the ping-pong's alpha does not contain; measured
+  separately, per algorithm, as the time of a tiny call beyond the model, per latency step
+  (:func:`software_steps`). It is added per step and, being idle link time, also refills the buckets.
 
 :func:`calibrated_time` adds them up. Sizes in bytes, rates in bits/s, times in seconds.
 """
@@ -17,16 +21,19 @@ with link delay or many small steps:
 from __future__ import annotations
 
 import math
+import statistics
+from dataclasses import dataclass
 
 __all__ = ["FIT_MIN_BYTES", "BUCKET_FIT_FACTOR", "WINDOW", "TCP_PAYLOAD_PER_FRAME", "DUPLEX_ALGORITHMS",
-           "calibrate", "model_link", "handshake_steps", "step_messages", "refilled_burst_bytes",
-           "tree_chain_paced_bytes", "window_wait",
-           "calibrated_time"]
+           "SOFTWARE_BYTES", "calibrate", "model_link", "handshake_steps", "step_messages", "refilled_burst_bytes",
+           "software_steps", "software_calibration", "software_step_s", "TreeChain", "tree_chain",
+           "tree_chain_paced_bytes", "window_wait", "calibrated_time"]
 
 FIT_MIN_BYTES = 256 << 10
 BUCKET_FIT_FACTOR = 4  # with the shapers' bucket known, beta is fitted over messages of >= this many buckets
 WINDOW = 4  # lowbw.comm's receive window (chunks in flight per stream; lowbw.comm.engine.DEFAULT_WINDOW)
 TCP_PAYLOAD_PER_FRAME = 1448 / 1514  # TCP payload (MSS with timestamps) per full-size Ethernet frame
+SOFTWARE_BYTES = 256  # the tiny call that measures each step's software cost (64 float32: >= 1 per ring segment)
 
 
 # algorithms whose busiest links carry data in both directions at once (each direction then also carries
@@ -115,6 +122,45 @@ def model_link(cal: dict, algorithm: str):
                       burst_bytes=float(f.get("burst_bytes") or 0.0))
 
 
+def software_steps(algorithm: str, n: int) -> int:
+    """The latency steps of ``algorithm`` on N = ``n`` (the alpha-beta model's coefficient of alpha: ring
+    2(N-1), tree 2 floor(log2 N), ps 2, butterfly 2 log2 P + 2 for a fold): the message steps each of
+    which pays the software cost once on the critical path."""
+    from lowbw.net.costmodel import LinkParams, allreduce_time
+
+    return int(round(allreduce_time(algorithm, 1.0, n, LinkParams(alpha_s=1.0, bandwidth_bps=1e30))))
+
+
+def software_calibration(cal: dict, tiny: dict, n: int) -> dict:
+    """Each algorithm's software cost per latency step, from its tiny calls ``tiny`` (algorithm -> {"nbytes",
+    "times_s"}: the slowest rank's time of each timed call, as for the grid) on the testbed ``cal``
+    calibrates: s = (t - T) / k, with t the calls' median, T the calibrated model's time of that call
+    without software cost (:func:`calibrated_time` on ``cal`` without its ``software``) and k
+    :func:`software_steps`; its spread from the calls' quartiles (``per_step_q25_s``, ``per_step_q75_s``).
+    A tiny call has no bytes to speak of, so this is a separate measurement from every grid setting.
+    Returns algorithm -> the entry (the input's fields kept)."""
+    base = {k: v for k, v in cal.items() if k != "software"}
+    out = {}
+    for alg, e in tiny.items():
+        times = sorted(float(x) for x in e.get("times_s") or [])
+        if not times:
+            continue
+        k = software_steps(alg, n)
+        model = calibrated_time(base, alg, float(e["nbytes"]), n)
+        q = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else [times[0]] * 3
+        out[alg] = {**e, "time_s": statistics.median(times), "model_s": model, "steps": k,
+                    "per_step_s": (statistics.median(times) - model) / k,
+                    "per_step_q25_s": (q[0] - model) / k, "per_step_q75_s": (q[2] - model) / k}
+    return out
+
+
+def software_step_s(cal: dict, algorithm: str) -> float:
+    """The software cost per latency step the model charges ``algorithm`` on testbed ``cal`` (seconds;
+    0 where not measured; a negative measured value, a tiny call faster than the model, counts as 0)."""
+    e = (cal.get("software") or {}).get(algorithm)
+    return max(0.0, float(e["per_step_s"])) if e else 0.0
+
+
 def step_messages(algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None
                   ) -> list[tuple[float, str]] | None:
     """(bytes, link) a rank sends in each step of ``algorithm``'s schedule on the critical path, in order,
@@ -144,7 +190,8 @@ def refilled_burst_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk
     for ``ring`` and ``butterfly``, from a token bucket per shaped link (:func:`step_messages`): a link starts
     the call with a full bucket, each step's first bytes spend what is in it, and between steps it refills at
     the shaper's rate while the link waits for the peer's data (one one-way time; in a butterfly exchange
-    also gloo's handshake), up to the bucket. Negligible for the ring without delay (~12 ms refill at 10
+    also gloo's handshake; and the step's software cost, :func:`software_step_s`), up to the bucket.
+    Negligible for the ring without delay (~12 ms refill at 10
     Mbit/s under tbf's 10-frame minimum burst); with added delay most of a small step goes free, and a
     butterfly that folds starts its exchanges on links with full buckets. The bucket is the shapers'
     configured burst (``shaper_burst_bytes``, in TCP payload; refilled in payload bytes too), not a fitted
@@ -160,6 +207,7 @@ def refilled_burst_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk
     bucket = wire * TCP_PAYLOAD_PER_FRAME
     first = float(model_link(cal, algorithm).burst_bytes)  # the model's one idle start
     gap = cal["fit"]["alpha_s"] + (float(cal.get("handshake_s") or 0.0) if algorithm == "butterfly" else 0.0)
+    gap += software_step_s(cal, algorithm)  # the receiver's software before it sends on
     refill = gap * float(cal["nominal_rate_bps"]) / 8 * TCP_PAYLOAD_PER_FRAME  # payload bytes, as the bucket
     tokens: dict[str, float] = {}
     paced = 0.0
@@ -172,7 +220,19 @@ def refilled_burst_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk
     return (total - min(first, total)) - paced
 
 
-def tree_chain_paced_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = None) -> float | None:
+@dataclass(frozen=True)
+class TreeChain:
+    """The heap tree's one-chunk chain at N = 4 (:func:`tree_chain`): the bytes each hop sends free out of
+    the buckets (``free``: 3 -> 1, 1 -> 0, 0 -> 1, 1 -> 3) and when each message has arrived, in seconds
+    from the call's start (``arrive``: those hops and the root's second stream 0 -> 2; the first hops
+    include gloo's handshake); ``paced`` the critical path's bytes at the shaped rate."""
+
+    free: dict
+    arrive: dict
+    paced: float
+
+
+def tree_chain(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = None) -> TreeChain | None:
     """Bytes the heap tree's critical path sends at the shaped rate (the rest leaves at line rate out of the
     links' tbf buckets), for a message of one chunk (``nbytes`` <= min(chunk, 256 KiB)) on N = ``n`` <= 4;
     None otherwise (the chunks then stream and the model's two idle starts stand).
@@ -183,14 +243,15 @@ def tree_chain_paced_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float 
     beta, and leaves both buckets at max(0, T - m). A bucket refills at the shaper's rate r (payload bytes/s)
     up to b, from its last flow's end to its next flow's start, both taken at the link: g = (next send's
     start) - (last receive's end) + alpha (the one-way time is split between the two sides of the bridge;
-    either split gives this gap). The schedule (lowbw.comm.tree, leaves' sends first, a node sends up once
+    either split gives this gap); a node sends on one software step s (:func:`software_step_s`) after its
+    receive ends. The schedule (lowbw.comm.tree, leaves' sends first, a node sends up once
     all its children's chunks are in, the root and node 1 forward down as soon as theirs is, children in
     order [2v+1, 2v+2]):
 
     * N = 2: 1 -> 0, then 0 -> 1: paced (m - f1) + (m - f2);
     * N = 3: 1, 2 -> 0 into 0's downlink together, then 0 -> 1, 2 out of 0's uplink, each phase's shared
       bucket full (f = min(b, 2m)): paced 2 (2m - f);
-    * N = 4: 3 -> 1 (while 2 -> 0 drains 0's downlink), 1 -> 0 (0's downlink refilled for g = alpha), 0 -> 1
+    * N = 4: 3 -> 1 (while 2 -> 0 drains 0's downlink), 1 -> 0 (0's downlink refilled for g = alpha + s), 0 -> 1
       and 0 -> 2 out of 0's uplink: the first posted stream (to 1) takes the burst f3 and then shares the
       uplink round robin with the stream to 2, so its rest (m - f3) takes 2 (m - f3) beta; then 1 -> 3 (1's
       uplink refilled since its send to 0 ended): paced (m - f1) + (m - f2) + 2 (m - f3) + (m - f4).
@@ -207,6 +268,7 @@ def tree_chain_paced_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float 
         return None
     b = wire * TCP_PAYLOAD_PER_FRAME
     a = float(cal["fit"]["alpha_s"])
+    s = software_step_s(cal, "tree")
     beta = model_link(cal, "tree").beta
     rate = float(cal["nominal_rate_bps"]) / 8 * TCP_PAYLOAD_PER_FRAME  # refill, payload bytes/s
 
@@ -214,16 +276,28 @@ def tree_chain_paced_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float 
         return min(b, left + max(0.0, gap) * rate)
 
     if n < 4:  # each phase's shared link (0's downlink, then 0's uplink) has not carried data before it
-        return 2 * (n - 1) * m - 2 * min(b, (n - 1) * m)
+        return TreeChain({}, {}, 2 * (n - 1) * m - 2 * min(b, (n - 1) * m))
     left = max(0.0, b - m)  # what a full bucket keeps after one flow of m
     f1 = min(b, m)  # 3 -> 1 (and 2 -> 0, the same size at the same time; both end at their receivers at t1)
     t1 = a + (m - f1) * beta
-    f2 = min(refilled(left, a), m)  # 1 -> 0 at t1: 1's uplink full, 0's downlink refilled for g = alpha
-    t2 = t1 + a + (m - f2) * beta
-    f3 = min(refilled(left, t2 - t1 + a), m)  # 0 -> 1 first at t2: 0's uplink full, 1's downlink since t1
-    t3 = t2 + a + 2 * (m - f3) * beta
-    f4 = min(refilled(left, t3 - t2 + a), m)  # 1 -> 3 at t3: 3's downlink full, 1's uplink since t2
-    return (m - f1) + (m - f2) + 2 * (m - f3) + (m - f4)
+    f2 = min(refilled(left, a + s), m)  # 1 -> 0 at t1 + s: 1's uplink full, 0's downlink refilled since t1
+    t2 = t1 + s + a + (m - f2) * beta
+    f3 = min(refilled(left, t2 + s - t1 + a), m)  # 0 -> 1 first at t2 + s: 0's uplink full, 1's downlink since t1
+    t3 = t2 + s + a + 2 * (m - f3) * beta
+    f4 = min(refilled(left, t3 + s - t2 + a), m)  # 1 -> 3 at t3 + s: 3's downlink full, 1's uplink since t2
+    t4 = t3 + s + a + (m - f4) * beta
+    hs = float(cal.get("handshake_s") or 0.0)
+    arrive = {"3->1": hs + t1, "1->0": hs + t2, "0->1": hs + t3, "0->2": hs + t2 + s + a + (2 * m - f3) * beta,
+              "1->3": hs + t4}
+    return TreeChain({"3->1": f1, "1->0": f2, "0->1": f3, "1->3": f4}, arrive,
+                     (m - f1) + (m - f2) + 2 * (m - f3) + (m - f4))
+
+
+def tree_chain_paced_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = None) -> float | None:
+    """Bytes the heap tree's critical path sends at the shaped rate (:func:`tree_chain`'s ``paced``); None
+    where the chain does not apply."""
+    chain = tree_chain(cal, nbytes, n, chunk_bytes)
+    return None if chain is None else chain.paced
 
 
 def _tree_refilled_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float | None) -> float:
@@ -265,11 +339,13 @@ def calibrated_time(cal: dict, algorithm: str, nbytes: float, n: int, chunk_byte
     """The calibrated model's time: :func:`lowbw.net.costmodel.allreduce_time` on :func:`model_link`, plus
     gloo's handshakes (:func:`handshake_steps` x ``handshake_s``), less the bursts the shapers' buckets
     refill between steps (:func:`refilled_burst_bytes` x beta), plus the tree's window waits
-    (:func:`window_wait`)."""
+    (:func:`window_wait`) and the software cost of every latency step (:func:`software_steps` x
+    :func:`software_step_s`, where ``cal`` has it)."""
     from lowbw.net.costmodel import allreduce_time
 
     link = model_link(cal, algorithm)
     t = allreduce_time(algorithm, nbytes, n, link, chunk_bytes)
     t += (handshake_steps(algorithm, n) or 0) * float(cal.get("handshake_s") or 0.0)
     t += window_wait(cal, algorithm, nbytes, n, chunk_bytes)
+    t += software_steps(algorithm, n) * software_step_s(cal, algorithm)
     return t - refilled_burst_bytes(cal, algorithm, nbytes, n, chunk_bytes) * link.beta
