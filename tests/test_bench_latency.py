@@ -198,8 +198,13 @@ def test_the_trees_chain_without_delay_refills_by_the_time_between_hops():
     payload = M.TCP_PAYLOAD_PER_FRAME  # refill in payload bytes; beta here is the wire rate's
     f4 = 2 * (m - b) * payload
     assert f4 < b
-    paced = M.tree_chain_paced_bytes(cal, m, 4)
-    assert paced == pytest.approx((m - b) + m + 2 * (m - b) + (m - f4), abs=1.0)
+    chain = M.tree_chain(cal, m, 4)
+    assert chain.free["1->0"] == pytest.approx(0.0, abs=1.0) and chain.free["1->3"] == pytest.approx(f4, abs=1.0)
+    via3 = (m - b) + m + 2 * (m - b) + (m - f4)
+    # the root's second stream waits for the uplink to carry both (2m - b paced): without delay it ends last
+    via2 = (m - b) + m + (2 * m - b)
+    assert via2 > via3 and chain.paced == pytest.approx(via2, abs=1.0)
+    assert chain.arrive["0->2"] > chain.arrive["1->3"]
 
 
 def test_the_trees_chain_applies_to_one_chunk_on_at_most_four_workers():
@@ -290,3 +295,18 @@ def test_targets_report_the_issues_size_range_separately():
     assert t["model_within_10pct_64kb_10mb"]["met"] is True and t["model_within_10pct_64kb_10mb"]["n"] == 2
     assert t["model_within_10pct_64kb_10mb_delayed"]["n"] == 1
     assert t["model_within_10pct"]["within_by_algorithm"]["ring"] == 0.5
+
+
+def test_the_trees_second_stream_ends_last_where_the_last_hop_is_mostly_free():
+    """N = 4, one chunk of 16 KB, 5 ms, 10 Mbit/s: the hop 1 -> 3 frees a whole bucket, so the root's
+    stream to 2 (its uplink carries 2m - b paced after 1 -> 0) ends after 1 -> 3; at 50 ms the chain's extra
+    one-way time makes the leaf 3 the last again."""
+    b = 15_000.0 * M.TCP_PAYLOAD_PER_FRAME
+    m, beta = 16_000.0, 8 / 1e7
+    short = M.tree_chain(_cal(0.005, 1e7, handshake=0.005), m, 4)
+    assert short.arrive["0->2"] > short.arrive["1->3"]
+    t2 = short.arrive["1->0"] - 0.005  # without the handshake
+    assert short.arrive["0->2"] - 0.005 == pytest.approx(t2 + 0.005 + (2 * m - b) * beta)
+    long_ = M.tree_chain(_cal(0.05, 1e7, handshake=0.05), m, 4)
+    assert long_.arrive["1->3"] > long_.arrive["0->2"]
+    assert long_.paced == pytest.approx(5 * (m - b))  # every bucket full again: the chain of the test above

@@ -40,7 +40,6 @@ from lowbw.bench.collectives_model import (
     refilled_burst_bytes,
     software_calibration,
     step_messages,
-    tree_chain,
     window_wait,
 )
 from lowbw.bench.collectives_results import (
@@ -50,6 +49,7 @@ from lowbw.bench.collectives_results import (
     summarize,
     table,
     targets,
+    trace_model,
 )
 
 IDLE_MIN_S = 0.002  # idle time before each timed call (at least; see _run_testbed)
@@ -363,17 +363,12 @@ def _trace_plan(cfg: dict) -> list[dict] | None:
 
 
 def _trace_records(cal: dict, n: int, rate_mbit, delay_ms, traces: list, desc: dict) -> list[dict]:
-    """Each traced size's calls with the calibrated model's time and, for the heap tree's one-chunk chain at
-    N = 4, its predicted per-hop arrivals and free bytes (:func:`lowbw.bench.collectives_model.tree_chain`)."""
+    """Each traced size's calls with the calibrated model's predictions (:func:`trace_model`)."""
     out = []
     for t in traces:
-        plan, calls = t["plan"], t["calls"]
-        chain = tree_chain(cal, plan["nbytes"], n) if plan["algorithm"] == "tree" and n == 4 else None
-        out.append({"workers": n, "rate_mbit": rate_mbit, "delay_ms": delay_ms, **plan,
-                    "model_s": calibrated_time(cal, plan["algorithm"], plan["nbytes"], n),
-                    "model_chain": {"free_bytes": chain.free, "arrive_s": chain.arrive, "paced_bytes": chain.paced}
-                    if chain and chain.arrive else None,
-                    "loadavg_before": desc.get("loadavg_before"), "calls": calls})
+        rec = {"workers": n, "rate_mbit": rate_mbit, "delay_ms": delay_ms, **t["plan"]}
+        out.append({**rec, **trace_model(cal, rec), "loadavg_before": desc.get("loadavg_before"),
+                    "calls": t["calls"]})
     return out
 
 

@@ -225,7 +225,8 @@ class TreeChain:
     """The heap tree's one-chunk chain at N = 4 (:func:`tree_chain`): the bytes each hop sends free out of
     the buckets (``free``: 3 -> 1, 1 -> 0, 0 -> 1, 1 -> 3) and when each message has arrived, in seconds
     from the call's start (``arrive``: those hops and the root's second stream 0 -> 2; the first hops
-    include gloo's handshake); ``paced`` the critical path's bytes at the shaped rate."""
+    include gloo's handshake); ``paced`` the critical path's bytes at the shaped rate (the longer of the
+    paths to leaves 3 and 2, counted as bytes beyond 4 alpha + 3 s)."""
 
     free: dict
     arrive: dict
@@ -254,7 +255,11 @@ def tree_chain(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = Non
     * N = 4: 3 -> 1 (while 2 -> 0 drains 0's downlink), 1 -> 0 (0's downlink refilled for g = alpha + s), 0 -> 1
       and 0 -> 2 out of 0's uplink: the first posted stream (to 1) takes the burst f3 and then shares the
       uplink round robin with the stream to 2, so its rest (m - f3) takes 2 (m - f3) beta; then 1 -> 3 (1's
-      uplink refilled since its send to 0 ended): paced (m - f1) + (m - f2) + 2 (m - f3) + (m - f4).
+      uplink refilled since its send to 0 ended): paced (m - f1) + (m - f2) + 2 (m - f3) + (m - f4). The
+      root's second stream (to 2) is done when the root's uplink has carried both, 2m - min(b, 2m) of them
+      paced, whatever way TCP shares it: a path one hop shorter that ends last where the hop 1 -> 3 is
+      mostly free (small m, short delay). ``paced`` is the longer path, as bytes beyond the chain's four
+      one-way times and three software steps.
 
     All buckets full (N = 2, 3, or long gaps), this is the model's 2 idle starts for N = 2 and 3; for N = 4
     the chain frees up to 5 buckets where :func:`lowbw.net.costmodel.allreduce_time` credits 3 (its two
@@ -286,11 +291,13 @@ def tree_chain(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = Non
     t3 = t2 + s + a + 2 * (m - f3) * beta
     f4 = min(refilled(left, t3 + s - t2 + a), m)  # 1 -> 3 at t3 + s: 3's downlink full, 1's uplink since t2
     t4 = t3 + s + a + (m - f4) * beta
+    up0 = 2 * m - min(b, 2 * m)  # the root's uplink: both streams, its full bucket free, however TCP shares it
+    t5 = t2 + s + a + up0 * beta  # 0 -> 2, the root's second stream, done when the uplink is
     hs = float(cal.get("handshake_s") or 0.0)
-    arrive = {"3->1": hs + t1, "1->0": hs + t2, "0->1": hs + t3, "0->2": hs + t2 + s + a + (2 * m - f3) * beta,
-              "1->3": hs + t4}
-    return TreeChain({"3->1": f1, "1->0": f2, "0->1": f3, "1->3": f4}, arrive,
-                     (m - f1) + (m - f2) + 2 * (m - f3) + (m - f4))
+    arrive = {"3->1": hs + t1, "1->0": hs + t2, "0->1": hs + t3, "0->2": hs + t5, "1->3": hs + t4}
+    chain = (m - f1) + (m - f2) + 2 * (m - f3) + (m - f4)  # t4 = 4 a + 3 s + chain beta
+    second = (m - f1) + (m - f2) + up0 - (a + s) / beta  # t5 = 4 a + 3 s + second beta (one hop less)
+    return TreeChain({"3->1": f1, "1->0": f2, "0->1": f3, "1->3": f4}, arrive, max(chain, second))
 
 
 def tree_chain_paced_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = None) -> float | None:

@@ -7,9 +7,21 @@ from __future__ import annotations
 
 from typing import Any
 
-from lowbw.bench.collectives_model import calibrate, calibrated_time, software_calibration
+from lowbw.bench.collectives_model import calibrate, calibrated_time, software_calibration, tree_chain
 
-__all__ = ["ISSUE_MIN_SIZE_MB", "calibration_key", "remodel", "merge_software", "targets", "summarize", "table"]
+__all__ = ["ISSUE_MIN_SIZE_MB", "calibration_key", "trace_model", "remodel", "merge_software", "targets",
+           "summarize", "table"]
+
+
+def trace_model(cal: dict, trace: dict) -> dict:
+    """A traced call's predictions on testbed ``cal``: ``model_s`` (the calibrated model) and, for the heap
+    tree's one-chunk chain at N = 4, ``model_chain`` (per-hop arrivals and free bytes,
+    :func:`lowbw.bench.collectives_model.tree_chain`; else None)."""
+    n, alg, nb = trace["workers"], trace["algorithm"], trace["nbytes"]
+    chain = tree_chain(cal, nb, n) if alg == "tree" and n == 4 else None
+    return {"model_s": calibrated_time(cal, alg, nb, n),
+            "model_chain": {"free_bytes": chain.free, "arrive_s": chain.arrive, "paced_bytes": chain.paced}
+            if chain and chain.arrive else None}
 
 def calibration_key(n: int, rate_mbit: float, delay_ms: float = 0) -> str:
     """The ``calibration`` entry of one testbed (zero delay: no suffix, as before the latency axis)."""
@@ -45,6 +57,10 @@ def remodel(result: dict, chunk_bytes: int | None = None) -> dict:
         r["chunk_bytes"] = chunk
         r["model_s"] = calibrated_time(cal, r["algorithm"], r["nbytes"], r["workers"], chunk)
         r["model_rel_err"] = (r["model_s"] - r["time_s"]) / r["time_s"]
+    for t in result.get("traces") or []:
+        cal = result["calibration"].get(calibration_key(t["workers"], t["rate_mbit"], t.get("delay_ms") or 0))
+        if cal:
+            t.update(trace_model(cal, t))
     result["targets"] = targets(result["rows"])
     return result
 
@@ -53,7 +69,8 @@ def merge_software(target: dict, source: dict, source_name: str) -> list[str]:
     """Give ``target``'s testbeds the software cost per step measured in ``source`` (a calibration-only run
     of the same testbeds, named ``source_name``): each calibration entry of ``target`` whose key ``source``
     has gets that run's tiny calls and ``software_measured`` (where and when: ``source_name``, its commit,
-    finish time and loads), and ``target["runs"]`` lists the run; then :func:`remodel`. The ping-pong
+    finish time and loads), its traces join ``target["traces"]``, and ``target["runs"]`` lists the run;
+    then :func:`remodel`. The ping-pong
     calibration and every grid setting stay ``target``'s own. Returns the keys given a software cost."""
     loads = {calibration_key(t["workers"], t["rate_bps"] / 1e6, 1e3 * (t.get("delay_s") or 0)):
              (t.get("loadavg_before"), t.get("loadavg_after")) for t in source.get("testbeds", [])}
@@ -68,6 +85,11 @@ def merge_software(target: dict, source: dict, source_name: str) -> list[str]:
                 "source": source_name, "git_commit": (source.get("provenance") or {}).get("git_commit"),
                 "finished_at": source.get("finished_at"), "loadavg": loads.get(key)}
             done.append(key)
+    # its traced calls too (a later trace of the same setting replaces an earlier one)
+    key_of = ("workers", "rate_mbit", "delay_ms", "algorithm", "nbytes")
+    new = [{**t, "source": source_name} for t in source.get("traces") or []]
+    fresh = {tuple(t[k] for k in key_of) for t in new}
+    target["traces"] = [t for t in target.get("traces") or [] if tuple(t[k] for k in key_of) not in fresh] + new
     target.setdefault("runs", []).append({
         "what": "software cost per step (tiny calls), calibration-only run", "calibration_keys": done,
         "source": source_name, "elapsed_s": source.get("elapsed_s"), "finished_at": source.get("finished_at"),
