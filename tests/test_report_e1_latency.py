@@ -105,3 +105,46 @@ def test_crossing_pair_needs_a_clear_flip():
     large = {"ps": 9.0, "tree": 9.5, "ring": 4.0, "butterfly": 4.2}
     assert crossing_pair(small, large) == ("ps", "ring")
     assert crossing_pair({**small, "ring": 1.02}, large) is None  # a tie at the small end: no crossover
+
+
+def _with_small_misses_software_and_a_trace(b: dict) -> dict:
+    """Messages under 64 KB 50 % off (the whole range's worst, outside the issue's range); every testbed with
+    a software cost per step; one heap-tree trace at N = 4 with known arrivals."""
+    for r in b["rows"]:
+        if r["size_mb"] < 0.064:
+            r["model_rel_err"] = 0.5
+    for i, cal in enumerate(b["calibration"].values()):
+        cal["software"] = {a: {"nbytes": 256, "times_s": [0.01] * 3, "steps": 2, "per_step_s": 3e-4 + 1e-4 * i,
+                               "per_step_q25_s": 2e-4, "per_step_q75_s": 4e-4} for a in ERR}
+    cal4 = _cal(0.005, 1e7)
+    b["calibration"][calibration_key(4, 10, 5)] = cal4
+    m = 64_000
+    beta = 8 / (0.95 * 1e7)
+    bucket = 15_000.0 * 1448 / 1514
+    head = 30_000.0  # the root's first stream alone for 30 KB, then sharing: 2m - b - head paced
+    sent, at01 = 0.1, 0.1 + 0.005 + (2 * m - bucket - head) * beta
+
+    def ev(kind, peer, posted, done):
+        return {"kind": kind, "peer": peer, "nbytes": m, "posted": posted, "done": done}
+
+    ranks = [[ev("send", 1, sent, sent), ev("send", 2, sent, sent)], [ev("recv", 0, 0.05, at01)],
+             [ev("recv", 0, 0.01, 0.2)], [ev("recv", 1, 0.01, 0.25)]]
+    b["traces"] = [{"workers": 4, "rate_mbit": 10, "delay_ms": 5, "algorithm": "tree", "nbytes": m,
+                    "model_s": 0.24, "model_chain": None, "calls": [{"time_s": 0.25, "ranks": ranks}] * 3}]
+    return b
+
+
+def test_issue_range_software_cost_and_trace_numbers(tmp_path):
+    sec = run_experiment(E1, _runs(tmp_path, _with_small_misses_software_and_a_trace(_latency_bench()), False))
+    n = sec.numbers
+    assert f"butterfly {fmt_num(50.0, 2)}" in n["EOneLatErrPerAlg"]  # the whole range: the small misses
+    assert f"butterfly {fmt_num(8.0, 2)}" in n["EOneLatIssueErrPerAlg"]  # 64 KB..10 MB: not them
+    assert n["EOneLatIssueErrMax"] == fmt_num(8.0, 2) and n["EOneLatIssueAlgsWithinTen"] == "4"
+    assert n["EOneLatIssueWithinTen"] == "100" and n["EOneLatAlgsWithinTen"] == "0"
+    # two testbeds (0 and 20 ms): 0.3 and 0.4 ms per step, the median 0.35
+    assert f"ring {fmt_num(0.35, 2)}\\,ms" in n["EOneLatSoftwarePerStep"]
+    assert (n["EOneLatSoftwareMin"], n["EOneLatSoftwareMax"]) == (fmt_num(0.3, 2), fmt_num(0.4, 2))
+    assert n["EOneLatTraceLeafTwoMs"] == fmt_num(200.0, 3) and n["EOneLatTraceLeafThreeMs"] == fmt_num(250.0, 3)
+    assert n["EOneLatTraceHeadMinKB"] == fmt_num(30.0, 2) == n["EOneLatTraceHeadMaxKB"]
+    sw = sec.stats.tables["latency_software"]
+    assert len(sw) == 2 * len(ERR) and set(sw["source"]) == {"this run"}

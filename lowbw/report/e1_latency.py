@@ -10,7 +10,10 @@ log M by bisection over the measured size range; measured: where log(t_a / t_b) 
 measured sizes, interpolated linearly in log M. The talk's textbook condition
 (:func:`lowbw.net.costmodel.crossover_nbytes` with ``talk=True``, alpha = the measured one-way latency,
 the nominal beta)
-is listed beside them. These helpers are used by :mod:`lowbw.report.e1`, which owns E1's files.
+is listed beside them. The model error is reported over every measured size and over the issue's range
+(64 KB to 10 MB) separately; beside it each algorithm's measured software cost per step (the model's
+fourth term) and the per-message traces of the heap tree (:func:`trace_table`). These helpers are used by
+:mod:`lowbw.report.e1`, which owns E1's files.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ from typing import Any
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["SOURCE", "ALGS", "crossing_pair", "latency_tables", "latency_numbers", "latency_table", "latency_axes",
-           "crossover_axis", "predicted_crossover", "measured_crossover"]
+           "crossover_axis", "predicted_crossover", "measured_crossover", "software_table", "trace_table"]
 
 SOURCE = "collectives_latency"  # runs/bench/<SOURCE>.json
 ALGS = ["ring", "tree", "ps", "butterfly"]  # the issue's four; their catalogue words: lowbw.report.catalog
@@ -30,6 +33,7 @@ CELL = ["workers", "rate_mbit", "delay_ms"]
 LATENCY_BOUND = ("ps", "tree")  # few message steps on the critical path
 BANDWIDTH_BOUND = ("ring", "butterfly")  # few bytes per link
 MARGIN = 0.05  # a crossover needs each side faster by more than this (relative) at its end of the sizes
+ISSUE_MIN_MB, ISSUE_MAX_MB = 0.064, 10.0  # the issue's message range
 
 
 def predicted_crossover(cal: dict, a: str, b: str, n: int, lo: float, hi: float, chunk: float | None = None
@@ -142,7 +146,70 @@ def latency_tables(b: dict) -> dict[str, Any] | None:
         cells.append(row)
     skipped = pd.DataFrame([{k: s.get(k) for k in (*CELL, "why")} for s in b.get("skipped", []) if s.get("cell")],
                            columns=[*CELL, "why"])
-    return {"latency": df, "latency_cells": pd.DataFrame(cells), "latency_skipped": skipped}
+    return {"latency": df, "latency_cells": pd.DataFrame(cells), "latency_skipped": skipped,
+            "latency_software": software_table(b), "latency_traces": trace_table(b)}
+
+
+def software_table(b: dict):
+    """One row per (testbed, algorithm) with a measured software cost: per step (median and quartiles of
+    the tiny calls, seconds), the steps, the calls, and where it was measured (``source``: this run, or the
+    calibration-only run merged in)."""
+    import pandas as pd
+
+    rows = []
+    for key, cal in (b.get("calibration") or {}).items():
+        for alg, e in (cal.get("software") or {}).items():
+            if "per_step_s" not in e:
+                continue
+            rows.append({"testbed": key, "algorithm": alg, "steps": e["steps"], "per_step_s": e["per_step_s"],
+                         "per_step_q25_s": e["per_step_q25_s"], "per_step_q75_s": e["per_step_q75_s"],
+                         "calls": len(e.get("times_s") or []), "nbytes": e["nbytes"],
+                         "source": (cal.get("software_measured") or {}).get("source", "this run")})
+    return pd.DataFrame(rows, columns=["testbed", "algorithm", "steps", "per_step_s", "per_step_q25_s",
+                                       "per_step_q75_s", "calls", "nbytes", "source"])
+
+
+def trace_table(b: dict):
+    """One row per traced (testbed, size) of the heap tree at N = 4: the median over its calls of the call's
+    time and of each message's arrival at its receiver (``at_<src>_<dst>``, s from the call's start), the
+    model's (``model_s``, ``model_at_*``), and the head start of the root's first stream (``head_start_bytes``):
+    the bytes it had to itself before the second shared the root's uplink, from its measured arrival,
+    p = (arrival - send - alpha) / beta paced bytes of m, w = 2m - b - p (clipped to [b, m]; m: all of it
+    before the second stream, b: the bucket only; for m >= 2 b only, where the two differ clearly)."""
+    import statistics
+
+    import pandas as pd
+
+    from lowbw.bench.collectives import calibration_key
+    from lowbw.bench.collectives_model import TCP_PAYLOAD_PER_FRAME, model_link
+
+    rows = []
+    for t in b.get("traces") or []:
+        if t.get("algorithm") != "tree" or t.get("workers") != 4 or not t.get("calls"):
+            continue
+        cal = (b.get("calibration") or {}).get(calibration_key(4, t["rate_mbit"], t.get("delay_ms") or 0))
+        arrive, sent = {}, {}
+        for c in t["calls"]:
+            for rk, evs in enumerate(c["ranks"]):
+                for e in evs:
+                    if e["kind"] == "recv" and e.get("done") is not None:
+                        arrive.setdefault(f"{e['peer']}_{rk}", []).append(e["done"])
+                    elif e["kind"] == "send":
+                        sent.setdefault(f"{rk}_{e['peer']}", []).append(e["posted"])
+        row = {"rate_mbit": t["rate_mbit"], "delay_ms": t.get("delay_ms") or 0, "nbytes": t["nbytes"],
+               "calls": len(t["calls"]), "time_s": statistics.median(c["time_s"] for c in t["calls"]),
+               "model_s": t.get("model_s"), "source": t.get("source")}
+        row.update({f"at_{k}": statistics.median(v) for k, v in arrive.items()})
+        for k, v in ((t.get("model_chain") or {}).get("arrive_s") or {}).items():
+            row[f"model_at_{k.replace('->', '_')}"] = v
+        m = float(t["nbytes"])
+        bucket = float((cal or {}).get("shaper_burst_bytes") or 0.0) * TCP_PAYLOAD_PER_FRAME
+        if bucket and m >= 2 * bucket and "at_0_1" in row and sent.get("0_1"):  # both streams well past the bucket
+            beta = model_link(cal, "tree").beta
+            paced = (row["at_0_1"] - statistics.median(sent["0_1"]) - cal["fit"]["alpha_s"]) / beta
+            row["head_start_bytes"] = min(m, max(bucket, 2 * m - bucket - paced))
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def latency_numbers(tables: dict[str, Any], meta: dict[str, Any]) -> dict[str, str]:
@@ -179,6 +246,17 @@ def latency_numbers(tables: dict[str, Any], meta: dict[str, Any]) -> dict[str, s
         hs = cells[(cells["delay_ms"] > 0) & cells["handshake_s"].notna()]
         if not hs.empty:
             out["EOneLatHandshakeRatio"] = fmt_num(float((hs["handshake_s"] / hs["alpha_s"]).median()), 3)
+    issue = df[(df["size_mb"] >= ISSUE_MIN_MB) & (df["size_mb"] <= ISSUE_MAX_MB)]
+    if not issue.empty:
+        by_issue = issue.groupby("algorithm")["abs_err"].max()
+        out["EOneLatIssueErrPerAlg"] = ", ".join(
+            f"{E1_ALGS[alg]} {fmt_num(100 * float(by_issue[alg]), 2)}\\,\\%" for alg in E1_ALGS if alg in by_issue)
+        out["EOneLatIssueErrMax"] = fmt_num(100 * float(issue["abs_err"].max()), 2)
+        out["EOneLatIssueWithinTen"] = fmt_num(100 * float((issue["abs_err"] <= TOLERANCE).mean()), 3)
+        out["EOneLatIssueAlgsWithinTen"] = str(int((by_issue <= TOLERANCE).sum()))
+        out["EOneLatIssueAlgs"] = str(len(by_issue))
+    out.update(_software_numbers(tables.get("latency_software")))
+    out.update(_trace_numbers(tables.get("latency_traces")))
     zero = df[df["delay_ms"] == 0]
     if not zero.empty:
         out["EOneLatZeroErrMax"] = fmt_num(100 * float(zero["abs_err"].max()), 2)
@@ -192,6 +270,43 @@ def latency_numbers(tables: dict[str, Any], meta: dict[str, Any]) -> dict[str, s
         out["EOneLatCrossRatioWorst"] = fmt_num(float(max(r.max(), 1 / r.min())), 3)
     if "winner_agree" in cells and cells["winner_agree"].notna().any():
         out["EOneLatWinnerAgree"] = fmt_num(100 * float(cells["winner_agree"].mean()), 3)
+    return out
+
+
+def _software_numbers(sw) -> dict[str, str]:
+    """Each algorithm's software cost per step: the median over testbeds (ms, a list) and the range of all."""
+    from lowbw.report.catalog import E1_ALGS
+
+    if sw is None or sw.empty:
+        return {}
+    med = sw.groupby("algorithm")["per_step_s"].median()
+    return {"EOneLatSoftwarePerStep": ", ".join(f"{E1_ALGS[a]} {fmt_num(1e3 * float(med[a]), 2)}\\,ms"
+                                                for a in E1_ALGS if a in med),
+            "EOneLatSoftwareMin": fmt_num(1e3 * float(sw["per_step_s"].min()), 2),
+            "EOneLatSoftwareMax": fmt_num(1e3 * float(sw["per_step_s"].max()), 2),
+            "EOneLatSoftwareTestbeds": str(sw["testbed"].nunique()),
+            **({"EOneLatSoftwareSeparateRun": str(sw.loc[sw["source"] != "this run", "testbed"].nunique())}
+               if (sw["source"] != "this run").any() else {})}
+
+
+def _trace_numbers(tr) -> dict[str, str]:
+    """The heap tree's traces: which leaf is last at the smallest traced size of the shortest traced delay
+    (ms from the call's start), and the root's first stream's head start over the sizes above a bucket."""
+    if tr is None or tr.empty or "at_0_2" not in tr or "at_1_3" not in tr:
+        return {}
+    first = tr.sort_values(["rate_mbit", "delay_ms", "nbytes"]).iloc[0]
+    out = {"EOneLatTraceRate": fmt_num(float(first["rate_mbit"])),
+           "EOneLatTraceDelay": fmt_num(float(first["delay_ms"])),
+           "EOneLatTraceSizeKB": fmt_num(float(first["nbytes"]) / 1e3),
+           "EOneLatTraceLeafTwoMs": fmt_num(1e3 * float(first["at_0_2"]), 3),
+           "EOneLatTraceLeafThreeMs": fmt_num(1e3 * float(first["at_1_3"]), 3),
+           "EOneLatTraceCount": str(len(tr)), "EOneLatTraceDelays": ", ".join(
+               fmt_num(float(d)) for d in sorted(tr["delay_ms"].unique()))}
+    if "head_start_bytes" in tr:
+        big = tr[tr["head_start_bytes"].notna()]
+        if not big.empty:
+            out["EOneLatTraceHeadMinKB"] = fmt_num(float(big["head_start_bytes"].min()) / 1e3, 2)
+            out["EOneLatTraceHeadMaxKB"] = fmt_num(float(big["head_start_bytes"].max()) / 1e3, 2)
     return out
 
 
