@@ -1,0 +1,319 @@
+"""E10's check against the testbed: a few cells of E10's networks (each network x a few methods, a few steps),
+once on ``sim`` (the virtual clock on per-worker links) and once on ``procs`` with ``testbed: true`` (one process
+per worker, every byte through that worker's own tc-shaped uplink and downlink, gloo), compared per step.
+
+    sudo python -m lowbw bench e10check --networks even,oneslow,asym,trace --methods dense,topk1,local16 \\
+        --steps 20 --scale 10 --out runs/bench/e10check.json
+
+A network is E10's experiment ``e10_<network>`` of ``config/config.yaml``: its per-worker keys
+(``worker_bandwidth_mbit``, ``worker_uplink_mbit``, ``worker_latency_ms``, ``bandwidth_trace``,
+``worker_speeds``) on the base rate ``bandwidth_mbit``. ``--scale`` multiplies every rate (a trace's too: the
+cell's trace is the network's with its rates x scale, written beside the cells, its time axis unchanged), so
+that a dense step of the one-slow network (25 s at E10's 1 Mbit/s) fits a short check; the links' ratios, which
+E10 is about, stay E10's. A network whose unequal compute the testbed cannot run (``worker_speeds`` without the
+testbed's straggler fault in :func:`lowbw.train.launch.testbed_links`) is skipped before any work and listed
+under ``skipped``.
+
+The method's training is E8's (:data:`lowbw.bench.e2e.BASE`: MLP on MNIST) at E10's batch (64) and E8's
+calibration of the virtual clock (:mod:`lowbw.bench.e2e`): a probe on an equal testbed at the network's base
+rate before the cells and one after (pooled) gives the per-message overhead curve and the compute sharing of
+the workers on this machine's cores; each cell's sim runs twice (its CPU gap between calls, then the clock with
+the overhead at that gap). Per cell (steps ``lowbw.bench.e2e.WARMUP_STEPS`` .. ``--steps``):
+:func:`lowbw.bench.e2e.cell_row`'s predicted and measured step (``err_step`` = (pred - meas) / meas), compute,
+compression and communication, plus the network's name and links.
+
+Measure under the machine lock (``flock /tmp/lowbw-measure.lock ...``): the workers share this machine's cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from lowbw.bench import bench_provenance, e2e
+
+__all__ = ["main", "NETWORKS", "network_keys", "scaled_trace_csv", "network_config", "network_row", "summarise",
+           "DEFAULT_OUT"]
+
+DEFAULT_OUT = "runs/bench/e10check.json"
+NETWORKS = ("even", "oneslow", "asym", "trace", "straggler")
+LINK_KEYS = ("worker_bandwidth_mbit", "worker_uplink_mbit", "worker_latency_ms", "bandwidth_trace", "worker_speeds")
+RATE_KEYS = ("worker_bandwidth_mbit", "worker_uplink_mbit")
+WORKERS = 4  # E10's
+UNCALIBRATED = {"overhead_ms": 0.0, "compute_scale": 1.0}  # the virtual clock before a probe
+
+
+def _config(path: str | os.PathLike) -> dict[str, Any]:
+    import yaml
+
+    p = Path(path)
+    if not p.exists():
+        raise ValueError(f"--config {path}: no such file")
+    return yaml.safe_load(p.read_text())
+
+
+def network_keys(config: dict[str, Any], network: str) -> dict[str, Any]:
+    """E10's network ``network``: its base rate ``bandwidth_mbit`` (the experiment's, else the defaults') and
+    per-worker keys, from the experiment ``e10_<network>`` of a workflow config."""
+    exp = (config.get("experiments") or {}).get(f"e10_{network}")
+    if exp is None:
+        raise ValueError(f"--networks: {network!r} has no experiment e10_{network} in the config (known: "
+                         f"{', '.join(n for n in NETWORKS if f'e10_{n}' in config.get('experiments', {}))})")
+    base = {**(config.get("train_defaults") or {}), **(exp.get("base") or {})}
+    out = {"bandwidth_mbit": float(base.get("bandwidth_mbit", 10.0))}
+    out.update({k: base[k] for k in LINK_KEYS if base.get(k)})
+    return out
+
+
+def scaled_trace_csv(name: str, workers: int, scale: float) -> str:
+    """The trace ``name`` (packaged or a file) as CSV text ``t_s,worker,mbit[,delay_ms]`` with every rate x
+    ``scale`` (times and delays unchanged)."""
+    from lowbw.net.trace import resolve_trace
+
+    tr = resolve_trace(name, workers)
+    rows = ["t_s,worker,mbit,delay_ms"]
+    for s in tr.steps:
+        who = "*" if s.rank is None else str(s.rank)
+        delay = "" if s.delay_s is None else f"{s.delay_s * 1e3:g}"
+        rows.append(f"{s.t_s:g},{who},{s.bps / 1e6 * scale:.6g},{delay}")
+    return "\n".join(rows) + "\n"
+
+
+def network_config(keys: dict[str, Any], scale: float, trace_dir: Path | None = None) -> dict[str, Any]:
+    """The run-config keys of a network at ``scale`` x its rates (``bandwidth_mbit`` included); a trace
+    becomes the file ``trace_dir/<name>_x<scale>.csv`` (written here) unless ``scale`` is 1."""
+    out = dict(keys)
+    out["bandwidth_mbit"] = float(keys["bandwidth_mbit"]) * scale
+    for k in RATE_KEYS:
+        if k in out:
+            out[k] = [float(v) * scale for v in out[k]]
+    if "bandwidth_trace" in out and scale != 1:
+        if trace_dir is None:
+            raise ValueError("a scaled trace needs a directory to be written to")
+        name = Path(str(out["bandwidth_trace"])).stem
+        path = trace_dir / f"{name}_x{scale:g}.csv"
+        trace_dir.mkdir(parents=True, exist_ok=True)
+        path.write_text(scaled_trace_csv(str(out["bandwidth_trace"]), WORKERS, scale))
+        out["bandwidth_trace"] = str(path.resolve())
+    return out
+
+
+def _straggler_supported(net: dict[str, Any]) -> bool:
+    """Whether procs on the testbed make ``worker_speeds`` real (the launcher passes the testbed faults)."""
+    from lowbw.train.config import RunConfig
+    from lowbw.train.launch import testbed_links
+
+    rc = RunConfig.from_dict({"dataset": "synthetic", "model": "mlp", "workers": WORKERS, "backend": "procs",
+                              "testbed": True, **net})
+    return bool(testbed_links(rc).get("faults"))
+
+
+def cell(method: dict[str, Any], net: dict[str, Any], args, probe_res: dict[str, Any]) -> dict[str, Any]:
+    """One cell's run config: E8's cell (:func:`lowbw.bench.e2e.cell_config`) at the network's base rate with
+    the network's per-worker keys, E10's batch, every step logged, no evaluation but the last. On per-worker
+    links or a trace the virtual clock has no token bucket (``clock_shaper_burst_bytes`` 0: it models one on
+    equal links only)."""
+    from lowbw.train.config import RunConfig
+
+    cfg = e2e.cell_config(method, WORKERS, net["bandwidth_mbit"], args.steps, args, probe_res)
+    cfg.update({k: v for k, v in net.items() if k != "bandwidth_mbit"})
+    if any(k in net for k in LINK_KEYS[:4]):  # the clock models the shapers' bucket on equal links only
+        cfg["clock_shaper_burst_bytes"] = 0.0
+    cfg.update(log_every=1, eval_every=100.0)
+    RunConfig.from_dict({**cfg, "backend": "procs", "testbed": True})  # the network's keys checked too
+    return cfg
+
+
+def network_row(sim_dir: Path, procs_dir: Path, *, network: str, net: dict[str, Any], method: str, steps: int,
+                target: float, probe_res: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
+    """One row of e10check.json: :func:`lowbw.bench.e2e.cell_row` of the two runs plus the network and its
+    links (Mbit/s as run, after ``--scale``)."""
+    row = e2e.cell_row(sim_dir, procs_dir, method=method, workers=WORKERS, rate=net["bandwidth_mbit"], steps=steps,
+                       target=target, probe_res=probe_res, cfg=cfg)
+    return {"network": network, "links": {k: v for k, v in net.items()}, **row}
+
+
+def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
+    """Worst |err_step| and |err_comm| per network and per method."""
+    out: dict[str, dict[str, float]] = {"worst_abs_err_step_by_network": {}, "worst_abs_err_step_by_method": {},
+                                        "worst_abs_err_comm_by_network": {}}
+    for r in rows:
+        for key, group in (("worst_abs_err_step_by_network", r["network"]),
+                           ("worst_abs_err_step_by_method", r["method"])):
+            if r.get("err_step") is not None:
+                out[key][group] = max(out[key].get(group, 0.0), abs(r["err_step"]))
+        if r.get("err_comm") is not None and r.get("predicted_comm_s", 0) > 0:
+            k = "worst_abs_err_comm_by_network"
+            out[k][r["network"]] = max(out[k].get(r["network"], 0.0), abs(r["err_comm"]))
+    return out
+
+
+def _parse(argv: list[str] | None) -> argparse.Namespace:
+    ap = argparse.ArgumentParser(prog="python -m lowbw bench e10check", description=__doc__.splitlines()[0])
+    ap.add_argument("--networks", default="even,oneslow,asym,trace,straggler",
+                    help=f"comma-separated E10 networks ({', '.join(NETWORKS)}: experiments e10_<name>)")
+    ap.add_argument("--methods", default="dense,topk1,local16",
+                    help="comma-separated presets of the config's methods")
+    ap.add_argument("--steps", type=int, default=20,
+                    help=f"training steps per run (> {e2e.WARMUP_STEPS}: the first {e2e.WARMUP_STEPS} are warm-up)")
+    ap.add_argument("--scale", type=float, default=10.0, help="every rate of the networks x this factor")
+    ap.add_argument("--config", default="config/config.yaml", help="the workflow config holding e10_* and methods")
+    ap.add_argument("--model", default="mlp")
+    ap.add_argument("--dataset", default="mnist")
+    ap.add_argument("--batch-size", type=int, default=64, help="global batch (E10's)")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--target", type=float, default=0.9, help="test accuracy for time-to-accuracy (rarely reached)")
+    ap.add_argument("--runs-dir", default="runs/bench/e10check", help="where the cells' run directories go")
+    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--dry-run", action="store_true", help="check the arguments and print the cells, run nothing")
+    return ap.parse_args(argv)
+
+
+def plan(args) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, str]]:
+    """(networks' keys as run, methods' keys, skipped networks -> why); ValueError naming the bad value for any
+    argument or cell that would not run, before any work (a scaled trace is written only by the run)."""
+    if args.steps <= e2e.WARMUP_STEPS:
+        raise ValueError(f"--steps {args.steps}: needs more than the {e2e.WARMUP_STEPS} warm-up steps")
+    if not args.scale > 0:
+        raise ValueError(f"--scale {args.scale}: needs a factor > 0")
+    if args.batch_size % WORKERS:
+        raise ValueError(f"--batch-size {args.batch_size}: not a multiple of the {WORKERS} workers")
+    config = _config(args.config)
+    names = [n.strip() for n in args.networks.split(",") if n.strip()]
+    if not names:
+        raise ValueError("--networks: none given")
+    nets = {n: network_keys(config, n) for n in names}
+    presets = dict(config.get("methods") or {})
+    wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
+    if not wanted:
+        raise ValueError("--methods: none given")
+    mcfg = {m: e2e.method_config(m, presets) for m in wanted}
+    skipped = {}
+    for n, keys in nets.items():
+        if keys.get("worker_speeds") and not _straggler_supported(keys):
+            skipped[n] = ("worker_speeds is the virtual clock's only: procs on the testbed get no straggler "
+                          "(lowbw.train.launch.testbed_links passes no faults)")
+            continue
+        run_keys = {**keys, "bandwidth_mbit": keys["bandwidth_mbit"] * args.scale}
+        for k in RATE_KEYS:
+            if k in run_keys:
+                run_keys[k] = [float(v) * args.scale for v in run_keys[k]]
+        run_keys.pop("bandwidth_trace", None)  # the scaled file exists only once the run writes it
+        for m, c in mcfg.items():
+            try:
+                cell(c, run_keys, args, UNCALIBRATED)
+            except ValueError as e:
+                raise ValueError(f"network {n}, method {m}: {e}") from None
+    return nets, mcfg, skipped
+
+
+def _require_root() -> None:
+    if os.geteuid() != 0:
+        raise ValueError("the testbed's per-worker links need root (netns + tc): run it with sudo")
+
+
+def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
+    """Every cell (see the module docstring), grouped by base rate: a probe, every network's procs runs, a
+    second probe, then the sims with the pooled calibration; writes ``args.out`` after every group."""
+    from lowbw.runio import atomic_write_json
+    from lowbw.train.launch import run
+
+    _, shape = e2e.plan(argparse.Namespace(methods="dense", workers=[], rates=[], steps=args.steps, model=args.model,
+                                           dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
+                                           target=args.target))
+    runs_dir, out = Path(args.runs_dir), Path(args.out)
+    t_start = time.perf_counter()
+    rows: list[dict[str, Any]] = []
+    probes: list[dict[str, Any]] = []
+    load = [os.getloadavg()[0]]
+    run_nets = {n: network_config(k, args.scale, runs_dir / "traces") for n, k in nets.items() if n not in skipped}
+    for rate in sorted({net["bandwidth_mbit"] for net in run_nets.values()}):
+        group = {n: net for n, net in run_nets.items() if net["bandwidth_mbit"] == rate}
+        base = {k: v for k, v in cell({}, {"bandwidth_mbit": rate}, args, UNCALIBRATED).items()}
+        pre = e2e.probe(base, WORKERS, rate, shape)
+        tbf = {"emulation": pre["emulation"], "shaper_burst_bytes": pre["shaper_burst_bytes"]}
+        pr = {**e2e.probe_summary([pre], WORKERS), **tbf}
+        print(f"probe at {rate:g} Mbit/s: overhead {pr['overhead_ms']:.2f} ms/message, compute "
+              f"x{pr['compute_scale']:.2f} ({pr['emulation']})", flush=True)
+        done = []
+        for name, net in group.items():
+            for m in mcfg:
+                d = runs_dir / f"{name}_{m}"
+                t0 = time.perf_counter()
+                run({**cell(mcfg[m], net, args, pr), "backend": "procs", "testbed": True}, d / "procs",
+                    overwrite=True, quiet=True)
+                done.append((name, net, m, d, time.perf_counter() - t0))
+                print(f"  procs {name} {m}: {done[-1][-1]:.0f} s", flush=True)
+        post = e2e.probe(base, WORKERS, rate, shape)
+        pr = {**e2e.probe_summary([pre, post], WORKERS), **tbf}
+        probes.append({"rate_mbit": rate, "networks": list(group), **pr})
+        for name, net, m, d, wall in done:
+            cfg = cell(mcfg[m], net, args, pr)
+            run(e2e.sim_twin(cfg), d / "sim", overwrite=True, quiet=True)  # the cell's CPU gap between calls
+            pc = e2e.cell_calibration(pr, d / "sim", args.steps, WORKERS)
+            cfg = cell(mcfg[m], net, args, pc)
+            run(e2e.sim_twin(cfg), d / "sim", overwrite=True, quiet=True)
+            row = network_row(d / "sim", d / "procs", network=name, net=net, method=m, steps=args.steps,
+                              target=args.target, probe_res=pc, cfg=cfg)
+            row["wall_s"] = wall
+            rows.append(row)
+            print(_fmt_row(row), flush=True)
+        load.append(os.getloadavg()[0])
+        atomic_write_json(out, _result(rows, probes, skipped, args, t_start, load, complete=False))
+    res = _result(rows, probes, skipped, args, t_start, load, complete=True)
+    atomic_write_json(out, res)
+    return res
+
+
+def _result(rows, probes, skipped, args, t_start, load, complete: bool) -> dict[str, Any]:
+    return {"provenance": bench_provenance(), "complete": complete, "seconds": time.perf_counter() - t_start,
+            "args": {k: v for k, v in vars(args).items() if k != "dry_run"}, "workers": WORKERS,
+            "warmup_steps": e2e.WARMUP_STEPS, "load_1min": load, "probes": probes, "skipped": skipped,
+            "rows": rows, "summary": summarise(rows)}
+
+
+def _pct(x: float | None) -> str:
+    return "     --" if x is None else f"{100 * x:+6.1f}%"
+
+
+def _fmt_row(r: dict[str, Any]) -> str:
+    return (f"{r['network']:<10} {r['method']:<10} step {r['predicted_step_s']:8.4f} / {r['measured_step_s']:8.4f} s "
+            f"{_pct(r['err_step'])}   comm {r['predicted_comm_s']:8.4f} / {r['measured_comm_s']:8.4f} s "
+            f"{_pct(r['err_comm'])}   compute {r['predicted_compute_s']:.4f} / {r['measured_compute_s']:.4f} s")
+
+
+def table(res: dict[str, Any]) -> str:
+    """The check as text: per cell predicted / measured seconds per step and the error."""
+    head = (f"E10 check: sim vs procs on the testbed, {res['workers']} workers, rates x{res['args']['scale']:g}, "
+            f"steps {res['warmup_steps']}..{res['args']['steps']} (predicted / measured)")
+    lines = [head] + [_fmt_row(r) for r in res["rows"]]
+    lines += [f"skipped {n}: {why}" for n, why in res.get("skipped", {}).items()]
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parse(argv)
+    try:
+        nets, mcfg, skipped = plan(args)
+        if not args.dry_run:
+            _require_root()
+    except ValueError as e:
+        print(f"lowbw bench e10check: {e}", file=sys.stderr)
+        return 2
+    if args.dry_run:
+        for n, keys in nets.items():
+            why = skipped.get(n)
+            print(f"{n}: {json.dumps(keys)}" + (f"  (skipped: {why})" if why else f"  x {', '.join(mcfg)}"))
+        return 0
+    res = run_check(args, nets, mcfg, skipped)
+    print(table(res))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
