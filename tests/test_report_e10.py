@@ -80,3 +80,59 @@ def test_a_method_that_misses_the_target_is_left_out(tmp_path):
     assert sd.loc[("oneslow", "slowpoke"), "end_ratio_mean"] == pytest.approx(5.0)
     n = E10.numbers(st)
     assert n["ETenOneSlowBest"] == n["ETenOneSlowWorst"] == "dense"
+
+
+def test_the_collective_choice_and_the_testbed_check(tmp_path):
+    """topk1auto against topk1: the collective its policy picks on each network (recomputed from the run's
+    config at its logged virtual times), its whole-run and time-to-target ratios; and runs/bench/e10check.json's
+    cells as a table and numbers labelled with the machine and date."""
+    from lowbw.report.build import Context
+    from lowbw.report.e10 import E10
+    from lowbw.runio import atomic_write_json
+
+    topk = {"model": "mlp", "compressor": "topk", "compressor_args": {"ratio": 0.01}, "error_feedback": "on"}
+    auto = {**topk, "adaptive": "moo", "adaptive_c_low": 0.01, "adaptive_c_high": 0.01}
+    slow = {"worker_bandwidth_mbit": [10, 10, 10, 1]}
+    _run(tmp_path, "even", "topk1", 0, 1.0, **topk)
+    _run(tmp_path, "even", "topk1auto", 0, 0.8, final_acc=0.88, **auto)
+    _run(tmp_path, "oneslow", "topk1", 0, 6.0, **topk, **slow)
+    _run(tmp_path, "oneslow", "topk1auto", 0, 3.0, final_acc=0.88, **auto, **slow)
+    (tmp_path / "bench").mkdir()
+    rows = [{"network": "even", "method": "dense", "rate_mbit": 100.0, "predicted_step_s": 0.28,
+             "measured_step_s": 0.29, "err_step": 0.28 / 0.29 - 1, "predicted_comm_s": 0.27, "measured_comm_s": 0.28,
+             "err_comm": 0.27 / 0.28 - 1},
+            {"network": "oneslow", "method": "topk1", "rate_mbit": 100.0, "predicted_step_s": 0.12,
+             "measured_step_s": 0.1, "err_step": 0.2, "predicted_comm_s": 0.1, "measured_comm_s": 0.08,
+             "err_comm": 0.25}]
+    atomic_write_json(tmp_path / "bench" / "e10check.json", {
+        "provenance": {"date": "2026-11-24T05:00:00+00:00", "cpu": "AMD EPYC", "cores": 2, "commit": "abc"},
+        "args": {"scale": 10.0, "steps": 20}, "warmup_steps": 10, "load_1min": [1.2, 2.5],
+        "skipped": {"straggler": "no faults"}, "rows": rows})
+    st = E10.stats(Context({"targets": {"mnist": 0.9}}, tmp_path, tmp_path / "out"))
+    auto_t = st.tables["auto"]
+    assert set(auto_t["network"]) == {"even", "oneslow"} and set(auto_t["collective"]) == {"artopk-ring"}
+    assert len(auto_t) == 4  # two logged steps of each adaptive run
+    n = E10.numbers(st)
+    check_numbers("e10", n)
+    assert n["ETenAutoChoice"] == "AR-Top-$k$ over a ring on every network"
+    assert (n["ETenAutoMethod"], n["ETenAutoFixed"]) == ("topk1auto", "topk1")
+    assert (n["ETenAutoAcc"], n["ETenAutoFixedAcc"]) == ("88", "90")
+    assert (n["ETenAutoRunMin"], n["ETenAutoRunMax"]) == ("0.50", "0.80")
+    assert n["ETenAutoTttList"] == "even 0.80, oneslow 0.50"
+    assert st.tables["check"]["err_step"].tolist() == pytest.approx([0.28 / 0.29 - 1, 0.2])
+    assert (n["ETenCheckDate"], n["ETenCheckHost"], n["ETenCheckCells"]) == ("2026-11-24", "AMD EPYC, 2 cores", "2")
+    assert (n["ETenCheckWorst"], n["ETenCheckWorstWhere"], n["ETenCheckWithinTen"]) == ("20", "oneslow, topk1", "1")
+    assert n["ETenCheckScale"] == "10" and n["ETenCheckSteps"] == "10--20" and n["ETenCheckLoad"] == "2.5"
+    assert n["ETenCheckSkipped"] == "straggler" and n["ETenCheckDenseList"] == r"even -3.6\,\%"
+    assert n["ETenCheckList"].startswith(r"even dense -3.4\,\%; oneslow topk1 20\,\%")
+
+
+def test_no_check_file_no_check_numbers(tmp_path):
+    from lowbw.report.build import Context
+    from lowbw.report.e10 import E10
+
+    _run(tmp_path, "even", "dense", 0, 1.0)
+    st = E10.stats(Context({"targets": {"mnist": 0.9}}, tmp_path, tmp_path / "out"))
+    n = E10.numbers(st)
+    assert "check" not in st.tables and "auto" not in st.tables
+    assert not [k for k in n if k.startswith(("ETenCheck", "ETenAuto"))]

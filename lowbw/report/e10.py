@@ -12,6 +12,15 @@ equal links and cannot say what unequal ones cost.
 Slow-down of a scheme on a network = its virtual time to the target accuracy there / on ``even``, per seed
 (the same scheme and seed: for synchronous schemes on the model clock the two runs train identically and
 differ only in time), then mean and standard deviation over the seeds where both reached the target.
+
+Top-k whose collective the cost model chooses (``adaptive: moo`` at one density, :mod:`lowbw.adaptive`): which
+collective its policy picks on each network is recomputed here from the run's config at every logged step's
+virtual time (:func:`lowbw.adaptive.run_collective`, the links the run's clock had then), and it is compared
+with the same top-k without the policy (``FIXED``).
+
+The check against the testbed (``runs/bench/e10check.json``, ``python -m lowbw bench e10check``; optional:
+the paper builds without it) is the table ``check`` and the ``ETenCheck*`` numbers, labelled with the machine
+and date that measured it.
 """
 
 from __future__ import annotations
@@ -20,7 +29,7 @@ import json
 import math
 
 from lowbw.report.build import Context, Experiment, Stats
-from lowbw.report.catalog import E10_NETWORKS
+from lowbw.report.catalog import E10_NETWORKS, word
 from lowbw.report.common import fmt_duration, target_acc, training_runs
 from lowbw.report.latex import booktabs, escape, fmt_num
 
@@ -32,6 +41,10 @@ BASELINE_NETWORK = "even"  # every other network is compared with it
 TARGET = 0.85
 NETWORKS = [BASELINE_NETWORK, *E10_NETWORKS]  # in the order of the table and figure
 EXPERIMENTS = [f"e10_{n}" for n in NETWORKS]
+AUTO_FIXED = {"topk1auto": "topk1"}  # a method whose collective the policy chooses -> the same without policy
+# the chosen collectives in words
+COLLECTIVE_WORDS = {"allgather": "all-gather", "artopk-ring": "AR-Top-$k$ over a ring",
+                    "artopk-tree": "AR-Top-$k$ over a tree"}
 # panel titles of the figure
 TITLES = {"oneslow": "one slow worker link", "asym": "slow uplinks", "trace": "bandwidth trace",
           "straggler": "one straggler"}
@@ -117,12 +130,63 @@ def stats(ctx: Context) -> Stats | None:
                      "test_acc_std": acc[1], "seeds_reached": int(np.isfinite(g["ttt_ratio"].to_numpy(float)).sum()),
                      "seeds": len(g)})
     slowdown = pd.DataFrame(slow)
-    return Stats({"runs": per_run, "slowdown": slowdown},
+    tables = {"runs": per_run, "slowdown": slowdown}
+    auto = _auto_choices(ctx, runs, mets)
+    if auto is not None:
+        tables["auto"] = auto
+    check = ctx.bench("e10check")
+    if check and check.get("rows"):
+        tables["check"] = _check_table(check)
+    return Stats(tables,
                  {"source": "runs/e10_*", "target_acc": target, "seeds": int(per_run["seed"].nunique()),
                   "workers": sorted(int(n) for n in per_run["workers"].unique()),
                   "steps": sorted(int(n) for n in per_run["steps"].unique()),
                   "networks": [n for n in NETWORKS if n in set(per_run["network"])],
-                  "methods": _method_order(ctx, per_run), "baseline": BASELINE_NETWORK})
+                  "methods": _method_order(ctx, per_run), "baseline": BASELINE_NETWORK,
+                  "check": _check_meta(check) if check and check.get("rows") else None})
+
+
+def _auto_choices(ctx: Context, runs, mets):
+    """Per adaptive run and logged step: the collective its policy chooses at that step's virtual time on the
+    run's links (:func:`lowbw.adaptive.run_collective` on the run's ``config.json``); None without such runs."""
+    import pandas as pd
+
+    from lowbw.adaptive import run_collective
+    from lowbw.train.config import RunConfig
+
+    if "adaptive" not in runs:
+        return None
+    rows = []
+    for _, r in runs[runs["adaptive"].astype(str) == "moo"].iterrows():
+        cfg = json.loads((ctx.runs_dir / r["experiment"] / r["run"] / "config.json").read_text())["config"]
+        rc = RunConfig.from_dict({**cfg, "clock": "measured", "backend": "sim"})
+        m = mets[(mets["run"] == r["run"]) & (mets["experiment"] == r["experiment"])]
+        for _, x in m.iterrows():
+            name, t = run_collective(rc, float(x["t_virtual"]))
+            rows.append({"network": r["experiment"].removeprefix("e10_"), "method": r["method"],
+                         "seed": int(r["seed"]), "step": int(x["step"]), "t_virtual_s": float(x["t_virtual"]),
+                         "collective": name, "modelled_s": t})
+    return pd.DataFrame(rows) if rows else None
+
+
+def _check_table(check: dict):
+    """One row per cell of ``runs/bench/e10check.json``: network, method, predicted and measured seconds per
+    step and of communication, the errors."""
+    import pandas as pd
+
+    keep = ("network", "method", "rate_mbit", "predicted_step_s", "measured_step_s", "err_step",
+            "predicted_comm_s", "measured_comm_s", "err_comm", "predicted_compute_s", "measured_compute_s",
+            "compute_scale", "overhead_ms")
+    return pd.DataFrame([{k: r.get(k) for k in keep} for r in check["rows"]])
+
+
+def _check_meta(check: dict) -> dict:
+    prov = check.get("provenance") or {}
+    args = check.get("args") or {}
+    return {"date": str(prov.get("date", "?"))[:10], "host": f"{prov.get('cpu', '?')}, {prov.get('cores', '?')} cores",
+            "commit": str(prov.get("commit", "?"))[:10], "scale": args.get("scale"), "steps": args.get("steps"),
+            "warmup": check.get("warmup_steps"), "skipped": dict(check.get("skipped") or {}),
+            "load": [float(x) for x in check.get("load_1min") or []]}
 
 
 def _method_order(ctx: Context, per_run) -> list[str]:
@@ -168,6 +232,84 @@ def numbers(st: Stats) -> dict[str, str]:
             lo = run.loc[run["end_ratio_mean"].idxmin()]
             out[f"ETen{w}RunBest"] = escape(lo["method"])
             out[f"ETen{w}RunBestRatio"] = fmt_num(float(lo["end_ratio_mean"]), 3)
+    out.update(_auto_numbers(st))
+    out.update(_check_numbers(st))
+    return out
+
+
+def _auto_numbers(st: Stats) -> dict[str, str]:
+    """What choosing the collective did: the collectives chosen, the communication and the time to the target
+    of the adaptive method against the same top-k without the policy, per network."""
+    auto = st.tables.get("auto")
+    runs = st.tables["runs"]
+    out: dict[str, str] = {}
+    if auto is None or auto.empty:
+        return out
+    method = next((m for m in AUTO_FIXED if m in set(auto["method"])), None)
+    fixed = AUTO_FIXED.get(method)
+    if method is None:
+        return out
+    a = auto[auto["method"] == method]
+    per_net = {n: sorted(set(g["collective"])) for n, g in a.groupby("network")}
+    names = {tuple(v) for v in per_net.values()}
+    words = [word(COLLECTIVE_WORDS, c, "E10 chosen collective") for c in sorted(set(a["collective"]))]
+    if len(names) == 1:
+        out["ETenAutoChoice"] = " and ".join(words) + " on every network"
+    else:
+        out["ETenAutoChoice"] = "; ".join(f"{escape(n)}: " + " and ".join(COLLECTIVE_WORDS[c] for c in v)
+                                          for n, v in per_net.items())
+    out["ETenAutoMethod"], out["ETenAutoFixed"] = escape(method), escape(fixed)
+    mine, base = runs[runs["method"] == method], runs[runs["method"] == fixed]
+    if base.empty:
+        return out
+    out["ETenAutoAcc"] = fmt_num(100 * float(mine.loc[mine["network"] == BASELINE_NETWORK, "test_acc"].mean()), 3)
+    out["ETenAutoFixedAcc"] = fmt_num(100 * float(base.loc[base["network"] == BASELINE_NETWORK, "test_acc"].mean()),
+                                      3)
+    end = []
+    ttt = []
+    for net in NETWORKS:
+        x, y = mine[mine["network"] == net], base[base["network"] == net]
+        if x.empty or y.empty:
+            continue
+        end.append(float(x["t_end_s"].mean()) / float(y["t_end_s"].mean()))
+        tx, ty = x["ttt_s"].to_numpy(float), y["ttt_s"].to_numpy(float)
+        if _all_finite(tx) and _all_finite(ty):
+            ttt.append(f"{escape(net)} {fmt_num(float(tx.mean() / ty.mean()), 2)}")
+    if end:
+        out["ETenAutoRunMin"], out["ETenAutoRunMax"] = fmt_num(min(end), 2), fmt_num(max(end), 2)
+    if ttt:
+        out["ETenAutoTttList"] = ", ".join(ttt)
+    return out
+
+
+def _all_finite(x) -> bool:
+    return len(x) > 0 and all(math.isfinite(v) for v in x)
+
+
+def _check_numbers(st: Stats) -> dict[str, str]:
+    """The check against the testbed: where it was measured, its cells, the worst error and every cell's."""
+    t, meta = st.tables.get("check"), st.meta.get("check")
+    if t is None or t.empty or not meta:
+        return {}
+    err = t["err_step"].astype(float)
+    worst = t.loc[err.abs().idxmax()]
+    out = {"ETenCheckDate": escape(meta["date"]), "ETenCheckHost": escape(meta["host"]),
+           "ETenCheckCells": str(len(t)), "ETenCheckScale": fmt_num(float(meta["scale"] or 1.0)),
+           "ETenCheckSteps": f"{meta['warmup']}--{meta['steps']}",
+           "ETenCheckWorst": fmt_num(100 * float(worst["err_step"]), 2),
+           "ETenCheckWorstWhere": f"{escape(worst['network'])}, {escape(worst['method'])}",
+           "ETenCheckWithinTen": str(int((err.abs() <= 0.10).sum())),
+           "ETenCheckList": "; ".join(f"{escape(r['network'])} {escape(r['method'])} "
+                                      rf"{fmt_num(100 * float(r['err_step']), 2)}\,\%" for _, r in t.iterrows())}
+    dense = t[t["method"] == "dense"]
+    if not dense.empty:
+        out["ETenCheckDenseList"] = ", ".join(
+            rf"{escape(r['network'])} {fmt_num(100 * float(r['err_comm']), 2)}\,\%" for _, r in dense.iterrows()
+            if r["err_comm"] is not None and math.isfinite(float(r["err_comm"])))
+    if meta["load"]:
+        out["ETenCheckLoad"] = fmt_num(max(meta["load"]), 2)
+    if meta["skipped"]:
+        out["ETenCheckSkipped"] = ", ".join(escape(n) for n in meta["skipped"])
     return out
 
 
