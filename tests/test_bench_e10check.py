@@ -92,11 +92,16 @@ def test_row_from_two_run_directories(tmp_path):
         for s in (0, 10, 20):
             append_jsonl(d / "metrics.jsonl", _line(s, s * step_s, s * comm_s, s * (step_s - comm_s)))
     net = {"bandwidth_mbit": 100.0, "worker_bandwidth_mbit": [100.0, 100.0, 100.0, 10.0]}
+    links = [{"up_bps": b * 1e6, "down_bps": b * 1e6} for b in net["worker_bandwidth_mbit"]]
+    (tmp_path / "procs" / ".testbed.json").write_text(json.dumps({"links": links, "tbf": {"burst": 15140},
+                                                                  "congestion_control": "bbr", "rate_log": [[0, 1]]}))
     row = e10check.network_row(tmp_path / "sim", tmp_path / "procs", network="oneslow", net=net, method="dense",
                                steps=20, target=0.9, probe_res={"overhead_ms": 1.0, "emulation": "netns-tc"},
                                cfg={"clock_compute_scale": 1.5, "latency_ms": 0.0})
     assert row["network"] == "oneslow" and row["links"] == net and row["method"] == "dense"
     assert row["window"] == [10, 20] and row["rate_mbit"] == 100.0
+    assert row["testbed"]["links_mbit"] == [[100.0, 100.0]] * 3 + [[10.0, 10.0]]
+    assert row["testbed"]["congestion_control"] == "bbr" and e10check.testbed_of(tmp_path / "sim") is None
     assert row["predicted_step_s"] == pytest.approx(2.7) and row["measured_step_s"] == pytest.approx(3.0)
     assert row["err_step"] == pytest.approx(-0.1)
     assert row["err_comm"] == pytest.approx(2.69 / 2.98 - 1)

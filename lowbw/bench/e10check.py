@@ -37,8 +37,8 @@ from typing import Any
 
 from lowbw.bench import bench_provenance, e2e
 
-__all__ = ["main", "NETWORKS", "network_keys", "scaled_trace_csv", "network_config", "network_row", "summarise",
-           "DEFAULT_OUT"]
+__all__ = ["main", "NETWORKS", "network_keys", "scaled_trace_csv", "network_config", "network_row", "testbed_of",
+           "summarise", "table", "DEFAULT_OUT"]
 
 DEFAULT_OUT = "runs/bench/e10check.json"
 NETWORKS = ("even", "oneslow", "asym", "trace", "straggler")
@@ -135,7 +135,19 @@ def network_row(sim_dir: Path, procs_dir: Path, *, network: str, net: dict[str, 
     links (Mbit/s as run, after ``--scale``)."""
     row = e2e.cell_row(sim_dir, procs_dir, method=method, workers=WORKERS, rate=net["bandwidth_mbit"], steps=steps,
                        target=target, probe_res=probe_res, cfg=cfg)
-    return {"network": network, "links": {k: v for k, v in net.items()}, **row}
+    return {"network": network, "links": {k: v for k, v in net.items()}, **row, "testbed": testbed_of(procs_dir)}
+
+
+def testbed_of(procs_dir: Path) -> dict[str, Any] | None:
+    """What the testbed of a procs run really shaped (its ``.testbed.json``): every worker's uplink and downlink
+    (Mbit/s), the shapers' bucket, TCP's congestion control, the trace's applied rates; None without one."""
+    p = Path(procs_dir) / ".testbed.json"
+    if not p.is_file():
+        return None
+    d = json.loads(p.read_text())
+    return {"links_mbit": [[w["up_bps"] / 1e6, w["down_bps"] / 1e6] for w in d.get("links") or []],
+            "tbf": d.get("tbf"), "congestion_control": d.get("congestion_control"),
+            "rate_changes": len(d.get("rate_log") or []), "trace": d.get("trace")}
 
 
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
