@@ -182,8 +182,9 @@ def test_probe_summary_curve_pools_gaps_and_reads_old_files():
            "compute_alone_s": [1.0], "compute_together_s": [1.5]}
     old = {"allgather_s": [0.004], "compute_alone_s": [1.0], "compute_together_s": [1.5]}
     pr = e2e.probe_summary([new, old], workers=3)
-    assert pr["overhead_curve"] == [[0.0, 1.0], [1.0, 2.0]]  # medians 4 ms and 8 ms over 4 steps
-    assert pr["overhead_ms"] == 1.0  # back to back
+    # means (a step's time is a sum): 5 ms and 8 ms per call, over 4 steps
+    assert pr["overhead_curve"] == [[0.0, pytest.approx(1.25)], [1.0, pytest.approx(2.0)]]
+    assert pr["overhead_ms"] == pytest.approx(1.25)  # back to back
     assert pr["compute_scale"] == 1.5
 
 

@@ -27,7 +27,7 @@ from typing import Any
 
 __all__ = ["probe", "probe_summary", "overhead_at", "PROBE_GAPS_MS"]
 
-PROBE_REPS = 20  # repetitions of a burst of PROBE_BURST tiny all-gathers, per gap
+PROBE_REPS = 40  # repetitions of a burst of PROBE_BURST tiny all-gathers, per gap
 PROBE_BURST = 10
 PROBE_GAPS_MS = (0.0, 0.25, 0.5, 1.0, 2.0)  # busy CPU before each probed call (ms): 0 = back to back
 PROBE_PINGPONG = 200  # round trips of one float between ranks 0 and 1
@@ -122,15 +122,16 @@ def _probe_worker(spec_path: str) -> int:
 
 
 def probe_summary(samples: list[dict[str, Any]], workers: int) -> dict[str, Any]:
-    """Medians over the pooled samples of several probes: the per-message overhead curve (ms against the
-    busy gap before each call, ms; ``overhead_ms`` its back-to-back point), the core-sharing factor."""
+    """The pooled samples of several probes: the per-message overhead curve (mean ms against the busy gap
+    before each call, ms; ``overhead_ms`` its back-to-back point), the core-sharing factor (of medians)."""
     per_gap: dict[float, list[float]] = {}
     for s in samples:
         by_gap = s.get("allgather_by_gap_s") or {"0": s.get("allgather_s", [])}  # files before the curve
         for gap, xs in by_gap.items():
             per_gap.setdefault(float(gap), []).extend(xs)
     rounds = 2 * (workers - 1)
-    curve = [[gap, statistics.median(xs) / rounds * 1e3 if workers > 1 else 0.0]
+    # the mean, not the median: a step's communication is a sum of per-message costs, hiccups included
+    curve = [[gap, statistics.fmean(xs) / rounds * 1e3 if workers > 1 else 0.0]
              for gap, xs in sorted(per_gap.items()) if xs]
     pp = [x for s in samples for x in s.get("pingpong_s", [])]
     alone = [x for s in samples for x in s["compute_alone_s"]]
