@@ -106,6 +106,22 @@ def test_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     assert not out.exists()
 
 
+@pytest.mark.parametrize("argv, culprit", [
+    (["--workers", "1"], "--workers 1"),
+    (["--rate", "0"], "--rate 0"),
+    (["--gaps", "0", "-1"], "--gaps -1"),
+])
+def test_probe_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
+    from lowbw.bench import e2e_probe
+
+    out = tmp_path / "probe.json"
+    with pytest.raises(SystemExit) as ei:
+        e2e_probe.main([*argv, "--out", str(out)])
+    assert ei.value.code == 2
+    assert culprit in capsys.readouterr().err.strip().splitlines()[-1]
+    assert not out.exists()
+
+
 def test_bench_command_lists_e2e(capsys):
     from lowbw.cli import main
 

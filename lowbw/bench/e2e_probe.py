@@ -9,7 +9,7 @@ measured on a testbed like the cell's (see :mod:`lowbw.bench.e2e` for how the ce
 * the compute slow-down of N processes sharing this machine's cores: forward + backward + update at the local
   batch, all N workers at once (the slowest) against one alone, alternately.
 
-    python -m lowbw.bench.e2e_probe SPEC.json     # one testbed worker (the testbed runs it on every rank)
+    python -m lowbw bench e2e_probe --workers 2 --rate 100 [--gaps 0 0.5 1 2]   # root: a real testbed
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-__all__ = ["probe", "probe_summary", "overhead_at", "PROBE_GAPS_MS"]
+__all__ = ["probe", "probe_summary", "overhead_at", "PROBE_GAPS_MS", "main"]
 
 PROBE_REPS = 40  # repetitions of a burst of PROBE_BURST tiny all-gathers, per gap
 PROBE_BURST = 10
@@ -173,7 +173,7 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
         env = dict(os.environ, OMP_NUM_THREADS="1", LOWBW_THREADS="1",
                    PYTHONPATH=root + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
         with Testbed(workers=workers, rate=f"{rate}mbit", master_port=free_port()) as tb:
-            codes = tb.run([sys.executable, "-m", "lowbw.bench.e2e_probe", str(spec)], env=env, cwd=root,
+            codes = tb.run([sys.executable, "-m", "lowbw.bench.e2e_probe", "--worker", str(spec)], env=env, cwd=root,
                            timeout=600)
             emulation = tb.emulation
             # the shapers' token bucket (tc tbf's burst, wire bytes), which the sim's clock models
@@ -186,5 +186,43 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
     return res
 
 
+
+def main(argv: list[str] | None = None) -> int:
+    """The probe alone, on a testbed of ``--workers`` at ``--rate`` Mbit/s: the per-message cost after each
+    CPU gap and the compute slow-down, as the E8 cells see them (MLP on synthetic data for the compute)."""
+    import argparse
+
+    from lowbw.bench import bench_provenance
+    from lowbw.runio import atomic_write_json
+
+    ap = argparse.ArgumentParser(prog="python -m lowbw bench e2e_probe", description=main.__doc__.split(".")[0])
+    ap.add_argument("--workers", type=int, default=2)
+    ap.add_argument("--rate", type=float, default=100.0, help="link rate, Mbit/s")
+    ap.add_argument("--gaps", type=float, nargs="+", default=list(PROBE_GAPS_MS), help="CPU gaps before calls, ms")
+    ap.add_argument("--out", default="runs/bench/e2e_probe.json")
+    ap.add_argument("--worker", help=argparse.SUPPRESS)
+    a = ap.parse_args(argv)
+    if a.worker:
+        return _probe_worker(a.worker)
+    if a.workers < 2:
+        ap.error(f"--workers {a.workers}: need at least 2")
+    if a.rate <= 0:
+        ap.error(f"--rate {a.rate:g}: must be > 0")
+    if any(g < 0 for g in a.gaps):
+        ap.error(f"--gaps {min(a.gaps):g}: gaps are >= 0 ms")
+    cfg = {"dataset": "synthetic", "model": "mlp", "batch_size": 64 * a.workers, "workers": a.workers,
+           "bandwidth_mbit": a.rate, "optimizer": "sgd", "collective": "ring"}
+    res = probe(cfg, a.workers, a.rate, ([3, 16, 16], 10), gaps_ms=a.gaps)
+    pr = probe_summary([res], a.workers)
+    atomic_write_json(Path(a.out), {"provenance": bench_provenance(), "workers": a.workers, "rate_mbit": a.rate,
+                                    "emulation": res["emulation"], **pr})
+    print(f"{'gap ms':>8} {'ms/message':>11}")
+    for g, o in pr["overhead_curve"]:
+        print(f"{g:8.2f} {o:11.3f}")
+    print(f"compute x{pr['compute_scale']:.2f} ({res['emulation']}); ping-pong one-way "
+          f"{pr['overhead_pingpong_ms']:.3f} ms -> {a.out}")
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(_probe_worker(sys.argv[1]))
+    sys.exit(main())
