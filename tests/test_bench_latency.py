@@ -310,3 +310,27 @@ def test_the_trees_second_stream_ends_last_where_the_last_hop_is_mostly_free():
     long_ = M.tree_chain(_cal(0.05, 1e7, handshake=0.05), m, 4)
     assert long_.arrive["1->3"] > long_.arrive["0->2"]
     assert long_.paced == pytest.approx(5 * (m - b))  # every bucket full again: the chain of the test above
+
+
+def test_merge_testbeds_replaces_only_the_remeasured_testbeds_and_tags_their_rows():
+    def row(n, d, t):
+        return {"workers": n, "rate_mbit": 10, "delay_ms": d, "algorithm": "ps", "nbytes": 4000, "size_mb": 0.004,
+                "ok": True, "time_s": t, "chunk_bytes": None}
+
+    old_cal, new_cal = _cal(1e-4, 1e7), _cal(2e-4, 1e7)
+    target = {"rows": [row(2, 0, 0.01), row(2, 5, 0.03)], "runs": [{"note": "first"}],
+              "calibration": {"N2_10mbit": old_cal, "N2_10mbit_5ms": _cal(0.005, 1e7)},
+              "testbeds": [{"workers": 2, "rate_bps": 1e7, "delay_s": 0.0, "tag": "old"},
+                           {"workers": 2, "rate_bps": 1e7, "delay_s": 0.005, "tag": "old"}]}
+    source = {"rows": [row(2, 0, 0.02)], "calibration": {"N2_10mbit": new_cal},
+              "testbeds": [{"workers": 2, "rate_bps": 1e7, "delay_s": None, "tag": "new", "loadavg_before": 0.4,
+                            "loadavg_after": 0.6}],
+              "provenance": {"git_commit": "def"}, "finished_at": "2026-11-24T05:00:00Z"}
+    assert B.merge_testbeds(target, source, "again.json") == ["N2_10mbit"]
+    by = {r["delay_ms"]: r for r in target["rows"]}
+    assert by[0]["time_s"] == 0.02 and by[0]["run"] == 1 and "run" not in by[5]  # the other testbed's row stays
+    assert target["calibration"]["N2_10mbit"] is new_cal
+    assert target["calibration"]["N2_10mbit_5ms"]["fit"]["alpha_s"] == 0.005
+    assert sorted(t["tag"] for t in target["testbeds"]) == ["new", "old"]
+    assert target["runs"][1]["source"] == "again.json" and target["runs"][1]["loadavg"] == {"N2_10mbit": (0.4, 0.6)}
+    assert by[0]["model_s"] == pytest.approx(M.calibrated_time(new_cal, "ps", 4000, 2))

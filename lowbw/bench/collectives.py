@@ -45,6 +45,7 @@ from lowbw.bench.collectives_model import (
 from lowbw.bench.collectives_results import (
     calibration_key,
     merge_software,
+    merge_testbeds,
     remodel,
     summarize,
     table,
@@ -418,6 +419,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="only each testbed's calibration (ping-pong, gamma, software cost) and trace")
     ap.add_argument("--merge-software-into", metavar="FILE",
                     help="then give FILE's testbeds this run's software cost per step and remodel FILE")
+    ap.add_argument("--merge-into", metavar="FILE",
+                    help="then replace FILE's testbeds that this run measured (rows tagged with this run) and remodel")
     ap.add_argument("--config-json", help="bench.collectives config as JSON (keys as in config/schema.yaml)")
     ap.add_argument("--out", default="runs/bench/collectives.json")
     a = ap.parse_args(argv)
@@ -438,8 +441,9 @@ def main(argv: list[str] | None = None) -> int:
         cfg["trace"] = {"algorithm": parts[0], "sizes_mb": [float(x) for x in parts[1].split(",")],
                         "reps": int(parts[2])}
         _trace_plan(cfg)  # a bad algorithm: an error before any testbed
-    if a.merge_software_into and not Path(a.merge_software_into).is_file():
-        raise SystemExit(f"--merge-software-into {a.merge_software_into}: no such file")
+    for flag, path in (("--merge-software-into", a.merge_software_into), ("--merge-into", a.merge_into)):
+        if path and not Path(path).is_file():
+            raise SystemExit(f"{flag} {path}: no such file")
     result = run(cfg, out=a.out, quick=a.quick, log=lambda s: print(s, file=sys.stderr, flush=True))
     if a.merge_software_into:
         from lowbw.runio import atomic_write_json
@@ -448,6 +452,13 @@ def main(argv: list[str] | None = None) -> int:
         keys = merge_software(target, result, a.out)
         atomic_write_json(a.merge_software_into, target)
         print(f"[collectives] software cost merged into {a.merge_software_into}: {keys}", file=sys.stderr)
+    if a.merge_into:
+        from lowbw.runio import atomic_write_json
+
+        target = json.loads(Path(a.merge_into).read_text())
+        keys = merge_testbeds(target, result, a.out)
+        atomic_write_json(a.merge_into, target)
+        print(f"[collectives] testbeds replaced in {a.merge_into}: {keys}", file=sys.stderr)
     print(table(result))
     print(json.dumps(result["targets"], indent=1, default=str))
     return 0

@@ -9,8 +9,8 @@ from typing import Any
 
 from lowbw.bench.collectives_model import calibrate, calibrated_time, software_calibration, tree_chain
 
-__all__ = ["ISSUE_MIN_SIZE_MB", "calibration_key", "trace_model", "remodel", "merge_software", "targets",
-           "summarize", "table"]
+__all__ = ["ISSUE_MIN_SIZE_MB", "calibration_key", "trace_model", "remodel", "merge_software", "merge_testbeds",
+           "targets", "summarize", "table"]
 
 
 def trace_model(cal: dict, trace: dict) -> dict:
@@ -96,6 +96,38 @@ def merge_software(target: dict, source: dict, source_name: str) -> list[str]:
         "provenance": source.get("provenance")})
     remodel(target)
     return done
+
+
+def merge_testbeds(target: dict, source: dict, source_name: str) -> list[str]:
+    """Replace every testbed of ``target`` that ``source`` (a later run of the bench) measured: its
+    calibration, its rows and its testbed record become ``source``'s; each of those rows carries ``run``, the
+    index of ``source``'s entry in ``target["runs"]`` (where, when, which commit, the loads), so every
+    setting says which run measured it. Testbeds ``source`` did not build stay as they were; then
+    :func:`remodel`. Returns the replaced calibration keys."""
+    def key(r: dict) -> str:
+        return calibration_key(r["workers"], r["rate_mbit"], r.get("delay_ms") or 0)
+
+    def bed_key(t: dict) -> str:
+        return calibration_key(t["workers"], t["rate_bps"] / 1e6, 1e3 * (t.get("delay_s") or 0))
+
+    keys = sorted({key(r) for r in source.get("rows", [])})
+    if not keys:
+        return []
+    runs = target.setdefault("runs", [])
+    idx = len(runs)
+    runs.append({"what": "testbeds measured again, replacing earlier rows", "calibration_keys": keys,
+                 "source": source_name, "elapsed_s": source.get("elapsed_s"),
+                 "finished_at": source.get("finished_at"), "provenance": source.get("provenance"),
+                 "loadavg": {bed_key(t): (t.get("loadavg_before"), t.get("loadavg_after"))
+                             for t in source.get("testbeds", [])}})
+    for k in keys:
+        target["calibration"][k] = source["calibration"][k]
+    target["rows"] = ([r for r in target["rows"] if key(r) not in keys]
+                      + [{**r, "run": idx} for r in source["rows"] if key(r) in keys])
+    target["testbeds"] = ([t for t in target.get("testbeds", []) if bed_key(t) not in keys]
+                          + [t for t in source.get("testbeds", []) if bed_key(t) in keys])
+    remodel(target)
+    return keys
 
 
 # ------------------------------------------------------------------------------------ summaries
