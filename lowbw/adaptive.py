@@ -32,7 +32,6 @@ from lowbw.compress.artopk import ARTopK
 from lowbw.compress.base import ErrorFeedback, State
 from lowbw.compress.collective import CallRecord
 from lowbw.compress.sparsify import TopK, topk_count
-from lowbw.net import costlinks, costmodel
 from lowbw.net.costmodel import LinkParams
 
 __all__ = ["COLLECTIVES", "candidate_densities", "option_calls", "option_time", "collective_for", "Choice",
@@ -76,21 +75,17 @@ def option_calls(numels: Sequence[int], density: float, world_size: int, option:
 
 
 def option_time(numels: Sequence[int], density: float, world_size: int, link: LinkParams, option: str) -> float:
-    """Modelled seconds of :func:`option_calls` at ``link``, as the virtual clock times an exchange: on every
-    worker's own link where ``link`` carries them (``link.workers``, one per rank), as one exchange on a token
-    bucket where it has one (``link.bucket_bytes``), else on the plain link."""
-    calls = option_calls(numels, density, world_size, option)
-    per_rank = [list(calls) for _ in range(world_size)]
+    """Modelled seconds of :func:`option_calls` at ``link``, exactly as the virtual clock times an exchange
+    (:func:`lowbw.train.links.comm_cost`): on every worker's own link where ``link`` carries them
+    (``link.workers``, one per rank), as one exchange on the shapers' token bucket where it has one
+    (``link.bucket_bytes``), else on the plain link."""
+    from lowbw.train.links import comm_cost
+
     workers = tuple(getattr(link, "workers", ()) or ())
-    if workers:
-        if len(workers) != world_size:
-            raise ValueError(f"{len(workers)} per-worker links for {world_size} workers")
-        return costlinks.calls_time(per_rank, list(workers))
-    bucket = float(getattr(link, "bucket_bytes", 0.0) or 0.0)
-    if bucket > 0:
-        return costmodel.calls_time(per_rank, LinkParams(alpha_s=link.alpha_s, bandwidth_bps=link.bandwidth_bps),
-                                    bucket)
-    return costmodel.calls_time(per_rank, link)
+    if workers and len(workers) != world_size:
+        raise ValueError(f"{len(workers)} per-worker links for {world_size} workers")
+    calls = option_calls(numels, density, world_size, option)
+    return comm_cost({0: [list(calls) for _ in range(world_size)]}, link)["v_comm"]
 
 
 def collective_for(nbytes: float, density: float, world_size: int, link: LinkParams,

@@ -179,3 +179,38 @@ def test_procs_on_the_testbed_get_the_per_worker_links(tmp_path):
     assert desc["emulation"] == "netns-tc"
     assert [(x["up_bps"], x["down_bps"]) for x in desc["links"]] == [(50e6, 50e6), (10e6, 20e6)]
     assert (tmp_path / "tb" / "summary.json").exists()
+
+
+def test_the_shapers_bucket_on_unequal_links():
+    """The testbed's tbf bucket on per-worker links: where every step waits for the slowest hop (ring calls,
+    latencies alike) the clock's bucket model on the slowest link, as on an equal link of that rate; a star
+    (parameter server) on unequal links keeps the plain per-worker time; equal lists time as the scalar keys."""
+    import dataclasses
+
+    from lowbw.compress.collective import CallRecord
+    from lowbw.net.costmodel import calls_time
+    from lowbw.train.links import ShapedLink, WorkerLinks, comm_cost
+
+    slow = cfg_of(worker_bandwidth_mbit=[10, 10, 10, 1], latency_ms=0.5)
+    bucket = 15140.0
+    shaped = dataclasses.replace(slow, clock_shaper_burst_bytes=bucket)  # as bench e10check's cells have it
+    link = link_for(shaped, "world")
+    assert isinstance(link, WorkerLinks) and link.bucket_bytes == bucket  # goodput 1 here
+    assert link_for(slow, "world").bucket_bytes == 0.0
+    ring = {0: [[CallRecord("all_reduce", 4000, "ring", 4), CallRecord("all_gather", 400, "ring", 4)]] * 4}
+    plain = comm_cost(ring, link_for(slow, "world"))["v_comm"]
+    with_bucket = comm_cost(ring, link)["v_comm"]
+    w = link.workers
+    from lowbw.net import costlinks
+
+    assert with_bucket == pytest.approx(calls_time(ring[0], costlinks.slowest_link(list(w)), bucket))
+    assert with_bucket < 0.5 * plain  # small messages leave at line rate from the bucket
+    ps = {0: [[CallRecord("all_reduce", 4000, "ps", 4)]] * 4}
+    assert comm_cost(ps, link)["v_comm"] == pytest.approx(comm_cost(ps, link_for(slow, "world"))["v_comm"])
+    # equal per-worker lists with a bucket: exactly the scalar link's token-bucket time
+    eq = dataclasses.replace(cfg_of(worker_bandwidth_mbit=[7.0] * 4, bandwidth_mbit=7.0, latency_ms=0.5),
+                             clock_shaper_burst_bytes=bucket)
+    scalar = cfg_of(bandwidth_mbit=7.0, latency_ms=0.5, clock_shaper_burst_bytes=bucket)
+    assert isinstance(link_for(scalar, "world"), ShapedLink)
+    assert comm_cost(ring, link_for(eq, "world"))["v_comm"] == pytest.approx(
+        comm_cost(ring, link_for(scalar, "world"))["v_comm"], rel=1e-12)

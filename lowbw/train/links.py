@@ -65,15 +65,18 @@ def worker_links(cfg, t_virtual: float = 0.0) -> list[WorkerLink]:
 
 @dataclass(frozen=True)
 class WorkerLinks(LinkParams):
-    """Per-worker links as one :class:`LinkParams`: the slowest link (the equal-link bound: what adaptive
-    rules and re-timing see) that also carries every worker's link, on which :func:`comm_cost` times calls."""
+    """Per-worker links as one :class:`LinkParams`: the slowest link (the equal-link bound: what re-timing
+    sees) that also carries every worker's link, on which :func:`comm_cost` times calls; ``bucket_bytes``: the
+    shapers' token bucket (payload bytes, each shaper's; 0: none), see :func:`comm_cost`."""
 
     workers: tuple[WorkerLink, ...] = ()
+    bucket_bytes: float = 0.0
 
     @classmethod
-    def of(cls, links: list[WorkerLink]) -> WorkerLinks:
+    def of(cls, links: list[WorkerLink], bucket_bytes: float = 0.0) -> WorkerLinks:
         slow = costlinks.slowest_link(links)
-        return cls(alpha_s=slow.alpha_s, bandwidth_bps=slow.bandwidth_bps, workers=tuple(links))
+        return cls(alpha_s=slow.alpha_s, bandwidth_bps=slow.bandwidth_bps, workers=tuple(links),
+                   bucket_bytes=float(bucket_bytes))
 
 
 @dataclass(frozen=True)
@@ -118,8 +121,9 @@ def link_for(cfg, level: str, t_virtual: float = 0.0):
     level's :class:`WorkerLinks`: the slowest link (the equal-link bound) carrying every worker's link, so
     that :func:`comm_cost` at it times calls on the per-worker links wherever an exchange is made."""
     links = links_for(cfg, level, t_virtual)
-    if links is not None:
-        return WorkerLinks.of(links)
+    burst = getattr(cfg, "clock_shaper_burst_bytes", 0.0)
+    if links is not None:  # the bucket counts wire bytes (frames); the clock's bytes are payload
+        return WorkerLinks.of(links, burst * cfg.link_goodput if burst > 0 else 0.0)
     if level == "world":
         lat, bw = cfg.latency_ms, bandwidth_at(cfg, t_virtual)
     else:
@@ -127,7 +131,6 @@ def link_for(cfg, level: str, t_virtual: float = 0.0):
         lat = cfg.latency_ms if cfg.household_latency_ms < 0 else cfg.household_latency_ms
     # alpha = network latency + the sending/receiving software's own per-message cost; beta = 1 / goodput
     alpha, bps = (lat + cfg.clock_overhead_ms) / 1e3, bw * 1e6 * cfg.link_goodput
-    burst = getattr(cfg, "clock_shaper_burst_bytes", 0.0)
     if burst > 0:  # the bucket counts wire bytes (frames); the clock's bytes are payload
         return ShapedLink(alpha_s=alpha, bandwidth_bps=bps, bucket_bytes=burst * cfg.link_goodput)
     return LinkParams(alpha_s=alpha, bandwidth_bps=bps)
@@ -147,7 +150,10 @@ def _v_comm(per_group_calls: dict[int, list[list]], link, links: list[WorkerLink
     """Slowest group's modelled time; each group's calls are the per-member lists (zipped by calls_time).
     ``links``: every worker's link (groups are contiguous rank ranges, group g of n members = ranks
     g n .. g n + n - 1); None: ``link`` for all. ``bucket_bytes``: the calls are one exchange on links with
-    that token bucket (equal links only)."""
+    that token bucket: on equal links the bucket model of :func:`lowbw.net.costmodel.calls_time`; on unequal
+    ones the same model on the group's slowest link where the calls' per-worker time is that link's equal-link
+    time (ring, pipeline and tree patterns with alike latencies: every step waits for the slowest hop, whose
+    shapers' buckets drain and refill as an equal link's at its rate), else the per-worker time without one."""
     t = 0.0
     for g, lists in per_group_calls.items():
         if not any(lists):
@@ -158,7 +164,15 @@ def _v_comm(per_group_calls: dict[int, list[list]], link, links: list[WorkerLink
         n = len(lists)
         mine = links[g * n:(g + 1) * n]
         eq = _as_equal(mine)
-        t = max(t, calls_time(lists, eq) if eq is not None else costlinks.calls_time(lists, mine))
+        if eq is not None:
+            t = max(t, calls_time(lists, eq, bucket_bytes) if bucket_bytes > 0 else calls_time(lists, eq))
+            continue
+        plain = costlinks.calls_time(lists, mine)
+        if bucket_bytes > 0:
+            slow = costlinks.slowest_link(mine)
+            if abs(calls_time(lists, slow) - plain) <= 1e-9 * max(plain, 1e-12):
+                plain = calls_time(lists, slow, bucket_bytes)
+        t = max(t, plain)
     return t
 
 
@@ -168,11 +182,11 @@ _BETA_ONLY = (0.0, 8.0)  # alpha = 0,   beta = 1 s/byte -> the bytes on the crit
 
 
 def comm_cost(per_group_calls: dict[int, list[list]], link) -> dict[str, float]:
-    """``v_comm`` at ``link`` (a :class:`WorkerLinks`: on every worker's own link; a :class:`ShapedLink`: the
-    calls as one exchange on its token bucket) plus its equal-link coefficients ``v_alpha`` and
+    """``v_comm`` at ``link`` (a :class:`WorkerLinks`: on every worker's own link, with its bucket if any; a
+    :class:`ShapedLink`: the calls as one exchange on its token bucket) plus its equal-link coefficients ``v_alpha`` and
     ``v_beta_bytes`` of the plain link (see Exchange)."""
     links = list(link.workers) if isinstance(link, WorkerLinks) else None
-    bucket = link.bucket_bytes if isinstance(link, ShapedLink) else 0.0
+    bucket = link.bucket_bytes if isinstance(link, ShapedLink | WorkerLinks) else 0.0
     return {
         "v_comm": _v_comm(per_group_calls, link, links, bucket),
         "v_alpha": _v_comm(per_group_calls, LinkParams(*_ALPHA_ONLY)),
