@@ -121,10 +121,10 @@ def test_the_collective_choice_and_the_testbed_check(tmp_path):
     assert n["ETenAutoTttList"] == "even 0.80, oneslow 0.50"
     assert st.tables["check"]["err_step"].tolist() == pytest.approx([0.28 / 0.29 - 1, 0.2])
     assert (n["ETenCheckDate"], n["ETenCheckHost"], n["ETenCheckCells"]) == ("2026-11-24", "AMD EPYC, 2 cores", "2")
-    assert (n["ETenCheckWorst"], n["ETenCheckWorstWhere"], n["ETenCheckWithinTen"]) == ("20", "oneslow, topk1", "1")
+    assert (n["ETenCheckWorst"], n["ETenCheckWorstWhere"], n["ETenCheckWithinTen"]) == ("+20.0", "oneslow, topk1", "1")
     assert n["ETenCheckScale"] == "10" and n["ETenCheckSteps"] == "10--20" and n["ETenCheckLoad"] == "2.5"
     assert n["ETenCheckSkipped"] == "straggler" and n["ETenCheckDenseList"] == r"even -3.6\,\%"
-    assert n["ETenCheckList"].startswith(r"even dense -3.4\,\%; oneslow topk1 20\,\%")
+    assert n["ETenCheckList"].startswith(r"even dense -3.4\,\%; oneslow topk1 +20.0\,\%")
 
 
 def test_no_check_file_no_check_numbers(tmp_path):

@@ -286,6 +286,11 @@ def _all_finite(x) -> bool:
     return len(x) > 0 and all(math.isfinite(v) for v in x)
 
 
+def _pct(x) -> str:
+    """A relative error as signed percent with one decimal (``+20.2``, ``-2.9``)."""
+    return f"{100 * float(x):+.1f}"
+
+
 def _check_numbers(st: Stats) -> dict[str, str]:
     """The check against the testbed: where it was measured, its cells, the worst error and every cell's."""
     t, meta = st.tables.get("check"), st.meta.get("check")
@@ -296,15 +301,15 @@ def _check_numbers(st: Stats) -> dict[str, str]:
     out = {"ETenCheckDate": escape(meta["date"]), "ETenCheckHost": escape(meta["host"]),
            "ETenCheckCells": str(len(t)), "ETenCheckScale": fmt_num(float(meta["scale"] or 1.0)),
            "ETenCheckSteps": f"{meta['warmup']}--{meta['steps']}",
-           "ETenCheckWorst": fmt_num(100 * float(worst["err_step"]), 2),
+           "ETenCheckWorst": _pct(worst["err_step"]),
            "ETenCheckWorstWhere": f"{escape(worst['network'])}, {escape(worst['method'])}",
            "ETenCheckWithinTen": str(int((err.abs() <= 0.10).sum())),
            "ETenCheckList": "; ".join(f"{escape(r['network'])} {escape(r['method'])} "
-                                      rf"{fmt_num(100 * float(r['err_step']), 2)}\,\%" for _, r in t.iterrows())}
+                                      rf"{_pct(r['err_step'])}\,\%" for _, r in t.iterrows())}
     dense = t[t["method"] == "dense"]
     if not dense.empty:
         out["ETenCheckDenseList"] = ", ".join(
-            rf"{escape(r['network'])} {fmt_num(100 * float(r['err_comm']), 2)}\,\%" for _, r in dense.iterrows()
+            rf"{escape(r['network'])} {_pct(r['err_comm'])}\,\%" for _, r in dense.iterrows()
             if r["err_comm"] is not None and math.isfinite(float(r["err_comm"])))
     if meta["load"]:
         out["ETenCheckLoad"] = fmt_num(max(meta["load"]), 2)
