@@ -130,3 +130,31 @@ def test_a_small_real_check(tmp_path):
     assert row["predicted_step_s"] > 0 and row["measured_step_s"] > 0 and row["err_step"] is not None
     assert row["emulation"] == "netns-tc"
     assert "oneslow" in p.stdout and "topk1" in p.stdout
+
+
+def test_the_trace_from_where_the_testbeds_first_step_met_it(tmp_path):
+    """The testbed replays a trace from the workers' launch, the sim from the first step: the shifted trace
+    at t is the original at t + offset, and the offset is read off the procs run's files."""
+    import os
+
+    from lowbw.net.trace import rates_at
+
+    src = tmp_path / "scaled.csv"
+    src.write_text(e10check.scaled_trace_csv("wifi10", 4, 10.0))
+    p = tmp_path / "shifted.csv"
+    p.write_text(e10check.shifted_trace_csv(src, 4.3))
+    orig, shifted = resolve_trace(str(src), 4), resolve_trace(str(p), 4)
+    for t in (0.0, 0.1, 0.2, 0.7, 3.0, 55.5):
+        assert [b for b, _ in rates_at(shifted, t, 4)] == pytest.approx([b for b, _ in rates_at(orig, t + 4.3, 4)]), t
+    with pytest.raises(ValueError, match="offset -1"):
+        e10check.shifted_trace_csv(src, -1.0)
+    # launch at 100 s (the worker config), the loop's last line at 110 s with t_wall 6: the loop started at
+    # 104 s; its first step started at t_wall - t_step = 0.5 - 0.3 = 0.2 s into it: 4.2 s after the launch
+    d = tmp_path / "procs"
+    d.mkdir()
+    (d / ".worker-config.json").write_text("{}")
+    for s, wall, step_s in ((0, 0.05, 0.0), (1, 0.5, 0.3), (2, 6.0, 0.6)):
+        append_jsonl(d / "metrics.jsonl", {"step": s, "t_wall": wall, "t_step": step_s})
+    os.utime(d / ".worker-config.json", (100.0, 100.0))
+    os.utime(d / "metrics.jsonl", (110.0, 110.0))
+    assert e10check.start_offset_s(d) == pytest.approx(4.2)

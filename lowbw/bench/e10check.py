@@ -20,7 +20,9 @@ rate before the cells and one after (pooled) gives the per-message overhead curv
 the workers on this machine's cores; each cell's sim runs twice (its CPU gap between calls, then the clock with
 the overhead at that gap). Per cell (steps ``lowbw.bench.e2e.WARMUP_STEPS`` .. ``--steps``):
 :func:`lowbw.bench.e2e.cell_row`'s predicted and measured step (``err_step`` = (pred - meas) / meas), compute,
-compression and communication, plus the network's name and links.
+compression and communication, plus the network's name and links. A trace is replayed by the testbed from
+the workers' launch and by the sim from the first step: a trace cell's sim replays it from the point the
+procs run's first step met it (:func:`start_offset_s`, ``trace_offset_s`` in the row).
 
 Measure under the machine lock (``flock /tmp/lowbw-measure.lock ...``): the workers share this machine's cores.
 """
@@ -38,7 +40,7 @@ from typing import Any
 from lowbw.bench import bench_provenance, e2e
 
 __all__ = ["main", "NETWORKS", "network_keys", "scaled_trace_csv", "network_config", "network_row", "testbed_of",
-           "summarise", "table", "DEFAULT_OUT"]
+           "start_offset_s", "shifted_trace_csv", "summarise", "table", "DEFAULT_OUT"]
 
 DEFAULT_OUT = "runs/bench/e10check.json"
 NETWORKS = ("even", "oneslow", "asym", "trace", "straggler")
@@ -101,6 +103,42 @@ def network_config(keys: dict[str, Any], scale: float, trace_dir: Path | None = 
         path.write_text(scaled_trace_csv(str(out["bandwidth_trace"]), WORKERS, scale))
         out["bandwidth_trace"] = str(path.resolve())
     return out
+
+
+def start_offset_s(procs_dir: Path) -> float:
+    """Seconds from a procs run's launch to its first training step, from its files: the launcher writes
+    ``.worker-config.json`` just before it sets up the testbed and launches the workers; ``metrics.jsonl`` was
+    last written at the loop's wall time ``t_wall`` of its last line, so the loop started at its mtime minus
+    that; the first step started ``t_wall - t_step`` of its line later. The testbed's set-up (a few tenths of
+    a second) is included: the trace starts a little later than this."""
+    d = Path(procs_dir)
+    lines = [json.loads(x) for x in (d / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    loop_start = (d / "metrics.jsonl").stat().st_mtime - float(lines[-1]["t_wall"])
+    first = next(x for x in lines if x["step"] >= 1)
+    return max(0.0, loop_start + float(first["t_wall"]) - float(first["t_step"])
+               - (d / ".worker-config.json").stat().st_mtime)
+
+
+def shifted_trace_csv(path: str | os.PathLike, offset_s: float, workers: int = WORKERS) -> str:
+    """The trace at ``path`` as seen from ``offset_s`` seconds after its start (CSV text): every worker's rate
+    in force then at time 0, the later steps ``offset_s`` earlier (a looping trace: modulo its period). The sim
+    replays it from the first step; the testbed replayed the original from its launch, ``offset_s`` before."""
+    from lowbw.net.trace import expand, rates_at, resolve_trace
+
+    if offset_s < 0:
+        raise ValueError(f"offset {offset_s}: must be >= 0")
+    tr = resolve_trace(str(path), workers)
+    rows = ["t_s,worker,mbit,delay_ms"]
+    for r, (bps, delay) in enumerate(rates_at(tr, offset_s, workers)):
+        if bps is not None:
+            rows.append(f"0,{r},{bps / 1e6:.9g},{'' if delay is None else f'{delay * 1e3:g}'}")
+    horizon = offset_s + (tr.period_s or max((s.t_s for s in tr.steps), default=0.0)) + 1.0
+    for s in expand(tr, horizon):
+        if s.t_s > offset_s:
+            who = "*" if s.rank is None else str(s.rank)
+            delay = "" if s.delay_s is None else f"{s.delay_s * 1e3:g}"
+            rows.append(f"{s.t_s - offset_s:.9g},{who},{s.bps / 1e6:.9g},{delay}")
+    return "\n".join(rows) + "\n"
 
 
 def _straggler_supported(net: dict[str, Any]) -> bool:
@@ -274,6 +312,12 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
         pr = {**e2e.probe_summary([pre] + ([post] if post else []), WORKERS), **tbf}
         probes.append({"rate_mbit": rate, "networks": list(group), "post_probe_error": post_error, **pr})
         for name, net, m, d, wall in done:
+            offset = None
+            if "bandwidth_trace" in net:  # replay the trace in the sim from where the testbed's first step met it
+                offset = start_offset_s(d / "procs")
+                shifted = d / "trace_from_first_step.csv"
+                shifted.write_text(shifted_trace_csv(net["bandwidth_trace"], offset))
+                net = {**net, "bandwidth_trace": str(shifted.resolve())}
             cfg = cell(mcfg[m], net, args, pr)
             run(e2e.sim_twin(cfg), d / "sim", overwrite=True, quiet=True)  # the cell's CPU gap between calls
             pc = e2e.cell_calibration(pr, d / "sim", args.steps, WORKERS)
@@ -282,6 +326,7 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
             row = network_row(d / "sim", d / "procs", network=name, net=net, method=m, steps=args.steps,
                               target=args.target, probe_res=pc, cfg=cfg)
             row["wall_s"] = wall
+            row["trace_offset_s"] = offset
             rows.append(row)
             print(_fmt_row(row), flush=True)
         load.append(os.getloadavg()[0])
