@@ -69,6 +69,9 @@ def test_tiny_benchmark_runs_end_to_end(tmp_path):
     assert res["emulation"] in ("netns-tc", "loopback-ratelimit")
     assert "git_commit" in data["provenance"] and "N2_100mbit" in data["calibration"]
     assert 0 < data["calibration"]["N2_100mbit"]["gamma_s_per_byte"] < 1e-7  # summing is > 10 MB/s
+    sw = data["calibration"]["N2_100mbit"]["software"]  # tiny calls before the grid; gloo's own has no steps
+    assert set(sw) == {"ring"} and sw["ring"]["steps"] == 2 and len(sw["ring"]["times_s"]) >= B.MIN_SOFTWARE_REPS
+    assert 0 < sw["ring"]["time_s"] < 0.1
     tb = data["testbeds"][0]
     assert tb["idle_before_call_s"] >= B.IDLE_MIN_S
     if tb["emulation"] == "netns-tc":  # tbf refills 15140 B in 1.2 ms at 100 Mbit/s: twice that
@@ -105,3 +108,26 @@ def test_a_list_of_delays_is_a_latency_axis_one_testbed_each(monkeypatch):
     slow = {r["algorithm"]: r["model_nominal_s"] for r in res["rows"] if r["delay_ms"] == 20}
     fast = {r["algorithm"]: r["model_nominal_s"] for r in res["rows"] if r["delay_ms"] == 0}
     assert all(slow[a] > fast[a] + 0.02 for a in slow)  # at least one one-way delay more per all-reduce
+
+
+def test_calibration_only_measures_no_grid_and_a_bad_trace_is_refused_before_any_testbed(monkeypatch):
+    seen = []
+
+    def fake_testbed(n, rate_bps, delay_s, cfg, plan, timeout):
+        seen.append(plan)
+        pp = [{"nbytes": nb, "one_way_s": 1e-4 + nb * 8 / rate_bps, "exchange_s": 1e-4 + nb * 8 / rate_bps}
+              for nb in B._pingpong_sizes(rate_bps)]
+        tiny = {"ring": {"nbytes": 256, "times_s": [5e-3] * 9, "late_starts": 0}}
+        return {"pingpong": pp, "measurements": [], "gamma_s_per_byte": 0.0, "chunk_bytes": None,
+                "software": tiny}, {"emulation": "netns-tc"}
+
+    monkeypatch.setattr(B, "_run_testbed", fake_testbed)
+    cfg = {"workers": [2], "rates_mbit": [10], "sizes_mb": [0.064], "algorithms": ["ring"], "reps": 1,
+           "max_seconds": 5, "calibration_only": True}
+    res = B.run(cfg, out=None, log=lambda s: None)
+    assert seen == [[]] and res["rows"] == []
+    assert res["calibration"]["N2_10mbit"]["software"]["ring"]["per_step_s"] > 0
+    with pytest.raises(ValueError, match="trace algorithm 'native'"):
+        B.run({**cfg, "trace": {"algorithm": "native", "sizes_mb": [0.016]}}, out=None, log=lambda s: None)
+    with pytest.raises(ValueError, match="trace sizes_mb"):
+        B.run({**cfg, "trace": {"algorithm": "tree", "sizes_mb": [0]}}, out=None, log=lambda s: None)

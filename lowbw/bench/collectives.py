@@ -211,6 +211,7 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
     if quick:
         cfg.update(QUICK)
     cfg.update({k: v for k, v in (config or {}).items() if v is not None})
+    _trace_plan(cfg)  # a bad trace: an error before any testbed
     cells, skipped = plan_grid(cfg)
     if cfg.get("calibration_only"):
         cells = [{**c, "plan": []} for c in cells]
