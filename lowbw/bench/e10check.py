@@ -40,7 +40,7 @@ from typing import Any
 from lowbw.bench import bench_provenance, e2e
 
 __all__ = ["main", "NETWORKS", "network_keys", "scaled_trace_csv", "network_config", "network_row", "testbed_of",
-           "start_offset_s", "shifted_trace_csv", "summarise", "table", "DEFAULT_OUT"]
+           "start_offset_s", "shifted_trace_csv", "stalls", "summarise", "table", "DEFAULT_OUT"]
 
 DEFAULT_OUT = "runs/bench/e10check.json"
 NETWORKS = ("even", "oneslow", "asym", "trace", "straggler")
@@ -178,7 +178,22 @@ def network_row(sim_dir: Path, procs_dir: Path, *, network: str, net: dict[str, 
     links (Mbit/s as run, after ``--scale``)."""
     row = e2e.cell_row(sim_dir, procs_dir, method=method, workers=WORKERS, rate=net["bandwidth_mbit"], steps=steps,
                        target=target, probe_res=probe_res, cfg=cfg)
-    return {"network": network, "links": {k: v for k, v in net.items()}, **row, "testbed": testbed_of(procs_dir)}
+    return {"network": network, "links": {k: v for k, v in net.items()}, **row, "testbed": testbed_of(procs_dir),
+            "stalls": stalls(procs_dir)}
+
+
+def stalls(procs_dir: Path, factor: float = 10.0) -> list[list[float]]:
+    """Steps of a procs run whose measured communication took more than ``factor`` x the median step's (a TCP
+    stall on the testbed, e.g. retransmission time-outs): ``[[step, seconds], ...]``. After one, a trace cell's
+    later steps meet a later part of the trace than the sim's."""
+    import statistics
+
+    lines = [json.loads(x) for x in (Path(procs_dir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    per = [(b["step"], b["t_comm"] - a["t_comm"]) for a, b in zip(lines, lines[1:]) if b["step"] > a["step"]]
+    if not per:
+        return []
+    med = statistics.median(c for _, c in per)
+    return [[int(k), float(c)] for k, c in per if med > 0 and c > factor * med]
 
 
 def testbed_of(procs_dir: Path) -> dict[str, Any] | None:
@@ -348,9 +363,11 @@ def _pct(x: float | None) -> str:
 
 
 def _fmt_row(r: dict[str, Any]) -> str:
+    stalled = "".join(f"  stall: step {k} {c:.1f} s" for k, c in r.get("stalls") or [])
     return (f"{r['network']:<10} {r['method']:<10} step {r['predicted_step_s']:8.4f} / {r['measured_step_s']:8.4f} s "
             f"{_pct(r['err_step'])}   comm {r['predicted_comm_s']:8.4f} / {r['measured_comm_s']:8.4f} s "
-            f"{_pct(r['err_comm'])}   compute {r['predicted_compute_s']:.4f} / {r['measured_compute_s']:.4f} s")
+            f"{_pct(r['err_comm'])}   compute {r['predicted_compute_s']:.4f} / {r['measured_compute_s']:.4f} s"
+            + stalled)
 
 
 def table(res: dict[str, Any]) -> str:
