@@ -261,6 +261,41 @@ def test_the_software_gap_refills_the_buckets_between_ring_steps():
     assert M.calibrated_time(sw, "ring", m, n) == pytest.approx(t0 + 6 * 4e-4 - (free - free0) * 8 / 1e8)
 
 
+def test_start_lag_is_the_latest_ranks_first_message_median_over_calls():
+    lags = [[1e-4, 5e-4, None, 3e-4], [2e-4, 9e-4, 4e-4, 1e-4], [None, None, None, None], [7e-4, 1e-4, 1e-4, 1e-4]]
+    got = M.start_lag(lags)
+    assert got["start_lag_s"] == pytest.approx(7e-4) and got["start_lag_calls"] == 3  # of 5e-4, 9e-4, 7e-4
+    assert got["start_lag_q25_s"] == pytest.approx(6e-4) and got["start_lag_q75_s"] == pytest.approx(8e-4)
+    assert M.start_lag([]) is None and M.start_lag([[None, None]]) is None
+
+
+def test_start_lag_is_charged_once_per_call_and_refills_no_bucket():
+    """A tiny call's time t = T + L + k s: L (from its traces) is taken out before s is derived; at every
+    size the call pays L once and k s per step, and only s refills the ring's buckets between steps."""
+    n, s, lag = 4, 3e-4, 6e-4
+    cal = _cal(7e-5, 1e8)
+    base = M.calibrated_time(cal, "ring", 256, n)
+    k = M.software_steps("ring", n)
+    tiny = {"ring": {"nbytes": 256, "times_s": [base + lag + k * s] * 5,
+                     "start_lags_s": [[lag, lag / 2, lag / 3, 0.0]] * 5}}
+    sw = M.software_calibration(cal, tiny, n)["ring"]
+    assert sw["start_lag_s"] == pytest.approx(lag) and sw["per_step_s"] == pytest.approx(s)
+    with_lag = {**cal, "software": {"ring": sw}}
+    spread = {**cal, "software": {"ring": {"per_step_s": s + lag / k}}}  # the same tiny time, all per step
+    assert M.software_start_s(with_lag, "ring") == pytest.approx(lag) and M.software_start_s(spread, "ring") == 0
+    assert M.calibrated_time(with_lag, "ring", 256, n) == pytest.approx(M.calibrated_time(spread, "ring", 256, n))
+    m = 64_000.0  # 16 KB segments: the buckets refill in alpha + s, not alpha + s + L / k
+    only_steps = {**cal, "software": {"ring": {"per_step_s": s}}}
+    free = M.refilled_burst_bytes(with_lag, "ring", m, n)
+    assert free == pytest.approx(M.refilled_burst_bytes(only_steps, "ring", m, n))
+    assert free < M.refilled_burst_bytes(spread, "ring", m, n)
+    assert M.calibrated_time(with_lag, "ring", m, n) == pytest.approx(M.calibrated_time(only_steps, "ring", m, n) + lag)
+    assert M.calibrated_time(with_lag, "ring", m, n) > M.calibrated_time(spread, "ring", m, n)
+    plain = {k2: v for k2, v in tiny["ring"].items() if k2 != "start_lags_s"}
+    untraced = M.software_calibration(cal, {"ring": plain}, n)
+    assert "start_lag_s" not in untraced["ring"] and untraced["ring"]["per_step_s"] == pytest.approx(s + lag / k)
+
+
 def test_merge_software_keeps_the_targets_own_calibration_and_records_the_run():
     cal = _cal(0.005, 1e7, handshake=0.005)
     cal["pingpong"] = []  # remodel leaves a calibration without a stored ping-pong as it is
@@ -268,7 +303,8 @@ def test_merge_software_keeps_the_targets_own_calibration_and_records_the_run():
            "ok": True, "time_s": 0.03, "chunk_bytes": None}
     target = {"rows": [row], "calibration": {"N4_10mbit_5ms": dict(cal)}}
     before = M.calibrated_time(cal, "ps", 4000, 4)
-    tiny = {"ps": {"nbytes": 256, "times_s": [M.calibrated_time(cal, "ps", 256, 4) + 2e-3] * 3, "late_starts": 0}}
+    tiny = {"ps": {"nbytes": 256, "times_s": [M.calibrated_time(cal, "ps", 256, 4) + 2e-3] * 3, "late_starts": 0,
+                   "start_lags_s": [[5e-4, 1e-4, 1e-4, 1e-4]] * 3}}
     source = {"calibration": {"N4_10mbit_5ms": {**_cal(0.0051, 1e7), "software": tiny},
                               "N2_10mbit": {**_cal(1e-4, 1e7), "software": tiny}},
               "testbeds": [{"workers": 4, "rate_bps": 1e7, "delay_s": 0.005, "loadavg_before": 0.5,
@@ -280,8 +316,9 @@ def test_merge_software_keeps_the_targets_own_calibration_and_records_the_run():
     assert got["software_measured"] == {"source": "cal.json", "git_commit": "abc",
                                         "finished_at": "2026-11-24T05:00:00Z", "loadavg": (0.5, 0.7)}
     assert target["runs"][-1]["calibration_keys"] == ["N4_10mbit_5ms"]
-    # per step against the target's model: 2 ms over two steps
-    assert got["software"]["ps"]["per_step_s"] == pytest.approx(1e-3)
+    # against the target's model: 2 ms, of which the 0.5 ms start lag once and the rest over two steps
+    assert got["software"]["ps"]["start_lag_s"] == pytest.approx(5e-4)
+    assert got["software"]["ps"]["per_step_s"] == pytest.approx(7.5e-4)
     assert target["rows"][0]["model_s"] == pytest.approx(before + 2e-3)
 
 

@@ -151,6 +151,12 @@ def main(plan_path: str) -> int:
         call(x, alg)  # warm-up: connections, code paths
         times, late = timed(alg, x, int(sw["reps"][alg]))
         software[alg] = {"nbytes": x.numel() * 4, "times_s": times, "late_starts": late}
+        # the per-call start lag: the same tiny calls traced, each rank's first message's posting time
+        traced = _trace({"algorithm": alg, "nbytes": x.numel() * 4, "reps": int(sw["reps"][alg])},
+                        timed, rank, n, chunk_bytes)
+        if traced is not None:
+            software[alg]["start_lags_s"] = [[min((e["posted"] for e in r), default=None) for r in c["ranks"]]
+                                             for c in traced]
     trace = [{"plan": t, "calls": _trace(t, timed, rank, n, chunk_bytes)} for t in spec.get("trace") or []]
 
     for item in spec["plan"]:

@@ -13,7 +13,11 @@ with link delay or many small steps:
 * each message step's software cost (:func:`software_calibration`): Python, gloo and the wake-ups between
   one step's receive and the next step's send, which the ping-pong's alpha does not contain; measured
   separately, per algorithm, as the time of a tiny call beyond the model, per latency step
-  (:func:`software_steps`). It is added per step and, being idle link time, also refills the buckets.
+  (:func:`software_steps`). It is added per step and, being idle link time, also refills the buckets;
+* each call's start lag (:func:`software_start_s`): the time from the call's start to the last rank's first
+  message posted (setting up the call's transport and schedule in Python), measured in the same tiny calls
+  traced per message, charged once per call (before any step, so it refills no bucket: they start full)
+  and taken out of the tiny calls' time before the per-step cost is derived from them.
 
 :func:`calibrated_time` adds them up. Sizes in bytes, rates in bits/s, times in seconds.
 """
@@ -26,7 +30,8 @@ from dataclasses import dataclass
 
 __all__ = ["FIT_MIN_BYTES", "BUCKET_FIT_FACTOR", "WINDOW", "TCP_PAYLOAD_PER_FRAME", "DUPLEX_ALGORITHMS",
            "SOFTWARE_BYTES", "calibrate", "model_link", "handshake_steps", "step_messages", "refilled_burst_bytes",
-           "software_steps", "software_calibration", "software_step_s", "TreeChain", "tree_chain",
+           "software_steps", "software_calibration", "software_step_s", "software_start_s", "start_lag",
+           "TreeChain", "tree_chain",
            "tree_chain_paced_bytes", "window_wait", "calibrated_time"]
 
 FIT_MIN_BYTES = 256 << 10
@@ -131,26 +136,49 @@ def software_steps(algorithm: str, n: int) -> int:
     return int(round(allreduce_time(algorithm, 1.0, n, LinkParams(alpha_s=1.0, bandwidth_bps=1e30))))
 
 
+def _quartiles(xs: list[float]) -> tuple[float, float, float]:
+    """(q25, median, q75) of ``xs`` (inclusive quartiles; one value: itself three times)."""
+    xs = sorted(xs)
+    q = statistics.quantiles(xs, n=4, method="inclusive") if len(xs) > 1 else [xs[0]] * 3
+    return q[0], statistics.median(xs), q[2]
+
+
+def start_lag(lags: list) -> dict | None:
+    """The per-call start lag from traced tiny calls: ``lags`` holds, per call, each rank's first message's
+    posting time in seconds from the call's common start (None: a rank posted nothing); a call's lag is the
+    latest rank's (every step's chain waits for the rank that starts last). Returns {"start_lag_s": the
+    calls' median, "start_lag_q25_s", "start_lag_q75_s", "start_lag_calls"} or None without data."""
+    per_call = [max(x for x in c if x is not None) for c in lags or [] if any(x is not None for x in c)]
+    if not per_call:
+        return None
+    q25, med, q75 = _quartiles(per_call)
+    return {"start_lag_s": med, "start_lag_q25_s": q25, "start_lag_q75_s": q75, "start_lag_calls": len(per_call)}
+
+
 def software_calibration(cal: dict, tiny: dict, n: int) -> dict:
-    """Each algorithm's software cost per latency step, from its tiny calls ``tiny`` (algorithm -> {"nbytes",
-    "times_s"}: the slowest rank's time of each timed call, as for the grid) on the testbed ``cal``
-    calibrates: s = (t - T) / k, with t the calls' median, T the calibrated model's time of that call
-    without software cost (:func:`calibrated_time` on ``cal`` without its ``software``) and k
-    :func:`software_steps`; its spread from the calls' quartiles (``per_step_q25_s``, ``per_step_q75_s``).
-    A tiny call has no bytes to speak of, so this is a separate measurement from every grid setting.
+    """Each algorithm's software cost per call and per latency step, from its tiny calls ``tiny`` (algorithm
+    -> {"nbytes", "times_s": the slowest rank's time of each timed call, as for the grid; "start_lags_s":
+    the same calls traced, see :func:`start_lag`}) on the testbed ``cal`` calibrates: the start lag L
+    (:func:`start_lag`, 0 where not traced) and s = (t - T - L) / k, with t the calls' median, T the
+    calibrated model's time of that call without software cost (:func:`calibrated_time` on ``cal`` without
+    its ``software``) and k :func:`software_steps`; their spread from the calls' quartiles
+    (``per_step_q25_s``, ``per_step_q75_s``, ``start_lag_q25_s``, ``start_lag_q75_s``). A tiny call has
+    no bytes to speak of, so this is a separate measurement from every grid setting.
     Returns algorithm -> the entry (the input's fields kept)."""
     base = {k: v for k, v in cal.items() if k != "software"}
     out = {}
     for alg, e in tiny.items():
-        times = sorted(float(x) for x in e.get("times_s") or [])
+        times = [float(x) for x in e.get("times_s") or []]
         if not times:
             continue
         k = software_steps(alg, n)
         model = calibrated_time(base, alg, float(e["nbytes"]), n)
-        q = statistics.quantiles(times, n=4, method="inclusive") if len(times) > 1 else [times[0]] * 3
-        out[alg] = {**e, "time_s": statistics.median(times), "model_s": model, "steps": k,
-                    "per_step_s": (statistics.median(times) - model) / k,
-                    "per_step_q25_s": (q[0] - model) / k, "per_step_q75_s": (q[2] - model) / k}
+        lag = start_lag(e.get("start_lags_s"))
+        lag_s = lag["start_lag_s"] if lag else 0.0
+        q25, med, q75 = _quartiles(times)
+        out[alg] = {**e, **(lag or {}), "time_s": med, "model_s": model, "steps": k,
+                    "per_step_s": (med - model - lag_s) / k,
+                    "per_step_q25_s": (q25 - model - lag_s) / k, "per_step_q75_s": (q75 - model - lag_s) / k}
     return out
 
 
@@ -159,6 +187,13 @@ def software_step_s(cal: dict, algorithm: str) -> float:
     0 where not measured; a negative measured value, a tiny call faster than the model, counts as 0)."""
     e = (cal.get("software") or {}).get(algorithm)
     return max(0.0, float(e["per_step_s"])) if e else 0.0
+
+
+def software_start_s(cal: dict, algorithm: str) -> float:
+    """The start lag the model charges ``algorithm``'s call once on testbed ``cal`` (seconds; 0 where not
+    measured or negative)."""
+    e = (cal.get("software") or {}).get(algorithm)
+    return max(0.0, float(e.get("start_lag_s") or 0.0)) if e else 0.0
 
 
 def step_messages(algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None
@@ -293,7 +328,7 @@ def tree_chain(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = Non
     t4 = t3 + s + a + (m - f4) * beta
     up0 = 2 * m - min(b, 2 * m)  # the root's uplink: both streams, its full bucket free, however TCP shares it
     t5 = t2 + s + a + up0 * beta  # 0 -> 2, the root's second stream, done when the uplink is
-    hs = float(cal.get("handshake_s") or 0.0)
+    hs = float(cal.get("handshake_s") or 0.0) + software_start_s(cal, "tree")  # both before the first hop
     arrive = {"3->1": hs + t1, "1->0": hs + t2, "0->1": hs + t3, "0->2": hs + t5, "1->3": hs + t4}
     chain = (m - f1) + (m - f2) + 2 * (m - f3) + (m - f4)  # t4 = 4 a + 3 s + chain beta
     second = (m - f1) + (m - f2) + up0 - (a + s) / beta  # t5 = 4 a + 3 s + second beta (one hop less)
@@ -346,13 +381,14 @@ def calibrated_time(cal: dict, algorithm: str, nbytes: float, n: int, chunk_byte
     """The calibrated model's time: :func:`lowbw.net.costmodel.allreduce_time` on :func:`model_link`, plus
     gloo's handshakes (:func:`handshake_steps` x ``handshake_s``), less the bursts the shapers' buckets
     refill between steps (:func:`refilled_burst_bytes` x beta), plus the tree's window waits
-    (:func:`window_wait`) and the software cost of every latency step (:func:`software_steps` x
-    :func:`software_step_s`, where ``cal`` has it)."""
+    (:func:`window_wait`), the software cost of every latency step (:func:`software_steps` x
+    :func:`software_step_s`) and the call's start lag once (:func:`software_start_s`), where ``cal`` has
+    them."""
     from lowbw.net.costmodel import allreduce_time
 
     link = model_link(cal, algorithm)
     t = allreduce_time(algorithm, nbytes, n, link, chunk_bytes)
     t += (handshake_steps(algorithm, n) or 0) * float(cal.get("handshake_s") or 0.0)
     t += window_wait(cal, algorithm, nbytes, n, chunk_bytes)
-    t += software_steps(algorithm, n) * software_step_s(cal, algorithm)
+    t += software_steps(algorithm, n) * software_step_s(cal, algorithm) + software_start_s(cal, algorithm)
     return t - refilled_burst_bytes(cal, algorithm, nbytes, n, chunk_bytes) * link.beta

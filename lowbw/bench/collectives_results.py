@@ -77,7 +77,7 @@ def merge_software(target: dict, source: dict, source_name: str) -> list[str]:
     done = []
     for key, cal in source.get("calibration", {}).items():
         if cal.get("software") and key in target.get("calibration", {}):
-            raw = {a: {k: e[k] for k in ("nbytes", "times_s", "late_starts") if k in e}
+            raw = {a: {k: e[k] for k in ("nbytes", "times_s", "late_starts", "start_lags_s") if k in e}
                    for a, e in cal["software"].items()}
             own = target["calibration"][key]
             own["software"] = software_calibration(own, raw, int(key[1:].split("_", 1)[0]))
