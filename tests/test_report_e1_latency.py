@@ -116,6 +116,9 @@ def _with_small_misses_software_and_a_trace(b: dict) -> dict:
     for i, cal in enumerate(b["calibration"].values()):
         cal["software"] = {a: {"nbytes": 256, "times_s": [0.01] * 3, "steps": 2, "per_step_s": 3e-4 + 1e-4 * i,
                                "per_step_q25_s": 2e-4, "per_step_q75_s": 4e-4} for a in ERR}
+        if i == 0:  # only the first testbed's tiny calls were traced: a start lag per call
+            for a, e in cal["software"].items():
+                e.update(start_lag_s=9e-4 if a == "ps" else 6e-4, start_lag_q25_s=5e-4, start_lag_q75_s=1e-3)
     cal4 = _cal(0.005, 1e7)
     b["calibration"][calibration_key(4, 10, 5)] = cal4
     m = 64_000
@@ -146,5 +149,10 @@ def test_issue_range_software_cost_and_trace_numbers(tmp_path):
     assert (n["EOneLatSoftwareMin"], n["EOneLatSoftwareMax"]) == (fmt_num(0.3, 2), fmt_num(0.4, 2))
     assert n["EOneLatTraceLeafTwoMs"] == fmt_num(200.0, 3) and n["EOneLatTraceLeafThreeMs"] == fmt_num(250.0, 3)
     assert n["EOneLatTraceHeadMinKB"] == fmt_num(30.0, 2) == n["EOneLatTraceHeadMaxKB"]
+    # the start lag: the traced testbed's only, per algorithm, untraced testbeds not counted as zero
+    assert f"ring {fmt_num(0.6, 2)}\\,ms" in n["EOneLatStartLag"] and f"{fmt_num(0.9, 2)}\\,ms" in n["EOneLatStartLag"]
+    assert (n["EOneLatStartLagMin"], n["EOneLatStartLagMax"], n["EOneLatStartLagTestbeds"]) == (
+        fmt_num(0.6, 2), fmt_num(0.9, 2), "1")
     sw = sec.stats.tables["latency_software"]
     assert len(sw) == 2 * len(ERR) and set(sw["source"]) == {"this run"}
+    assert int(sw["start_lag_s"].notna().sum()) == len(ERR)

@@ -152,7 +152,8 @@ def latency_tables(b: dict) -> dict[str, Any] | None:
 
 def software_table(b: dict):
     """One row per (testbed, algorithm) with a measured software cost: per step (median and quartiles of
-    the tiny calls, seconds), the steps, the calls, and where it was measured (``source``: this run, or the
+    the tiny calls, seconds), the steps, the calls, the call's start lag (median and quartiles over the
+    traced tiny calls, seconds; NaN where not traced) and where it was measured (``source``: this run, or the
     calibration-only run merged in)."""
     import pandas as pd
 
@@ -164,9 +165,13 @@ def software_table(b: dict):
             rows.append({"testbed": key, "algorithm": alg, "steps": e["steps"], "per_step_s": e["per_step_s"],
                          "per_step_q25_s": e["per_step_q25_s"], "per_step_q75_s": e["per_step_q75_s"],
                          "calls": len(e.get("times_s") or []), "nbytes": e["nbytes"],
+                         **{k: e.get(k, float("nan")) for k in LAG_COLUMNS},
                          "source": (cal.get("software_measured") or {}).get("source", "this run")})
     return pd.DataFrame(rows, columns=["testbed", "algorithm", "steps", "per_step_s", "per_step_q25_s",
-                                       "per_step_q75_s", "calls", "nbytes", "source"])
+                                       "per_step_q75_s", "calls", "nbytes", *LAG_COLUMNS, "source"])
+
+
+LAG_COLUMNS = ("start_lag_s", "start_lag_q25_s", "start_lag_q75_s")
 
 
 def trace_table(b: dict):
@@ -286,7 +291,23 @@ def _software_numbers(sw) -> dict[str, str]:
             "EOneLatSoftwareMax": fmt_num(1e3 * float(sw["per_step_s"].max()), 2),
             "EOneLatSoftwareTestbeds": str(sw["testbed"].nunique()),
             **({"EOneLatSoftwareSeparateRun": str(sw.loc[sw["source"] != "this run", "testbed"].nunique())}
-               if (sw["source"] != "this run").any() else {})}
+               if (sw["source"] != "this run").any() else {}), **_start_lag_numbers(sw)}
+
+
+def _start_lag_numbers(sw) -> dict[str, str]:
+    """Each algorithm's start lag per call (ms): the median over the traced testbeds (a list), the range of
+    all, and on how many testbeds it was traced; nothing where none was."""
+    from lowbw.report.catalog import E1_ALGS
+
+    lag = sw[sw["start_lag_s"].notna()] if "start_lag_s" in sw else sw.iloc[0:0]
+    if lag.empty:
+        return {}
+    med = lag.groupby("algorithm")["start_lag_s"].median()
+    return {"EOneLatStartLag": ", ".join(f"{E1_ALGS[a]} {fmt_num(1e3 * float(med[a]), 2)}\\,ms"
+                                         for a in E1_ALGS if a in med),
+            "EOneLatStartLagMin": fmt_num(1e3 * float(lag["start_lag_s"].min()), 2),
+            "EOneLatStartLagMax": fmt_num(1e3 * float(lag["start_lag_s"].max()), 2),
+            "EOneLatStartLagTestbeds": str(lag["testbed"].nunique())}
 
 
 def _trace_numbers(tr) -> dict[str, str]:
