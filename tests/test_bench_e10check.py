@@ -103,9 +103,15 @@ def test_row_from_two_run_directories(tmp_path):
     assert row["testbed"]["links_mbit"] == [[100.0, 100.0]] * 3 + [[10.0, 10.0]]
     assert row["testbed"]["congestion_control"] == "bbr" and e10check.testbed_of(tmp_path / "sim") is None
     assert row["stalls"] == []
-    # a step whose communication took 400 s, > 10 x the median step's (29.8 s per logged interval here)
-    append_jsonl(tmp_path / "procs" / "metrics.jsonl", _line(21, 20 * 3.0 + 400.0, 20 * 2.98 + 400.0, 0.0))
-    assert e10check.stalls(tmp_path / "procs") == [[21, pytest.approx(400.0)]]
+    # a step whose communication took 40 s where the sim's took 2.69: a stall (> 3 x + 0.5 s); 3 x is not
+    append_jsonl(tmp_path / "procs" / "metrics.jsonl", _line(21, 20 * 3.0 + 40.0, 20 * 2.98 + 40.0, 0.0))
+    append_jsonl(tmp_path / "procs" / "metrics.jsonl", _line(22, 20 * 3.0 + 50.0, 20 * 2.98 + 48.0, 0.0))
+    for k, c in ((21, 2.69), (22, 2.69)):
+        append_jsonl(tmp_path / "sim" / "metrics.jsonl", _line(k, 20 * 2.7 + (k - 20) * 2.7, 20 * 2.69 + (k - 20) * c,
+                                                               0.0))
+    assert e10check.stalls(tmp_path / "procs", tmp_path / "sim") == [[21, pytest.approx(40.0)]]
+    s = e10check.summarise([{**row, "stalls": [[21, 40.0]]}])
+    assert s["stalled_cells"] == ["oneslow/dense"]
     assert row["predicted_step_s"] == pytest.approx(2.7) and row["measured_step_s"] == pytest.approx(3.0)
     assert row["err_step"] == pytest.approx(-0.1)
     assert row["err_comm"] == pytest.approx(2.69 / 2.98 - 1)

@@ -179,21 +179,7 @@ def network_row(sim_dir: Path, procs_dir: Path, *, network: str, net: dict[str, 
     row = e2e.cell_row(sim_dir, procs_dir, method=method, workers=WORKERS, rate=net["bandwidth_mbit"], steps=steps,
                        target=target, probe_res=probe_res, cfg=cfg)
     return {"network": network, "links": {k: v for k, v in net.items()}, **row, "testbed": testbed_of(procs_dir),
-            "stalls": stalls(procs_dir)}
-
-
-def stalls(procs_dir: Path, factor: float = 10.0) -> list[list[float]]:
-    """Steps of a procs run whose measured communication took more than ``factor`` x the median step's (a TCP
-    stall on the testbed, e.g. retransmission time-outs): ``[[step, seconds], ...]``. After one, a trace cell's
-    later steps meet a later part of the trace than the sim's."""
-    import statistics
-
-    lines = [json.loads(x) for x in (Path(procs_dir) / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    per = [(b["step"], b["t_comm"] - a["t_comm"]) for a, b in zip(lines, lines[1:]) if b["step"] > a["step"]]
-    if not per:
-        return []
-    med = statistics.median(c for _, c in per)
-    return [[int(k), float(c)] for k, c in per if med > 0 and c > factor * med]
+            "stalls": stalls(procs_dir, sim_dir)}
 
 
 def testbed_of(procs_dir: Path) -> dict[str, Any] | None:
@@ -208,10 +194,24 @@ def testbed_of(procs_dir: Path) -> dict[str, Any] | None:
             "rate_changes": len(d.get("rate_log") or []), "trace": d.get("trace")}
 
 
+def stalls(procs_dir: Path, sim_dir: Path, factor: float = 3.0, slack_s: float = 0.5) -> list[list[float]]:
+    """Steps whose measured communication took more than ``factor`` x the sim's for the same step plus
+    ``slack_s`` seconds: a stall of the testbed's TCP (retransmission time-outs back off 0.2, 0.4, 0.8 ... s),
+    not something the clock models. ``[[step, measured seconds], ...]``. After one, a trace cell's later steps
+    meet a later part of the trace than the sim's."""
+    def per_step(d: Path, key: str) -> dict[int, float]:
+        lines = [json.loads(x) for x in (Path(d) / "metrics.jsonl").read_text().splitlines() if x.strip()]
+        return {int(b["step"]): b[key] - a[key] for a, b in zip(lines, lines[1:]) if b["step"] > a["step"]}
+
+    meas, pred = per_step(procs_dir, "t_comm"), per_step(sim_dir, "t_virtual_comm")
+    return [[k, float(m)] for k, m in sorted(meas.items()) if k in pred and m > factor * pred[k] + slack_s]
+
+
 def summarise(rows: list[dict[str, Any]]) -> dict[str, Any]:
     """Worst |err_step| and |err_comm| per network and per method."""
-    out: dict[str, dict[str, float]] = {"worst_abs_err_step_by_network": {}, "worst_abs_err_step_by_method": {},
-                                        "worst_abs_err_comm_by_network": {}}
+    out: dict[str, Any] = {"worst_abs_err_step_by_network": {}, "worst_abs_err_step_by_method": {},
+                           "worst_abs_err_comm_by_network": {},
+                           "stalled_cells": [f"{r['network']}/{r['method']}" for r in rows if r.get("stalls")]}
     for r in rows:
         for key, group in (("worst_abs_err_step_by_network", r["network"]),
                            ("worst_abs_err_step_by_method", r["method"])):
@@ -241,6 +241,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--runs-dir", default="runs/bench/e10check", help="where the cells' run directories go")
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--dry-run", action="store_true", help="check the arguments and print the cells, run nothing")
+    ap.add_argument("--reanalyse", action="store_true",
+                    help="recompute the rows' stalls and summary of --out from its cells' run directories (no runs)")
     return ap.parse_args(argv)
 
 
@@ -379,8 +381,27 @@ def table(res: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
+def reanalyse(args) -> dict[str, Any]:
+    """The stalls and summary of an existing ``--out`` recomputed from its cells' run directories."""
+    from lowbw.runio import atomic_write_json
+
+    res = json.loads(Path(args.out).read_text())
+    for r in res["rows"]:
+        d = Path(args.runs_dir) / f"{r['network']}_{r['method']}"
+        r["stalls"] = stalls(d / "procs", d / "sim")
+    res.update(summary=summarise(res["rows"]), reanalysed=bench_provenance())
+    atomic_write_json(Path(args.out), res)
+    return res
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parse(argv)
+    if args.reanalyse:
+        if not Path(args.out).is_file():
+            print(f"lowbw bench e10check: --reanalyse: {args.out} does not exist", file=sys.stderr)
+            return 2
+        print(table(reanalyse(args)))
+        return 0
     try:
         nets, mcfg, skipped = plan(args)
         if not args.dry_run:
