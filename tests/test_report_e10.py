@@ -103,7 +103,10 @@ def test_the_collective_choice_and_the_testbed_check(tmp_path):
              "err_comm": 0.27 / 0.28 - 1},
             {"network": "oneslow", "method": "topk1", "rate_mbit": 100.0, "predicted_step_s": 0.12,
              "measured_step_s": 0.1, "err_step": 0.2, "predicted_comm_s": 0.1, "measured_comm_s": 0.08,
-             "err_comm": 0.25}]
+             "err_comm": 0.25},
+            {"network": "trace", "method": "local16", "rate_mbit": 100.0, "predicted_step_s": 0.03,
+             "measured_step_s": 1.37, "err_step": 0.03 / 1.37 - 1, "predicted_comm_s": 0.02, "measured_comm_s": 1.36,
+             "err_comm": 0.02 / 1.36 - 1, "stalls": [[16, 13.68]]}]
     atomic_write_json(tmp_path / "bench" / "e10check.json", {
         "provenance": {"date": "2026-11-24T05:00:00+00:00", "cpu": "AMD EPYC", "cores": 2, "commit": "abc"},
         "args": {"scale": 10.0, "steps": 20}, "warmup_steps": 10, "load_1min": [1.2, 2.5],
@@ -119,8 +122,10 @@ def test_the_collective_choice_and_the_testbed_check(tmp_path):
     assert (n["ETenAutoAcc"], n["ETenAutoFixedAcc"]) == ("88", "90")
     assert (n["ETenAutoRunMin"], n["ETenAutoRunMax"]) == ("0.50", "0.80")
     assert n["ETenAutoTttList"] == "even 0.80, oneslow 0.50"
-    assert st.tables["check"]["err_step"].tolist() == pytest.approx([0.28 / 0.29 - 1, 0.2])
-    assert (n["ETenCheckDate"], n["ETenCheckHost"], n["ETenCheckCells"]) == ("2026-11-24", "AMD EPYC, 2 cores", "2")
+    assert st.tables["check"]["err_step"].tolist() == pytest.approx([0.28 / 0.29 - 1, 0.2, 0.03 / 1.37 - 1])
+    assert (n["ETenCheckDate"], n["ETenCheckHost"], n["ETenCheckCells"]) == ("2026-11-24", "AMD EPYC, 2 cores", "3")
+    # the stalled cell is listed, and the worst error is that of the cells without a stall
+    assert n["ETenCheckStallCells"] == "1" and n["ETenCheckStalls"] == "trace local16 (step 16: 13.7 s)"
     assert (n["ETenCheckWorst"], n["ETenCheckWorstWhere"], n["ETenCheckWithinTen"]) == ("+20.0", "oneslow, topk1", "1")
     assert n["ETenCheckScale"] == "10" and n["ETenCheckSteps"] == "10--20" and n["ETenCheckLoad"] == "2.5"
     assert n["ETenCheckSkipped"] == "straggler" and n["ETenCheckDenseList"] == r"even -3.6\,\%"

@@ -177,7 +177,9 @@ def _check_table(check: dict):
     keep = ("network", "method", "rate_mbit", "predicted_step_s", "measured_step_s", "err_step",
             "predicted_comm_s", "measured_comm_s", "err_comm", "predicted_compute_s", "measured_compute_s",
             "compute_scale", "overhead_ms")
-    return pd.DataFrame([{k: r.get(k) for k in keep} for r in check["rows"]])
+    return pd.DataFrame([{**{k: r.get(k) for k in keep},
+                          "stalls": "; ".join(f"step {int(k)}: {c:.1f} s" for k, c in r.get("stalls") or [])}
+                         for r in check["rows"]])
 
 
 def _check_meta(check: dict) -> dict:
@@ -292,12 +294,14 @@ def _pct(x) -> str:
 
 
 def _check_numbers(st: Stats) -> dict[str, str]:
-    """The check against the testbed: where it was measured, its cells, the worst error and every cell's."""
+    """The check against the testbed: where it was measured, its cells, every cell's error, the worst among the
+    cells without a stall of the testbed's TCP (``stalls``), and those stalls."""
     t, meta = st.tables.get("check"), st.meta.get("check")
     if t is None or t.empty or not meta:
         return {}
     err = t["err_step"].astype(float)
-    worst = t.loc[err.abs().idxmax()]
+    clean = t[t["stalls"].fillna("") == ""] if "stalls" in t else t
+    worst = (clean if not clean.empty else t).loc[lambda x: x["err_step"].astype(float).abs().idxmax()]
     out = {"ETenCheckDate": escape(meta["date"]), "ETenCheckHost": escape(meta["host"]),
            "ETenCheckCells": str(len(t)), "ETenCheckScale": fmt_num(float(meta["scale"] or 1.0)),
            "ETenCheckSteps": f"{meta['warmup']}--{meta['steps']}",
@@ -311,6 +315,11 @@ def _check_numbers(st: Stats) -> dict[str, str]:
         out["ETenCheckDenseList"] = ", ".join(
             rf"{escape(r['network'])} {_pct(r['err_comm'])}\,\%" for _, r in dense.iterrows()
             if r["err_comm"] is not None and math.isfinite(float(r["err_comm"])))
+    stalled = t[t["stalls"].fillna("") != ""] if "stalls" in t else t.iloc[0:0]
+    if not stalled.empty:
+        out["ETenCheckStallCells"] = str(len(stalled))
+        out["ETenCheckStalls"] = "; ".join(f"{escape(r['network'])} {escape(r['method'])} ({escape(r['stalls'])})"
+                                           for _, r in stalled.iterrows())
     if meta["load"]:
         out["ETenCheckLoad"] = fmt_num(max(meta["load"]), 2)
     if meta["skipped"]:
