@@ -296,6 +296,36 @@ def test_start_lag_is_charged_once_per_call_and_refills_no_bucket():
     assert "start_lag_s" not in untraced["ring"] and untraced["ring"]["per_step_s"] == pytest.approx(s + lag / k)
 
 
+def test_a_start_lag_beyond_the_tiny_calls_cost_is_charged_only_up_to_it():
+    n = 3
+    cal = _cal(1e-4, 1e8)
+    base = M.calibrated_time(cal, "tree", 256, n)
+    sw = M.software_calibration(cal, {"tree": {"nbytes": 256, "times_s": [base + 2e-4] * 3,
+                                               "start_lags_s": [[5e-4, 1e-4, 1e-4]] * 3}}, n)["tree"]
+    assert sw["start_lag_s"] == pytest.approx(5e-4) and sw["start_lag_charged_s"] == pytest.approx(2e-4)
+    assert sw["per_step_s"] == pytest.approx(0.0, abs=1e-12)
+    assert M.calibrated_time({**cal, "software": {"tree": sw}}, "tree", 256, n) == pytest.approx(base + 2e-4)
+
+
+def test_merge_start_lag_keeps_the_targets_tiny_calls_and_splits_their_cost():
+    cal = _cal(1e-4, 1e8)
+    cal["pingpong"] = []
+    own_t = M.calibrated_time(cal, "ring", 256, 4) + 3e-3
+    target = {"rows": [], "calibration": {"N4_100mbit": {**cal, "software": {
+        "ring": {"nbytes": 256, "times_s": [own_t] * 3}}}}}
+    source = {"calibration": {"N4_100mbit": {**cal, "software": {"ring": {
+        "nbytes": 256, "times_s": [own_t + 5e-3] * 3, "start_lags_s": [[6e-4, 1e-4, 1e-4, 1e-4]] * 3}}},
+        "N2_100mbit": {**cal, "software": {"ring": {"nbytes": 256, "times_s": [1.0], "start_lags_s": [[1e-4]]}}}},
+        "testbeds": [], "provenance": {"git_commit": "abc"}, "finished_at": "t", "elapsed_s": 1}
+    assert B.merge_start_lag(target, source, "lag.json") == ["N4_100mbit"]  # N2: not in the target
+    got = target["calibration"]["N4_100mbit"]
+    e = got["software"]["ring"]
+    assert e["times_s"] == [own_t] * 3 and e["start_lag_s"] == pytest.approx(6e-4)  # the target's own times
+    assert e["per_step_s"] == pytest.approx((3e-3 - 6e-4) / 6)
+    assert got["start_lag_measured"]["source"] == "lag.json" and target["runs"][-1]["calibration_keys"] == [
+        "N4_100mbit"]
+
+
 def test_merge_software_keeps_the_targets_own_calibration_and_records_the_run():
     cal = _cal(0.005, 1e7, handshake=0.005)
     cal["pingpong"] = []  # remodel leaves a calibration without a stored ping-pong as it is

@@ -45,6 +45,7 @@ from lowbw.bench.collectives_model import (
 from lowbw.bench.collectives_results import (
     calibration_key,
     merge_software,
+    merge_start_lag,
     merge_testbeds,
     remodel,
     summarize,
@@ -420,6 +421,10 @@ def main(argv: list[str] | None = None) -> int:
                     help="only each testbed's calibration (ping-pong, gamma, software cost) and trace")
     ap.add_argument("--merge-software-into", metavar="FILE",
                     help="then give FILE's testbeds this run's software cost per step and remodel FILE")
+    ap.add_argument("--merge-start-lag-into", metavar="FILE",
+                    help="then give FILE's testbeds this run's start lag per call only (FILE's tiny calls kept)")
+    ap.add_argument("--from-run", metavar="RUN",
+                    help="with a --merge-* option: merge RUN (an earlier run's JSON) instead of measuring")
     ap.add_argument("--merge-into", metavar="FILE",
                     help="then replace FILE's testbeds that this run measured (rows tagged with this run) and remodel")
     ap.add_argument("--config-json", help="bench.collectives config as JSON (keys as in config/schema.yaml)")
@@ -442,10 +447,22 @@ def main(argv: list[str] | None = None) -> int:
         cfg["trace"] = {"algorithm": parts[0], "sizes_mb": [float(x) for x in parts[1].split(",")],
                         "reps": int(parts[2])}
         _trace_plan(cfg)  # a bad algorithm: an error before any testbed
-    for flag, path in (("--merge-software-into", a.merge_software_into), ("--merge-into", a.merge_into)):
+    for flag, path in (("--merge-software-into", a.merge_software_into), ("--merge-into", a.merge_into),
+                       ("--merge-start-lag-into", a.merge_start_lag_into), ("--from-run", a.from_run)):
         if path and not Path(path).is_file():
             raise SystemExit(f"{flag} {path}: no such file")
-    result = run(cfg, out=a.out, quick=a.quick, log=lambda s: print(s, file=sys.stderr, flush=True))
+    if a.from_run:
+        result = json.loads(Path(a.from_run).read_text())
+        a.out = a.from_run
+    else:
+        result = run(cfg, out=a.out, quick=a.quick, log=lambda s: print(s, file=sys.stderr, flush=True))
+    if a.merge_start_lag_into:
+        from lowbw.runio import atomic_write_json
+
+        target = json.loads(Path(a.merge_start_lag_into).read_text())
+        keys = merge_start_lag(target, result, a.out)
+        atomic_write_json(a.merge_start_lag_into, target)
+        print(f"[collectives] start lag merged into {a.merge_start_lag_into}: {keys}", file=sys.stderr)
     if a.merge_software_into:
         from lowbw.runio import atomic_write_json
 

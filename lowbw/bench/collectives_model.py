@@ -159,7 +159,8 @@ def software_calibration(cal: dict, tiny: dict, n: int) -> dict:
     """Each algorithm's software cost per call and per latency step, from its tiny calls ``tiny`` (algorithm
     -> {"nbytes", "times_s": the slowest rank's time of each timed call, as for the grid; "start_lags_s":
     the same calls traced, see :func:`start_lag`}) on the testbed ``cal`` calibrates: the start lag L
-    (:func:`start_lag`, 0 where not traced) and s = (t - T - L) / k, with t the calls' median, T the
+    (:func:`start_lag`, 0 where not traced; charged at most t - T) and s = (t - T - L) / k, with t the
+    calls' median, T the
     calibrated model's time of that call without software cost (:func:`calibrated_time` on ``cal`` without
     its ``software``) and k :func:`software_steps`; their spread from the calls' quartiles
     (``per_step_q25_s``, ``per_step_q75_s``, ``start_lag_q25_s``, ``start_lag_q75_s``). A tiny call has
@@ -174,9 +175,12 @@ def software_calibration(cal: dict, tiny: dict, n: int) -> dict:
         k = software_steps(alg, n)
         model = calibrated_time(base, alg, float(e["nbytes"]), n)
         lag = start_lag(e.get("start_lags_s"))
-        lag_s = lag["start_lag_s"] if lag else 0.0
         q25, med, q75 = _quartiles(times)
-        out[alg] = {**e, **(lag or {}), "time_s": med, "model_s": model, "steps": k,
+        # charged: at most the tiny call's whole cost beyond the model (a lag traced in another session than
+        # the tiny calls' times can exceed it; the per-step cost is then 0, not negative)
+        lag_s = min(lag["start_lag_s"], max(0.0, med - model)) if lag else 0.0
+        out[alg] = {**e, **(lag or {}), **({"start_lag_charged_s": lag_s} if lag else {}),
+                    "time_s": med, "model_s": model, "steps": k,
                     "per_step_s": (med - model - lag_s) / k,
                     "per_step_q25_s": (q25 - model - lag_s) / k, "per_step_q75_s": (q75 - model - lag_s) / k}
     return out
@@ -191,9 +195,10 @@ def software_step_s(cal: dict, algorithm: str) -> float:
 
 def software_start_s(cal: dict, algorithm: str) -> float:
     """The start lag the model charges ``algorithm``'s call once on testbed ``cal`` (seconds; 0 where not
-    measured or negative)."""
+    measured or negative): the measured one, capped at the tiny call's cost beyond the model
+    (``start_lag_charged_s``, :func:`software_calibration`)."""
     e = (cal.get("software") or {}).get(algorithm)
-    return max(0.0, float(e.get("start_lag_s") or 0.0)) if e else 0.0
+    return max(0.0, float(e.get("start_lag_charged_s", e.get("start_lag_s")) or 0.0)) if e else 0.0
 
 
 def step_messages(algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None

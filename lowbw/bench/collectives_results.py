@@ -9,7 +9,8 @@ from typing import Any
 
 from lowbw.bench.collectives_model import calibrate, calibrated_time, software_calibration, tree_chain
 
-__all__ = ["ISSUE_MIN_SIZE_MB", "calibration_key", "trace_model", "remodel", "merge_software", "merge_testbeds",
+__all__ = ["ISSUE_MIN_SIZE_MB", "calibration_key", "trace_model", "remodel", "merge_software", "merge_start_lag",
+           "merge_testbeds",
            "targets", "summarize", "table"]
 
 
@@ -92,6 +93,39 @@ def merge_software(target: dict, source: dict, source_name: str) -> list[str]:
     target["traces"] = [t for t in target.get("traces") or [] if tuple(t[k] for k in key_of) not in fresh] + new
     target.setdefault("runs", []).append({
         "what": "software cost per step (tiny calls), calibration-only run", "calibration_keys": done,
+        "source": source_name, "elapsed_s": source.get("elapsed_s"), "finished_at": source.get("finished_at"),
+        "provenance": source.get("provenance")})
+    remodel(target)
+    return done
+
+
+def merge_start_lag(target: dict, source: dict, source_name: str) -> list[str]:
+    """Give ``target``'s testbeds only the start lags (traced tiny calls, ``start_lags_s``) measured in
+    ``source`` (a calibration-only run of the same testbeds, named ``source_name``), keeping ``target``'s own
+    tiny calls' times: their total, measured in the grid's session, still sets what a tiny call costs, and the
+    start lag only splits it into a cost per call and one per step (software costs measured in another
+    session differ by tenths of a millisecond). Each entry so given records ``start_lag_measured`` (source,
+    commit, finish time, loads); ``target["runs"]`` lists the run; then :func:`remodel`. Returns the keys."""
+    loads = {calibration_key(t["workers"], t["rate_bps"] / 1e6, 1e3 * (t.get("delay_s") or 0)):
+             (t.get("loadavg_before"), t.get("loadavg_after")) for t in source.get("testbeds", [])}
+    done = []
+    for key, cal in source.get("calibration", {}).items():
+        own = target.get("calibration", {}).get(key)
+        if not own or not own.get("software"):
+            continue
+        lags = {a: e["start_lags_s"] for a, e in (cal.get("software") or {}).items()
+                if e.get("start_lags_s") and a in own["software"]}
+        if not lags:
+            continue
+        for a, lag in lags.items():
+            own["software"][a]["start_lags_s"] = lag
+        own["start_lag_measured"] = {"source": source_name,
+                                     "git_commit": (source.get("provenance") or {}).get("git_commit"),
+                                     "finished_at": source.get("finished_at"), "loadavg": loads.get(key)}
+        own["software"] = software_calibration(own, own["software"], int(key[1:].split("_", 1)[0]))
+        done.append(key)
+    target.setdefault("runs", []).append({
+        "what": "start lag per call (traced tiny calls), calibration-only run", "calibration_keys": done,
         "source": source_name, "elapsed_s": source.get("elapsed_s"), "finished_at": source.get("finished_at"),
         "provenance": source.get("provenance")})
     remodel(target)
