@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lowbw.adaptive import AdaptiveTopK, candidate_densities
+from lowbw.adaptive import AdaptiveTopK, ChosenTopK, candidate_densities
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter
 from lowbw.train.config_rules import ConfigError
@@ -81,7 +81,9 @@ class Synchroniser:
         self.policy = None
         if cfg.adaptive == "moo":
             self.policy = AdaptiveTopK(nbytes=rep.P * 4, world_size=cfg.workers,
-                                       densities=candidate_densities(cfg.adaptive_c_low, cfg.adaptive_c_high))
+                                       densities=candidate_densities(cfg.adaptive_c_low, cfg.adaptive_c_high),
+                                       numels=[k for _, _, k, _ in self.chunks])
+            self.comp = ChosenTopK.like(self.comp)  # aggregates with the collective the policy chooses
         self.start = self.outer = self.plan = None
         self.inflight: list[InFlight] = []  # diloco, tau > 0: exchanges started and not yet landed (FIFO)
         self.link_free = 0.0  # virtual time the background link is free again (lowbw.train.streaming)
@@ -326,9 +328,9 @@ class Synchroniser:
         return merge_exchanges(exs)
 
     def adapt(self, step: int, clock: dict[str, float]) -> None:
-        """MOO choice of the top-k density at the current bandwidth (lowbw.adaptive), before step ``step``'s
-        aggregation. The compression gain ||top_c(g)||^2 / ||g||^2 of every candidate c is read off one sort
-        of replica 0's gradient every 10 steps (instead of running each candidate for a step, as Tyagi &
+        """MOO choice of the top-k density and its collective at the current links (lowbw.adaptive), before
+        step ``step``'s aggregation. The compression gain ||top_c(g)||^2 / ||g||^2 of every candidate c is read
+        off one sort of replica 0's gradient every 10 steps (instead of running each candidate for a step, as Tyagi &
         Swany's exploration does); compute and compression seconds per step are the virtual clock's means."""
         pol = self.policy
         if step == 1:  # no compute time measured yet: the first step uses the configured ratio
@@ -344,6 +346,7 @@ class Synchroniser:
             pol.current = None  # fresh measurements: decide again
         choice = pol.choose(link_for(self.cfg, "world", clock["t_virtual"]))
         self._sparse().ratio = choice.density
+        self.comp.collective = choice.collective
 
 
 def merge_exchanges(exs: list[Exchange]) -> Exchange:
