@@ -153,8 +153,8 @@ def latency_tables(b: dict) -> dict[str, Any] | None:
 def software_table(b: dict):
     """One row per (testbed, algorithm) with a measured software cost: per step (median and quartiles of
     the tiny calls, seconds), the steps, the calls, the call's start lag (median and quartiles over the
-    traced tiny calls, seconds; NaN where not traced) and where it was measured (``source``: this run, or the
-    calibration-only run merged in)."""
+    traced tiny calls, and what the model charges of it, seconds; NaN where not traced) and where it was
+    measured (``source``: this run, or the calibration-only run merged in)."""
     import pandas as pd
 
     rows = []
@@ -171,7 +171,7 @@ def software_table(b: dict):
                                        "per_step_q75_s", "calls", "nbytes", *LAG_COLUMNS, "source"])
 
 
-LAG_COLUMNS = ("start_lag_s", "start_lag_q25_s", "start_lag_q75_s")
+LAG_COLUMNS = ("start_lag_s", "start_lag_q25_s", "start_lag_q75_s", "start_lag_charged_s")
 
 
 def trace_table(b: dict):
