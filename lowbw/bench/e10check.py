@@ -153,22 +153,14 @@ def _straggler_supported(net: dict[str, Any]) -> bool:
 
 def cell(method: dict[str, Any], net: dict[str, Any], args, probe_res: dict[str, Any]) -> dict[str, Any]:
     """One cell's run config: E8's cell (:func:`lowbw.bench.e2e.cell_config`) at the network's base rate with
-    the network's per-worker keys, E10's batch, every step logged, no evaluation but the last. The shapers'
-    bucket (``clock_shaper_burst_bytes``) stays where the run config accepts it on the network's links, else 0
-    (the row's ``shaper_burst_bytes`` says which)."""
+    the network's per-worker keys, E10's batch, every step logged, no evaluation but the last (the shapers'
+    bucket, ``clock_shaper_burst_bytes``, as :mod:`lowbw.train.links` models it on per-worker links)."""
     from lowbw.train.config import RunConfig
-    from lowbw.train.config_rules import ConfigError
 
     cfg = e2e.cell_config(method, WORKERS, net["bandwidth_mbit"], args.steps, args, probe_res)
     cfg.update({k: v for k, v in net.items() if k != "bandwidth_mbit"})
     cfg.update(log_every=1, eval_every=100.0)
-    try:
-        RunConfig.from_dict({**cfg, "backend": "procs", "testbed": True})  # the network's keys checked too
-    except ConfigError as e:
-        if e.key != "clock_shaper_burst_bytes":
-            raise
-        cfg["clock_shaper_burst_bytes"] = 0.0  # a run config that refuses the bucket on unequal links
-        RunConfig.from_dict({**cfg, "backend": "procs", "testbed": True})
+    RunConfig.from_dict({**cfg, "backend": "procs", "testbed": True})  # the network's keys checked too
     return cfg
 
 

@@ -231,7 +231,9 @@ class RunConfig:
     clock_shaper_burst_bytes: float = _f(0.0, "virtual clock: the testbed's tbf bucket (bytes on the wire): "
                                          "after the link idles (compute, each message's alpha) up to that many "
                                          "bytes leave at line rate; 0 = a plain link (python -m lowbw bench e2e "
-                                         "sets the testbed's)", minimum=0, group="clock")
+                                         "sets the testbed's). On per-worker links: on the slowest hop where every "
+                                         "step waits for it (ring, pipeline, tree with alike latencies), else none",
+                                         minimum=0, group="clock")
     clock_compute_scale: float = _f(1.0, "virtual clock: factor on each worker's compute and (de)compression "
                                     "time, for workers that share cores (N processes on C < N cores: about "
                                     "N/C); 1: one machine per worker", exclusive_minimum=0, group="clock")

@@ -226,10 +226,6 @@ def _check_backends_and_network(cfg) -> None:
         if v and (len(v) != cfg.workers or min(v) < 0 or (k != "worker_latency_ms" and min(v) <= 0)):
             raise ConfigError(k, f"{v}: needs {cfg.workers} numbers (one per worker), "
                                  + ("each >= 0" if k == "worker_latency_ms" else "each > 0"))
-    if cfg.clock_shaper_burst_bytes > 0 and (cfg.worker_bandwidth_mbit or cfg.worker_uplink_mbit
-                                             or cfg.worker_latency_ms or cfg.bandwidth_trace):
-        raise ConfigError("clock_shaper_burst_bytes", f"{cfg.clock_shaper_burst_bytes:g}: the token bucket is "
-                          "modelled on equal links only (no per-worker links or bandwidth_trace)")
     if cfg.bandwidth_trace and cfg.bandwidth_schedule:
         raise ConfigError("bandwidth_trace", "give a trace or a bandwidth_schedule, not both")
     if cfg.bandwidth_trace:
