@@ -17,8 +17,9 @@ Per cell, in order:
    virtual clock needs to know about *this host* and nothing about the training run:
 
    * ``overhead_curve``: the per-message cost of the software stack (Python + gloo + TCP + wake-ups) after
-     0 and after g ms of busy CPU (at most ``PROBE_MAX_GAP_MS``) on every rank: tiny all-gathers through
-     lowbw.comm, t / (2 (N-1)) per message (the sizes exchange and the payload each take N-1 steps). In
+     0 and after g ms of CPU work (at most ``PROBE_MAX_GAP_MS``) on every rank: tiny all-gathers through
+     lowbw.comm, timed inside the call on the rank that came last into it, / (2 (N-1)) per message (the sizes
+     exchange and the payload each take N-1 steps; :mod:`lowbw.bench.e2e_probe`). In
      training every call follows CPU work (the backward pass, or the previous layer's compression), and a
      call after work costs more than one back to back: the receiving side's threads must be woken and
      scheduled while the cores are busy. Recorded beside it, not used by the clock: ``overhead_pingpong_ms``,

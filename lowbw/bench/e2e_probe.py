@@ -1,10 +1,11 @@
 """E8's probe: what the virtual clock needs to know about *this host* (and nothing about a training run),
 measured on a testbed like the cell's (see :mod:`lowbw.bench.e2e` for how the cells use it):
 
-* the per-message cost of the software stack (Python + gloo + TCP + wake-ups) after g ms of busy CPU on every
-  rank, for each g of ``gaps_ms``: tiny all-gathers through lowbw.comm, t / (2 (N-1)) per message (the sizes
-  exchange and the payload each take N-1 steps). A call after CPU work costs more than one back to back: the
-  receiving side's threads must be woken and scheduled while the cores are busy;
+* the per-message cost of the software stack (Python + gloo + TCP + wake-ups) after g ms of CPU work on every
+  rank, for each g of ``gaps_ms``: tiny all-gathers through lowbw.comm, each timed inside the call on the rank
+  that came last into it (the others' wait for it is the clock's compute term, the slowest worker's), per
+  message / (2 (N-1)) (the sizes exchange and the payload each take N-1 steps). A call after CPU work costs
+  more than one back to back: the receiving side's threads must be woken and scheduled while the cores are busy;
 * Hockney's alpha, the one-way time of a one-float ping-pong between ranks 0 and 1 (recorded, not used);
 * the compute slow-down of N processes sharing this machine's cores: forward + backward + update at the local
   batch, all N workers at once (the slowest) against one alone, alternately.
@@ -29,14 +30,15 @@ __all__ = ["probe", "probe_summary", "overhead_at", "PROBE_GAPS_MS", "main"]
 
 PROBE_REPS = 40  # repetitions of a burst of PROBE_BURST tiny all-gathers, per gap
 PROBE_BURST = 10
-PROBE_GAPS_MS = (0.0, 0.25, 0.5, 1.0, 2.0)  # busy CPU before each probed call (ms): 0 = back to back
+PROBE_GAPS_MS = (0.0, 0.25, 0.5, 1.0, 2.0)  # CPU work before each probed call (ms): 0 = back to back
 PROBE_PINGPONG = 200  # round trips of one float between ranks 0 and 1
 
 
-def _busy(seconds: float) -> None:
-    """Keep this core busy for ``seconds`` (a spin on the clock: CPU work, not a sleep)."""
-    t0 = time.perf_counter()
-    while time.perf_counter() - t0 < seconds:
+def _busy(cpu_seconds: float) -> None:
+    """Spin until this thread has used ``cpu_seconds`` of CPU (work, not a sleep; on shared cores it takes
+    longer in wall time, as the cell's compression does, which the clock's compute factor already covers)."""
+    t0 = time.thread_time()
+    while time.thread_time() - t0 < cpu_seconds:
         pass
 
 
@@ -61,17 +63,22 @@ def _probe_worker(spec_path: str) -> int:
     gathers: dict[str, list[float]] = {}
     for gap_ms in spec.get("gaps_ms", PROBE_GAPS_MS):
         gap = gap_ms / 1e3
-        per_call = gathers.setdefault(f"{gap_ms:g}", [])
+        t_in = torch.zeros(PROBE_REPS, PROBE_BURST, dtype=torch.float64)
         for i in range(PROBE_REPS + 2):
-            # every call after `gap` of busy CPU on every rank, as a step's calls follow its backward pass or
-            # the previous layer's compression; the ranks' skew leaving the barrier is paid once per burst
+            # every call after `gap` of CPU work on every rank, as a step's calls follow its backward pass or
+            # the previous layer's compression, timed inside the call
             dist.barrier()
-            t0 = time.perf_counter()
-            for _ in range(PROBE_BURST):
+            for j in range(PROBE_BURST):
                 _busy(gap)
+                t0 = time.perf_counter()
                 coll.all_gather(one)
-            if i >= 2:
-                per_call.append((time.perf_counter() - t0) / PROBE_BURST - gap)
+                if i >= 2:
+                    t_in[i - 2, j] = time.perf_counter() - t0
+        # per call the rank that came last into it (it waited for no peer still at work: that skew is the
+        # clock's compute term, the slowest worker's, not communication)
+        every = [torch.zeros_like(t_in) for _ in range(dist.get_world_size())]
+        dist.all_gather(every, t_in)
+        gathers[f"{gap_ms:g}"] = torch.stack(every).min(dim=0).values.mean(dim=1).tolist()
     # ping-pong of one float between ranks 0 and 1 (the others wait): one-way = round trip / 2, Hockney's
     # alpha, as E1 calibrates it
     pingpong = []
