@@ -192,6 +192,8 @@ MACROS: dict[str, str] = {
     "EEightGapMax": "its maximum (ms)",
     **{f"EEightComputeScale{w}": f"compute slow-down with {n} workers sharing the cores" for n, w in
        E8_WORKERS.items()},
+    **{f"EEightComputeScale{w}{e}": f"its {e.lower()}imum over the probes" for w in E8_WORKERS.values()
+       for e in ("Min", "Max")},
     "EEightImpliedMin": "per-message cost implied by the measured communication, minimum (ms)",
     "EEightImpliedMax": "its maximum (ms)",
     "EEightImpliedCells": "cells it was implied in",

@@ -145,6 +145,8 @@ def numbers(st: Stats) -> dict[str, str]:
             p = probes[probes["workers"] == n]
             if not p.empty:
                 out[f"EEightComputeScale{w}"] = fmt_num(float(p["compute_scale"].median()), 2)
+                out[f"EEightComputeScale{w}Min"] = fmt_num(float(p["compute_scale"].min()), 2)
+                out[f"EEightComputeScale{w}Max"] = fmt_num(float(p["compute_scale"].max()), 2)
     if "implied_overhead_ms" in df:
         imp = df["implied_overhead_ms"].dropna()
         if not imp.empty:
