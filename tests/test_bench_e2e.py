@@ -122,6 +122,17 @@ def test_probe_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     assert not out.exists()
 
 
+def test_every_listed_benchmark_has_a_main():
+    import importlib
+
+    from lowbw.bench.cli import benchmarks
+
+    names = benchmarks()
+    assert "e2e" in names and "e2e_probe" in names and "collectives_model" not in names
+    for name in names:
+        assert callable(getattr(importlib.import_module(f"lowbw.bench.{name}"), "main", None)), name
+
+
 def test_bench_command_lists_e2e(capsys):
     from lowbw.cli import main
 
