@@ -24,7 +24,7 @@ compression and communication, plus the network's name and links. A trace is rep
 the workers' launch and by the sim from the first step: a trace cell's sim replays it from the point the
 procs run's first step met it (:func:`start_offset_s`, ``trace_offset_s`` in the row).
 
-Measure under the machine lock (``flock /tmp/lowbw-measure.lock ...``): the workers share this machine's cores.
+Measure on an otherwise idle machine: the workers share its cores with anything else that runs.
 """
 
 from __future__ import annotations
