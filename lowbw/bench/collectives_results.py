@@ -66,6 +66,26 @@ def remodel(result: dict, chunk_bytes: int | None = None) -> dict:
     return result
 
 
+def _loads(source: dict) -> dict[str, tuple]:
+    """``source``'s 1-minute loads (before, after) per calibration key of its testbeds."""
+    return {calibration_key(t["workers"], t["rate_bps"] / 1e6, 1e3 * (t.get("delay_s") or 0)):
+            (t.get("loadavg_before"), t.get("loadavg_after")) for t in source.get("testbeds", [])}
+
+
+def _measured_by(source: dict, source_name: str, load) -> dict:
+    """Where and when a merged value was measured: ``source_name``, its commit, finish time and loads."""
+    return {"source": source_name, "git_commit": (source.get("provenance") or {}).get("git_commit"),
+            "finished_at": source.get("finished_at"), "loadavg": load}
+
+
+def _record_run(target: dict, source: dict, source_name: str, what: str, done: list[str]) -> None:
+    """List a calibration-only run merged into ``target`` under ``target["runs"]``, then :func:`remodel`."""
+    target.setdefault("runs", []).append({
+        "what": what, "calibration_keys": done, "source": source_name, "elapsed_s": source.get("elapsed_s"),
+        "finished_at": source.get("finished_at"), "provenance": source.get("provenance")})
+    remodel(target)
+
+
 def merge_software(target: dict, source: dict, source_name: str) -> list[str]:
     """Give ``target``'s testbeds the software cost per step measured in ``source`` (a calibration-only run
     of the same testbeds, named ``source_name``): each calibration entry of ``target`` whose key ``source``
@@ -73,8 +93,7 @@ def merge_software(target: dict, source: dict, source_name: str) -> list[str]:
     finish time and loads), its traces join ``target["traces"]``, and ``target["runs"]`` lists the run;
     then :func:`remodel`. The ping-pong
     calibration and every grid setting stay ``target``'s own. Returns the keys given a software cost."""
-    loads = {calibration_key(t["workers"], t["rate_bps"] / 1e6, 1e3 * (t.get("delay_s") or 0)):
-             (t.get("loadavg_before"), t.get("loadavg_after")) for t in source.get("testbeds", [])}
+    loads = _loads(source)
     done = []
     for key, cal in source.get("calibration", {}).items():
         if cal.get("software") and key in target.get("calibration", {}):
@@ -82,20 +101,14 @@ def merge_software(target: dict, source: dict, source_name: str) -> list[str]:
                    for a, e in cal["software"].items()}
             own = target["calibration"][key]
             own["software"] = software_calibration(own, raw, int(key[1:].split("_", 1)[0]))
-            target["calibration"][key]["software_measured"] = {
-                "source": source_name, "git_commit": (source.get("provenance") or {}).get("git_commit"),
-                "finished_at": source.get("finished_at"), "loadavg": loads.get(key)}
+            own["software_measured"] = _measured_by(source, source_name, loads.get(key))
             done.append(key)
     # its traced calls too (a later trace of the same setting replaces an earlier one)
     key_of = ("workers", "rate_mbit", "delay_ms", "algorithm", "nbytes")
     new = [{**t, "source": source_name} for t in source.get("traces") or []]
     fresh = {tuple(t[k] for k in key_of) for t in new}
     target["traces"] = [t for t in target.get("traces") or [] if tuple(t[k] for k in key_of) not in fresh] + new
-    target.setdefault("runs", []).append({
-        "what": "software cost per step (tiny calls), calibration-only run", "calibration_keys": done,
-        "source": source_name, "elapsed_s": source.get("elapsed_s"), "finished_at": source.get("finished_at"),
-        "provenance": source.get("provenance")})
-    remodel(target)
+    _record_run(target, source, source_name, "software cost per step (tiny calls), calibration-only run", done)
     return done
 
 
@@ -106,8 +119,7 @@ def merge_start_lag(target: dict, source: dict, source_name: str) -> list[str]:
     start lag only splits it into a cost per call and one per step (software costs measured in another
     session differ by tenths of a millisecond). Each entry so given records ``start_lag_measured`` (source,
     commit, finish time, loads); ``target["runs"]`` lists the run; then :func:`remodel`. Returns the keys."""
-    loads = {calibration_key(t["workers"], t["rate_bps"] / 1e6, 1e3 * (t.get("delay_s") or 0)):
-             (t.get("loadavg_before"), t.get("loadavg_after")) for t in source.get("testbeds", [])}
+    loads = _loads(source)
     done = []
     for key, cal in source.get("calibration", {}).items():
         own = target.get("calibration", {}).get(key)
@@ -119,16 +131,10 @@ def merge_start_lag(target: dict, source: dict, source_name: str) -> list[str]:
             continue
         for a, lag in lags.items():
             own["software"][a]["start_lags_s"] = lag
-        own["start_lag_measured"] = {"source": source_name,
-                                     "git_commit": (source.get("provenance") or {}).get("git_commit"),
-                                     "finished_at": source.get("finished_at"), "loadavg": loads.get(key)}
+        own["start_lag_measured"] = _measured_by(source, source_name, loads.get(key))
         own["software"] = software_calibration(own, own["software"], int(key[1:].split("_", 1)[0]))
         done.append(key)
-    target.setdefault("runs", []).append({
-        "what": "start lag per call (traced tiny calls), calibration-only run", "calibration_keys": done,
-        "source": source_name, "elapsed_s": source.get("elapsed_s"), "finished_at": source.get("finished_at"),
-        "provenance": source.get("provenance")})
-    remodel(target)
+    _record_run(target, source, source_name, "start lag per call (traced tiny calls), calibration-only run", done)
     return done
 
 

@@ -47,7 +47,6 @@ NETWORKS = ("even", "oneslow", "asym", "trace", "straggler")
 LINK_KEYS = ("worker_bandwidth_mbit", "worker_uplink_mbit", "worker_latency_ms", "bandwidth_trace", "worker_speeds")
 RATE_KEYS = ("worker_bandwidth_mbit", "worker_uplink_mbit")
 WORKERS = 4  # E10's
-UNCALIBRATED = {"overhead_ms": 0.0, "compute_scale": 1.0}  # the virtual clock before a probe
 
 
 def _config(path: str | os.PathLike) -> dict[str, Any]:
@@ -270,7 +269,7 @@ def plan(args) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], di
         run_keys.pop("bandwidth_trace", None)  # the scaled file exists only once the run writes it
         for m, c in mcfg.items():
             try:
-                cell(c, run_keys, args, UNCALIBRATED)
+                cell(c, run_keys, args, e2e.UNCALIBRATED)
             except ValueError as e:
                 raise ValueError(f"network {n}, method {m}: {e}") from None
     return nets, mcfg, skipped
@@ -298,7 +297,7 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
     run_nets = {n: network_config(k, args.scale, runs_dir / "traces") for n, k in nets.items() if n not in skipped}
     for rate in sorted({net["bandwidth_mbit"] for net in run_nets.values()}):
         group = {n: net for n, net in run_nets.items() if net["bandwidth_mbit"] == rate}
-        base = {k: v for k, v in cell({}, {"bandwidth_mbit": rate}, args, UNCALIBRATED).items()}
+        base = {k: v for k, v in cell({}, {"bandwidth_mbit": rate}, args, e2e.UNCALIBRATED).items()}
         pre = e2e.probe(base, WORKERS, rate, shape)
         tbf = {"emulation": pre["emulation"], "shaper_burst_bytes": pre["shaper_burst_bytes"]}
         pr = {**e2e.probe_summary([pre], WORKERS), **tbf}

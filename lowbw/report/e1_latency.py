@@ -278,36 +278,30 @@ def latency_numbers(tables: dict[str, Any], meta: dict[str, Any]) -> dict[str, s
     return out
 
 
-def _software_numbers(sw) -> dict[str, str]:
-    """Each algorithm's software cost per step: the median over testbeds (ms, a list) and the range of all."""
+def _per_algorithm_ms(df, col: str, name: str, list_name: str) -> dict[str, str]:
+    """``df[col]`` (seconds) per algorithm: ``list_name``, the median over testbeds of each (ms, a list);
+    ``<name>Min``/``<name>Max``, the range of all (ms); ``<name>Testbeds``, on how many testbeds."""
     from lowbw.report.catalog import E1_ALGS
 
+    med = df.groupby("algorithm")[col].median()
+    return {list_name: ", ".join(f"{E1_ALGS[a]} {fmt_num(1e3 * float(med[a]), 2)}\\,ms" for a in E1_ALGS if a in med),
+            f"{name}Min": fmt_num(1e3 * float(df[col].min()), 2),
+            f"{name}Max": fmt_num(1e3 * float(df[col].max()), 2),
+            f"{name}Testbeds": str(df["testbed"].nunique())}
+
+
+def _software_numbers(sw) -> dict[str, str]:
+    """Each algorithm's software cost per step (and start lag per call, where traced): the median over
+    testbeds (ms, a list), the range of all, and on how many testbeds; which came from a later run."""
     if sw is None or sw.empty:
         return {}
-    med = sw.groupby("algorithm")["per_step_s"].median()
-    return {"EOneLatSoftwarePerStep": ", ".join(f"{E1_ALGS[a]} {fmt_num(1e3 * float(med[a]), 2)}\\,ms"
-                                                for a in E1_ALGS if a in med),
-            "EOneLatSoftwareMin": fmt_num(1e3 * float(sw["per_step_s"].min()), 2),
-            "EOneLatSoftwareMax": fmt_num(1e3 * float(sw["per_step_s"].max()), 2),
-            "EOneLatSoftwareTestbeds": str(sw["testbed"].nunique()),
-            **({"EOneLatSoftwareSeparateRun": str(sw.loc[sw["source"] != "this run", "testbed"].nunique())}
-               if (sw["source"] != "this run").any() else {}), **_start_lag_numbers(sw)}
-
-
-def _start_lag_numbers(sw) -> dict[str, str]:
-    """Each algorithm's start lag per call (ms): the median over the traced testbeds (a list), the range of
-    all, and on how many testbeds it was traced; nothing where none was."""
-    from lowbw.report.catalog import E1_ALGS
-
+    out = _per_algorithm_ms(sw, "per_step_s", "EOneLatSoftware", "EOneLatSoftwarePerStep")
+    if (sw["source"] != "this run").any():
+        out["EOneLatSoftwareSeparateRun"] = str(sw.loc[sw["source"] != "this run", "testbed"].nunique())
     lag = sw[sw["start_lag_s"].notna()] if "start_lag_s" in sw else sw.iloc[0:0]
-    if lag.empty:
-        return {}
-    med = lag.groupby("algorithm")["start_lag_s"].median()
-    return {"EOneLatStartLag": ", ".join(f"{E1_ALGS[a]} {fmt_num(1e3 * float(med[a]), 2)}\\,ms"
-                                         for a in E1_ALGS if a in med),
-            "EOneLatStartLagMin": fmt_num(1e3 * float(lag["start_lag_s"].min()), 2),
-            "EOneLatStartLagMax": fmt_num(1e3 * float(lag["start_lag_s"].max()), 2),
-            "EOneLatStartLagTestbeds": str(lag["testbed"].nunique())}
+    if not lag.empty:
+        out.update(_per_algorithm_ms(lag, "start_lag_s", "EOneLatStartLag", "EOneLatStartLag"))
+    return out
 
 
 def _trace_numbers(tr) -> dict[str, str]:
