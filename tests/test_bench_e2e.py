@@ -110,6 +110,7 @@ def test_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     (["--workers", "1"], "--workers 1"),
     (["--rate", "0"], "--rate 0"),
     (["--gaps", "0", "-1"], "--gaps -1"),
+    (["--calls", "-2"], "--calls -2"),
 ])
 def test_probe_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     from lowbw.bench import e2e_probe
@@ -244,3 +245,41 @@ def test_cell_calibration_reads_the_gap_off_the_sim_run(tmp_path):
     # a cell without calls (every step local): no gap to read, the curve's end
     _write_run(tmp_path / "simL", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.0), _line(20, 2.0, 0.0)])
     assert e2e.cell_gap_ms(tmp_path / "simL", 20, 2) == float("inf")
+
+
+def test_cell_calls_per_step_from_the_sim_run(tmp_path):
+    # N = 2: 20 latency terms over 10 steps = 1 call per step; N = 3: 4000 terms over 10 steps = 100 calls
+    _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)])
+    assert e2e.cell_calls_per_step(tmp_path / "sim", 20, 2) == pytest.approx(1.0)
+    _write_run(tmp_path / "sim3", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=4000),
+                                   _line(20, 2.0, 1.0, alpha=8000)])
+    assert e2e.cell_calls_per_step(tmp_path / "sim3", 20, 3) == pytest.approx(100.0)
+
+
+def test_probe_summary_compute_factor_is_a_ratio_of_means():
+    # a step's compute is summed by the clock: one slow rep of the N at once counts (a median would drop it),
+    # and the cell's path may compute faster than the sim's (a factor below 1 is kept)
+    s = {"allgather_by_gap_s": {"0": [0.002]}, "compute_alone_s": [1.0, 1.0, 1.0, 1.0],
+         "compute_together_s": [1.0, 1.0, 1.0, 3.0]}
+    assert e2e.probe_summary([s], workers=2)["compute_scale"] == pytest.approx(1.5)
+    s = {**s, "compute_together_s": [0.8] * 4}
+    assert e2e.probe_summary([s], workers=2)["compute_scale"] == pytest.approx(0.8)
+
+
+@pytest.mark.netns
+@pytest.mark.parametrize("ddp", [False, True])
+def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
+    """The probe on a real testbed: the N at once compute after the cell's calls of a step, through DDP
+    with lowbw's hook for a DDP cell, and say so in their samples."""
+    from lowbw.bench import e2e_probe
+
+    out = tmp_path / "probe.json"
+    assert e2e_probe.main(["--workers", "2", "--rate", "1000", "--gaps", "0", "--calls", "3",
+                           *(["--ddp"] if ddp else []), "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    s = res["samples"][0]
+    assert s["calls_per_step"] == 3 and s["ddp"] is ddp
+    assert len(s["compute_together_s"]) == len(s["compute_alone_s"]) == e2e_probe.PROBE_COMPUTE_REPS
+    assert all(t > 0 for t in s["compute_together_s"])
+    assert 0.2 < res["compute_scale"] < 20
+    assert res["overhead_ms"] > 0

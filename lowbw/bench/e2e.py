@@ -26,7 +26,9 @@ Per cell, in order:
      the one-way time of a one-float ping-pong between ranks 0 and 1 (Hockney's alpha, as E1 calibrates it);
    * ``compute_scale``: forward + backward + update of the model at the local batch, all N workers at once
      (the slowest) against one alone, alternately (N processes share this machine's cores; the virtual
-     clock assumes a machine each);
+     clock assumes a machine each). The N at once compute in the cell's conditions: each after the cell's
+     calls per step (compute right after communication runs slower), and a DDP cell's through DDP with
+     lowbw's hook (DDP's own per-step work and its hand-offs to the exchange thread);
 
 3. the sim run again, with ``clock_overhead_ms`` = the curve at g (linear between probed gaps, flat beyond),
    ``clock_compute_scale`` from the probes, and ``clock_shaper_burst_bytes`` = the testbed's tbf bucket
@@ -57,7 +59,7 @@ from lowbw.bench import bench_provenance
 from lowbw.bench.e2e_probe import overhead_at, probe, probe_summary
 
 __all__ = ["main", "plan", "run_cells", "cell_row", "method_config", "sim_twin", "BASE", "probe_summary",
-           "overhead_at", "cell_gap_ms", "cell_calibration", "cell_config", "probe"]
+           "overhead_at", "cell_gap_ms", "cell_calls_per_step", "cell_calibration", "cell_config", "probe"]
 
 DEFAULT_OUT = "runs/bench/e2e.json"
 # The training every cell runs (MLP on MNIST: the quick profile's E4 model), with knobs E8 needs: frequent
@@ -123,13 +125,19 @@ def sim_twin(cfg: dict[str, Any]) -> dict[str, Any]:
     return twin
 
 
+def cell_calls_per_step(sim_dir: Path, steps: int, workers: int) -> float:
+    """The cell's calls per step, from its sim run: latency terms / 2 (N-1), a call being 2 (N-1) latency
+    terms (an all-gather's sizes and payload, a ring all-reduce's two phases)."""
+    s0, s1 = _train_lines(_lines(sim_dir), steps)
+    return (s1["comm_alpha_terms"] - s0["comm_alpha_terms"]) / (2 * (workers - 1)) / (s1["step"] - s0["step"])
+
+
 def cell_gap_ms(sim_dir: Path, steps: int, workers: int) -> float:
     """The cell's mean CPU work between consecutive calls (ms), from its sim run: (compute + compress per
-    step) / (calls per step), a call being 2 (N-1) latency terms (an all-gather's sizes and payload, a ring
-    all-reduce's two phases); infinite for a cell without calls."""
+    step) / (calls per step); infinite for a cell without calls."""
     s0, s1 = _train_lines(_lines(sim_dir), steps)
-    calls = (s1["comm_alpha_terms"] - s0["comm_alpha_terms"]) / (2 * (workers - 1))
-    busy = sum(s1[f"t_virtual_{k}"] - s0[f"t_virtual_{k}"] for k in ("compute", "compress"))
+    busy = sum(s1[f"t_virtual_{k}"] - s0[f"t_virtual_{k}"] for k in ("compute", "compress")) / (s1["step"] - s0["step"])
+    calls = cell_calls_per_step(sim_dir, steps, workers)
     return busy / calls * 1e3 if calls > 0 else math.inf
 
 
@@ -267,15 +275,17 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
                 run(sim_twin(cell_config(mcfg[m], n, rate, args.steps, args, UNCALIBRATED)), sim_dir,
                     overwrite=True, quiet=True)
                 gap = min(cell_gap_ms(sim_dir, args.steps, n), PROBE_MAX_GAP_MS)
-                # 2. the testbed run between two probes at that gap (pooled: background load that moves within
-                #    minutes hits probe and cell alike; one burst during one probe does not decide)
-                pre = probe(base, n, rate, shape, gaps_ms=(0.0, gap))
+                at = {"gaps_ms": (0.0, gap), "calls_per_step": cell_calls_per_step(sim_dir, args.steps, n),
+                      "ddp": bool(mcfg[m].get("ddp_hook"))}
+                # 2. the testbed run between two probes in the cell's conditions (pooled: background load that
+                #    moves within minutes hits probe and cell alike; one burst during one probe does not decide)
+                pre = probe(base, n, rate, shape, **at)
                 tbf = {"emulation": pre["emulation"], "shaper_burst_bytes": pre["shaper_burst_bytes"]}
                 t0 = time.perf_counter()
                 cfg = cell_config(mcfg[m], n, rate, args.steps, args, UNCALIBRATED)
                 run({**cfg, "backend": "procs", "testbed": True}, cell / "procs", overwrite=True, quiet=True)
                 wall = time.perf_counter() - t0
-                post = probe(base, n, rate, shape, gaps_ms=(0.0, gap))
+                post = probe(base, n, rate, shape, **at)
                 pr = {**probe_summary([pre, post], n), **tbf}
                 probes.append({"workers": n, "rate_mbit": rate, "method": m, **pr})
                 # 3. sim again with the calibrated clock

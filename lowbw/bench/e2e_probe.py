@@ -7,10 +7,16 @@ measured on a testbed like the cell's (see :mod:`lowbw.bench.e2e` for how the ce
   message / (2 (N-1)) (the sizes exchange and the payload each take N-1 steps). A call after CPU work costs
   more than one back to back: the receiving side's threads must be woken and scheduled while the cores are busy;
 * Hockney's alpha, the one-way time of a one-float ping-pong between ranks 0 and 1 (recorded, not used);
-* the compute slow-down of N processes sharing this machine's cores: forward + backward + update at the local
-  batch, all N workers at once (the slowest) against one alone, alternately.
+* the compute slow-down of the cell's workers against the sim's one process: forward + backward + update at the
+  local batch, all N workers at once (the slowest) against one alone, alternately. The N at once run in the
+  cell's conditions: after the cell's number of calls per step (tiny all-gathers; compute right after a step's
+  calls runs slower than back to back, its caches and predictors cold), and for a DDP cell through
+  DistributedDataParallel with lowbw's hook (a one-element top-k per bucket, so that the time does not depend
+  on the link), timed as the cell times it: the step's wall time less the exchange thread's busy time and the
+  hook calls (what remains is DDP's own work: bucket copies, autograd hooks, and the hand-offs to and from
+  the exchange thread).
 
-    python -m lowbw bench e2e_probe --workers 2 --rate 100 [--gaps 0 0.5 1 2]   # root: a real testbed
+    python -m lowbw bench e2e_probe --workers 2 --rate 100 [--gaps 0 0.5 1 2] [--calls 9] [--ddp]   # root
 """
 
 from __future__ import annotations
@@ -32,6 +38,7 @@ PROBE_REPS = 40  # repetitions of a burst of PROBE_BURST tiny all-gathers, per g
 PROBE_BURST = 10
 PROBE_GAPS_MS = (0.0, 0.25, 0.5, 1.0, 2.0)  # CPU work before each probed call (ms): 0 = back to back
 PROBE_PINGPONG = 200  # round trips of one float between ranks 0 and 1
+PROBE_COMPUTE_REPS = 40  # compute steps alone and together (alternately)
 
 
 def _busy(cpu_seconds: float) -> None:
@@ -110,27 +117,82 @@ def _probe_worker(spec_path: str) -> int:
         opt.step(rep.params, rep.grads, 1e-3)
         return time.perf_counter() - t0
 
+    cell_step = _ddp_step(cfg, spec, x, y) if spec.get("ddp") else step
+    calls = int(round(spec.get("calls_per_step", 0.0)))
     alone: list[float] = []
     together: list[float] = []
     step()
+    cell_step()
     for _ in range(spec["compute_reps"]):  # alternate, so that background load hits both alike
         dist.barrier()
         if rank == 0:
             alone.append(step())
         dist.barrier()
-        t = torch.tensor([step()], dtype=torch.float64)
+        for _ in range(calls):  # the cell's calls of a step, then its compute
+            coll.all_gather(one)
+        t = torch.tensor([cell_step()], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the clock takes the slowest worker
         together.append(float(t))
+    close = getattr(cell_step, "close", None)
+    if close is not None:
+        close()
     if rank == 0:
         Path(spec["out"]).write_text(json.dumps({"allgather_by_gap_s": gathers, "pingpong_s": pingpong,
-                                                 "compute_alone_s": alone, "compute_together_s": together}))
+                                                 "compute_alone_s": alone, "compute_together_s": together,
+                                                 "calls_per_step": calls, "ddp": bool(spec.get("ddp"))}))
     dist.destroy_process_group()
     return 0
 
 
+def _ddp_step(cfg, spec: dict[str, Any], x, y):
+    """A DDP cell's compute step (seconds): forward + backward through DistributedDataParallel with lowbw's
+    hook sending a one-element top-k per bucket, and an SGD update, less the exchange thread's busy time and
+    the hook calls (as :class:`lowbw.train.ddp.DDPTrainer` splits a step). Has ``close()``."""
+    import warnings
+
+    import torch
+    import torch.nn.functional as F
+    from torch.nn.parallel import DistributedDataParallel
+
+    from lowbw.comm.hooks import make_hook
+    from lowbw.train.models import build_model
+
+    c, h, _w = spec["image_shape"]
+    model = build_model(cfg.model, spec["num_classes"], c, h)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", FutureWarning)
+        ddp = DistributedDataParallel(model, broadcast_buffers=False)
+    state, hook = make_hook("topk", granularity="bucket", ratio=1e-9, module=model)
+    hook_s = [0.0]
+
+    def timed(state, bucket):
+        t0 = time.perf_counter()
+        try:
+            return hook(state, bucket)
+        finally:
+            hook_s[0] += time.perf_counter() - t0
+
+    ddp.register_comm_hook(state, timed)
+    params = list(model.parameters())
+
+    def step() -> float:
+        hook_s[0], busy0 = 0.0, state.stats.busy_s
+        t0 = time.perf_counter()
+        ddp.zero_grad(set_to_none=True)
+        F.cross_entropy(ddp(x), y).backward()
+        with torch.no_grad():
+            torch.cat([p.grad.reshape(-1) for p in params])
+            for p in params:
+                p.add_(p.grad, alpha=-1e-3)
+        return time.perf_counter() - t0 - (state.stats.busy_s - busy0) - hook_s[0]
+
+    step.close = state.close
+    return step
+
+
 def probe_summary(samples: list[dict[str, Any]], workers: int) -> dict[str, Any]:
     """The pooled samples of several probes: the per-message overhead curve (mean ms against the busy gap
-    before each call, ms; ``overhead_ms`` its back-to-back point), the core-sharing factor (of medians)."""
+    before each call, ms; ``overhead_ms`` its back-to-back point), the compute factor (of means)."""
     per_gap: dict[float, list[float]] = {}
     for s in samples:
         by_gap = s.get("allgather_by_gap_s") or {"0": s.get("allgather_s", [])}  # files before the curve
@@ -145,8 +207,10 @@ def probe_summary(samples: list[dict[str, Any]], workers: int) -> dict[str, Any]
     together = [x for s in samples for x in s["compute_together_s"]]
     return {"overhead_ms": curve[0][1], "overhead_curve": curve,
             "overhead_pingpong_ms": statistics.median(pp) * 1e3 if pp else None,
-            "compute_alone_s": statistics.median(alone), "compute_together_s": statistics.median(together),
-            "compute_scale": max(1.0, statistics.median(together) / statistics.median(alone)),
+            # means, as the clock sums a step's compute; per rep the slowest of the N (a synchronous step
+            # waits for it), so hiccups on any worker count as they do in the cell
+            "compute_alone_s": statistics.fmean(alone), "compute_together_s": statistics.fmean(together),
+            "compute_scale": statistics.fmean(together) / statistics.fmean(alone),
             "samples": samples}
 
 
@@ -164,9 +228,11 @@ def overhead_at(curve: list[list[float]], gap_ms: float) -> float:
 
 
 def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list[int], int],
-          gaps_ms: Sequence[float] = PROBE_GAPS_MS) -> dict[str, Any]:
+          gaps_ms: Sequence[float] = PROBE_GAPS_MS, calls_per_step: float = 0.0, ddp: bool = False
+          ) -> dict[str, Any]:
     """Raw samples of one probe on a testbed of ``workers`` at ``rate`` Mbit/s, calls after each of
-    ``gaps_ms`` of CPU work (see :func:`probe_summary`)."""
+    ``gaps_ms`` of CPU work; the compute of N at once after ``calls_per_step`` calls (rounded), through DDP
+    if ``ddp`` (see :func:`probe_summary`)."""
     from lowbw.net.testbed import Testbed
     from lowbw.train.launch import free_port
 
@@ -175,8 +241,9 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
         spec = Path(td) / "spec.json"
         out = Path(td) / "probe.json"
         spec.write_text(json.dumps({"config": cfg, "out": str(out), "image_shape": data_shape[0],
-                                    "num_classes": data_shape[1], "compute_reps": 20,
-                                    "gaps_ms": [float(g) for g in gaps_ms]}))
+                                    "num_classes": data_shape[1], "compute_reps": PROBE_COMPUTE_REPS,
+                                    "gaps_ms": [float(g) for g in gaps_ms],
+                                    "calls_per_step": float(calls_per_step), "ddp": bool(ddp)}))
         env = dict(os.environ, OMP_NUM_THREADS="1", LOWBW_THREADS="1",
                    PYTHONPATH=root + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
         with Testbed(workers=workers, rate=f"{rate}mbit", master_port=free_port()) as tb:
@@ -206,6 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--rate", type=float, default=100.0, help="link rate, Mbit/s")
     ap.add_argument("--gaps", type=float, nargs="+", default=list(PROBE_GAPS_MS), help="CPU gaps before calls, ms")
+    ap.add_argument("--calls", type=float, default=0.0, help="a cell's calls per step, before each compute")
+    ap.add_argument("--ddp", action="store_true", help="compute through DDP with lowbw's hook, as a +ddp cell")
     ap.add_argument("--out", default="runs/bench/e2e_probe.json")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -217,9 +286,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--rate {a.rate:g}: must be > 0")
     if any(g < 0 for g in a.gaps):
         ap.error(f"--gaps {min(a.gaps):g}: gaps are >= 0 ms")
+    if a.calls < 0:
+        ap.error(f"--calls {a.calls:g}: must be >= 0")
     cfg = {"dataset": "synthetic", "model": "mlp", "batch_size": 64 * a.workers, "workers": a.workers,
            "bandwidth_mbit": a.rate, "optimizer": "sgd", "collective": "ring"}
-    res = probe(cfg, a.workers, a.rate, ([3, 16, 16], 10), gaps_ms=a.gaps)
+    res = probe(cfg, a.workers, a.rate, ([3, 16, 16], 10), gaps_ms=a.gaps, calls_per_step=a.calls, ddp=a.ddp)
     pr = probe_summary([res], a.workers)
     atomic_write_json(Path(a.out), {"provenance": bench_provenance(), "workers": a.workers, "rate_mbit": a.rate,
                                     "emulation": res["emulation"], **pr})
