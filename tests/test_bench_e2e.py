@@ -62,6 +62,10 @@ def test_cell_row_from_two_runs(tmp_path):
     assert row["err_ttt"] == pytest.approx(2.0 / 2.4 - 1)
     assert row["loss_identical"] and row["max_loss_diff"] == 0.0
     assert row["shaper_burst_bytes"] == 0.0  # the config had no bucket
+    # 1e4 bytes a step at 10 Mbit/s x 1448/1514 take 8.4 ms of the 0.1 s step: not link-bound, although the
+    # step's communication (0.05 s, per-message costs) is half of it
+    assert row["predicted_wire_s"] == pytest.approx(1e4 * 8 / (10e6 * 1448 / 1514))
+    assert row["link_bound"] is False
     s = e2e.summarise([row])
     assert s["worst_abs_err_step_by_method"]["topk1"] == pytest.approx(abs(row["err_step"]))
     assert s["target"]["met"] is False and s["target"]["n"] == 1

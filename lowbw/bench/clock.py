@@ -52,6 +52,7 @@ def calibrate_one(cfg: dict[str, Any], steps: int = 20, warmup: int = 3) -> dict
     """Per-step compute and (de)compression seconds of one worker of ``cfg`` (sim, measured clock)."""
     import torch
 
+    from lowbw.train.allocator import steady_allocator
     from lowbw.train.config import RunConfig
     from lowbw.train.loop import Trainer
     from lowbw.train.world import SimWorld
@@ -66,6 +67,7 @@ def calibrate_one(cfg: dict[str, Any], steps: int = 20, warmup: int = 3) -> dict
     defaults = RunConfig().to_dict()
     over.update({k: defaults[k] for k in SCHEME_FIELDS})
     rc = RunConfig.from_dict({**cfg, **over})
+    steady_allocator()  # as every training process (lowbw.train.allocator)
     torch.set_num_threads(1)
     tr = Trainer(rc, SimWorld(rc))
     for _ in range(warmup):

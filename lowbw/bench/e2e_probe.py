@@ -55,6 +55,7 @@ def _probe_worker(spec_path: str) -> int:
     import torch.distributed as dist
 
     from lowbw.comm.distributed import DistCollective
+    from lowbw.train.allocator import steady_allocator
     from lowbw.train.config import RunConfig
     from lowbw.train.models import build_model
     from lowbw.train.optim import FlatOptimizer
@@ -62,6 +63,7 @@ def _probe_worker(spec_path: str) -> int:
 
     spec = json.loads(Path(spec_path).read_text())
     cfg = RunConfig.from_dict(spec["config"])
+    steady_allocator()  # as the cell's workers and sim do
     torch.set_num_threads(int(os.environ.get("LOWBW_THREADS", "1")))
     dist.init_process_group("gloo", init_method="env://", timeout=_dt.timedelta(seconds=120))
     rank = dist.get_rank()

@@ -258,9 +258,11 @@ def run(cfg: RunConfig | dict[str, Any], out: str | os.PathLike, *, overwrite: b
 def _run_sim(cfg: RunConfig, out: Path, data) -> dict[str, Any]:
     import torch
 
+    from lowbw.train.allocator import steady_allocator
     from lowbw.train.loop import Trainer
     from lowbw.train.world import SimWorld
 
+    steady_allocator()
     if cfg.threads:
         torch.set_num_threads(cfg.threads)
     world = SimWorld(cfg)

@@ -28,6 +28,7 @@ import torch.distributed as dist
 
 from lowbw.net.ratelimit import install_from_env
 from lowbw.runio import set_parent_death_signal
+from lowbw.train.allocator import steady_allocator
 from lowbw.train.config import RunConfig, load_file
 from lowbw.train.ddp import DDPTrainer
 from lowbw.train.launch import RunLock, finish, peer_timeout_s
@@ -46,6 +47,7 @@ def worker_main(cfg, out, keep_checkpoint: bool = False) -> dict[str, Any]:
     set_parent_death_signal(9, int(parent) if parent else None)
     out = Path(out).resolve()
     lock = RunLock(out).acquire(shared=True)
+    steady_allocator()
     torch.set_num_threads(int(os.environ.get("LOWBW_THREADS") or default_threads(cfg)))
     device = resolve_device(cfg)
     if os.environ.get("LOWBW_EMULATION") == "loopback-ratelimit":
