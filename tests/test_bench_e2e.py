@@ -150,10 +150,12 @@ def test_report_section_from_rows(tmp_path):
     from lowbw.report.build import build
 
     rows = []
-    for m, n, r, err in (("dense", 2, 10.0, -0.02), ("topk1", 2, 10.0, 0.05), ("topk1", 4, 10.0, 0.3)):
+    for m, n, r, err, bound in (("dense", 2, 10.0, -0.02, True), ("topk1", 2, 10.0, 0.05, False),
+                                ("topk1", 4, 10.0, 0.3, False), ("dense", 2, 1000.0, 0.04, True),
+                                ("topk1", 2, 1000.0, -0.2, False)):
         rows.append({"method": m, "workers": n, "rate_mbit": r, "err_step": err, "err_step_nominal": err - 0.3,
                      "predicted_step_s": 1 + err, "measured_step_s": 1.0, "predicted_ttt_s": None,
-                     "measured_ttt_s": None, "err_ttt": None, "link_bound": True, "loss_identical": n == 2,
+                     "measured_ttt_s": None, "err_ttt": None, "link_bound": bound, "loss_identical": n == 2,
                      "emulation": "netns-tc"})
     (tmp_path / "runs" / "bench").mkdir(parents=True)
     (tmp_path / "runs" / "bench" / "e2e.json").write_text(json.dumps({
@@ -162,9 +164,13 @@ def test_report_section_from_rows(tmp_path):
                    {"workers": 4, "overhead_ms": 1.2, "compute_scale": 2.2}]}))
     res = build({"profile": "tiny", "seeds": [0]}, tmp_path / "runs", tmp_path / "gen", only=["e8"])
     numbers = (tmp_path / "gen" / "numbers.tex").read_text()
+    # the target: N = 2 at 10 Mbit/s, and at 1000 only the link-bound dense cell (top-k's -20 % is CPU time)
     assert r"\newcommand{\EEightTargetWorst}{5" in numbers
+    assert r"\newcommand{\EEightTargetCells}{3}" in numbers
+    assert r"\newcommand{\EEightFastLinkBound}{dense}" in numbers
+    assert r"\newcommand{\EEightFastCPUBound}{topk1}" in numbers
     assert r"\newcommand{\EEightComputeScaleFour}{2.2}" in numbers
-    assert r"\newcommand{\EEightLossIdentical}{2}" in numbers
+    assert r"\newcommand{\EEightLossIdentical}{4}" in numbers
     assert (tmp_path / "gen" / "fig_e8.pdf").is_file() and res.sections[0].key == "e8"
 
 
@@ -287,3 +293,57 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
     assert all(t > 0 for t in s["compute_together_s"])
     assert 0.2 < res["compute_scale"] < 20
     assert res["overhead_ms"] > 0
+
+
+def test_cells_take_the_median_repeat():
+    rows = [{"method": "topk1", "workers": 2, "rate_mbit": 10.0, "err_step": e, "link_bound": False}
+            for e in (0.12, -0.03, 0.05)]
+    rows.append({"method": "dense", "workers": 2, "rate_mbit": 10.0, "err_step": -0.02, "link_bound": True})
+    (topk, dense) = e2e.cells(rows)
+    assert topk["repeats"] == 3 and topk["err_step"] == 0.05
+    assert (topk["err_step_min"], topk["err_step_max"]) == (-0.03, 0.12)
+    assert dense["repeats"] == 1 and dense["err_step"] == -0.02
+    s = e2e.summarise(rows)
+    assert s["worst_abs_err_step_by_method"] == {"topk1": 0.05, "dense": 0.02}
+    assert s["target"]["met"] and s["target"]["n"] == 2 and s["repeats"] == 3
+    # an even count: the lower middle one (a repeat that was measured, not an average of two)
+    assert e2e.cells(rows[:2])[0]["err_step"] == -0.03
+
+
+def test_append_refuses_a_missing_or_partial_file(tmp_path, capsys):
+    out = tmp_path / "e2e.json"
+    with pytest.raises(SystemExit) as ei:
+        e2e.main(["--append", "--out", str(out), "--methods", "dense"])
+    assert ei.value.code == 2 and "--append" in capsys.readouterr().err.strip().splitlines()[-1]
+    out.write_text(json.dumps({"complete": False, "rows": [], "args": {"runs_dir": "runs/bench/e2e"}}))
+    with pytest.raises(SystemExit):
+        e2e.main(["--append", "--out", str(out), "--methods", "dense"])
+    assert "not a complete" in capsys.readouterr().err
+    out.write_text(json.dumps({"complete": True, "rows": [], "args": {"runs_dir": str(tmp_path / "elsewhere")}}))
+    with pytest.raises(SystemExit):
+        e2e.main(["--append", "--out", str(out), "--methods", "dense"])
+    assert "--runs-dir" in capsys.readouterr().err
+    assert json.loads(out.read_text())["complete"] is True  # nothing written over
+
+
+def test_repeats_go_to_their_own_run_directories(tmp_path):
+    assert e2e.cell_dir(tmp_path, "topk1", 2, 10.0) == tmp_path / "topk1_n2_r10"
+    assert e2e.cell_dir(tmp_path, "topk1", 2, 10.0, 2) == tmp_path / "topk1_n2_r10" / "rep2"
+
+
+def test_report_takes_each_cells_median_repeat(tmp_path):
+    from lowbw.report.build import build
+
+    rows = [{"method": "topk1", "workers": 2, "rate_mbit": 10.0, "err_step": e, "err_step_nominal": -0.3,
+             "predicted_step_s": 1 + e, "measured_step_s": 1.0, "predicted_ttt_s": None, "measured_ttt_s": None,
+             "err_ttt": None, "link_bound": False, "loss_identical": True, "emulation": "netns-tc", "repeat": k}
+            for k, e in enumerate((0.12, -0.03, 0.05))]
+    (tmp_path / "runs" / "bench").mkdir(parents=True)
+    (tmp_path / "runs" / "bench" / "e2e.json").write_text(json.dumps({
+        "provenance": {"date": "2026-11-24T08:00:00+00:00", "commit": "abc"}, "rows": rows}))
+    build({"profile": "tiny", "seeds": [0]}, tmp_path / "runs", tmp_path / "gen", only=["e8"])
+    numbers = (tmp_path / "gen" / "numbers.tex").read_text()
+    assert r"\newcommand{\EEightTargetWorst}{5" in numbers  # the median repeat, not the worst (12)
+    assert r"\newcommand{\EEightRepeats}{3}" in numbers and r"\newcommand{\EEightRepeatCells}{1}" in numbers
+    assert r"\newcommand{\EEightRepeatRange}{15" in numbers
+    assert r"\newcommand{\EEightCells}{1}" in numbers
