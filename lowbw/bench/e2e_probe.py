@@ -156,7 +156,7 @@ def _ddp_step(cfg, spec: dict[str, Any], x, y):
     import torch.nn.functional as F
     from torch.nn.parallel import DistributedDataParallel
 
-    from lowbw.comm.hooks import make_hook
+    from lowbw.comm.hooks import make_hook, timed_hook
     from lowbw.train.models import build_model
 
     c, h, _w = spec["image_shape"]
@@ -165,20 +165,12 @@ def _ddp_step(cfg, spec: dict[str, Any], x, y):
         warnings.simplefilter("ignore", FutureWarning)
         ddp = DistributedDataParallel(model, broadcast_buffers=False)
     state, hook = make_hook("topk", granularity="bucket", ratio=1e-9, module=model)
-    hook_s = [0.0]
-
-    def timed(state, bucket):
-        t0 = time.perf_counter()
-        try:
-            return hook(state, bucket)
-        finally:
-            hook_s[0] += time.perf_counter() - t0
-
+    timed, timer = timed_hook(hook)
     ddp.register_comm_hook(state, timed)
     params = list(model.parameters())
 
     def step() -> float:
-        hook_s[0], busy0 = 0.0, state.stats.busy_s
+        timer.seconds, busy0 = 0.0, state.stats.busy_s
         t0 = time.perf_counter()
         ddp.zero_grad(set_to_none=True)
         F.cross_entropy(ddp(x), y).backward()
@@ -186,7 +178,7 @@ def _ddp_step(cfg, spec: dict[str, Any], x, y):
             torch.cat([p.grad.reshape(-1) for p in params])
             for p in params:
                 p.add_(p.grad, alpha=-1e-3)
-        return time.perf_counter() - t0 - (state.stats.busy_s - busy0) - hook_s[0]
+        return time.perf_counter() - t0 - (state.stats.busy_s - busy0) - timer.seconds
 
     step.close = state.close
     return step

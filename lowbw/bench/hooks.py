@@ -95,7 +95,6 @@ def _run_hook(name: str, spec: dict, dist, rank: int) -> dict:
     ddp = DDP(model)
     state, comp = None, None
     rec = {"nbytes": 0, "data": 0, "steps": 0}
-    hook_s = [0.0]
     if name.startswith("torch-"):
         hook = {"torch-none": None, "torch-fp16": default_hooks.fp16_compress_hook,
                 "torch-bf16": default_hooks.bf16_compress_hook}[name]
@@ -118,14 +117,11 @@ def _run_hook(name: str, spec: dict, dist, rank: int) -> dict:
 
         comp.compress = compress
         st = state
-    if hook is not None:
-        def timed(s, bucket):
-            t0 = time.perf_counter()
-            try:
-                return hook(s, bucket)
-            finally:
-                hook_s[0] += time.perf_counter() - t0
+    from lowbw.comm.hooks import HookTimer, timed_hook
 
+    timer = HookTimer()
+    if hook is not None:
+        timed, timer = timed_hook(hook)
         ddp.register_comm_hook(st, timed)
     opt = torch.optim.SGD(model.parameters(), lr=0.01)
     g = torch.Generator().manual_seed(1000 + rank)
@@ -137,7 +133,7 @@ def _run_hook(name: str, spec: dict, dist, rank: int) -> dict:
             rec["steps"] = 1
             m0, b0 = state.meter.bytes_sent, state.stats.buckets
         dist.barrier()
-        hook_s[0] = 0.0
+        timer.seconds = 0.0
         t0 = time.perf_counter()
         opt.zero_grad()
         out = F.cross_entropy(ddp(x), y)
@@ -147,7 +143,7 @@ def _run_hook(name: str, spec: dict, dist, rank: int) -> dict:
         loss = float(out.detach())
         if timed_step:
             times.append(dt)
-            hooks.append(hook_s[0])
+            hooks.append(timer.seconds)
     k = spec["steps"]
     row = {"hook": name, "step_s": statistics.median(times), "hook_call_s": statistics.median(hooks),
            "loss": loss, "params": sum(p.numel() for p in model.parameters())}

@@ -46,7 +46,8 @@ from lowbw.compress.base import Compressor, NonFiniteError, State
 from lowbw.compress.collective import CallRecord
 from lowbw.compress.quantize import Cast
 
-__all__ = ["HookState", "HookStats", "make_hook", "compressor_hook", "lowbw_hook", "GRANULARITIES"]
+__all__ = ["HookState", "HookStats", "HookTimer", "make_hook", "compressor_hook", "lowbw_hook", "timed_hook",
+           "GRANULARITIES"]
 
 GRANULARITIES = ("auto", "param", "bucket")
 GATHERS = ("auto", "ring", "native")
@@ -372,3 +373,26 @@ def make_hook(compressor="none", algorithm: str = "native", group=None, timeout=
 
 
 compressor_hook = make_hook
+
+
+@dataclass
+class HookTimer:
+    """What :func:`timed_hook` counts; the caller resets it per step."""
+
+    seconds: float = 0.0  # wall seconds inside the hook's calls (on the thread of the backward pass)
+
+
+def timed_hook(hook):
+    """``(timed, timer)``: ``hook`` wrapped so that each call adds its seconds to ``timer.seconds``, with the
+    ``(state, bucket)`` signature DDP's ``register_comm_hook`` checks. A step's wall time less these seconds
+    and :attr:`HookStats.busy_s` is what DDP's own work and the model's computation took."""
+    timer = HookTimer()
+
+    def timed(state, bucket):
+        t0 = time.perf_counter()
+        try:
+            return hook(state, bucket)
+        finally:
+            timer.seconds += time.perf_counter() - t0
+
+    return timed, timer

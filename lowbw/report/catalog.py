@@ -177,6 +177,8 @@ MACROS: dict[str, str] = {
     "EEightRepeatCells": "cells measured more than once (each reported as its median repeat)",
     "EEightRepeats": "the most repeats of a cell",
     "EEightRepeatRange": "the widest range of a cell's step-time errors over its repeats (points of %)",
+    "EEightDDPComputeMeasured": "the DDP cells' measured compute per step at the smallest N, median (ms)",
+    "EEightDDPComputePredicted": "the simulator's compute for them, median (ms)",
     "EEightFastRate": "the fastest rate of the grid, above 100 Mbit/s (Mbit/s)",
     "EEightFastLinkBound": "methods link-bound there at the smallest N (list)",
     "EEightFastCPUBound": "methods not link-bound there (list)",

@@ -83,7 +83,7 @@ def _figure(df):
     from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], ls="", marker=markers[m], color="k", label=m, markerfacecolor="none") for m in methods]
-    handles += [Line2D([], [], ls="", marker="s", color=colours[r], label=f"{fmt_num(r)} Mbit/s") for r in rates]
+    handles += [Line2D([], [], ls="", marker="s", color=colours[r], label=f"{r:g} Mbit/s") for r in rates]
     if df["workers"].nunique() > 1:
         handles.append(Line2D([], [], ls="", marker="o", color="k", markerfacecolor="none",
                               label=f"hollow: N={int(df['workers'].max())}"))
@@ -193,6 +193,11 @@ def numbers(st: Stats) -> dict[str, str]:
     if "shaper_burst_bytes" in df and (df["shaper_burst_bytes"].fillna(0) > 0).any():
         out["EEightBucketKB"] = fmt_num(float(df["shaper_burst_bytes"].max()) / 1e3, 3)
         out["EEightBucketCells"] = str(int((df["shaper_burst_bytes"].fillna(0) > 0).sum()))
+    if "ddp_hook" in small and "measured_compute_s" in small:
+        ddp = small[small["ddp_hook"].fillna(False).astype(bool)]
+        if not ddp.empty:  # DDP's own work per step, which the probe's DDP compute does not fully reproduce
+            out["EEightDDPComputeMeasured"] = fmt_num(1e3 * float(ddp["measured_compute_s"].median()), 2)
+            out["EEightDDPComputePredicted"] = fmt_num(1e3 * float(ddp["predicted_compute_s"].median()), 2)
     out["EEightLossIdentical"] = str(int(df["loss_identical"].astype(bool).sum()))
     ttt = df[df["err_ttt"].notna()]
     if not ttt.empty:

@@ -20,7 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from lowbw.comm.hooks import make_hook
+from lowbw.comm.hooks import make_hook, timed_hook
 from lowbw.train.assign import seed_for
 from lowbw.train.loop import Trainer
 from lowbw.train.state import WorkerStats
@@ -47,15 +47,7 @@ class DDPTrainer(Trainer):
         comp = self.sync.comp if self.sync.comp is not None else "none"
         self.hook_state, hook = make_hook(comp, algorithm=cfg.collective, module=m,
                                           seed=seed_for(cfg.seed, "compress", world.rank) % (2**31))
-        self.hook_s = 0.0  # seconds inside hook calls this step
-
-        def timed(state, bucket):
-            t0 = time.perf_counter()
-            try:
-                return hook(state, bucket)
-            finally:
-                self.hook_s += time.perf_counter() - t0
-
+        timed, self.hook_timer = timed_hook(hook)  # seconds inside hook calls this step
         self.ddp.register_comm_hook(self.hook_state, timed)
 
     def gradients(self, b: int, act: Action) -> tuple[torch.Tensor, list[WorkerStats], list[Exchange]]:
@@ -65,7 +57,7 @@ class DDPTrainer(Trainer):
         x, y = self.batches(0, b)
         coll, meter = self.hook_state.collective(), self.hook_state.meter
         n0, m0 = len(coll.calls), len(meter.calls)
-        self.hook_s = 0.0
+        self.hook_timer.seconds = 0.0
         busy0 = self.hook_state.stats.busy_s
         self.ddp.train()
         self.ddp.zero_grad(set_to_none=True)
@@ -75,8 +67,9 @@ class DDPTrainer(Trainer):
         with torch.no_grad():
             grads = torch.cat([p.grad.reshape(-1) for p in self.model_template.parameters()]).unsqueeze(0)
         busy = self.hook_state.stats.busy_s - busy0  # the exchange thread's seconds in this step
-        compute = max(0.0, time.perf_counter() - t0 - busy - self.hook_s)
+        hook_s = self.hook_timer.seconds
+        compute = max(0.0, time.perf_counter() - t0 - busy - hook_s)
         comm_s = sum(c.seconds for c in meter.calls[m0:])
-        ex = self.world.account(act.grad, coll, meter, n0, m0, None, max(0.0, busy + self.hook_s - comm_s), comm_s)
+        ex = self.world.account(act.grad, coll, meter, n0, m0, None, max(0.0, busy + hook_s - comm_s), comm_s)
         correct = int((out.detach().argmax(1) == y).sum())
         return grads, [WorkerStats(loss=float(loss.detach()), correct=correct, count=b, t_compute=compute)], [ex]
