@@ -9,8 +9,8 @@ measured on a testbed like the cell's (see :mod:`lowbw.bench.e2e` for how the ce
 * Hockney's alpha, the one-way time of a one-float ping-pong between ranks 0 and 1 (recorded, not used);
 * the compute slow-down of the cell's workers against the sim's one process: forward + backward + update at the
   local batch, all N workers at once (the slowest) against one alone, alternately. The N at once run in the
-  cell's conditions: after the cell's number of calls per step (tiny all-gathers; compute right after a step's
-  calls runs slower than back to back, its caches and predictors cold), and for a DDP cell through
+  cell's conditions: after the cell's number of calls per step (tiny all-gathers: compute right after a step's
+  calls runs slower than back to back, by an amount that grows with the calls), and for a DDP cell through
   DistributedDataParallel with lowbw's hook (a one-element top-k per bucket, so that the time does not depend
   on the link), timed as the cell times it: the step's wall time less the exchange thread's busy time and the
   hook calls (what remains is DDP's own work: bucket copies, autograd hooks, and the hand-offs to and from
