@@ -129,19 +129,24 @@ def sim_twin(cfg: dict[str, Any]) -> dict[str, Any]:
     return twin
 
 
-def cell_calls_per_step(sim_dir: Path, steps: int, workers: int) -> float:
-    """The cell's calls per step, from its sim run: latency terms / 2 (N-1), a call being 2 (N-1) latency
+def _per_step(sim_dir: Path, steps: int, workers: int) -> tuple[float, float]:
+    """(calls, CPU seconds of compute + compress) per step of a cell's sim run; a call is 2 (N-1) latency
     terms (an all-gather's sizes and payload, a ring all-reduce's two phases)."""
     s0, s1 = _train_lines(_lines(sim_dir), steps)
-    return (s1["comm_alpha_terms"] - s0["comm_alpha_terms"]) / (2 * (workers - 1)) / (s1["step"] - s0["step"])
+    n = s1["step"] - s0["step"]
+    busy = sum(s1[f"t_virtual_{k}"] - s0[f"t_virtual_{k}"] for k in ("compute", "compress"))
+    return (s1["comm_alpha_terms"] - s0["comm_alpha_terms"]) / (2 * (workers - 1)) / n, busy / n
+
+
+def cell_calls_per_step(sim_dir: Path, steps: int, workers: int) -> float:
+    """The cell's calls per step, from its sim run."""
+    return _per_step(sim_dir, steps, workers)[0]
 
 
 def cell_gap_ms(sim_dir: Path, steps: int, workers: int) -> float:
     """The cell's mean CPU work between consecutive calls (ms), from its sim run: (compute + compress per
     step) / (calls per step); infinite for a cell without calls."""
-    s0, s1 = _train_lines(_lines(sim_dir), steps)
-    busy = sum(s1[f"t_virtual_{k}"] - s0[f"t_virtual_{k}"] for k in ("compute", "compress")) / (s1["step"] - s0["step"])
-    calls = cell_calls_per_step(sim_dir, steps, workers)
+    calls, busy = _per_step(sim_dir, steps, workers)
     return busy / calls * 1e3 if calls > 0 else math.inf
 
 
@@ -227,8 +232,7 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
         "alpha_terms_per_step": alpha_terms, "beta_bytes_per_step": beta_bytes,
         # the per-message cost the measured communication implies, for steps with many messages:
         # (measured comm - modelled wire time) / latency terms
-        "implied_overhead_ms": ((meas["comm"] - beta_bytes * 8 / (rate * 1e6 * cfg.get("link_goodput", GOODPUT)))
-                                / alpha_terms * 1e3) if alpha_terms >= 8 else None,
+        "implied_overhead_ms": (meas["comm"] - wire) / alpha_terms * 1e3 if alpha_terms >= 8 else None,
         "bytes_per_step": d(s0, s1, "bytes_sent"), "bytes_per_step_procs": d(p0, p1, "bytes_sent"),
         "predicted_wire_s": wire, "link_bound": link_bound,
         "final_loss_sim": fl_s, "final_loss_procs": fl_p,
@@ -359,16 +363,19 @@ def _result(rows, probes, args, t_start, complete: bool, earlier: dict[str, Any]
 
 def cells(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One entry per cell (method, workers, rate): its repeats' median ``err_step`` (the lower middle one of an
-    even count), their range, and their count; a cell is link-bound if any repeat is."""
+    even count: a repeat that was measured), that repeat's row as ``run``, their range and count; a cell is
+    link-bound if any repeat is."""
     by_cell: dict[tuple, list[dict[str, Any]]] = {}
     for r in rows:
         by_cell.setdefault((r["method"], r["workers"], r["rate_mbit"]), []).append(r)
     out = []
     for (m, n, rate), rs in by_cell.items():
-        errs = sorted(r["err_step"] for r in rs if r["err_step"] is not None)
+        ranked = sorted((r for r in rs if r["err_step"] is not None), key=lambda r: r["err_step"])
+        mid = ranked[(len(ranked) - 1) // 2] if ranked else rs[0]
         out.append({"method": m, "workers": n, "rate_mbit": rate, "repeats": len(rs),
-                    "err_step": errs[(len(errs) - 1) // 2] if errs else None,
-                    "err_step_min": errs[0] if errs else None, "err_step_max": errs[-1] if errs else None,
+                    "err_step": mid["err_step"], "run": mid,
+                    "err_step_min": ranked[0]["err_step"] if ranked else None,
+                    "err_step_max": ranked[-1]["err_step"] if ranked else None,
                     "link_bound": any(r["link_bound"] for r in rs)})
     return out
 

@@ -95,21 +95,15 @@ def _figure(df):
     return fig
 
 
-def _median_runs(runs):
-    """One row per cell (method x rate x workers): of its repeats the run with the median ``err_step`` (the
-    lower middle one of an even count, as :func:`lowbw.bench.e2e.cells`), with the repeats' count and range."""
+def _median_runs(rows: list[dict]):
+    """One row per cell (method x rate x workers): the run of its median repeat (:func:`lowbw.bench.e2e.cells`),
+    with the repeats' count and range."""
     import pandas as pd
 
-    if "repeat" not in runs:
-        runs = runs.assign(repeat=0)
-    out = []
-    for _, g in runs.groupby(["method", "workers", "rate_mbit"], sort=False):
-        g = g.sort_values("err_step")
-        row = g.iloc[(len(g) - 1) // 2].copy()
-        row["repeats"] = len(g)
-        row["err_step_min"], row["err_step_max"] = g["err_step"].min(), g["err_step"].max()
-        out.append(row)
-    return pd.DataFrame(out).reset_index(drop=True)
+    from lowbw.bench.e2e import cells
+
+    return pd.DataFrame([{**c["run"], **{k: c[k] for k in ("repeats", "err_step_min", "err_step_max")}}
+                         for c in cells(rows)])
 
 
 def stats(ctx: Context) -> Stats | None:
@@ -121,8 +115,7 @@ def stats(ctx: Context) -> Stats | None:
     b = ctx.bench("e2e")
     if not b or not b.get("rows"):
         return None
-    runs = pd.DataFrame(b["rows"])
-    tables = {"cells": _median_runs(runs), "runs": runs}
+    tables = {"cells": _median_runs(b["rows"]), "runs": pd.DataFrame(b["rows"])}
     if b.get("probes"):
         tables["probes"] = pd.DataFrame(b["probes"])
     return Stats(tables, {"source": "runs/bench/e2e.json", "provenance": b.get("provenance", {}),
