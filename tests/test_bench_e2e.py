@@ -115,6 +115,8 @@ def test_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     (["--rate", "0"], "--rate 0"),
     (["--gaps", "0", "-1"], "--gaps -1"),
     (["--calls", "-2"], "--calls -2"),
+    (["--method", "topk9"], "--method topk9"),
+    (["--method", "topk1", "--compute-ms", "-1"], "--compute-ms -1"),
 ])
 def test_probe_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     from lowbw.bench import e2e_probe
@@ -257,6 +259,56 @@ def test_cell_calibration_reads_the_gap_off_the_sim_run(tmp_path):
     assert e2e.cell_gap_ms(tmp_path / "simL", 20, 2) == float("inf")
 
 
+def test_cell_sequence_scales_the_compressors_gaps_to_the_sim_run(tmp_path):
+    # N = 2, 1 call per step (20 terms per 10 steps); compute 0.02 s and compression 0.01 s per step
+    _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)])
+    # an exchange of 2 calls (one every 2 steps): 40 ms of compute and 20 ms of compression per exchange; the
+    # compressor's own gaps 1 : 3 share the compression, the first call comes after the compute too
+    seq = e2e.cell_sequence([("all_gather", 1.0), ("all_reduce", 3.0)], tmp_path / "sim", 20, 2)
+    assert [op for op, _ in seq] == ["all_gather", "all_reduce"]
+    assert [g for _, g in seq] == pytest.approx([40.0 + 5.0, 15.0])
+    # the mean of the gaps is the cell's mean gap
+    assert sum(g for _, g in seq) / 2 == pytest.approx(e2e.cell_gap_ms(tmp_path / "sim", 20, 2))
+    # an exchange without compression work; a cell without calls
+    assert e2e.cell_sequence([("all_reduce", 0.0)], tmp_path / "sim", 20, 2) == [("all_reduce", 20.0)]
+    _write_run(tmp_path / "simL", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.0), _line(20, 2.0, 0.0)])
+    assert e2e.cell_sequence([("all_reduce", 0.0)], tmp_path / "simL", 20, 2) == []
+
+
+def test_cell_calibration_takes_the_replayed_sequence(tmp_path):
+    _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)])
+    s = {"allgather_by_gap_s": {"0": [0.002], "30": [0.004]}, "compute_alone_s": [1.0], "compute_together_s": [1.0],
+         "sequence_s": [0.003, 0.005], "sequence_by_call_s": [0.002, 0.006]}
+    pr = e2e.probe_summary([s, s], workers=2)
+    assert pr["overhead_sequence_ms"] == pytest.approx(2.0)  # (3 + 5) / 2 ms per call, / 2 (N-1) rounds
+    assert pr["overhead_by_call_ms"] == pytest.approx([1.0, 3.0])
+    pc = e2e.cell_calibration(pr, tmp_path / "sim", 20, 2)
+    assert pc["overhead_ms"] == pytest.approx(2.0)
+    assert pc["overhead_at_gap_ms"] == pytest.approx(2.0)  # the curve at the 30 ms gap, recorded beside it
+    s.pop("sequence_s")  # a probe without the replay: the curve at the gap
+    pc = e2e.cell_calibration(e2e.probe_summary([s], workers=2), tmp_path / "sim", 20, 2)
+    assert pc["overhead_ms"] == pytest.approx(2.0) and pc["overhead_at_gap_ms"] == pytest.approx(2.0)
+    s["allgather_by_gap_s"] = {"0": [0.002], "30": [0.008]}
+    pc = e2e.cell_calibration(e2e.probe_summary([s], workers=2), tmp_path / "sim", 20, 2)
+    assert pc["overhead_ms"] == pytest.approx(4.0)
+
+
+@pytest.mark.parametrize("method, ops", [("topk1", {"all_gather"}), ("powersgd", {"all_reduce"})])
+def test_call_sequence_records_a_compressors_calls(method, ops):
+    from lowbw.bench.e2e_probe import call_sequence
+
+    cfg = {"dataset": "synthetic", "model": "mlp", "batch_size": 128, "workers": 2,
+           **e2e.load_methods()[method]}
+    seq = call_sequence(cfg, 2, ([3, 16, 16], 10), reps=3)
+    assert {op for op, _ in seq} == ops
+    assert all(g >= 0 for _, g in seq) and sum(g for _, g in seq) > 0
+    if method == "topk1":  # per layer (3 weights, 3 biases) its values and its indices, back to back
+        assert len(seq) == 12
+        assert max(g for _, g in seq[1::2]) < min(g for _, g in seq[0::2])
+    dense = {**cfg, "compressor": "none", "compressor_args": {}, "error_feedback": "auto"}
+    assert call_sequence(dense, 2, ([3, 16, 16], 10)) == [("all_reduce", 0.0)]
+
+
 def test_cell_calls_per_step_from_the_sim_run(tmp_path):
     # N = 2: 20 latency terms over 10 steps = 1 call per step; N = 3: 4000 terms over 10 steps = 100 calls
     _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)])
@@ -285,7 +337,7 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
 
     out = tmp_path / "probe.json"
     assert e2e_probe.main(["--workers", "2", "--rate", "1000", "--gaps", "0", "--calls", "3",
-                           *(["--ddp"] if ddp else []), "--out", str(out)]) == 0
+                           *(["--ddp"] if ddp else ["--method", "topk1"]), "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     s = res["samples"][0]
     assert s["calls_per_step"] == 3 and s["ddp"] is ddp
@@ -293,6 +345,12 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
     assert all(t > 0 for t in s["compute_together_s"])
     assert 0.2 < res["compute_scale"] < 20
     assert res["overhead_ms"] > 0
+    if not ddp:  # topk1's 12 calls replayed after their CPU work, each rep timed
+        assert [op for op, _ in s["sequence"]] == ["all_gather"] * 12
+        assert len(s["sequence_s"]) == e2e_probe.PROBE_REPS and len(s["sequence_by_call_s"]) == 12
+        assert res["overhead_sequence_ms"] > 0
+    else:
+        assert res["overhead_sequence_ms"] is None
 
 
 def test_cells_take_the_median_repeat():

@@ -10,27 +10,33 @@ through torch DDP with the compressor as its communication hook (``ddp_hook: tru
 
 Per cell, in order:
 
-1. the sim run with the uncalibrated clock, for the cell's mean CPU work between consecutive calls,
-   g = (compute + compress per step) / (calls per step), a call being 2 (N-1) latency terms;
+1. the sim run with the uncalibrated clock, for the cell's CPU work per step (compute, compression) and calls
+   per step, a call being 2 (N-1) latency terms; and the cell's sequence of calls in one exchange with the
+   CPU work before each (:func:`cell_sequence`: the compressor's own gaps between its calls, measured in this
+   process by :func:`lowbw.bench.e2e_probe.call_sequence`, scaled to the sim's compression; the step's compute
+   before the first call);
 2. a probe, the testbed run, and a second probe, on the same kind of testbed (the two probes' samples pooled,
    so that background load that moves within minutes hits probes and cell alike). A probe measures what the
    virtual clock needs to know about *this host* and nothing about the training run:
 
-   * ``overhead_curve``: the per-message cost of the software stack (Python + gloo + TCP + wake-ups) after
-     0 and after g ms of CPU work (at most ``PROBE_MAX_GAP_MS``) on every rank: tiny all-gathers through
-     lowbw.comm, timed inside the call on the rank that came last into it, / (2 (N-1)) per message (the sizes
-     exchange and the payload each take N-1 steps; :mod:`lowbw.bench.e2e_probe`). In
-     training every call follows CPU work (the backward pass, or the previous layer's compression), and a
-     call after work costs more than one back to back: the receiving side's threads must be woken and
-     scheduled while the cores are busy. Recorded beside it, not used by the clock: ``overhead_pingpong_ms``,
-     the one-way time of a one-float ping-pong between ranks 0 and 1 (Hockney's alpha, as E1 calibrates it);
+   * ``overhead_sequence_ms``: the per-message cost of the software stack (Python + gloo + TCP + wake-ups) in
+     the cell's sequence: tiny collectives through lowbw.comm, each after its CPU work (a spin, at most
+     ``PROBE_MAX_GAP_MS``) on every rank, timed inside the call on the rank that came last into it, / (2 (N-1))
+     per message (an all-gather's sizes exchange and payload, a ring all-reduce's two phases, each take N-1
+     steps; :mod:`lowbw.bench.e2e_probe`). A call after CPU work costs more than one back to back (the
+     receiving side's threads must be woken and scheduled while the cores are busy), and how much depends on
+     the pattern: a per-layer step alternates long and near-zero gaps, so the cost at its mean gap is not
+     the mean of its calls' costs. Recorded beside it: ``overhead_curve``, the cost after 0 and after the
+     mean gap g in bursts of equal gaps, and ``overhead_pingpong_ms``, the one-way time of a one-float
+     ping-pong between ranks 0 and 1 (Hockney's alpha, as E1 calibrates it);
    * ``compute_scale``: forward + backward + update of the model at the local batch, all N workers at once
      (the slowest) against one alone, alternately (N processes share this machine's cores; the virtual
      clock assumes a machine each). The N at once compute in the cell's conditions: each after the cell's
      calls per step (compute right after communication runs slower), and a DDP cell's through DDP with
      lowbw's hook (DDP's own per-step work and its hand-offs to the exchange thread);
 
-3. the sim run again, with ``clock_overhead_ms`` = the curve at g (linear between probed gaps, flat beyond),
+3. the sim run again, with ``clock_overhead_ms`` = the sequence's per-message cost (files from before the
+   replay: the curve at g, linear between probed gaps, flat beyond),
    ``clock_compute_scale`` from the probes, and ``clock_shaper_burst_bytes`` = the testbed's tbf bucket
    (:meth:`lowbw.net.link.LinkSpec.tbf_params`: the bytes that leave at line rate after a link idles, during
    compute and between per-layer messages).
@@ -59,7 +65,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.bench import bench_provenance
-from lowbw.bench.e2e_probe import overhead_at, probe, probe_summary
+from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, call_sequence, overhead_at, probe, probe_summary
 
 __all__ = ["main", "plan", "run_cells", "cell_row", "cell_dir", "cells", "method_config", "sim_twin", "BASE",
            "probe_summary",
@@ -129,13 +135,13 @@ def sim_twin(cfg: dict[str, Any]) -> dict[str, Any]:
     return twin
 
 
-def _per_step(sim_dir: Path, steps: int, workers: int) -> tuple[float, float]:
-    """(calls, CPU seconds of compute + compress) per step of a cell's sim run; a call is 2 (N-1) latency
-    terms (an all-gather's sizes and payload, a ring all-reduce's two phases)."""
+def _per_step(sim_dir: Path, steps: int, workers: int) -> tuple[float, float, float]:
+    """(calls, CPU seconds of compute, of compression) per step of a cell's sim run; a call is 2 (N-1)
+    latency terms (an all-gather's sizes and payload, a ring all-reduce's two phases)."""
     s0, s1 = _train_lines(_lines(sim_dir), steps)
     n = s1["step"] - s0["step"]
-    busy = sum(s1[f"t_virtual_{k}"] - s0[f"t_virtual_{k}"] for k in ("compute", "compress"))
-    return (s1["comm_alpha_terms"] - s0["comm_alpha_terms"]) / (2 * (workers - 1)) / n, busy / n
+    compute, compress = ((s1[f"t_virtual_{k}"] - s0[f"t_virtual_{k}"]) / n for k in ("compute", "compress"))
+    return (s1["comm_alpha_terms"] - s0["comm_alpha_terms"]) / (2 * (workers - 1)) / n, compute, compress
 
 
 def cell_calls_per_step(sim_dir: Path, steps: int, workers: int) -> float:
@@ -146,15 +152,34 @@ def cell_calls_per_step(sim_dir: Path, steps: int, workers: int) -> float:
 def cell_gap_ms(sim_dir: Path, steps: int, workers: int) -> float:
     """The cell's mean CPU work between consecutive calls (ms), from its sim run: (compute + compress per
     step) / (calls per step); infinite for a cell without calls."""
-    calls, busy = _per_step(sim_dir, steps, workers)
-    return busy / calls * 1e3 if calls > 0 else math.inf
+    calls, compute, compress = _per_step(sim_dir, steps, workers)
+    return (compute + compress) / calls * 1e3 if calls > 0 else math.inf
+
+
+def cell_sequence(exchange: list[tuple[str, float]], sim_dir: Path, steps: int, workers: int
+                  ) -> list[tuple[str, float]]:
+    """The calls of one of the cell's exchanges, each with the CPU work before it (ms) as its sim run does the
+    work: ``exchange`` (:func:`lowbw.bench.e2e_probe.call_sequence`: the compressor's own gaps) scaled to the
+    sim's compression per exchange, and the step's compute before the first call (an exchange every
+    L / c steps, L calls in it, c calls per step). Empty for a cell without calls."""
+    calls, compute, compress = _per_step(sim_dir, steps, workers)
+    if calls <= 0:
+        return []
+    per_exchange = len(exchange) / calls  # steps per exchange
+    work = sum(g for _, g in exchange)
+    scale = compress * 1e3 * per_exchange / work if work > 0 else 0.0
+    return [(op, g * scale + (compute * 1e3 * per_exchange if j == 0 else 0.0))
+            for j, (op, g) in enumerate(exchange)]
 
 
 def cell_calibration(probe_res: dict[str, Any], sim_dir: Path, steps: int, workers: int) -> dict[str, Any]:
-    """The probe's calibration for one cell: ``overhead_ms`` read off the curve at the cell's own gap."""
+    """The probe's calibration for one cell: ``overhead_ms`` = the per-message cost of the cell's own sequence
+    of calls and CPU gaps where the probe replayed it, otherwise the curve read at the cell's mean gap."""
     gap = cell_gap_ms(sim_dir, steps, workers)
     curve = probe_res.get("overhead_curve") or [[0.0, probe_res["overhead_ms"]]]
-    return {**probe_res, "overhead_ms": overhead_at(curve, gap), "overhead_gap_ms": gap}
+    at_gap, seq = overhead_at(curve, gap), probe_res.get("overhead_sequence_ms")
+    return {**probe_res, "overhead_ms": at_gap if seq is None else seq, "overhead_gap_ms": gap,
+            "overhead_at_gap_ms": at_gap}
 
 
 # ----------------------------------------------------------------------------------------------- one cell
@@ -242,6 +267,9 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
         "target": target, "ttt_step_sim": s_ttt_step, "ttt_step_procs": p_ttt_step,
         "predicted_ttt_s": s_ttt, "measured_ttt_s": p_ttt, "err_ttt": _rel(s_ttt, p_ttt),
         "overhead_ms": probe_res["overhead_ms"], "overhead_gap_ms": probe_res.get("overhead_gap_ms"),
+        # the curve's cost at the cell's mean gap, beside the replayed sequence's (overhead_ms, where replayed)
+        "overhead_at_gap_ms": probe_res.get("overhead_at_gap_ms"),
+        "overhead_replayed": probe_res.get("overhead_sequence_ms") is not None,
         "compute_scale": scale,
         "shaper_burst_bytes": float(cfg.get("clock_shaper_burst_bytes") or 0.0),
         "emulation": probe_res.get("emulation"),
@@ -250,7 +278,6 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
 
 # ----------------------------------------------------------------------------------------------- the grid
 UNCALIBRATED = {"overhead_ms": 0.0, "compute_scale": 1.0, "shaper_burst_bytes": 0.0}
-PROBE_MAX_GAP_MS = 10.0  # the longest CPU gap a probe spins for (a call after more work costs about the same)
 
 
 def plan(args) -> tuple[dict[str, dict[str, Any]], tuple[list[int], int]]:
@@ -291,11 +318,12 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
                 cell = cell_dir(args.runs_dir, m, n, rate, k)
                 sim_dir = cell / "sim"
                 # 1. sim with the uncalibrated clock: the cell's CPU work between calls (cheap: no links)
-                run(sim_twin(cell_config(mcfg[m], n, rate, args.steps, args, UNCALIBRATED)), sim_dir,
-                    overwrite=True, quiet=True)
+                twin = sim_twin(cell_config(mcfg[m], n, rate, args.steps, args, UNCALIBRATED))
+                run(twin, sim_dir, overwrite=True, quiet=True)
                 gap = min(cell_gap_ms(sim_dir, args.steps, n), PROBE_MAX_GAP_MS)
                 at = {"gaps_ms": (0.0, gap), "calls_per_step": cell_calls_per_step(sim_dir, args.steps, n),
-                      "ddp": bool(mcfg[m].get("ddp_hook"))}
+                      "ddp": bool(mcfg[m].get("ddp_hook")),
+                      "sequence": cell_sequence(call_sequence(twin, n, shape), sim_dir, args.steps, n)}
                 # 2. the testbed run between two probes in the cell's conditions (pooled: background load that
                 #    moves within minutes hits probe and cell alike; one burst during one probe does not decide)
                 pre = probe(base, n, rate, shape, **at)

@@ -6,6 +6,11 @@ measured on a testbed like the cell's (see :mod:`lowbw.bench.e2e` for how the ce
   that came last into it (the others' wait for it is the clock's compute term, the slowest worker's), per
   message / (2 (N-1)) (the sizes exchange and the payload each take N-1 steps). A call after CPU work costs
   more than one back to back: the receiving side's threads must be woken and scheduled while the cores are busy;
+* the per-message cost of a cell's own sequence of calls (``sequence``: per call its operation and the CPU
+  milliseconds before it, :func:`call_sequence`): the calls made tiny, each after its CPU work, timed and
+  counted as above. A per-layer step alternates long and near-zero gaps, and the cost after a gap rises
+  steeply below a quarter millisecond and then levels off, so the mean of its calls' costs is not the cost
+  at its mean gap;
 * Hockney's alpha, the one-way time of a one-float ping-pong between ranks 0 and 1 (recorded, not used);
 * the compute slow-down of the cell's workers against the sim's one process: forward + backward + update at the
   local batch, all N workers at once (the slowest) against one alone, alternately. The N at once run in the
@@ -16,7 +21,8 @@ measured on a testbed like the cell's (see :mod:`lowbw.bench.e2e` for how the ce
   hook calls (what remains is DDP's own work: bucket copies, autograd hooks, and the hand-offs to and from
   the exchange thread).
 
-    python -m lowbw bench e2e_probe --workers 2 --rate 100 [--gaps 0 0.5 1 2] [--calls 9] [--ddp]   # root
+    python -m lowbw bench e2e_probe --workers 2 --rate 100 [--gaps 0 0.5 1 2] [--calls 9] [--ddp] \\
+        [--method topk1 [--compute-ms 5]]   # root
 """
 
 from __future__ import annotations
@@ -39,6 +45,7 @@ PROBE_BURST = 10
 PROBE_GAPS_MS = (0.0, 0.25, 0.5, 1.0, 2.0)  # CPU work before each probed call (ms): 0 = back to back
 PROBE_PINGPONG = 200  # round trips of one float between ranks 0 and 1
 PROBE_COMPUTE_REPS = 40  # compute steps alone and together (alternately)
+PROBE_MAX_GAP_MS = 10.0  # the longest CPU gap a probe spins for (a call after more work costs about the same)
 
 
 def _busy(cpu_seconds: float) -> None:
@@ -47,6 +54,82 @@ def _busy(cpu_seconds: float) -> None:
     t0 = time.thread_time()
     while time.thread_time() - t0 < cpu_seconds:
         pass
+
+
+class _Recorder:
+    """Rank 0 of a ``world_size``-rank collective inside one process (every rank holds this rank's tensor): it
+    records each call's operation and this thread's CPU seconds since the previous call returned."""
+
+    rank = 0
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self.ops: list[str] = []
+        self.gaps_s: list[float] = []
+        self._last = time.thread_time()
+
+    def restart(self) -> None:
+        self.ops, self.gaps_s, self._last = [], [], time.thread_time()
+
+    def tail_s(self) -> float:
+        """CPU seconds since the last call returned (decompression after it)."""
+        return time.thread_time() - self._last
+
+    def _call(self, op: str, fn):
+        self.ops.append(op)
+        self.gaps_s.append(time.thread_time() - self._last)
+        out = fn()
+        self._last = time.thread_time()
+        return out
+
+    def all_reduce(self, tensor):
+        return self._call("all_reduce", lambda: tensor * self.world_size)
+
+    def all_gather(self, tensor):
+        return self._call("all_gather", lambda: [tensor.clone() for _ in range(self.world_size)])
+
+    def broadcast(self, tensor, src: int):
+        return self._call("broadcast", tensor.clone)
+
+
+def call_sequence(cfg: dict[str, Any], workers: int, data_shape: tuple[list[int], int], reps: int = 20
+                  ) -> list[tuple[str, float]]:
+    """The calls of one gradient exchange of ``cfg`` (a RunConfig dict) as a rank makes them: per call its
+    operation and the CPU milliseconds of compression before it, median over ``reps`` exchanges of random
+    gradients of the config's model, in this process on one thread. The first call's entry also holds the
+    work after the last call (decompression), which comes before the next exchange's first call. Without a
+    compressor an exchange is one all-reduce with no work before it."""
+    import torch
+
+    from lowbw.train.config import RunConfig
+    from lowbw.train.models import build_model
+    from lowbw.train.replicas import Replicas
+    from lowbw.train.sync import aggregate_rank, make_compressor, make_states
+
+    rc = RunConfig.from_dict(cfg)
+    comp = make_compressor(rc)
+    if comp is None:
+        return [("all_reduce", 0.0)]
+    (c, h, _w), classes = data_shape
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        rep = Replicas(build_model(rc.model, classes, c, h), 1)
+        chunks = rep.chunks("layer" if rc.granularity == "auto" else rc.granularity)
+        state = make_states(rc, [0])[0]
+        rec = _Recorder(workers)
+        runs: list[list[float]] = []
+        for _ in range(reps + 2):  # the first two warm up
+            grad = torch.randn(rep.P)
+            rec.restart()
+            aggregate_rank(grad, chunks, rec, comp, state)
+            runs.append([g + (rec.tail_s() if j == 0 else 0.0) for j, g in enumerate(rec.gaps_s)])
+            if len(runs[-1]) != len(runs[0]):
+                raise RuntimeError(f"{rc.compressor}: {len(runs[-1])} calls in an exchange, {len(runs[0])} before")
+    finally:
+        torch.set_num_threads(threads)
+    return [(op, statistics.median(xs) * 1e3) for op, xs in zip(rec.ops, zip(*runs[2:]), strict=True)]
 
 
 def _probe_worker(spec_path: str) -> int:
@@ -88,6 +171,24 @@ def _probe_worker(spec_path: str) -> int:
         every = [torch.zeros_like(t_in) for _ in range(dist.get_world_size())]
         dist.all_gather(every, t_in)
         gathers[f"{gap_ms:g}"] = torch.stack(every).min(dim=0).values.mean(dim=1).tolist()
+    # the cell's sequence of calls, each after its CPU work: per call the rank that came last into it
+    sequence = spec.get("sequence") or []
+    tiny = {"all_gather": one, "all_reduce": torch.zeros(dist.get_world_size()), "broadcast": one}
+    t_seq = torch.zeros(PROBE_REPS, max(len(sequence), 1), dtype=torch.float64)
+    for i in range(PROBE_REPS + 2 if sequence else 0):
+        dist.barrier()
+        for j, (op, gap_ms) in enumerate(sequence):
+            _busy(min(gap_ms, PROBE_MAX_GAP_MS) / 1e3)
+            t0 = time.perf_counter()
+            if op == "broadcast":
+                coll.broadcast(tiny[op], 0)
+            else:
+                getattr(coll, op)(tiny[op])
+            if i >= 2:
+                t_seq[i - 2, j] = time.perf_counter() - t0
+    every = [torch.zeros_like(t_seq) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, t_seq)
+    by_call = torch.stack(every).min(dim=0).values  # [reps, calls]
     # ping-pong of one float between ranks 0 and 1 (the others wait): one-way = round trip / 2, Hockney's
     # alpha, as E1 calibrates it
     pingpong = []
@@ -140,6 +241,10 @@ def _probe_worker(spec_path: str) -> int:
         close()
     if rank == 0:
         Path(spec["out"]).write_text(json.dumps({"allgather_by_gap_s": gathers, "pingpong_s": pingpong,
+                                                 "sequence": sequence,
+                                                 "sequence_s": by_call.mean(dim=1).tolist() if sequence else [],
+                                                 "sequence_by_call_s": by_call.mean(dim=0).tolist() if sequence
+                                                 else [],
                                                  "compute_alone_s": alone, "compute_together_s": together,
                                                  "calls_per_step": calls, "ddp": bool(spec.get("ddp"))}))
     dist.destroy_process_group()
@@ -196,11 +301,17 @@ def probe_summary(samples: list[dict[str, Any]], workers: int) -> dict[str, Any]
     # the mean, not the median: a step's communication is a sum of per-message costs, hiccups included
     curve = [[gap, statistics.fmean(xs) / rounds * 1e3 if workers > 1 else 0.0]
              for gap, xs in sorted(per_gap.items()) if xs]
+    seq = [x for s in samples for x in s.get("sequence_s", [])]  # per rep, the mean call of the sequence
+    by_call = [s["sequence_by_call_s"] for s in samples if s.get("sequence_by_call_s")]
     pp = [x for s in samples for x in s.get("pingpong_s", [])]
     alone = [x for s in samples for x in s["compute_alone_s"]]
     together = [x for s in samples for x in s["compute_together_s"]]
     return {"overhead_ms": curve[0][1], "overhead_curve": curve,
             "overhead_pingpong_ms": statistics.median(pp) * 1e3 if pp else None,
+            # the per-message cost of the cell's own sequence of calls and CPU gaps (None: not probed)
+            "overhead_sequence_ms": statistics.fmean(seq) / rounds * 1e3 if seq and workers > 1 else None,
+            "overhead_by_call_ms": ([statistics.fmean(xs) / rounds * 1e3 for xs in zip(*by_call)]
+                                    if by_call and workers > 1 else None),
             # means, as the clock sums a step's compute; per rep the slowest of the N (a synchronous step
             # waits for it), so hiccups on any worker count as they do in the cell
             "compute_alone_s": statistics.fmean(alone), "compute_together_s": statistics.fmean(together),
@@ -222,8 +333,8 @@ def overhead_at(curve: list[list[float]], gap_ms: float) -> float:
 
 
 def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list[int], int],
-          gaps_ms: Sequence[float] = PROBE_GAPS_MS, calls_per_step: float = 0.0, ddp: bool = False
-          ) -> dict[str, Any]:
+          gaps_ms: Sequence[float] = PROBE_GAPS_MS, calls_per_step: float = 0.0, ddp: bool = False,
+          sequence: Sequence[tuple[str, float]] = ()) -> dict[str, Any]:
     """Raw samples of one probe on a testbed of ``workers`` at ``rate`` Mbit/s, calls after each of
     ``gaps_ms`` of CPU work; the compute of N at once after ``calls_per_step`` calls (rounded), through DDP
     if ``ddp`` (see :func:`probe_summary`)."""
@@ -237,7 +348,8 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
         spec.write_text(json.dumps({"config": cfg, "out": str(out), "image_shape": data_shape[0],
                                     "num_classes": data_shape[1], "compute_reps": PROBE_COMPUTE_REPS,
                                     "gaps_ms": [float(g) for g in gaps_ms],
-                                    "calls_per_step": float(calls_per_step), "ddp": bool(ddp)}))
+                                    "calls_per_step": float(calls_per_step), "ddp": bool(ddp),
+                                    "sequence": [[op, float(g)] for op, g in sequence]}))
         env = dict(os.environ, OMP_NUM_THREADS="1", LOWBW_THREADS="1",
                    PYTHONPATH=root + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
         with Testbed(workers=workers, rate=f"{rate}mbit", master_port=free_port()) as tb:
@@ -269,6 +381,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--gaps", type=float, nargs="+", default=list(PROBE_GAPS_MS), help="CPU gaps before calls, ms")
     ap.add_argument("--calls", type=float, default=0.0, help="a cell's calls per step, before each compute")
     ap.add_argument("--ddp", action="store_true", help="compute through DDP with lowbw's hook, as a +ddp cell")
+    ap.add_argument("--method", help="also replay the calls of one exchange of this config/config.yaml preset "
+                    "(the synthetic MLP's gradient), each after its compression's CPU work")
+    ap.add_argument("--compute-ms", type=float, default=5.0,
+                    help="with --method: CPU work before the exchange's first call (a step's compute), ms")
     ap.add_argument("--out", default="runs/bench/e2e_probe.json")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
@@ -282,15 +398,30 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--gaps {min(a.gaps):g}: gaps are >= 0 ms")
     if a.calls < 0:
         ap.error(f"--calls {a.calls:g}: must be >= 0")
+    if a.compute_ms < 0:
+        ap.error(f"--compute-ms {a.compute_ms:g}: must be >= 0")
     cfg = {"dataset": "synthetic", "model": "mlp", "batch_size": 64 * a.workers, "workers": a.workers,
            "bandwidth_mbit": a.rate, "optimizer": "sgd", "collective": "ring"}
-    res = probe(cfg, a.workers, a.rate, ([3, 16, 16], 10), gaps_ms=a.gaps, calls_per_step=a.calls, ddp=a.ddp)
+    shape = ([3, 16, 16], 10)
+    sequence: list[tuple[str, float]] = []
+    if a.method:
+        from lowbw.bench.e2e import load_methods
+
+        methods = load_methods()
+        if a.method not in methods:
+            ap.error(f"--method {a.method}: not a preset of config/config.yaml's methods")
+        sequence = call_sequence({**cfg, **methods[a.method]}, a.workers, shape)
+        sequence[0] = (sequence[0][0], sequence[0][1] + a.compute_ms)
+    res = probe(cfg, a.workers, a.rate, shape, gaps_ms=a.gaps, calls_per_step=a.calls, ddp=a.ddp,
+                sequence=sequence)
     pr = probe_summary([res], a.workers)
     atomic_write_json(Path(a.out), {"provenance": bench_provenance(), "workers": a.workers, "rate_mbit": a.rate,
                                     "emulation": res["emulation"], **pr})
     print(f"{'gap ms':>8} {'ms/message':>11}")
     for g, o in pr["overhead_curve"]:
         print(f"{g:8.2f} {o:11.3f}")
+    if sequence:
+        print(f"{a.method}'s {len(sequence)} calls after their CPU work: {pr['overhead_sequence_ms']:.3f} ms/message")
     print(f"compute x{pr['compute_scale']:.2f} ({res['emulation']}); ping-pong one-way "
           f"{pr['overhead_pingpong_ms']:.3f} ms -> {a.out}")
     return 0
