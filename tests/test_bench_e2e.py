@@ -278,9 +278,10 @@ def test_cell_sequence_scales_the_compressors_gaps_to_the_sim_run(tmp_path):
 def test_cell_calibration_takes_the_replayed_sequence(tmp_path):
     _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)])
     s = {"allgather_by_gap_s": {"0": [0.002], "30": [0.004]}, "compute_alone_s": [1.0], "compute_together_s": [1.0],
-         "sequence_s": [0.003, 0.005], "sequence_by_call_s": [0.002, 0.006]}
+         "sequence_s": [0.003, 0.005], "sequence_by_call_s": [0.002, 0.006], "sequence_last_in_s": [0.002, 0.002]}
     pr = e2e.probe_summary([s, s], workers=2)
     assert pr["overhead_sequence_ms"] == pytest.approx(2.0)  # (3 + 5) / 2 ms per call, / 2 (N-1) rounds
+    assert pr["overhead_sequence_last_in_ms"] == pytest.approx(1.0)
     assert pr["overhead_by_call_ms"] == pytest.approx([1.0, 3.0])
     pc = e2e.cell_calibration(pr, tmp_path / "sim", 20, 2)
     assert pc["overhead_ms"] == pytest.approx(2.0)
@@ -347,8 +348,11 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
     assert res["overhead_ms"] > 0
     if not ddp:  # topk1's 12 calls replayed after their CPU work, each rep timed
         assert [op for op, _ in s["sequence"]] == ["all_gather"] * 12
-        assert len(s["sequence_s"]) == e2e_probe.PROBE_REPS and len(s["sequence_by_call_s"]) == 12
-        assert res["overhead_sequence_ms"] > 0
+        assert len(s["sequence_s"]) == len(s["sequence_last_in_s"]) == e2e_probe.PROBE_REPS
+        assert len(s["sequence_by_call_s"]) == 12
+        # the slowest worker's calls hold its waits for later peers: never below the calls alone
+        assert res["overhead_sequence_ms"] >= res["overhead_sequence_last_in_ms"] > 0
+        assert all(w > 0 for w in s["sequence_work_s"])
     else:
         assert res["overhead_sequence_ms"] is None
 

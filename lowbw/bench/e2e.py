@@ -21,9 +21,10 @@ Per cell, in order:
 
    * ``overhead_sequence_ms``: the per-message cost of the software stack (Python + gloo + TCP + wake-ups) in
      the cell's sequence: tiny collectives through lowbw.comm, each after its CPU work (a spin, at most
-     ``PROBE_MAX_GAP_MS``) on every rank, timed inside the call on the rank that came last into it, / (2 (N-1))
-     per message (an all-gather's sizes exchange and payload, a ring all-reduce's two phases, each take N-1
-     steps; :mod:`lowbw.bench.e2e_probe`). A call after CPU work costs more than one back to back (the
+     ``PROBE_MAX_GAP_MS``) on every rank, timed inside the calls of the rank whose work took longest (the
+     clock's slowest worker; its in-call time holds its waits for a peer that came later into a call), /
+     (2 (N-1)) per message (an all-gather's sizes exchange and payload, a ring all-reduce's two phases, each
+     take N-1 steps; :mod:`lowbw.bench.e2e_probe`). A call after CPU work costs more than one back to back (the
      receiving side's threads must be woken and scheduled while the cores are busy), and how much depends on
      the pattern: a per-layer step alternates long and near-zero gaps, so the cost at its mean gap is not
      the mean of its calls' costs. Recorded beside it: ``overhead_curve``, the cost after 0 and after the
@@ -344,7 +345,9 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
                 row["wall_s"] = wall
                 row["repeat"] = k
                 rows.append(row)
-                print(f"  probes: overhead {_curve_str(pr)} ms/message, compute x{pr['compute_scale']:.2f} "
+                replayed = (f", {pr['overhead_sequence_ms']:.2f} in the cell's calls"
+                            if pr.get("overhead_sequence_ms") is not None else "")
+                print(f"  probes: overhead {_curve_str(pr)}{replayed} ms/message, compute x{pr['compute_scale']:.2f} "
                       f"({pr['emulation']})", flush=True)
                 print(_fmt_row(row), flush=True)
                 atomic_write_json(out, _result(rows, probes, args, t_start, False, earlier))

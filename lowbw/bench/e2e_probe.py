@@ -7,10 +7,13 @@ measured on a testbed like the cell's (see :mod:`lowbw.bench.e2e` for how the ce
   message / (2 (N-1)) (the sizes exchange and the payload each take N-1 steps). A call after CPU work costs
   more than one back to back: the receiving side's threads must be woken and scheduled while the cores are busy;
 * the per-message cost of a cell's own sequence of calls (``sequence``: per call its operation and the CPU
-  milliseconds before it, :func:`call_sequence`): the calls made tiny, each after its CPU work, timed and
-  counted as above. A per-layer step alternates long and near-zero gaps, and the cost after a gap rises
-  steeply below a quarter millisecond and then levels off, so the mean of its calls' costs is not the cost
-  at its mean gap;
+  milliseconds before it, :func:`call_sequence`): the calls made tiny, each after its CPU work on every rank,
+  and per repetition the time inside the calls of the rank whose work took longest in wall time, per message
+  as above. The clock charges a step the slowest worker's work, summed over the step, and the messages on
+  top; in the cell each call also waits for whichever worker comes last into it, which is not always the
+  slowest overall, and those waits grow with the workers sharing the cores, so they belong to the messages'
+  cost. A per-layer step alternates long and near-zero gaps, and the cost after a gap rises steeply below a
+  quarter millisecond and then levels off, so the mean of its calls' costs is not the cost at its mean gap;
 * Hockney's alpha, the one-way time of a one-float ping-pong between ranks 0 and 1 (recorded, not used);
 * the compute slow-down of the cell's workers against the sim's one process: forward + backward + update at the
   local batch, all N workers at once (the slowest) against one alone, alternately. The N at once run in the
@@ -132,6 +135,16 @@ def call_sequence(cfg: dict[str, Any], workers: int, data_shape: tuple[list[int]
     return [(op, statistics.median(xs) * 1e3) for op, xs in zip(rec.ops, zip(*runs[2:]), strict=True)]
 
 
+def _gather_all(t):
+    """Every rank's ``t`` stacked in rank order (a leading dimension of the world size)."""
+    import torch
+    import torch.distributed as dist
+
+    every = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
+    dist.all_gather(every, t)
+    return torch.stack(every)
+
+
 def _probe_worker(spec_path: str) -> int:
     """One testbed worker of the probe (see the module docstring); rank 0 writes the result."""
     import torch
@@ -168,27 +181,32 @@ def _probe_worker(spec_path: str) -> int:
                     t_in[i - 2, j] = time.perf_counter() - t0
         # per call the rank that came last into it (it waited for no peer still at work: that skew is the
         # clock's compute term, the slowest worker's, not communication)
-        every = [torch.zeros_like(t_in) for _ in range(dist.get_world_size())]
-        dist.all_gather(every, t_in)
-        gathers[f"{gap_ms:g}"] = torch.stack(every).min(dim=0).values.mean(dim=1).tolist()
-    # the cell's sequence of calls, each after its CPU work: per call the rank that came last into it
+        gathers[f"{gap_ms:g}"] = _gather_all(t_in).min(dim=0).values.mean(dim=1).tolist()
+    # the cell's sequence of calls, each after its CPU work, timed on every rank: the work's wall time before
+    # each call and the time inside it
     sequence = spec.get("sequence") or []
     tiny = {"all_gather": one, "all_reduce": torch.zeros(dist.get_world_size()), "broadcast": one}
-    t_seq = torch.zeros(PROBE_REPS, max(len(sequence), 1), dtype=torch.float64)
+    t_work = torch.zeros(PROBE_REPS, max(len(sequence), 1), dtype=torch.float64)
+    t_call = torch.zeros_like(t_work)
     for i in range(PROBE_REPS + 2 if sequence else 0):
         dist.barrier()
         for j, (op, gap_ms) in enumerate(sequence):
-            _busy(min(gap_ms, PROBE_MAX_GAP_MS) / 1e3)
             t0 = time.perf_counter()
+            _busy(min(gap_ms, PROBE_MAX_GAP_MS) / 1e3)
+            t1 = time.perf_counter()
             if op == "broadcast":
                 coll.broadcast(tiny[op], 0)
             else:
                 getattr(coll, op)(tiny[op])
             if i >= 2:
-                t_seq[i - 2, j] = time.perf_counter() - t0
-    every = [torch.zeros_like(t_seq) for _ in range(dist.get_world_size())]
-    dist.all_gather(every, t_seq)
-    by_call = torch.stack(every).min(dim=0).values  # [reps, calls]
+                t_work[i - 2, j], t_call[i - 2, j] = t1 - t0, time.perf_counter() - t1
+    work = _gather_all(t_work)  # [ranks, reps, calls]
+    calls = _gather_all(t_call)
+    # per rep the rank whose work took longest: the clock charges the slowest worker's work of a step, and
+    # beyond it what that worker's calls took, waits for a peer that came later into one of them included
+    slowest = work.sum(dim=2).argmax(dim=0)
+    in_calls = calls[slowest, torch.arange(calls.shape[1])]  # [reps, calls]
+    last_in = calls.min(dim=0).values  # per call the rank that came last into it: the call alone
     # ping-pong of one float between ranks 0 and 1 (the others wait): one-way = round trip / 2, Hockney's
     # alpha, as E1 calibrates it
     pingpong = []
@@ -242,9 +260,13 @@ def _probe_worker(spec_path: str) -> int:
     if rank == 0:
         Path(spec["out"]).write_text(json.dumps({"allgather_by_gap_s": gathers, "pingpong_s": pingpong,
                                                  "sequence": sequence,
-                                                 "sequence_s": by_call.mean(dim=1).tolist() if sequence else [],
-                                                 "sequence_by_call_s": by_call.mean(dim=0).tolist() if sequence
+                                                 "sequence_s": in_calls.mean(dim=1).tolist() if sequence else [],
+                                                 "sequence_by_call_s": in_calls.mean(dim=0).tolist() if sequence
                                                  else [],
+                                                 "sequence_last_in_s": last_in.mean(dim=1).tolist() if sequence
+                                                 else [],
+                                                 "sequence_work_s": work.sum(dim=2).max(dim=0).values.tolist()
+                                                 if sequence else [],
                                                  "compute_alone_s": alone, "compute_together_s": together,
                                                  "calls_per_step": calls, "ddp": bool(spec.get("ddp"))}))
     dist.destroy_process_group()
@@ -302,6 +324,7 @@ def probe_summary(samples: list[dict[str, Any]], workers: int) -> dict[str, Any]
     curve = [[gap, statistics.fmean(xs) / rounds * 1e3 if workers > 1 else 0.0]
              for gap, xs in sorted(per_gap.items()) if xs]
     seq = [x for s in samples for x in s.get("sequence_s", [])]  # per rep, the mean call of the sequence
+    last_in = [x for s in samples for x in s.get("sequence_last_in_s", [])]
     by_call = [s["sequence_by_call_s"] for s in samples if s.get("sequence_by_call_s")]
     pp = [x for s in samples for x in s.get("pingpong_s", [])]
     alone = [x for s in samples for x in s["compute_alone_s"]]
@@ -312,6 +335,9 @@ def probe_summary(samples: list[dict[str, Any]], workers: int) -> dict[str, Any]
             "overhead_sequence_ms": statistics.fmean(seq) / rounds * 1e3 if seq and workers > 1 else None,
             "overhead_by_call_ms": ([statistics.fmean(xs) / rounds * 1e3 for xs in zip(*by_call)]
                                     if by_call and workers > 1 else None),
+            # the calls alone (each timed on the rank that came last into it), without the waits for a peer
+            "overhead_sequence_last_in_ms": (statistics.fmean(last_in) / rounds * 1e3
+                                             if last_in and workers > 1 else None),
             # means, as the clock sums a step's compute; per rep the slowest of the N (a synchronous step
             # waits for it), so hiccups on any worker count as they do in the cell
             "compute_alone_s": statistics.fmean(alone), "compute_together_s": statistics.fmean(together),

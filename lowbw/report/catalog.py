@@ -190,7 +190,7 @@ MACROS: dict[str, str] = {
     "EEightWorstPerMethod": "worst |error| per method (list)",
     "EEightNominalWorst": "worst |error| of the uncalibrated clock at the smallest N (%)",
     "EEightNominalWorstMethod": "its method",
-    "EEightOverheadMs": "the clock's per-message software cost (probed after each cell's CPU gap), median (ms)",
+    "EEightOverheadMs": "the clock's per-message software cost (each cell's calls replayed), median (ms)",
     "EEightOverheadMin": "its minimum over cells (ms)",
     "EEightOverheadMax": "its maximum over cells (ms)",
     "EEightBackToBackMs": "probed per-message cost of calls back to back, median over probes (ms)",
@@ -198,6 +198,10 @@ MACROS: dict[str, str] = {
     "EEightBackToBackMax": "its maximum (ms)",
     "EEightGapMin": "CPU work between calls in the per-layer cells, minimum (ms)",
     "EEightGapMax": "its maximum (ms)",
+    "EEightReplayMin": "per-message cost of the per-layer cells' replayed calls, minimum (ms)",
+    "EEightReplayMax": "its maximum (ms)",
+    "EEightAtGapMin": "per-message cost of calls all after the per-layer cells' mean gap, minimum (ms)",
+    "EEightAtGapMax": "its maximum (ms)",
     **{f"EEightComputeScale{w}": f"compute slow-down with {n} workers sharing the cores" for n, w in
        E8_WORKERS.items()},
     **{f"EEightComputeScale{w}{e}": f"its {e.lower()}imum over the probes" for w in E8_WORKERS.values()
