@@ -267,6 +267,10 @@ def test_cell_sequence_scales_the_compressors_gaps_to_the_sim_run(tmp_path):
     seq = e2e.cell_sequence([("all_gather", 1.0), ("all_reduce", 3.0)], tmp_path / "sim", 20, 2)
     assert [op for op, _ in seq] == ["all_gather", "all_reduce"]
     assert [g for _, g in seq] == pytest.approx([40.0 + 5.0, 15.0])
+    # no bytes in these runs; 1 MB per 10 steps at 1000 Mbit/s: 0.1 MB a step, 0.8 ms plus TCP's framing
+    assert e2e.cell_wire_s(tmp_path / "sim", 20, 2, 1000.0) == 0.0
+    _write_run(tmp_path / "simB", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, beta=1e6), _line(20, 2.0, 1.0, beta=2e6)])
+    assert e2e.cell_wire_s(tmp_path / "simB", 20, 2, 1000.0) == pytest.approx(0.8e-3 * 1514 / 1448)
     # the mean of the gaps is the cell's mean gap
     assert sum(g for _, g in seq) / 2 == pytest.approx(e2e.cell_gap_ms(tmp_path / "sim", 20, 2))
     # an exchange without compression work; a cell without calls
@@ -341,7 +345,7 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
                            *(["--ddp"] if ddp else ["--method", "topk1"]), "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     s = res["samples"][0]
-    assert s["calls_per_step"] == 3 and s["ddp"] is ddp
+    assert s["calls_per_step"] == 3 and s["ddp"] is ddp and s["ddp_cell_hook"] is False
     assert len(s["compute_together_s"]) == len(s["compute_alone_s"]) == e2e_probe.PROBE_COMPUTE_REPS
     assert all(t > 0 for t in s["compute_together_s"])
     assert 0.2 < res["compute_scale"] < 20
@@ -355,6 +359,21 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
         assert all(w > 0 for w in s["sequence_work_s"])
     else:
         assert res["overhead_sequence_ms"] is None
+
+
+@pytest.mark.netns
+def test_probe_computes_through_the_cells_own_hook(tmp_path):
+    """A DDP cell with a short exchange: the probe's workers compute through DDP with the cell's compressor
+    as the hook (fp16 here), so that they wait for an exchange as the cell's do."""
+    from lowbw.bench import e2e_probe
+
+    base = {"dataset": "synthetic", "model": "mlp", "batch_size": 128, "workers": 2, "bandwidth_mbit": 1000.0,
+            "optimizer": "sgd", "collective": "ring"}
+    res = e2e_probe.probe(base, 2, 1000.0, ([3, 16, 16], 10), gaps_ms=(0.0,), calls_per_step=1, ddp=True,
+                          hook_method={"compressor": "fp16", "ddp_hook": True})
+    assert res["ddp"] is True and res["ddp_cell_hook"] is True
+    assert len(res["compute_together_s"]) == e2e_probe.PROBE_COMPUTE_REPS
+    assert all(t > 0 for t in res["compute_together_s"])
 
 
 def test_cells_take_the_median_repeat():

@@ -34,7 +34,9 @@ Per cell, in order:
      (the slowest) against one alone, alternately (N processes share this machine's cores; the virtual
      clock assumes a machine each). The N at once compute in the cell's conditions: each after the cell's
      calls per step (compute right after communication runs slower), and a DDP cell's through DDP with
-     lowbw's hook (DDP's own per-step work and its hand-offs to the exchange thread);
+     lowbw's hook (DDP's own per-step work and its hand-offs to the exchange thread): the cell's own hook
+     where its exchange is short (``PROBE_CELL_HOOK_MAX_S``), so that the worker waits for it as long as in the
+     cell and the wake-up after that wait counts as compute as it does there;
 
 3. the sim run again, with ``clock_overhead_ms`` = the sequence's per-message cost (files from before the
    replay: the curve at g, linear between probed gaps, flat beyond),
@@ -69,8 +71,8 @@ from lowbw.bench import bench_provenance
 from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, call_sequence, overhead_at, probe, probe_summary
 
 __all__ = ["main", "plan", "run_cells", "cell_row", "cell_dir", "cells", "method_config", "sim_twin", "BASE",
-           "probe_summary",
-           "overhead_at", "cell_gap_ms", "cell_calls_per_step", "cell_calibration", "cell_config", "probe"]
+           "probe_summary", "overhead_at", "cell_gap_ms", "cell_calls_per_step", "cell_sequence", "cell_wire_s",
+           "cell_calibration", "cell_config", "probe"]
 
 DEFAULT_OUT = "runs/bench/e2e.json"
 # The training every cell runs (MLP on MNIST: the quick profile's E4 model), with knobs E8 needs: frequent
@@ -155,6 +157,13 @@ def cell_gap_ms(sim_dir: Path, steps: int, workers: int) -> float:
     step) / (calls per step); infinite for a cell without calls."""
     calls, compute, compress = _per_step(sim_dir, steps, workers)
     return (compute + compress) / calls * 1e3 if calls > 0 else math.inf
+
+
+def cell_wire_s(sim_dir: Path, steps: int, workers: int, rate: float) -> float:
+    """The cell's critical-path bytes per step at the link's goodput (s), from its sim run."""
+    s0, s1 = _train_lines(_lines(sim_dir), steps)
+    return ((s1["comm_beta_bytes"] - s0["comm_beta_bytes"]) / (s1["step"] - s0["step"]) * 8
+            / (rate * 1e6 * GOODPUT))
 
 
 def cell_sequence(exchange: list[tuple[str, float]], sim_dir: Path, steps: int, workers: int
@@ -279,6 +288,10 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
 
 # ----------------------------------------------------------------------------------------------- the grid
 UNCALIBRATED = {"overhead_ms": 0.0, "compute_scale": 1.0, "shaper_burst_bytes": 0.0}
+# a DDP cell's probe computes through the cell's own hook where its bytes take at most this long a step (s;
+# 40 repetitions of it stay a few seconds), else through a one-element top-k (compute is then a negligible
+# part of the step)
+PROBE_CELL_HOOK_MAX_S = 0.05
 
 
 def plan(args) -> tuple[dict[str, dict[str, Any]], tuple[list[int], int]]:
@@ -322,8 +335,10 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
                 twin = sim_twin(cell_config(mcfg[m], n, rate, args.steps, args, UNCALIBRATED))
                 run(twin, sim_dir, overwrite=True, quiet=True)
                 gap = min(cell_gap_ms(sim_dir, args.steps, n), PROBE_MAX_GAP_MS)
+                ddp = bool(mcfg[m].get("ddp_hook"))
                 at = {"gaps_ms": (0.0, gap), "calls_per_step": cell_calls_per_step(sim_dir, args.steps, n),
-                      "ddp": bool(mcfg[m].get("ddp_hook")),
+                      "ddp": ddp, "hook_method": (mcfg[m] if ddp and cell_wire_s(sim_dir, args.steps, n, rate)
+                                                  <= PROBE_CELL_HOOK_MAX_S else None),
                       "sequence": cell_sequence(call_sequence(twin, n, shape), sim_dir, args.steps, n)}
                 # 2. the testbed run between two probes in the cell's conditions (pooled: background load that
                 #    moves within minutes hits probe and cell alike; one burst during one probe does not decide)

@@ -268,15 +268,19 @@ def _probe_worker(spec_path: str) -> int:
                                                  "sequence_work_s": work.sum(dim=2).max(dim=0).values.tolist()
                                                  if sequence else [],
                                                  "compute_alone_s": alone, "compute_together_s": together,
-                                                 "calls_per_step": calls, "ddp": bool(spec.get("ddp"))}))
+                                                 "calls_per_step": calls, "ddp": bool(spec.get("ddp")),
+                                                 "ddp_cell_hook": bool(spec.get("hook_method"))}))
     dist.destroy_process_group()
     return 0
 
 
 def _ddp_step(cfg, spec: dict[str, Any], x, y):
     """A DDP cell's compute step (seconds): forward + backward through DistributedDataParallel with lowbw's
-    hook sending a one-element top-k per bucket, and an SGD update, less the exchange thread's busy time and
-    the hook calls (as :class:`lowbw.train.ddp.DDPTrainer` splits a step). Has ``close()``."""
+    hook, and an SGD update, less the exchange thread's busy time and the hook calls (as
+    :class:`lowbw.train.ddp.DDPTrainer` splits a step). The hook is the cell's own (``spec["hook_method"]``,
+    its method's keys) where given: the worker then waits for an exchange as long as the cell's, and the
+    hand-offs around that wait (to the exchange thread, and back to a worker that has gone to sleep) count as
+    compute in the cell's split too; otherwise a one-element top-k per bucket. Has ``close()``."""
     import warnings
 
     import torch
@@ -291,7 +295,20 @@ def _ddp_step(cfg, spec: dict[str, Any], x, y):
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         ddp = DistributedDataParallel(model, broadcast_buffers=False)
-    state, hook = make_hook("topk", granularity="bucket", ratio=1e-9, module=model)
+    method = spec.get("hook_method")
+    if method:  # the cell's compressor, as DDPTrainer builds it
+        import torch.distributed as dist
+
+        from lowbw.train.assign import seed_for
+        from lowbw.train.config import RunConfig
+        from lowbw.train.sync import make_compressor
+
+        rc = RunConfig.from_dict({**spec["config"], **method, "ddp_hook": False})
+        comp = make_compressor(rc)
+        state, hook = make_hook(comp if comp is not None else "none", algorithm=cfg.collective, module=model,
+                                seed=seed_for(rc.seed, "compress", dist.get_rank()) % (2**31))
+    else:
+        state, hook = make_hook("topk", granularity="bucket", ratio=1e-9, module=model)
     timed, timer = timed_hook(hook)
     ddp.register_comm_hook(state, timed)
     params = list(model.parameters())
@@ -360,10 +377,12 @@ def overhead_at(curve: list[list[float]], gap_ms: float) -> float:
 
 def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list[int], int],
           gaps_ms: Sequence[float] = PROBE_GAPS_MS, calls_per_step: float = 0.0, ddp: bool = False,
-          sequence: Sequence[tuple[str, float]] = ()) -> dict[str, Any]:
+          sequence: Sequence[tuple[str, float]] = (), hook_method: dict[str, Any] | None = None
+          ) -> dict[str, Any]:
     """Raw samples of one probe on a testbed of ``workers`` at ``rate`` Mbit/s, calls after each of
-    ``gaps_ms`` of CPU work; the compute of N at once after ``calls_per_step`` calls (rounded), through DDP
-    if ``ddp`` (see :func:`probe_summary`)."""
+    ``gaps_ms`` of CPU work, and ``sequence`` replayed (:func:`call_sequence`'s form); the compute of N at once
+    after ``calls_per_step`` calls (rounded), through DDP if ``ddp``, with the hook of ``hook_method`` (a
+    method's config keys) if given (see :func:`probe_summary`)."""
     from lowbw.net.testbed import Testbed
     from lowbw.train.launch import free_port
 
@@ -375,7 +394,8 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
                                     "num_classes": data_shape[1], "compute_reps": PROBE_COMPUTE_REPS,
                                     "gaps_ms": [float(g) for g in gaps_ms],
                                     "calls_per_step": float(calls_per_step), "ddp": bool(ddp),
-                                    "sequence": [[op, float(g)] for op, g in sequence]}))
+                                    "sequence": [[op, float(g)] for op, g in sequence],
+                                    "hook_method": hook_method}))
         env = dict(os.environ, OMP_NUM_THREADS="1", LOWBW_THREADS="1",
                    PYTHONPATH=root + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
         with Testbed(workers=workers, rate=f"{rate}mbit", master_port=free_port()) as tb:
