@@ -198,8 +198,10 @@ MACROS: dict[str, str] = {
     "EEightBackToBackMax": "its maximum (ms)",
     "EEightGapMin": "CPU work between calls in the per-layer cells, minimum (ms)",
     "EEightGapMax": "its maximum (ms)",
-    "EEightReplayMin": "per-message cost of the per-layer cells' replayed calls, minimum (ms)",
+    "EEightReplayMin": "per-message cost of the per-layer cells' replayed calls on the slowest worker, min (ms)",
     "EEightReplayMax": "its maximum (ms)",
+    "EEightReplayLastInMin": "the same calls on the worker last into each, minimum (ms)",
+    "EEightReplayLastInMax": "its maximum (ms)",
     "EEightAtGapMin": "per-message cost of calls all after the per-layer cells' mean gap, minimum (ms)",
     "EEightAtGapMax": "its maximum (ms)",
     **{f"EEightComputeScale{w}": f"compute slow-down with {n} workers sharing the cores" for n, w in

@@ -166,12 +166,14 @@ def numbers(st: Stats) -> dict[str, str]:
         if not many.empty:
             out["EEightGapMin"] = fmt_num(float(many["overhead_gap_ms"].min()), 2)
             out["EEightGapMax"] = fmt_num(float(many["overhead_gap_ms"].max()), 2)
-            if "overhead_replayed" in many and many["overhead_replayed"].fillna(False).astype(bool).all():
-                # their calls replayed in order, against the curve read at their mean gap
-                out["EEightReplayMin"] = fmt_num(float(many["overhead_ms"].min()), 2)
-                out["EEightReplayMax"] = fmt_num(float(many["overhead_ms"].max()), 2)
-                out["EEightAtGapMin"] = fmt_num(float(many["overhead_at_gap_ms"].min()), 2)
-                out["EEightAtGapMax"] = fmt_num(float(many["overhead_at_gap_ms"].max()), 2)
+            if "overhead_last_in_ms" in many and many["overhead_last_in_ms"].notna().all():
+                # their calls replayed in order against the curve read at their mean gap, both timed on the
+                # worker that came last into each call (the calls alone); then as the clock takes them, on the
+                # slowest worker (its waits for later peers included)
+                for key, col in (("AtGap", "overhead_at_gap_ms"), ("ReplayLastIn", "overhead_last_in_ms"),
+                                 ("Replay", "overhead_ms")):
+                    out[f"EEight{key}Min"] = fmt_num(float(many[col].min()), 2)
+                    out[f"EEight{key}Max"] = fmt_num(float(many[col].max()), 2)
     if probes is not None:
         key = "EEightBackToBack" if "EEightOverheadMs" in out else "EEightOverhead"
         out[f"{key}Ms"] = fmt_num(float(probes["overhead_ms"].median()), 2)
