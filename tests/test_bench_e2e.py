@@ -300,7 +300,7 @@ def test_cell_calibration_takes_the_replayed_sequence(tmp_path):
 
 @pytest.mark.parametrize("method, ops", [("topk1", {"all_gather"}), ("powersgd", {"all_reduce"})])
 def test_call_sequence_records_a_compressors_calls(method, ops):
-    from lowbw.bench.e2e_probe import call_sequence
+    from lowbw.bench.e2e_calls import call_sequence
 
     cfg = {"dataset": "synthetic", "model": "mlp", "batch_size": 128, "workers": 2,
            **e2e.load_methods()[method]}
@@ -331,6 +331,15 @@ def test_probe_summary_compute_factor_is_a_ratio_of_means():
     assert e2e.probe_summary([s], workers=2)["compute_scale"] == pytest.approx(1.5)
     s = {**s, "compute_together_s": [0.8] * 4}
     assert e2e.probe_summary([s], workers=2)["compute_scale"] == pytest.approx(0.8)
+    # compression has its own factor where probed, None where not (the clock then takes compute's)
+    assert e2e.probe_summary([s], workers=2)["compress_scale"] is None
+    s = {**s, "compress_alone_s": [0.01, 0.01], "compress_together_s": [0.011, 0.013]}
+    assert e2e.probe_summary([s], workers=2)["compress_scale"] == pytest.approx(1.2)
+    import argparse
+
+    args = argparse.Namespace(model="mlp", dataset="mnist", batch_size=128, seed=0, target=0.8)
+    cfg = e2e.cell_config({}, 2, 100.0, 20, args, {"overhead_ms": 1.0, "compute_scale": 1.5, "compress_scale": 1.2})
+    assert cfg["clock_compute_scale"] == 1.5 and cfg["clock_compress_scale"] == 1.2
 
 
 @pytest.mark.netns
@@ -357,6 +366,9 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
         # the slowest worker's calls hold its waits for later peers: never below the calls alone
         assert res["overhead_sequence_ms"] >= res["overhead_sequence_last_in_ms"] > 0
         assert all(w > 0 for w in s["sequence_work_s"])
+        # and topk1's compression alone and at once
+        assert len(s["compress_alone_s"]) == len(s["compress_together_s"]) == e2e_probe.PROBE_COMPUTE_REPS
+        assert 0.2 < res["compress_scale"] < 20
     else:
         assert res["overhead_sequence_ms"] is None
 

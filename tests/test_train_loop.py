@@ -94,6 +94,24 @@ def test_same_seed_identical_metrics_and_model_clock(tmp_path):
     assert no_time(read_jsonl(tmp_path / "c" / "metrics.jsonl")) != strip[0]
 
 
+def test_clock_scales_compression_by_its_own_factor(tmp_path):
+    """clock_compress_scale multiplies the virtual (de)compression time, clock_compute_scale the compute; with
+    clock_compress_scale 0 compression takes the compute factor (clock=model: deterministic times)."""
+    base = dict(compressor="qsgd", compressor_args={"levels": 16}, clock="model", clock_sample_s=1e-3,
+                clock_compress_mbyte_s=100.0)
+    last = {}
+    for name, kw in {"one": {}, "both": {"clock_compute_scale": 2.0},
+                     "own": {"clock_compute_scale": 2.0, "clock_compress_scale": 1.25}}.items():
+        run(cfg(**base, **kw), tmp_path / name)
+        last[name] = read_jsonl(tmp_path / name / "metrics.jsonl")[-1]
+    one, both, own = last["one"], last["both"], last["own"]
+    assert one["t_virtual_compress"] > 0
+    assert both["t_virtual_compute"] == pytest.approx(2.0 * one["t_virtual_compute"])
+    assert both["t_virtual_compress"] == pytest.approx(2.0 * one["t_virtual_compress"])
+    assert own["t_virtual_compute"] == pytest.approx(2.0 * one["t_virtual_compute"])
+    assert own["t_virtual_compress"] == pytest.approx(1.25 * one["t_virtual_compress"])
+
+
 def killed_run(c: RunConfig, out, monkeypatch, after_steps: int) -> None:
     """Run ``c`` into ``out`` until it is interrupted (KeyboardInterrupt) once ``after_steps`` steps are done."""
     real = Trainer.train_step

@@ -15,10 +15,11 @@ testbed's straggler fault in :func:`lowbw.train.launch.testbed_links`) is skippe
 under ``skipped``.
 
 The method's training is E8's (:data:`lowbw.bench.e2e.BASE`: MLP on MNIST) at E10's batch (64) and E8's
-calibration of the virtual clock (:mod:`lowbw.bench.e2e`): a probe on an equal testbed at the network's base
-rate before the cells and one after (pooled) gives the per-message overhead curve and the compute sharing of
-the workers on this machine's cores; each cell's sim runs twice (its CPU gap between calls, then the clock with
-the overhead at that gap). Per cell (steps ``lowbw.bench.e2e.WARMUP_STEPS`` .. ``--steps``):
+calibration of the virtual clock (:mod:`lowbw.bench.e2e`): per method a probe on an equal testbed at the
+network's base rate before the cells and one after (pooled) gives the per-message cost of the method's own
+calls of an exchange, replayed after their CPU work (from an uncalibrated sim run on an even network), and
+the compute sharing of the workers on this machine's cores; each cell's sim runs twice (its CPU work, then the
+clock with that cost). Per cell (steps ``lowbw.bench.e2e.WARMUP_STEPS`` .. ``--steps``):
 :func:`lowbw.bench.e2e.cell_row`'s predicted and measured step (``err_step`` = (pred - meas) / meas), compute,
 compression and communication, plus the network's name and links. A trace is replayed by the testbed from
 the workers' launch and by the sim from the first step: a trace cell's sim replays it from the point the
@@ -280,6 +281,19 @@ def _require_root() -> None:
         raise ValueError("the testbed's per-worker links need root (netns + tc): run it with sudo")
 
 
+def _replay(method: dict[str, Any], rate: float, args, shape, sim_dir: Path) -> dict[str, Any]:
+    """What a method's probe replays (:func:`lowbw.bench.e2e.probe`'s ``sequence`` and ``twin``): its calls of one
+    exchange with the CPU work before each (:func:`lowbw.bench.e2e.cell_sequence`), from an uncalibrated sim run
+    on an even network at ``rate`` (the links do not change a step's CPU work), and that run's config."""
+    from lowbw.bench.e2e_calls import call_sequence
+    from lowbw.train.launch import run
+
+    twin = e2e.sim_twin(cell(method, {"bandwidth_mbit": rate}, args, e2e.UNCALIBRATED))
+    run(twin, sim_dir, overwrite=True, quiet=True)
+    return {"sequence": e2e.cell_sequence(call_sequence(twin, WORKERS, shape), sim_dir, args.steps, WORKERS),
+            "twin": twin}
+
+
 def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
     """Every cell (see the module docstring), grouped by base rate: a probe, every network's procs runs, a
     second probe, then the sims with the pooled calibration; writes ``args.out`` after every group."""
@@ -298,27 +312,33 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
     for rate in sorted({net["bandwidth_mbit"] for net in run_nets.values()}):
         group = {n: net for n, net in run_nets.items() if net["bandwidth_mbit"] == rate}
         base = {k: v for k, v in cell({}, {"bandwidth_mbit": rate}, args, e2e.UNCALIBRATED).items()}
-        pre = e2e.probe(base, WORKERS, rate, shape)
-        tbf = {"emulation": pre["emulation"], "shaper_burst_bytes": pre["shaper_burst_bytes"]}
-        pr = {**e2e.probe_summary([pre], WORKERS), **tbf}
-        print(f"probe at {rate:g} Mbit/s: overhead {pr['overhead_ms']:.2f} ms/message, compute "
-              f"x{pr['compute_scale']:.2f} ({pr['emulation']})", flush=True)
+        # per method a probe that replays its calls of an exchange, before and after the group's cells
+        replay = {m: _replay(c, rate, args, shape, runs_dir / f"sequence_{m}_r{rate:g}") for m, c in mcfg.items()}
+        pre = {m: e2e.probe(base, WORKERS, rate, shape, **replay[m]) for m in mcfg}
+        first = next(iter(pre.values()))
+        tbf = {"emulation": first["emulation"], "shaper_burst_bytes": first["shaper_burst_bytes"]}
+        pr = {m: {**e2e.probe_summary([pre[m]], WORKERS), **tbf} for m in mcfg}
+        for m, x in pr.items():
+            print(f"probe at {rate:g} Mbit/s, {m}: overhead {x['overhead_sequence_ms']:.2f} ms/message in its "
+                  f"calls, compute x{x['compute_scale']:.2f} ({x['emulation']})", flush=True)
         done = []
         for name, net in group.items():
             for m in mcfg:
                 d = runs_dir / f"{name}_{m}"
                 t0 = time.perf_counter()
-                run({**cell(mcfg[m], net, args, pr), "backend": "procs", "testbed": True}, d / "procs",
+                run({**cell(mcfg[m], net, args, pr[m]), "backend": "procs", "testbed": True}, d / "procs",
                     overwrite=True, quiet=True)
                 done.append((name, net, m, d, time.perf_counter() - t0))
                 print(f"  procs {name} {m}: {done[-1][-1]:.0f} s", flush=True)
         try:
-            post, post_error = e2e.probe(base, WORKERS, rate, shape), None
-        except RuntimeError as e:  # the cells are measured: calibrate them with the first probe alone
-            post, post_error = None, str(e)
-            print(f"second probe failed ({e}): the first one alone calibrates", flush=True)
-        pr = {**e2e.probe_summary([pre] + ([post] if post else []), WORKERS), **tbf}
-        probes.append({"rate_mbit": rate, "networks": list(group), "post_probe_error": post_error, **pr})
+            post, post_error = {m: e2e.probe(base, WORKERS, rate, shape, **replay[m]) for m in mcfg}, None
+        except RuntimeError as e:  # the cells are measured: calibrate them with the first probes alone
+            post, post_error = {}, str(e)
+            print(f"second probe failed ({e}): the first ones alone calibrate", flush=True)
+        for m in mcfg:
+            pr[m] = {**e2e.probe_summary([pre[m]] + ([post[m]] if m in post else []), WORKERS), **tbf}
+            probes.append({"rate_mbit": rate, "networks": list(group), "method": m, "post_probe_error": post_error,
+                           **pr[m]})
         for name, net, m, d, wall in done:
             offset = None
             if "bandwidth_trace" in net:  # replay the trace in the sim from where the testbed's first step met it
@@ -326,9 +346,9 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
                 shifted = d / "trace_from_first_step.csv"
                 shifted.write_text(shifted_trace_csv(net["bandwidth_trace"], offset))
                 net = {**net, "bandwidth_trace": str(shifted.resolve())}
-            cfg = cell(mcfg[m], net, args, pr)
+            cfg = cell(mcfg[m], net, args, pr[m])
             run(e2e.sim_twin(cfg), d / "sim", overwrite=True, quiet=True)  # the cell's CPU gap between calls
-            pc = e2e.cell_calibration(pr, d / "sim", args.steps, WORKERS)
+            pc = e2e.cell_calibration(pr[m], d / "sim", args.steps, WORKERS)
             cfg = cell(mcfg[m], net, args, pc)
             run(e2e.sim_twin(cfg), d / "sim", overwrite=True, quiet=True)
             row = network_row(d / "sim", d / "procs", network=name, net=net, method=m, steps=args.steps,

@@ -37,10 +37,13 @@ Per cell, in order:
      lowbw's hook (DDP's own per-step work and its hand-offs to the exchange thread): the cell's own hook
      where its exchange is short (``PROBE_CELL_HOOK_MAX_S``), so that the worker waits for it as long as in the
      cell and the wake-up after that wait counts as compute as it does there;
+   * ``compress_scale``: the same for one exchange's compression with the cell's compressor (no communication):
+     sharing the cores slows it less than the forward and backward passes;
 
 3. the sim run again, with ``clock_overhead_ms`` = the sequence's per-message cost (files from before the
    replay: the curve at g, linear between probed gaps, flat beyond),
-   ``clock_compute_scale`` from the probes, and ``clock_shaper_burst_bytes`` = the testbed's tbf bucket
+   ``clock_compute_scale`` and ``clock_compress_scale`` from the probes, and ``clock_shaper_burst_bytes`` = the
+   testbed's tbf bucket
    (:meth:`lowbw.net.link.LinkSpec.tbf_params`: the bytes that leave at line rate after a link idles, during
    compute and between per-layer messages).
 
@@ -68,6 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.bench import bench_provenance
+from lowbw.bench.e2e_calls import call_sequence
 from lowbw.bench.e2e_cell import (
     WARMUP_STEPS,
     cell_calibration,
@@ -78,7 +82,7 @@ from lowbw.bench.e2e_cell import (
     cell_sequence,
     cell_wire_s,
 )
-from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, call_sequence, overhead_at, probe, probe_summary
+from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, overhead_at, probe, probe_summary
 
 __all__ = ["main", "plan", "run_cells", "cell_row", "cell_dir", "cells", "method_config", "sim_twin", "BASE",
            "probe_summary", "overhead_at", "cell_gap_ms", "cell_calls_per_step", "cell_sequence", "cell_wire_s",
@@ -128,6 +132,7 @@ def cell_config(method: dict[str, Any], workers: int, rate: float, steps: int, a
            **method, "workers": workers, "bandwidth_mbit": float(rate), "steps": steps,
            "targets": [args.target], "clock": "measured",
            "clock_overhead_ms": probe["overhead_ms"], "clock_compute_scale": probe["compute_scale"],
+           "clock_compress_scale": float(probe.get("compress_scale") or 0.0),
            "clock_shaper_burst_bytes": float(probe.get("shaper_burst_bytes") or 0.0)}
     from lowbw.train.config import RunConfig
 
@@ -199,7 +204,8 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
                 at = {"gaps_ms": (0.0, gap), "calls_per_step": cell_calls_per_step(sim_dir, args.steps, n),
                       "ddp": ddp, "hook_method": (mcfg[m] if ddp and cell_wire_s(sim_dir, args.steps, n, rate)
                                                   <= PROBE_CELL_HOOK_MAX_S else None),
-                      "sequence": cell_sequence(call_sequence(twin, n, shape), sim_dir, args.steps, n)}
+                      "sequence": cell_sequence(call_sequence(twin, n, shape), sim_dir, args.steps, n),
+                      "twin": twin}
                 # 2. the testbed run between two probes in the cell's conditions (pooled: background load that
                 #    moves within minutes hits probe and cell alike; one burst during one probe does not decide)
                 pre = probe(base, n, rate, shape, **at)

@@ -128,8 +128,9 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
     alpha_terms = d(s0, s1, "comm_alpha_terms")
     beta_bytes = d(s0, s1, "comm_beta_bytes")
     scale = float(cfg["clock_compute_scale"])
+    cscale = float(cfg.get("clock_compress_scale") or 0.0) or scale
     nominal_comm = alpha_terms * cfg["latency_ms"] / 1e3 + beta_bytes * 8 / (rate * 1e6)
-    nominal_step = (pred["compute"] + pred["compress"]) / scale + nominal_comm
+    nominal_step = pred["compute"] / scale + pred["compress"] / cscale + nominal_comm
     s_ttt_step, s_ttt = _ttt(s_lines, target, lambda x: x["t_virtual"])
     p_ttt_step, p_ttt = _ttt(p_lines, target, lambda x: x["t_step"] - x["t_meta"])
     fl_s, fl_p = s1.get("loss"), p1.get("loss")
@@ -163,7 +164,7 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
         "overhead_at_gap_ms": probe_res.get("overhead_at_gap_ms"),
         "overhead_replayed": probe_res.get("overhead_sequence_ms") is not None,
         "overhead_last_in_ms": probe_res.get("overhead_sequence_last_in_ms"),  # the replay's calls alone
-        "compute_scale": scale,
+        "compute_scale": scale, "compress_scale": cscale,
         "shaper_burst_bytes": float(cfg.get("clock_shaper_burst_bytes") or 0.0),
         "emulation": probe_res.get("emulation"),
     }

@@ -7,22 +7,24 @@ measured on a testbed like the cell's (see :mod:`lowbw.bench.e2e` for how the ce
   message / (2 (N-1)) (the sizes exchange and the payload each take N-1 steps). A call after CPU work costs
   more than one back to back: the receiving side's threads must be woken and scheduled while the cores are busy;
 * the per-message cost of a cell's own sequence of calls (``sequence``: per call its operation and the CPU
-  milliseconds before it, :func:`call_sequence`): the calls made tiny, each after its CPU work on every rank,
-  and per repetition the time inside the calls of the rank whose work took longest in wall time, per message
-  as above. The clock charges a step the slowest worker's work, summed over the step, and the messages on
-  top; in the cell each call also waits for whichever worker comes last into it, which is not always the
-  slowest overall, and those waits grow with the workers sharing the cores, so they belong to the messages'
-  cost. A per-layer step alternates long and near-zero gaps, and the cost after a gap rises steeply below a
-  quarter millisecond and then levels off, so the mean of its calls' costs is not the cost at its mean gap;
+  milliseconds before it, :func:`~lowbw.bench.e2e_calls.call_sequence`): the calls made tiny, each after its CPU
+  work on every rank, and per repetition the time inside the calls of the rank whose work took longest in wall
+  time, per message as above. The clock charges a step the slowest worker's work, summed over the step, and the
+  messages on top; in the cell each call also waits for whichever worker comes last into it, which is not always
+  the slowest overall, and those waits grow with the workers sharing the cores, so they belong to the messages'
+  cost. A per-layer step alternates long and near-zero gaps, and the cost after a gap rises steeply below a quarter
+  millisecond and then levels off, so the mean of its calls' costs is not the cost at its mean gap;
 * Hockney's alpha, the one-way time of a one-float ping-pong between ranks 0 and 1 (recorded, not used);
 * the compute slow-down of the cell's workers against the sim's one process: forward + backward + update at the
   local batch, all N workers at once (the slowest) against one alone, alternately. The N at once run in the
   cell's conditions: after the cell's number of calls per step (tiny all-gathers: compute right after a step's
   calls runs slower than back to back, by an amount that grows with the calls), and for a DDP cell through
-  DistributedDataParallel with lowbw's hook (a one-element top-k per bucket, so that the time does not depend
-  on the link), timed as the cell times it: the step's wall time less the exchange thread's busy time and the
+  DistributedDataParallel with lowbw's hook (the cell's own where ``hook_method`` is given, else a one-element
+  top-k per bucket), timed as the cell times it: the step's wall time less the exchange thread's busy time and the
   hook calls (what remains is DDP's own work: bucket copies, autograd hooks, and the hand-offs to and from
-  the exchange thread).
+  the exchange thread);
+* the same slow-down for the cell's compression: one exchange's compression and decompression with the cell's
+  compressor through a stand-in collective (no communication), N at once against one alone.
 
     python -m lowbw bench e2e_probe --workers 2 --rate 100 [--gaps 0 0.5 1 2] [--calls 9] [--ddp] \\
         [--method topk1 [--compute-ms 5]]   # root
@@ -41,6 +43,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lowbw.bench.e2e_calls import RecordingCollective, call_sequence, exchange_parts
+
 __all__ = ["probe", "probe_summary", "overhead_at", "PROBE_GAPS_MS", "main"]
 
 PROBE_REPS = 40  # repetitions of a burst of PROBE_BURST tiny all-gathers, per gap
@@ -57,82 +61,6 @@ def _busy(cpu_seconds: float) -> None:
     t0 = time.thread_time()
     while time.thread_time() - t0 < cpu_seconds:
         pass
-
-
-class _Recorder:
-    """Rank 0 of a ``world_size``-rank collective inside one process (every rank holds this rank's tensor): it
-    records each call's operation and this thread's CPU seconds since the previous call returned."""
-
-    rank = 0
-
-    def __init__(self, world_size: int) -> None:
-        self.world_size = world_size
-        self.ops: list[str] = []
-        self.gaps_s: list[float] = []
-        self._last = time.thread_time()
-
-    def restart(self) -> None:
-        self.ops, self.gaps_s, self._last = [], [], time.thread_time()
-
-    def tail_s(self) -> float:
-        """CPU seconds since the last call returned (decompression after it)."""
-        return time.thread_time() - self._last
-
-    def _call(self, op: str, fn):
-        self.ops.append(op)
-        self.gaps_s.append(time.thread_time() - self._last)
-        out = fn()
-        self._last = time.thread_time()
-        return out
-
-    def all_reduce(self, tensor):
-        return self._call("all_reduce", lambda: tensor * self.world_size)
-
-    def all_gather(self, tensor):
-        return self._call("all_gather", lambda: [tensor.clone() for _ in range(self.world_size)])
-
-    def broadcast(self, tensor, src: int):
-        return self._call("broadcast", tensor.clone)
-
-
-def call_sequence(cfg: dict[str, Any], workers: int, data_shape: tuple[list[int], int], reps: int = 20
-                  ) -> list[tuple[str, float]]:
-    """The calls of one gradient exchange of ``cfg`` (a RunConfig dict) as a rank makes them: per call its
-    operation and the CPU milliseconds of compression before it, median over ``reps`` exchanges of random
-    gradients of the config's model, in this process on one thread. The first call's entry also holds the
-    work after the last call (decompression), which comes before the next exchange's first call. Without a
-    compressor an exchange is one all-reduce with no work before it."""
-    import torch
-
-    from lowbw.train.config import RunConfig
-    from lowbw.train.models import build_model
-    from lowbw.train.replicas import Replicas
-    from lowbw.train.sync import aggregate_rank, make_compressor, make_states
-
-    rc = RunConfig.from_dict(cfg)
-    comp = make_compressor(rc)
-    if comp is None:
-        return [("all_reduce", 0.0)]
-    (c, h, _w), classes = data_shape
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        torch.manual_seed(0)
-        rep = Replicas(build_model(rc.model, classes, c, h), 1)
-        chunks = rep.chunks("layer" if rc.granularity == "auto" else rc.granularity)
-        state = make_states(rc, [0])[0]
-        rec = _Recorder(workers)
-        runs: list[list[float]] = []
-        for _ in range(reps + 2):  # the first two warm up
-            grad = torch.randn(rep.P)
-            rec.restart()
-            aggregate_rank(grad, chunks, rec, comp, state)
-            runs.append([g + (rec.tail_s() if j == 0 else 0.0) for j, g in enumerate(rec.gaps_s)])
-            if len(runs[-1]) != len(runs[0]):
-                raise RuntimeError(f"{rc.compressor}: {len(runs[-1])} calls in an exchange, {len(runs[0])} before")
-    finally:
-        torch.set_num_threads(threads)
-    return [(op, statistics.median(xs) * 1e3) for op, xs in zip(rec.ops, zip(*runs[2:]), strict=True)]
 
 
 def _gather_all(t):
@@ -257,6 +185,7 @@ def _probe_worker(spec_path: str) -> int:
     close = getattr(cell_step, "close", None)
     if close is not None:
         close()
+    c_alone, c_together = _compress_reps(spec, rep, rank)
     if rank == 0:
         Path(spec["out"]).write_text(json.dumps({"allgather_by_gap_s": gathers, "pingpong_s": pingpong,
                                                  "sequence": sequence,
@@ -268,10 +197,49 @@ def _probe_worker(spec_path: str) -> int:
                                                  "sequence_work_s": work.sum(dim=2).max(dim=0).values.tolist()
                                                  if sequence else [],
                                                  "compute_alone_s": alone, "compute_together_s": together,
+                                                 "compress_alone_s": c_alone, "compress_together_s": c_together,
                                                  "calls_per_step": calls, "ddp": bool(spec.get("ddp")),
                                                  "ddp_cell_hook": bool(spec.get("hook_method"))}))
     dist.destroy_process_group()
     return 0
+
+
+def _compress_reps(spec: dict[str, Any], rep, rank: int) -> tuple[list[float], list[float]]:
+    """Seconds of one exchange's compression and decompression with the cell's compressor (``spec["twin"]``,
+    its sim run's config) on this rank's last gradient, through a stand-in collective of N ranks (no
+    communication): rank 0 alone, then all N at once (the slowest), alternately; empty without a compressor.
+    The clock scales compression by their ratio: N workers slow each other's compression less than their
+    forward and backward passes."""
+    import torch
+    import torch.distributed as dist
+
+    from lowbw.train.config import RunConfig
+    from lowbw.train.sync import aggregate_rank
+
+    parts = exchange_parts(RunConfig.from_dict(spec["twin"]), rep) if spec.get("twin") else None
+    if parts is None:
+        return [], []
+    comp, chunks, state = parts
+    coll = RecordingCollective(dist.get_world_size())
+    grad = rep.grads[0].clone()
+
+    def once() -> float:
+        t0 = time.perf_counter()
+        aggregate_rank(grad, chunks, coll, comp, state)
+        return time.perf_counter() - t0
+
+    once()
+    alone: list[float] = []
+    together: list[float] = []
+    for _ in range(spec["compute_reps"]):
+        dist.barrier()
+        if rank == 0:
+            alone.append(once())
+        dist.barrier()
+        t = torch.tensor([once()], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)
+        together.append(float(t))
+    return alone, together
 
 
 def _ddp_step(cfg, spec: dict[str, Any], x, y):
@@ -346,6 +314,8 @@ def probe_summary(samples: list[dict[str, Any]], workers: int) -> dict[str, Any]
     pp = [x for s in samples for x in s.get("pingpong_s", [])]
     alone = [x for s in samples for x in s["compute_alone_s"]]
     together = [x for s in samples for x in s["compute_together_s"]]
+    c_alone = [x for s in samples for x in s.get("compress_alone_s", [])]
+    c_together = [x for s in samples for x in s.get("compress_together_s", [])]
     return {"overhead_ms": curve[0][1], "overhead_curve": curve,
             "overhead_pingpong_ms": statistics.median(pp) * 1e3 if pp else None,
             # the per-message cost of the cell's own sequence of calls and CPU gaps (None: not probed)
@@ -359,6 +329,9 @@ def probe_summary(samples: list[dict[str, Any]], workers: int) -> dict[str, Any]
             # waits for it), so hiccups on any worker count as they do in the cell
             "compute_alone_s": statistics.fmean(alone), "compute_together_s": statistics.fmean(together),
             "compute_scale": statistics.fmean(together) / statistics.fmean(alone),
+            # the same for the cell's compression (None: not probed, the clock then takes compute_scale)
+            "compress_scale": (statistics.fmean(c_together) / statistics.fmean(c_alone)
+                               if c_alone and c_together else None),
             "samples": samples}
 
 
@@ -377,12 +350,13 @@ def overhead_at(curve: list[list[float]], gap_ms: float) -> float:
 
 def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list[int], int],
           gaps_ms: Sequence[float] = PROBE_GAPS_MS, calls_per_step: float = 0.0, ddp: bool = False,
-          sequence: Sequence[tuple[str, float]] = (), hook_method: dict[str, Any] | None = None
-          ) -> dict[str, Any]:
-    """Raw samples of one probe on a testbed of ``workers`` at ``rate`` Mbit/s, calls after each of
-    ``gaps_ms`` of CPU work, and ``sequence`` replayed (:func:`call_sequence`'s form); the compute of N at once
-    after ``calls_per_step`` calls (rounded), through DDP if ``ddp``, with the hook of ``hook_method`` (a
-    method's config keys) if given (see :func:`probe_summary`)."""
+          sequence: Sequence[tuple[str, float]] = (), hook_method: dict[str, Any] | None = None,
+          twin: dict[str, Any] | None = None) -> dict[str, Any]:
+    """Raw samples of one probe on a testbed of ``workers`` at ``rate`` Mbit/s, calls after each of ``gaps_ms`` of CPU
+    work, and ``sequence`` replayed (:func:`~lowbw.bench.e2e_calls.call_sequence`'s form); the compute of N at once
+    after ``calls_per_step`` calls (rounded), through DDP if ``ddp``, with the hook of ``hook_method`` (a method's
+    config keys) if given, and the compression of ``twin`` (a cell's sim config) alone and at once (see
+    :func:`probe_summary`)."""
     from lowbw.net.testbed import Testbed
     from lowbw.train.launch import free_port
 
@@ -395,7 +369,7 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
                                     "gaps_ms": [float(g) for g in gaps_ms],
                                     "calls_per_step": float(calls_per_step), "ddp": bool(ddp),
                                     "sequence": [[op, float(g)] for op, g in sequence],
-                                    "hook_method": hook_method}))
+                                    "hook_method": hook_method, "twin": twin}))
         env = dict(os.environ, OMP_NUM_THREADS="1", LOWBW_THREADS="1",
                    PYTHONPATH=root + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
         with Testbed(workers=workers, rate=f"{rate}mbit", master_port=free_port()) as tb:
@@ -456,10 +430,11 @@ def main(argv: list[str] | None = None) -> int:
         methods = load_methods()
         if a.method not in methods:
             ap.error(f"--method {a.method}: not a preset of config/config.yaml's methods")
-        sequence = call_sequence({**cfg, **methods[a.method]}, a.workers, shape)
+        twin = {**cfg, **methods[a.method]}
+        sequence = call_sequence(twin, a.workers, shape)
         sequence[0] = (sequence[0][0], sequence[0][1] + a.compute_ms)
     res = probe(cfg, a.workers, a.rate, shape, gaps_ms=a.gaps, calls_per_step=a.calls, ddp=a.ddp,
-                sequence=sequence)
+                sequence=sequence, twin=twin if a.method else None)
     pr = probe_summary([res], a.workers)
     atomic_write_json(Path(a.out), {"provenance": bench_provenance(), "workers": a.workers, "rate_mbit": a.rate,
                                     "emulation": res["emulation"], **pr})
@@ -467,7 +442,8 @@ def main(argv: list[str] | None = None) -> int:
     for g, o in pr["overhead_curve"]:
         print(f"{g:8.2f} {o:11.3f}")
     if sequence:
-        print(f"{a.method}'s {len(sequence)} calls after their CPU work: {pr['overhead_sequence_ms']:.3f} ms/message")
+        print(f"{a.method}'s {len(sequence)} calls after their CPU work: {pr['overhead_sequence_ms']:.3f} ms/message; "
+              f"its compression x{pr['compress_scale']:.2f}")
     print(f"compute x{pr['compute_scale']:.2f} ({res['emulation']}); ping-pong one-way "
           f"{pr['overhead_pingpong_ms']:.3f} ms -> {a.out}")
     return 0

@@ -237,6 +237,9 @@ class RunConfig:
     clock_compute_scale: float = _f(1.0, "virtual clock: factor on each worker's compute and (de)compression "
                                     "time, for workers that share cores (N processes on C < N cores: about "
                                     "N/C); 1: one machine per worker", exclusive_minimum=0, group="clock")
+    clock_compress_scale: float = _f(0.0, "virtual clock: factor on each worker's (de)compression time alone, "
+                                     "where sharing cores slows it otherwise than compute; 0: "
+                                     "clock_compute_scale", minimum=0, group="clock")
 
     # --- evaluation and logging
     log_every: int = _f(10, "write a metrics line every this many steps", minimum=1, group="log")

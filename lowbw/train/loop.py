@@ -227,7 +227,7 @@ class Trainer:
             v_compute = float((cols.t_compute * speeds).max())
             v_compress = float((cols.t_compress * speeds).max())
         v_compute *= cfg.clock_compute_scale  # workers sharing cores (1: one machine each)
-        v_compress *= cfg.clock_compute_scale
+        v_compress *= cfg.clock_compress_scale or cfg.clock_compute_scale
         clock, meas = st.clock, st.meas
         clock["t_virtual_compute"] += v_compute
         clock["t_virtual_compress"] += v_compress

@@ -1,0 +1,97 @@
+"""A cell's gradient exchange without a network, for E8's probe (:mod:`lowbw.bench.e2e_probe`): the calls it makes
+and the CPU work before each (:func:`call_sequence`), and its compressor's parts to time compression alone."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+__all__ = ["RecordingCollective", "exchange_parts", "call_sequence"]
+
+
+def exchange_parts(rc, rep):
+    """``(compressor, chunks, state)`` of the run config ``rc``'s gradient exchange on the replicas ``rep``, as
+    the trainer aggregates (:class:`lowbw.train.synchroniser.Synchroniser`: per layer unless ``granularity``
+    says otherwise); None without a compressor."""
+    from lowbw.train.sync import make_compressor, make_states
+
+    comp = make_compressor(rc)
+    if comp is None:
+        return None
+    return comp, rep.chunks("layer" if rc.granularity == "auto" else rc.granularity), make_states(rc, [0])[0]
+
+
+class RecordingCollective:
+    """Rank 0 of a ``world_size``-rank collective inside one process (every rank holds this rank's tensor): it
+    records each call's operation and this thread's CPU seconds since the previous call returned."""
+
+    rank = 0
+
+    def __init__(self, world_size: int) -> None:
+        self.world_size = world_size
+        self.ops: list[str] = []
+        self.gaps_s: list[float] = []
+        self._last = time.thread_time()
+
+    def restart(self) -> None:
+        self.ops, self.gaps_s, self._last = [], [], time.thread_time()
+
+    def tail_s(self) -> float:
+        """CPU seconds since the last call returned (decompression after it)."""
+        return time.thread_time() - self._last
+
+    def _call(self, op: str, fn):
+        self.ops.append(op)
+        self.gaps_s.append(time.thread_time() - self._last)
+        out = fn()
+        self._last = time.thread_time()
+        return out
+
+    def all_reduce(self, tensor):
+        return self._call("all_reduce", lambda: tensor * self.world_size)
+
+    def all_gather(self, tensor):
+        return self._call("all_gather", lambda: [tensor.clone() for _ in range(self.world_size)])
+
+    def broadcast(self, tensor, src: int):
+        return self._call("broadcast", tensor.clone)
+
+
+def call_sequence(cfg: dict[str, Any], workers: int, data_shape: tuple[list[int], int], reps: int = 20
+                  ) -> list[tuple[str, float]]:
+    """The calls of one gradient exchange of ``cfg`` (a RunConfig dict) as a rank makes them: per call its
+    operation and the CPU milliseconds of compression before it, median over ``reps`` exchanges of random
+    gradients of the config's model, in this process on one thread. The first call's entry also holds the
+    work after the last call (decompression), which comes before the next exchange's first call. Without a
+    compressor an exchange is one all-reduce with no work before it."""
+    import torch
+
+    from lowbw.train.config import RunConfig
+    from lowbw.train.models import build_model
+    from lowbw.train.replicas import Replicas
+    from lowbw.train.sync import aggregate_rank
+
+    rc = RunConfig.from_dict(cfg)
+    (c, h, _w), classes = data_shape
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        torch.manual_seed(0)
+        rep = Replicas(build_model(rc.model, classes, c, h), 1)
+        parts = exchange_parts(rc, rep)
+        if parts is None:
+            return [("all_reduce", 0.0)]
+        comp, chunks, state = parts
+        rec = RecordingCollective(workers)
+        runs: list[list[float]] = []
+        for _ in range(reps + 2):  # the first two warm up
+            grad = torch.randn(rep.P)
+            rec.restart()
+            aggregate_rank(grad, chunks, rec, comp, state)
+            runs.append([g + (rec.tail_s() if j == 0 else 0.0) for j, g in enumerate(rec.gaps_s)])
+            if len(runs[-1]) != len(runs[0]):
+                raise RuntimeError(f"{rc.compressor}: {len(runs[-1])} calls in an exchange, {len(runs[0])} before")
+    finally:
+        torch.set_num_threads(threads)
+    return [(op, statistics.median(xs) * 1e3) for op, xs in zip(rec.ops, zip(*runs[2:]), strict=True)]
