@@ -13,7 +13,7 @@ Per cell, in order:
 1. the sim run with the uncalibrated clock, for the cell's CPU work per step (compute, compression) and calls
    per step, a call being 2 (N-1) latency terms; and the cell's sequence of calls in one exchange with the
    CPU work before each (:func:`cell_sequence`: the compressor's own gaps between its calls, measured in this
-   process by :func:`lowbw.bench.e2e_probe.call_sequence`, scaled to the sim's compression; the step's compute
+   process by :func:`lowbw.bench.e2e_calls.call_sequence`, scaled to the sim's compression; the step's compute
    before the first call);
 2. a probe, the testbed run, and a second probe, on the same kind of testbed (the two probes' samples pooled,
    so that background load that moves within minutes hits probes and cell alike). A probe measures what the

@@ -208,6 +208,8 @@ MACROS: dict[str, str] = {
        E8_WORKERS.items()},
     **{f"EEightComputeScale{w}{e}": f"its {e.lower()}imum over the probes" for w in E8_WORKERS.values()
        for e in ("Min", "Max")},
+    **{f"EEightCompressScale{w}": f"compression's slow-down with {n} workers sharing the cores, median (probes)"
+       for n, w in E8_WORKERS.items()},
     "EEightImpliedMin": "per-message cost implied by the measured communication, minimum (ms)",
     "EEightImpliedMax": "its maximum (ms)",
     "EEightImpliedCells": "cells it was implied in",

@@ -185,6 +185,9 @@ def numbers(st: Stats) -> dict[str, str]:
                 out[f"EEightComputeScale{w}"] = fmt_num(float(p["compute_scale"].median()), 2)
                 out[f"EEightComputeScale{w}Min"] = fmt_num(float(p["compute_scale"].min()), 2)
                 out[f"EEightComputeScale{w}Max"] = fmt_num(float(p["compute_scale"].max()), 2)
+                cs = p["compress_scale"].dropna() if "compress_scale" in p else p["compute_scale"].iloc[:0]
+                if not cs.empty:  # compression's own factor, where the probes measured it
+                    out[f"EEightCompressScale{w}"] = fmt_num(float(cs.median()), 2)
     if "implied_overhead_ms" in df:
         imp = df["implied_overhead_ms"].dropna()
         if not imp.empty:
