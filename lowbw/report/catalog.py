@@ -200,10 +200,9 @@ MACROS: dict[str, str] = {
     "EEightGapMax": "its maximum (ms)",
     "EEightReplayMin": "per-message cost of the per-layer cells' replayed calls on the slowest worker, min (ms)",
     "EEightReplayMax": "its maximum (ms)",
-    "EEightReplayLastInMin": "the same calls on the worker last into each, minimum (ms)",
-    "EEightReplayLastInMax": "its maximum (ms)",
-    "EEightAtGapMin": "per-message cost of calls all after the per-layer cells' mean gap, minimum (ms)",
-    "EEightAtGapMax": "its maximum (ms)",
+    "EEightReplayPaired": "per-layer cells (median repeats) whose replay and curve at the mean gap are compared",
+    "EEightReplayBelow": "of them where the replayed calls (last worker in) cost less than at the mean gap",
+    "EEightReplayBelowPct": "by how much, median over those cells (%)",
     **{f"EEightComputeScale{w}": f"compute slow-down with {n} workers sharing the cores" for n, w in
        E8_WORKERS.items()},
     **{f"EEightComputeScale{w}{e}": f"its {e.lower()}imum over the probes" for w in E8_WORKERS.values()

@@ -170,10 +170,13 @@ def numbers(st: Stats) -> dict[str, str]:
                 # their calls replayed in order against the curve read at their mean gap, both timed on the
                 # worker that came last into each call (the calls alone); then as the clock takes them, on the
                 # slowest worker (its waits for later peers included)
-                for key, col in (("AtGap", "overhead_at_gap_ms"), ("ReplayLastIn", "overhead_last_in_ms"),
-                                 ("Replay", "overhead_ms")):
-                    out[f"EEight{key}Min"] = fmt_num(float(many[col].min()), 2)
-                    out[f"EEight{key}Max"] = fmt_num(float(many[col].max()), 2)
+                below = many["overhead_last_in_ms"] < many["overhead_at_gap_ms"]
+                out["EEightReplayPaired"] = str(len(many))
+                out["EEightReplayBelow"] = str(int(below.sum()))
+                out["EEightReplayBelowPct"] = fmt_num(
+                    100 * float((1 - many["overhead_last_in_ms"] / many["overhead_at_gap_ms"]).median()), 2)
+                out["EEightReplayMin"] = fmt_num(float(many["overhead_ms"].min()), 2)
+                out["EEightReplayMax"] = fmt_num(float(many["overhead_ms"].max()), 2)
     if probes is not None:
         key = "EEightBackToBack" if "EEightOverheadMs" in out else "EEightOverhead"
         out[f"{key}Ms"] = fmt_num(float(probes["overhead_ms"].median()), 2)
