@@ -51,7 +51,7 @@ def cell_wire_s(sim_dir: Path, steps: int, workers: int, rate: float) -> float:
 def cell_sequence(exchange: list[tuple[str, float]], sim_dir: Path, steps: int, workers: int
                   ) -> list[tuple[str, float]]:
     """The calls of one of the cell's exchanges, each with the CPU work before it (ms) as its sim run does the
-    work: ``exchange`` (:func:`lowbw.bench.e2e_probe.call_sequence`: the compressor's own gaps) scaled to the
+    work: ``exchange`` (:func:`lowbw.bench.e2e_calls.call_sequence`: the compressor's own gaps) scaled to the
     sim's compression per exchange, and the step's compute before the first call (an exchange every
     L / c steps, L calls in it, c calls per step). Empty for a cell without calls."""
     calls, compute, compress = _per_step(sim_dir, steps, workers)

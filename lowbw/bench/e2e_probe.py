@@ -424,6 +424,7 @@ def main(argv: list[str] | None = None) -> int:
            "bandwidth_mbit": a.rate, "optimizer": "sgd", "collective": "ring"}
     shape = ([3, 16, 16], 10)
     sequence: list[tuple[str, float]] = []
+    twin: dict[str, Any] | None = None
     if a.method:
         from lowbw.bench.e2e import load_methods
 
@@ -434,7 +435,7 @@ def main(argv: list[str] | None = None) -> int:
         sequence = call_sequence(twin, a.workers, shape)
         sequence[0] = (sequence[0][0], sequence[0][1] + a.compute_ms)
     res = probe(cfg, a.workers, a.rate, shape, gaps_ms=a.gaps, calls_per_step=a.calls, ddp=a.ddp,
-                sequence=sequence, twin=twin if a.method else None)
+                sequence=sequence, twin=twin)
     pr = probe_summary([res], a.workers)
     atomic_write_json(Path(a.out), {"provenance": bench_provenance(), "workers": a.workers, "rate_mbit": a.rate,
                                     "emulation": res["emulation"], **pr})
