@@ -69,17 +69,25 @@ def measure_model(name: str, batch: int, reps: int = 3, device: str = "cpu") -> 
 
 
 def run_benchmark(models: list[str] | None = None, batch: int = 16, imagenet_batch: int = 4, reps: int = 3,
-                  device: str = "cpu", out: str | None = "runs/bench/models.json"):
-    """Measure every model; returns a DataFrame and writes JSON (with provenance) to ``out``."""
+                  device: str = "cpu", out: str | None = "runs/bench/models.json", strict: bool = False):
+    """Measure every model; returns a DataFrame and writes JSON (with provenance and the machine's conditions,
+    per model too) to ``out`` (with ``strict``: not when the machine was busy; ``df.attrs["conditions"]``)."""
     import pandas as pd
 
+    from lowbw.bench import conditions
+
     rows = []
-    for name in models or list(SCHEDULES):
-        b = imagenet_batch if SCHEDULES[name][0] == "imagenet" else batch
-        rows.append(measure_model(name, b, reps, device))
+    with conditions.record() as whole:
+        for name in models or list(SCHEDULES):
+            b = imagenet_batch if SCHEDULES[name][0] == "imagenet" else batch
+            with conditions.record(interval_s=0) as cell:  # this model's own conditions: its row's mark
+                row = measure_model(name, b, reps, device)
+            rows.append({**row, "conditions": cell.conditions.to_json(samples=False)})
     df = pd.DataFrame(rows)
-    if out:
-        atomic_write_json(out, {"provenance": provenance(), "rows": rows})
+    df.attrs["conditions"] = whole.conditions
+    if out and conditions.check(whole.conditions, "lowbw bench models", out, strict):
+        atomic_write_json(out, {"provenance": provenance(), "conditions": whole.conditions.to_json(),
+                                "rows": rows})
     return df
 
 
@@ -91,8 +99,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default="runs/bench/models.json")
+    from lowbw.bench.conditions import add_strict_flag
+
+    add_strict_flag(p)
     a = p.parse_args(argv)
-    df = run_benchmark(a.models, a.batch, a.imagenet_batch, a.reps, a.device, a.out)
+    df = run_benchmark(a.models, a.batch, a.imagenet_batch, a.reps, a.device, a.out, a.strict)
+    if a.strict and df.attrs["conditions"].busy:
+        return 1
     print(df[["model", "params", "grad_bytes", "batch", "step_s", "sample_s"]].to_string(index=False))
     return 0
 
