@@ -202,9 +202,14 @@ def predicted_seconds(cells: list[dict]) -> float:
 
 
 def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/collectives.json",
-        quick: bool = False, log: Any = print, timeout: float = 3600) -> dict:
+        quick: bool = False, log: Any = print, timeout: float = 3600, strict: bool = False) -> dict:
     """Run the benchmark grid (``config`` keys as in ``config/schema.yaml``'s bench.collectives; missing
-    keys from ``DEFAULTS``, or ``QUICK`` with ``quick``) and write ``out``. Returns the result dict."""
+    keys from ``DEFAULTS``, or ``QUICK`` with ``quick``) and write ``out``. Returns the result dict.
+
+    The machine's conditions (:mod:`lowbw.bench.conditions`) are recorded over the whole grid (``conditions``)
+    and per testbed (``testbeds[].conditions``); a busy machine gets a warning, and with ``strict`` nothing is
+    written (not even the progress after each testbed)."""
+    from lowbw.bench import conditions
     from lowbw.net.costmodel import LinkParams, allreduce_time, lower_bound
     from lowbw.runio import atomic_write_json, provenance
 
@@ -222,6 +227,7 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
     calibration: dict[str, Any] = {}
     testbeds: list[dict] = []
     t_start = time.time()
+    whole = conditions.record().start()
     for cell in cells:  # one testbed each
         n, rate_mbit, delay_ms, plan = cell["workers"], cell["rate_mbit"], cell["delay_ms"], cell["plan"]
         rate_bps = float(rate_mbit) * 1e6
@@ -267,11 +273,13 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
                 row["model_rel_err"] = (model - t) / t if model is not None else None
             rows.append(row)
         result = _result(cfg, rows, skipped, calibration, testbeds, t_start, traces)
-        if out:
+        if out and not strict:
             atomic_write_json(out, {**result, "provenance": provenance()})
+    whole.stop()
     result = _result(cfg, rows, skipped, calibration, testbeds, t_start, traces)
     result["provenance"] = provenance()
-    if out:
+    result["conditions"] = whole.conditions.to_json()
+    if conditions.check(whole.conditions, "lowbw bench collectives", out, strict) and out:
         atomic_write_json(out, result)
     return result
 
@@ -301,7 +309,10 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        from lowbw.bench import conditions
+
         load0 = os.getloadavg()
+        bed_conditions = conditions.record(interval_s=0).start()
         rt = cfg.get("realtime") or None
         if rt is not None and not realtime_available():
             print(f"[collectives] realtime={rt} not allowed here: workers under the fair scheduler "
@@ -328,7 +339,8 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
             desc = tb.describe()
             desc.update(idle_before_call_s=idle_s, tcp_slow_start_after_idle=restart)
         # other load on the machine disturbs the timings: record it (1-min load average, before/after)
-        desc.update(loadavg_before=load0[0], loadavg_after=os.getloadavg()[0], cpu_count=os.cpu_count())
+        desc.update(loadavg_before=load0[0], loadavg_after=os.getloadavg()[0], cpu_count=os.cpu_count(),
+                    conditions=bed_conditions.stop().to_json(samples=False))
         st = tb.emulator_stats  # the userspace link emulator's own account (delay lines' lateness, its CPU)
         if st:
             desc["link_emulator"] = {k: st.get(k) for k in ("scheduling", "frames", "bytes", "lost", "overflow",
@@ -429,6 +441,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="then replace FILE's testbeds that this run measured (rows tagged with this run) and remodel")
     ap.add_argument("--config-json", help="bench.collectives config as JSON (keys as in config/schema.yaml)")
     ap.add_argument("--out", default="runs/bench/collectives.json")
+    from lowbw.bench.conditions import add_strict_flag
+
+    add_strict_flag(ap)
     a = ap.parse_args(argv)
     if a.worker:
         from lowbw.bench._collectives_worker import main as worker_main
@@ -455,7 +470,10 @@ def main(argv: list[str] | None = None) -> int:
         result = json.loads(Path(a.from_run).read_text())
         a.out = a.from_run
     else:
-        result = run(cfg, out=a.out, quick=a.quick, log=lambda s: print(s, file=sys.stderr, flush=True))
+        result = run(cfg, out=a.out, quick=a.quick, log=lambda s: print(s, file=sys.stderr, flush=True),
+                     strict=a.strict)
+        if a.strict and result["conditions"]["busy"]:
+            return 1  # run() printed why and wrote nothing
     if a.merge_start_lag_into:
         from lowbw.runio import atomic_write_json
 

@@ -330,13 +330,16 @@ def _params_str(params: dict[str, Any]) -> str:
 def run_benchmark(numel: int = 1_000_000, methods: list[str] | None = None, inputs: list[str] | None = None,
                   reps: int = 5, memory: bool = True, baselines: bool = True, seed: int = 0,
                   threads: int | None = None, device: str = "cpu", out: str | os.PathLike | None = None,
-                  log: Callable[[str], None] | None = None):
+                  log: Callable[[str], None] | None = None, strict: bool = False):
     """Measure every method (``methods``: compressor names to keep, default all) on every input; a DataFrame.
 
-    With ``out`` the rows are also written as JSON with provenance and the issue's targets evaluated.
+    With ``out`` the rows are also written as JSON with provenance and the issue's targets evaluated. The
+    machine's conditions (:mod:`lowbw.bench.conditions`) are recorded for the run (``conditions``,
+    ``df.attrs["conditions"]``) and per row; a busy machine gets a warning, and with ``strict`` no file.
     """
     import pandas as pd
 
+    from lowbw.bench import conditions
     from lowbw.runio import atomic_write_json, provenance
 
     if threads:
@@ -348,6 +351,7 @@ def run_benchmark(numel: int = 1_000_000, methods: list[str] | None = None, inpu
         todo += [(m, p, True) for m, p in BASELINES]
     rows, described, h2h = [], {}, {}
     t0 = time.time()
+    whole = conditions.record().start()
     for kind in inputs or INPUTS:
         x, desc = make_input(kind, numel, seed)
         x = x.to(dev)
@@ -360,11 +364,13 @@ def run_benchmark(numel: int = 1_000_000, methods: list[str] | None = None, inpu
             log(f"[{time.time() - t0:6.1f}s] {kind:10s} {method} {_params_str(p)}")
             row = {"input": kind, "method": method, "params": _params_str(p), "baseline": baseline,
                    "numel": numel}
+            cell = conditions.record(interval_s=0).start()
             try:
                 row.update(_measure(method, p, x, reps, memory))
                 row["ok"] = True
             except Exception as e:  # noqa: BLE001 - one failing method must not lose the others: recorded
                 row.update({"ok": False, "error": f"{type(e).__name__}: {e}"})
+            row["conditions"] = cell.stop().to_json(samples=False)
             rows.append(row)
         if baselines and dev.type == "cpu" and (methods is None or "blockwise" in methods):
             log(f"[{time.time() - t0:6.1f}s] {kind:10s} head to head: blockwise 8-bit non-linear vs bitsandbytes")
@@ -375,11 +381,13 @@ def run_benchmark(numel: int = 1_000_000, methods: list[str] | None = None, inpu
               "memory": memory,
               "memory_method": "torch.profiler memory timeline (CPU) / torch.cuda.max_memory_allocated"}
     result = {"rows": rows, "inputs": described, "head_to_head": h2h, "config": config,
-              "targets": targets(rows, h2h), "seconds": time.time() - t0}
-    if out:
+              "targets": targets(rows, h2h), "seconds": time.time() - t0,
+              "conditions": whole.stop().to_json()}
+    if conditions.check(whole.conditions, "lowbw bench compressors", out, strict) and out:
         atomic_write_json(out, {**result, "provenance": provenance()})
     df = pd.DataFrame(rows)
     df.attrs["targets"] = result["targets"]
+    df.attrs["conditions"] = whole.conditions
     return df
 
 
@@ -480,9 +488,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/bench/compressors.json")
+    from lowbw.bench.conditions import add_strict_flag
+
+    add_strict_flag(ap)
     a = ap.parse_args(argv)
     df = run_benchmark(a.numel, a.methods, a.inputs, a.reps, not a.no_memory, not a.no_baselines, a.seed,
-                       a.threads, a.device, a.out, log=lambda s: print(s, file=sys.stderr, flush=True))
+                       a.threads, a.device, a.out, log=lambda s: print(s, file=sys.stderr, flush=True),
+                       strict=a.strict)
+    if a.strict and df.attrs["conditions"].busy:
+        return 1  # run_benchmark printed why and wrote nothing
     print(table(df))
     print(json.dumps(df.attrs["targets"], indent=1, default=str))
     return 0

@@ -235,6 +235,9 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--dry-run", action="store_true", help="check the arguments and print the cells, run nothing")
     ap.add_argument("--reanalyse", action="store_true",
                     help="recompute the rows' stalls and summary of --out from its cells' run directories (no runs)")
+    from lowbw.bench.conditions import add_strict_flag
+
+    add_strict_flag(ap)
     return ap.parse_args(argv)
 
 
@@ -296,7 +299,10 @@ def _replay(method: dict[str, Any], rate: float, args, shape, sim_dir: Path) -> 
 
 def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
     """Every cell (see the module docstring), grouped by base rate: a probe, every network's procs runs, a
-    second probe, then the sims with the pooled calibration; writes ``args.out`` after every group."""
+    second probe, then the sims with the pooled calibration; writes ``args.out`` after every group. The
+    machine's conditions (:mod:`lowbw.bench.conditions`) are recorded per testbed run (``rows[].conditions``)
+    and for the check; a busy machine gets a warning, and with ``args.strict`` nothing is written."""
+    from lowbw.bench import conditions
     from lowbw.runio import atomic_write_json
     from lowbw.train.launch import run
 
@@ -308,6 +314,8 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
     rows: list[dict[str, Any]] = []
     probes: list[dict[str, Any]] = []
     load = [os.getloadavg()[0]]
+    strict = bool(getattr(args, "strict", False))
+    whole = conditions.record().start()
     run_nets = {n: network_config(k, args.scale, runs_dir / "traces") for n, k in nets.items() if n not in skipped}
     for rate in sorted({net["bandwidth_mbit"] for net in run_nets.values()}):
         group = {n: net for n, net in run_nets.items() if net["bandwidth_mbit"] == rate}
@@ -326,10 +334,11 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
             for m in mcfg:
                 d = runs_dir / f"{name}_{m}"
                 t0 = time.perf_counter()
-                run({**cell(mcfg[m], net, args, pr[m]), "backend": "procs", "testbed": True}, d / "procs",
-                    overwrite=True, quiet=True)
-                done.append((name, net, m, d, time.perf_counter() - t0))
-                print(f"  procs {name} {m}: {done[-1][-1]:.0f} s", flush=True)
+                with conditions.record() as here:
+                    run({**cell(mcfg[m], net, args, pr[m]), "backend": "procs", "testbed": True}, d / "procs",
+                        overwrite=True, quiet=True)
+                done.append((name, net, m, d, time.perf_counter() - t0, here.conditions))
+                print(f"  procs {name} {m}: {done[-1][4]:.0f} s", flush=True)
         try:
             post, post_error = {m: e2e.probe(base, WORKERS, rate, shape, **replay[m]) for m in mcfg}, None
         except RuntimeError as e:  # the cells are measured: calibrate them with the first probes alone
@@ -339,7 +348,7 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
             pr[m] = {**e2e.probe_summary([pre[m]] + ([post[m]] if m in post else []), WORKERS), **tbf}
             probes.append({"rate_mbit": rate, "networks": list(group), "method": m, "post_probe_error": post_error,
                            **pr[m]})
-        for name, net, m, d, wall in done:
+        for name, net, m, d, wall, here_c in done:
             offset = None
             if "bandwidth_trace" in net:  # replay the trace in the sim from where the testbed's first step met it
                 offset = start_offset_s(d / "procs")
@@ -355,20 +364,24 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
                               target=args.target, probe_res=pc, cfg=cfg)
             row["wall_s"] = wall
             row["trace_offset_s"] = offset
+            row["conditions"] = here_c.to_json(samples=False)
             rows.append(row)
             print(_fmt_row(row), flush=True)
         load.append(os.getloadavg()[0])
-        atomic_write_json(out, _result(rows, probes, skipped, args, t_start, load, complete=False))
-    res = _result(rows, probes, skipped, args, t_start, load, complete=True)
-    atomic_write_json(out, res)
+        if not strict:
+            atomic_write_json(out, _result(rows, probes, skipped, args, t_start, load, complete=False))
+    res = _result(rows, probes, skipped, args, t_start, load, complete=True, conditions=whole.stop().to_json())
+    if conditions.check(whole.conditions, "lowbw bench e10check", out, strict):
+        atomic_write_json(out, res)
     return res
 
 
-def _result(rows, probes, skipped, args, t_start, load, complete: bool) -> dict[str, Any]:
+def _result(rows, probes, skipped, args, t_start, load, complete: bool,
+            conditions: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"provenance": bench_provenance(), "complete": complete, "seconds": time.perf_counter() - t_start,
             "args": {k: v for k, v in vars(args).items() if k != "dry_run"}, "workers": WORKERS,
-            "warmup_steps": e2e.WARMUP_STEPS, "load_1min": load, "probes": probes, "skipped": skipped,
-            "rows": rows, "summary": summarise(rows)}
+            "warmup_steps": e2e.WARMUP_STEPS, "load_1min": load, "conditions": conditions, "probes": probes,
+            "skipped": skipped, "rows": rows, "summary": summarise(rows)}
 
 
 def _pct(x: float | None) -> str:
@@ -426,6 +439,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{n}: {json.dumps(keys)}" + (f"  (skipped: {why})" if why else f"  x {', '.join(mcfg)}"))
         return 0
     res = run_check(args, nets, mcfg, skipped)
+    if args.strict and res["conditions"]["busy"]:
+        return 1  # run_check printed why and wrote nothing
     print(table(res))
     return 0
 

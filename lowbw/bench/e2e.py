@@ -181,7 +181,10 @@ def plan(args) -> tuple[dict[str, dict[str, Any]], tuple[list[int], int]]:
 def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int],
               earlier: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every cell of ``mcfg`` x ``args.workers`` x ``args.rates`` (see the module docstring); with ``earlier``
-    (an e2e.json, ``--append``), its rows are kept and each cell measured now is its next repeat."""
+    (an e2e.json, ``--append``), its rows are kept and each cell measured now is its next repeat. The machine's
+    conditions (:mod:`lowbw.bench.conditions`) are recorded per cell (``rows[].conditions``) and for the run; a
+    busy machine gets a warning, and with ``args.strict`` nothing is written (not even after each cell)."""
+    from lowbw.bench import conditions
     from lowbw.runio import atomic_write_json
     from lowbw.train.launch import run
 
@@ -189,10 +192,13 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
     rows: list[dict[str, Any]] = list(earlier["rows"]) if earlier else []
     probes: list[dict[str, Any]] = list(earlier["probes"]) if earlier else []
     t_start = time.perf_counter()
+    strict = bool(getattr(args, "strict", False))
+    whole = conditions.record().start()
     for n in args.workers:
         for rate in args.rates:
             base = cell_config({}, n, rate, args.steps, args, UNCALIBRATED)
             for m in mcfg:
+                here = conditions.record().start()  # this cell's: its row's mark in the report
                 k = sum(1 for r in rows if (r["method"], r["workers"], r["rate_mbit"]) == (m, n, rate))
                 cell = cell_dir(args.runs_dir, m, n, rate, k)
                 sim_dir = cell / "sim"
@@ -225,15 +231,18 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
                                target=args.target, probe_res=pc, cfg=cfg)
                 row["wall_s"] = wall
                 row["repeat"] = k
+                row["conditions"] = here.stop().to_json(samples=False)
                 rows.append(row)
                 replayed = (f", {pr['overhead_sequence_ms']:.2f} in the cell's calls"
                             if pr.get("overhead_sequence_ms") is not None else "")
                 print(f"  probes: overhead {_curve_str(pr)}{replayed} ms/message, compute x{pr['compute_scale']:.2f} "
                       f"({pr['emulation']})", flush=True)
                 print(_fmt_row(row), flush=True)
-                atomic_write_json(out, _result(rows, probes, args, t_start, False, earlier))
-    res = _result(rows, probes, args, t_start, True, earlier)
-    atomic_write_json(out, res)
+                if not strict:
+                    atomic_write_json(out, _result(rows, probes, args, t_start, False, earlier))
+    res = _result(rows, probes, args, t_start, True, earlier, whole.stop().to_json())
+    if conditions.check(whole.conditions, "lowbw bench e2e", out, strict):
+        atomic_write_json(out, res)
     return res
 
 
@@ -257,17 +266,19 @@ def reanalyse(args) -> dict[str, Any]:
         cfg = cell_config(method_config(r["method"], methods), r["workers"], r["rate_mbit"], r["steps"], a, pr)
         rows.append({**cell_row(cell / "sim", cell / "procs", method=r["method"], workers=r["workers"],
                                 rate=r["rate_mbit"], steps=r["steps"], target=r["target"], probe_res=pr, cfg=cfg),
-                     "wall_s": r.get("wall_s"), "repeat": k})
+                     "wall_s": r.get("wall_s"), "repeat": k, "conditions": r.get("conditions")})
     res.update(rows=rows, summary=summarise(rows), reanalysed=bench_provenance())
     atomic_write_json(Path(args.out), res)
     return res
 
 
-def _result(rows, probes, args, t_start, complete: bool, earlier: dict[str, Any] | None = None) -> dict[str, Any]:
-    """The e2e.json; appended to ``earlier``, its provenance and args stay and this run's go to ``appended``."""
+def _result(rows, probes, args, t_start, complete: bool, earlier: dict[str, Any] | None = None,
+            conditions: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The e2e.json; appended to ``earlier``, its provenance, args and conditions stay and this run's go to
+    ``appended``."""
     now = {"provenance": bench_provenance(), "complete": complete, "seconds": time.perf_counter() - t_start,
-           "args": dict(vars(args))}
-    head = {**{k: earlier[k] for k in ("provenance", "complete", "seconds", "args")},
+           "args": dict(vars(args)), "conditions": conditions}
+    head = {**{k: earlier.get(k) for k in ("provenance", "complete", "seconds", "args", "conditions")},
             "appended": [*earlier.get("appended", []), now]} if earlier else now
     return {**head, "base_config": BASE, "warmup_steps": WARMUP_STEPS, "probes": probes, "rows": rows,
             "summary": summarise(rows)}
@@ -356,6 +367,9 @@ def main(argv: list[str] | None = None) -> int:
                          "summary and the paper take each cell's median over its repeats)")
     ap.add_argument("--reanalyse", action="store_true",
                     help="recompute the rows of --out from its cells' run directories and stored probes (no runs)")
+    from lowbw.bench.conditions import add_strict_flag
+
+    add_strict_flag(ap)
     a = ap.parse_args(argv)
     for flag, vals, lo in (("--rates", a.rates, 0), ("--workers", a.workers, 1)):
         bad = [v for v in vals if v <= lo or (flag == "--workers" and v < 2)]
@@ -383,6 +397,8 @@ def main(argv: list[str] | None = None) -> int:
         except ValueError as e:
             ap.error(str(e))
         res = run_cells(a, mcfg, shape, earlier)
+        if a.strict and ((res["appended"][-1] if earlier else res)["conditions"] or {}).get("busy"):
+            return 1  # run_cells printed why and wrote nothing
     print()
     print_table(res)
     return 0

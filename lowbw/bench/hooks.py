@@ -187,12 +187,16 @@ def _worker(spec_path: str) -> int:
 
 # ------------------------------------------------------------------------------------------------ driver
 def run(rates=RATES_MBIT, hooks=None, steps: int = 5, params: float = 5e6, batch: int = 32,
-        emulation: str = "auto", out: str | None = "runs/bench/hooks.json", timeout: float = 3000) -> dict:
+        emulation: str = "auto", out: str | None = "runs/bench/hooks.json", timeout: float = 3000,
+        strict: bool = False) -> dict:
+    from lowbw.bench import conditions
     from lowbw.net.testbed import Testbed
 
     hooks = list(hooks or all_hooks())
     rows, testbeds = [], []
+    whole = conditions.record().start()
     for rate in rates:
+        bed = conditions.record().start()  # this rate's: its rows' mark
         with tempfile.TemporaryDirectory(prefix="lowbw-hooks-") as tmp:
             os.chmod(tmp, 0o755)
             spec_path, res_path, log_path = Path(tmp, "spec.json"), Path(tmp, "rows.json"), Path(tmp, "log")
@@ -209,10 +213,12 @@ def run(rates=RATES_MBIT, hooks=None, steps: int = 5, params: float = 5e6, batch
             if any(codes) or not res_path.exists():
                 raise RuntimeError(f"hook benchmark workers failed at {rate} Mbit/s (exit codes {codes}):\n"
                                    + log_path.read_text()[-4000:])
+            desc["conditions"] = bed.stop().to_json(samples=False)
             testbeds.append(desc)
             for r in json.loads(res_path.read_text()):
                 wire = r["bytes_expected"] * 8 / (rate * 1e6) if r["bytes_expected"] is not None else None
-                rows.append({**r, "rate_mbit": rate, "wire_s": wire, "emulation": desc["emulation"]})
+                rows.append({**r, "rate_mbit": rate, "wire_s": wire, "emulation": desc["emulation"],
+                             "busy": desc["conditions"]["busy"]})
     result = {
         "rows": rows, "targets": targets(rows), "testbeds": testbeds,
         "config": {"rates_mbit": list(rates), "hooks": hooks, "steps": steps, "params": params, "batch": batch,
@@ -220,8 +226,9 @@ def run(rates=RATES_MBIT, hooks=None, steps: int = 5, params: float = 5e6, batch
         "notes": ["torch's powerSGD_hook is not run: on gloo/CPU in torch 2.13 it hangs (Future.wait() inside "
                   "then callbacks); compare on NCCL with python -m lowbw.bench.cuda"],
         "provenance": bench_provenance(),
+        "conditions": whole.stop().to_json(),
     }
-    if out:
+    if conditions.check(whole.conditions, "lowbw bench hooks", out, strict) and out:
         from lowbw.runio import atomic_write_json
 
         Path(out).parent.mkdir(parents=True, exist_ok=True)
@@ -281,6 +288,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--emulation", default="auto", choices=["auto", "netns-tc", "loopback-ratelimit"])
     ap.add_argument("--timeout", type=float, default=3000, help="seconds per link rate before the workers are killed")
     ap.add_argument("--out", default="runs/bench/hooks.json")
+    from lowbw.bench.conditions import add_strict_flag
+
+    add_strict_flag(ap)
     a = ap.parse_args(argv)
     if a.worker:
         return _worker(a.worker)
@@ -294,7 +304,9 @@ def main(argv: list[str] | None = None) -> int:
               f"positive --rates (got {a.rates})", file=sys.stderr)
         return 2
     rates = [int(r) if float(r).is_integer() else r for r in a.rates]
-    res = run(rates, a.hooks, a.steps, a.params, a.batch, a.emulation, a.out, a.timeout)
+    res = run(rates, a.hooks, a.steps, a.params, a.batch, a.emulation, a.out, a.timeout, a.strict)
+    if a.strict and res["conditions"]["busy"]:
+        return 1  # run printed why and wrote nothing
     print(table(res))
     return 0
 

@@ -391,9 +391,13 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--modes", default="threads,batched", help="sim_compress values")
     ex.add_argument("--device", default="cpu", help="cpu | cuda")
     ex.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
+    from lowbw.bench import conditions
+
     for p in (t, c, r, st, ex):
         p.add_argument("--out", default=None, help="JSON path (default runs/bench/train_<what>.json)")
+        conditions.add_strict_flag(p)
     a = ap.parse_args(argv)
+    rec = conditions.record().start()  # the machine's load, steal and our CPU time while measuring
     if a.what == "throughput":
         res = throughput(a.model, a.workers, a.local_batch, a.steps, a.reps, tuple(a.engines.split(",")),
                          device=a.device)
@@ -425,7 +429,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"resnet20: final test acc {s['final_test_acc']}, best {s['best_test_acc']}, epoch {s['epoch']:.2f}, "
               f"wall {s['t_wall']:.0f} s, complete={s['complete']}")
     res["provenance"] = provenance()
+    res["conditions"] = rec.stop().to_json()
     out = a.out or OUT / f"train_{a.what}.json"
+    if not conditions.check(rec.conditions, f"lowbw bench train {a.what}", out, a.strict):
+        return 1
     atomic_write_json(out, res)
     print(f"wrote {out}")
     return 0
