@@ -11,6 +11,7 @@ from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.report import e1_latency as lat
 from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.common import plotting
+from lowbw.report.conditions import MARK, busy_testbeds, caption
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["E1", "ALG_ORDER"]
@@ -32,17 +33,21 @@ def stats(ctx: Context) -> Stats | None:
     b = ctx.bench("collectives")
     lb = ctx.bench(lat.SOURCE)
     lt = lat.latency_tables(lb) if lb else None
-    cols = ["algorithm", *SETTING, "time_s", "model_s", "model_rel_err", "frac_of_bound", "timing", "emulation"]
+    cols = ["algorithm", *SETTING, "time_s", "model_s", "model_rel_err", "frac_of_bound", "timing", "emulation",
+            "busy"]
     if b and b.get("rows"):
         df = pd.DataFrame(b["rows"])
         df = df[df["ok"] & df["time_s"].notna()]
+        busy = busy_testbeds(b)  # the cell's testbed measured while the machine was busy
+        df = df.assign(busy=[busy.get((int(r["workers"]), float(r["rate_mbit"]), float(r.get("delay_ms") or 0)),
+                                      False) for _, r in df.iterrows()])
         df = df[[c for c in cols if c in df]].reset_index(drop=True)
     else:
         df = pd.DataFrame(columns=cols)
     if df.empty and lt is None:
         return None
     meta: dict = {"source": "runs/bench/collectives.json" if not df.empty else None,
-                  "provenance": (b or {}).get("provenance")}
+                  "provenance": (b or {}).get("provenance"), "conditions": (b or {}).get("conditions")}
     if not df.empty:
         meta.update(emulation=", ".join(sorted(set(df["emulation"]))), table_workers=int(df["workers"].max()),
                     table_size_mb=float(df["size_mb"].max()))
@@ -52,6 +57,7 @@ def stats(ctx: Context) -> Stats | None:
         beds = lb.get("testbeds", [])
         loads = [x for t in beds for x in (t.get("loadavg_before"), t.get("loadavg_after")) if x is not None]
         meta.update(latency_source=f"runs/bench/{lat.SOURCE}.json", latency_provenance=lb.get("provenance"),
+                    latency_conditions=lb.get("conditions"),
                     emulator_limit_mbit=MAX_TOTAL_BPS / 1e6, load_max=max(loads, default=float("nan")),
                     late_starts=int(lt["latency"]["late_starts"].fillna(0).sum())
                     if "late_starts" in lt["latency"] else 0,
@@ -108,7 +114,8 @@ def table(st: Stats) -> str:
     """The rate axis' table (``tab:e1``) and, where measured, the latency axis' (``tab:e1lat``)."""
     parts = [] if st.tables["settings"].empty else [_rate_table(st)]
     if "latency" in st.tables:
-        parts.append(lat.latency_table(st.tables))
+        parts.append(lat.latency_table(st.tables, st.meta.get("latency_conditions"),
+                                       st.meta.get("latency_provenance")))
     return "\n".join(parts)
 
 
@@ -116,18 +123,22 @@ def _rate_table(st: Stats) -> str:
     df, n, size = st.tables["settings"], st.meta["table_workers"], st.meta["table_size_mb"]
     sub = df[(df["workers"] == n) & (df["size_mb"] == size)]
     rates = sorted(sub["rate_mbit"].unique())
-    rows = []
+    rows, marked = [], 0
     for alg in [a for a in ALG_ORDER if a in set(sub["algorithm"])]:
         cells = [escape(alg)]
         for r in rates:
             x = sub[(sub["algorithm"] == alg) & (sub["rate_mbit"] == r)]
+            busy = not x.empty and bool(x["busy"].iloc[0]) if "busy" in x else False
+            marked += busy
             cells += (["--", "--"] if x.empty else
-                      [fmt_num(x["time_s"].iloc[0], 3), fmt_num(100 * x["frac_of_bound"].iloc[0], 3)])
+                      [fmt_num(x["time_s"].iloc[0], 3) + (MARK if busy else ""),
+                       fmt_num(100 * x["frac_of_bound"].iloc[0], 3)])
         rows.append(cells)
     header = ["Algorithm"] + [h for r in rates for h in (f"{fmt_num(r)} Mbit/s: s", r"\% bound")]
     return booktabs(rows, header,
                     f"All-reduce of {fmt_num(size)}\\,MB among {n} workers on shaped links ({st.meta['emulation']}): "
-                    r"median measured time and its share of the bandwidth-optimal bound $2\frac{N-1}{N}M\beta$.",
+                    r"median measured time and its share of the bandwidth-optimal bound $2\frac{N-1}{N}M\beta$."
+                    + caption(st.meta.get("conditions"), st.meta.get("provenance"), marked),
                     "tab:e1", size=r"\scriptsize")
 
 

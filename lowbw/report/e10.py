@@ -177,7 +177,7 @@ def _check_table(check: dict):
     keep = ("network", "method", "rate_mbit", "predicted_step_s", "measured_step_s", "err_step",
             "predicted_comm_s", "measured_comm_s", "err_comm", "predicted_compute_s", "measured_compute_s",
             "compute_scale", "overhead_ms")
-    return pd.DataFrame([{**{k: r.get(k) for k in keep},
+    return pd.DataFrame([{**{k: r.get(k) for k in keep}, "busy": bool((r.get("conditions") or {}).get("busy")),
                           "stalls": "; ".join(f"step {int(k)}: {c:.1f} s" for k, c in r.get("stalls") or [])}
                          for r in check["rows"]])
 
@@ -188,7 +188,8 @@ def _check_meta(check: dict) -> dict:
     return {"date": str(prov.get("date", "?"))[:10], "host": f"{prov.get('cpu', '?')}, {prov.get('cores', '?')} cores",
             "commit": str(prov.get("commit", "?"))[:10], "scale": args.get("scale"), "steps": args.get("steps"),
             "warmup": check.get("warmup_steps"), "skipped": dict(check.get("skipped") or {}),
-            "load": [float(x) for x in check.get("load_1min") or []]}
+            "load": [float(x) for x in check.get("load_1min") or []]
+            + ([float(check["conditions"]["load1_max"])] if check.get("conditions") else [])}
 
 
 def _method_order(ctx: Context, per_run) -> list[str]:
@@ -308,8 +309,10 @@ def _check_numbers(st: Stats) -> dict[str, str]:
            "ETenCheckWorst": _pct(worst["err_step"]),
            "ETenCheckWorstWhere": f"{escape(worst['network'])}, {escape(worst['method'])}",
            "ETenCheckWithinTen": str(int((err.abs() <= 0.10).sum())),
+           # a cell measured while the machine was busy: "(busy)" after its error
            "ETenCheckList": "; ".join(f"{escape(r['network'])} {escape(r['method'])} "
-                                      rf"{_pct(r['err_step'])}\,\%" for _, r in t.iterrows())}
+                                      rf"{_pct(r['err_step'])}\,\%" + (" (busy)" if r.get("busy") is True else "")
+                                      for _, r in t.iterrows())}
     dense = t[t["method"] == "dense"]
     if not dense.empty:
         out["ETenCheckDenseList"] = ", ".join(

@@ -21,6 +21,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
+from lowbw.report.conditions import MARK, busy_testbeds, caption
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["SOURCE", "ALGS", "crossing_pair", "latency_tables", "latency_numbers", "latency_table", "latency_axes",
@@ -113,11 +114,13 @@ def latency_tables(b: dict) -> dict[str, Any] | None:
             "model_nominal_s", "late_starts", "emulation"]
     df = df[[c for c in cols if c in df]].sort_values([*CELL, "size_mb", "algorithm"]).reset_index(drop=True)
     cells = []
+    busy = busy_testbeds(b)
     for (n, rate, delay), g in df.groupby(CELL):
         cal = b.get("calibration", {}).get(calibration_key(int(n), rate, delay))
         piv = g.pivot_table(index="nbytes", columns="algorithm", values="time_s")
         piv = piv[[a for a in ALGS if a in piv.columns]].dropna()
         row: dict[str, Any] = {"workers": int(n), "rate_mbit": rate, "delay_ms": delay,
+                               "busy": busy.get((int(n), float(rate), float(delay)), False),
                                "max_abs_err": float(g["abs_err"].max()),
                                "handshake_s": (cal or {}).get("handshake_s"),
                                "alpha_s": (cal or {}).get("fit", {}).get("alpha_s")}
@@ -325,9 +328,11 @@ def _trace_numbers(tr) -> dict[str, str]:
     return out
 
 
-def latency_table(tables: dict[str, Any]) -> str:
+def latency_table(tables: dict[str, Any], conditions: dict[str, Any] | None = None,
+                  provenance: dict[str, Any] | None = None) -> str:
     """One row per testbed: fastest algorithm at the smallest and the largest size (model = measured unless
-    shown as measured/model), the crossover of those two (predicted, measured, talk's), the worst error."""
+    shown as measured/model), the crossover of those two (predicted, measured, talk's), the worst error; the
+    caption holds the run's ``conditions`` and a testbed measured while the machine was busy is marked."""
     cells = tables["latency_cells"].sort_values(CELL)
 
     def kb(x) -> str:
@@ -339,9 +344,12 @@ def latency_table(tables: dict[str, Any]) -> str:
             return "--"
         return escape(m) if m == p else f"{escape(m)}/{escape(str(p))}"
 
-    rows = []
+    rows, marked = [], 0
     for _, r in cells.iterrows():
-        rows.append([fmt_num(float(r["rate_mbit"])), str(int(r["workers"])), fmt_num(float(r["delay_ms"])),
+        busy = r.get("busy", False) is True
+        marked += busy
+        rows.append([fmt_num(float(r["rate_mbit"])) + (MARK if busy else ""), str(int(r["workers"])),
+                     fmt_num(float(r["delay_ms"])),
                      fastest(r, "small"), fastest(r, "large"), kb(r.get("predicted_bytes")),
                      kb(r.get("measured_bytes")), kb(r.get("talk_bytes")), fmt_num(100 * float(r["max_abs_err"]), 2)])
     skipped = tables["latency_skipped"]
@@ -356,7 +364,8 @@ def latency_table(tables: dict[str, Any]) -> str:
                     "E1 latency axis: per testbed, the fastest all-reduce at the smallest and the largest message "
                     "(measured; measured/model where they differ), the message size M* where those two take equal "
                     "time (calibrated model, measured, the talk's textbook formula with the measured one-way "
-                    "latency and the nominal rate), and the calibrated model's largest error.", "tab:e1lat",
+                    "latency and the nominal rate), and the calibrated model's largest error."
+                    + caption(conditions, provenance, marked), "tab:e1lat",
                     size=r"\scriptsize", note=note)
 
 

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.catalog import E2_INPUTS, word
+from lowbw.report.conditions import MARK, caption
 from lowbw.report.figures import dot_panels
 from lowbw.report.latex import booktabs, escape, fmt_num
 
@@ -26,17 +27,20 @@ def stats(ctx: Context) -> Stats | None:
     df = pd.DataFrame(b["rows"])
     if "error" in df:
         df = df[df["error"].isna()]
-    df = df.assign(params=df["params"].fillna(""), baseline=df["baseline"].astype(bool))
+    df = df.assign(params=df["params"].fillna(""), baseline=df["baseline"].astype(bool),
+                   busy=[isinstance(c, dict) and bool(c.get("busy"))
+                         for c in df.get("conditions", [None] * len(df))])
     df = df.assign(configuration=[m + (f" ({p})" if p else "") for m, p in zip(df["method"], df["params"])],
                    source=[REFERENCE if x else OURS for x in df["baseline"]])
     for kind in dict.fromkeys(df["input"]):
         word(E2_INPUTS, kind, "E2 input")
     cols = ["input", "method", "params", "configuration", "source", "numel", "ratio", "rel_l2_error", "bias",
-            "throughput_gbps"]
+            "throughput_gbps", "busy"]
     kinds = list(dict.fromkeys(df["input"]))
     prov = b.get("provenance", {})
     return Stats({"compressors": df[[c for c in cols if c in df]].reset_index(drop=True)},
                  {"source": "runs/bench/compressors.json", "provenance": prov, "inputs": b.get("inputs"),
+                  "conditions": b.get("conditions"),
                   "numel": b.get("config", {}).get("numel"),
                   "table_input": TABLE_INPUT if TABLE_INPUT in kinds else kinds[-1]})
 
@@ -71,19 +75,22 @@ def _shown(st: Stats):
 
 
 def table(st: Stats) -> str:
-    rows = []
+    rows, marked = [], 0
     for _, r in _shown(st).iterrows():
         name = escape(r["configuration"])
+        busy = bool(r.get("busy", False))
+        marked += busy
         rows.append([r"\textit{" + name + "}" if r["source"] == REFERENCE else name, fmt_num(r["ratio"], 3),
                      fmt_num(100 * r["rel_l2_error"], 3), fmt_num(100 * r["bias"], 2),
-                     fmt_num(r["throughput_gbps"], 3)])
+                     fmt_num(r["throughput_gbps"], 3) + (MARK if busy else "")])
     prov = st.meta["provenance"]
     numel = st.meta["numel"]
     return booktabs(rows, ["Method", "Ratio", r"Rel.\ err.\ (\%)", r"Bias (\%)", "GB/s"],
                     f"Compressors on a {escape(st.meta['table_input'])} tensor of "
                     f"{fmt_num(numel / 1e6, 3) if numel else '?'}M fp32 elements ({escape(prov.get('cpu'))}, "
                     f"{prov.get('torch_threads')} threads). Italic: bitsandbytes and torch's DDP hooks, measured "
-                    "in the same run.", "tab:e2", size=r"\scriptsize")
+                    "in the same run." + caption(st.meta.get("conditions"), prov, marked), "tab:e2",
+                    size=r"\scriptsize")
 
 
 def figure(st: Stats):

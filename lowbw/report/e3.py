@@ -7,6 +7,7 @@ from __future__ import annotations
 from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.catalog import E3_RUN_MODELS, word
 from lowbw.report.common import PRETTY, fmt_duration, plotting, report_links, training_runs
+from lowbw.report.conditions import MARK, caption
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["E3", "accel_sample_s", "ACCEL_REF"]
@@ -48,6 +49,7 @@ def _minimum(bench: dict, n: int, bws: list[float]):
             recs.append({"model": r["model"], "params_m": r["params"] / 1e6, "grad_mb": r["grad_bytes"] / 1e6,
                          "bandwidth_mbit": float(bw), "min_s": m["min_s"], "bound": m["bound"],
                          "compute_cpu_s": r["ref_steps"] * cpu,
+                         "busy": bool((r.get("conditions") or {}).get("busy")),
                          "compute_accel_s": r["ref_steps"] * compute if accel else float("nan")})
     return pd.DataFrame(recs), bool(accel)
 
@@ -85,6 +87,7 @@ def stats(ctx: Context) -> Stats | None:
     split, dense_workers = _dense_split(ctx, mbits, lat)
     tables = {"minimum": minimum} | ({"dense_split": split} if split is not None else {})
     return Stats(tables, {"source": "runs/bench/models.json, runs/e3_dense", "provenance": bench["provenance"],
+                          "conditions": bench.get("conditions"),
                           "workers": n, "accel": ACCEL_REF if has_accel else None, "dense_workers": dense_workers,
                           "latency_ms": lat})
 
@@ -117,12 +120,15 @@ def table(st: Stats) -> str:
     mn = st.tables["minimum"]
     bws = sorted(mn["bandwidth_mbit"].unique())
     accel = st.meta["accel"] is not None
-    rows = []
+    rows, marked = [], 0
     for model, g in mn.groupby("model", sort=False):
         g = g.set_index("bandwidth_mbit")
         r = g.iloc[0]
+        busy = bool(r.get("busy", False))
+        marked += busy
         rows.append([escape(PRETTY.get(model, model)), fmt_num(r["params_m"], 3), fmt_num(r["grad_mb"], 3),
-                     fmt_duration(r["compute_cpu_s"]), fmt_duration(r["compute_accel_s"]) if accel else "--"]
+                     fmt_duration(r["compute_cpu_s"]) + (MARK if busy else ""),
+                     fmt_duration(r["compute_accel_s"]) if accel else "--"]
                     + [fmt_duration(g.loc[bw, "min_s"]) + ("" if g.loc[bw, "bound"] == "compute" else r"$^\dagger$")
                        for bw in bws])
     header = ["Model", "Params (M)", "Grad (MB)", "Compute (this CPU)", "Compute (accel.)"] + [
@@ -133,7 +139,8 @@ def table(st: Stats) -> str:
         r"computation of an accelerator (\EThreeAccel: ResNet-50's published 330\,ms per iteration at batch 32, "
         "the other models scaled by their compute ratio measured on this machine), communication at the "
         r"bandwidth-optimal all-reduce bound, fully overlapped. $^\dagger$: communication-bound. For reference, "
-        f"the pure computation on this machine's CPU ({escape(st.meta['provenance']['cpu'])}).", "tab:e3",
+        f"the pure computation on this machine's CPU ({escape(st.meta['provenance']['cpu'])})."
+        + caption(st.meta.get("conditions"), st.meta["provenance"], marked), "tab:e3",
         size=r"\scriptsize")
 
 

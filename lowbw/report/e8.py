@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.catalog import E8_WORKERS
+from lowbw.report.conditions import MARK, caption, mark
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["E8"]
@@ -22,8 +23,9 @@ def _signed_pct(x: float | None) -> str:
     return ("$+$" if x >= 0 else "$-$") + fmt_num(abs(100 * x), 2)
 
 
-def _table(df, rates: list[float], workers: list[int]) -> str:
-    rows = []
+def _table(df, rates: list[float], workers: list[int], conditions: dict | None = None,
+           provenance: dict | None = None) -> str:
+    rows, marked = [], 0
     for method in list(dict.fromkeys(df["method"])):
         cells = [escape(method)]
         for r in rates:
@@ -32,6 +34,9 @@ def _table(df, rates: list[float], workers: list[int]) -> str:
                 cell = _signed_pct(x["err_step"].iloc[0]) if not x.empty else "--"
                 if not x.empty and r > 100 and n == min(workers) and bool(x["link_bound"].iloc[0]):
                     cell += r"$^\dagger$"  # in the target: link-bound at a fast rate
+                if not x.empty and "conditions" in x and mark(x["conditions"].iloc[0]):
+                    cell += MARK  # the median repeat was measured while the machine was busy
+                    marked += 1
                 cells.append(cell)
         x2 = df[(df["method"] == method) & (df["workers"] == min(workers))]
         worst_nom = x2["err_step_nominal"].abs().max() if not x2.empty else None
@@ -46,7 +51,8 @@ def _table(df, rates: list[float], workers: list[int]) -> str:
                     r"measured more than once: its median repeat). Last column: "
                     r"the worst error of the uncalibrated clock (ideal software stack, nominal rate, a machine "
                     r"per worker) at the smallest N. $^\dagger$: link-bound (the step's bytes at the link's rate "
-                    r"take at least half of it), so in the target above 100\,Mbit/s.", "tab:e8",
+                    r"take at least half of it), so in the target above 100\,Mbit/s."
+                    + caption(conditions, provenance, marked), "tab:e8",
                     size=r"\scriptsize")
 
 
@@ -119,6 +125,7 @@ def stats(ctx: Context) -> Stats | None:
     if b.get("probes"):
         tables["probes"] = pd.DataFrame(b["probes"])
     return Stats(tables, {"source": "runs/bench/e2e.json", "provenance": b.get("provenance", {}),
+                          "conditions": b.get("conditions"),
                           "tolerance": TOLERANCE})
 
 
@@ -222,7 +229,8 @@ def numbers(st: Stats) -> dict[str, str]:
 def table(st: Stats) -> str:
     df = st.tables["cells"]
     rates = sorted(float(r) for r in df["rate_mbit"].unique())
-    return _table(df, rates, sorted(int(n) for n in df["workers"].unique()))
+    return _table(df, rates, sorted(int(n) for n in df["workers"].unique()), st.meta.get("conditions"),
+                  st.meta.get("provenance"))
 
 
 def figure(st: Stats):

@@ -29,7 +29,6 @@ from dataclasses import dataclass
 import torch
 
 from lowbw.data import load
-from lowbw.train.augment import Augmenter
 
 __all__ = ["TrainData", "load_data", "assign", "WorkerStream", "Batches", "seed_for", "pairwise_intersections"]
 
@@ -230,22 +229,21 @@ class WorkerStream:
 
 class Batches:
     """The training batches of the replicas one process holds: replica ``i`` (worker ``ranks[i]``) takes
-    indices from its own stream and is augmented with its own generator, both seeded by (seed, worker)."""
+    sample indices from its own stream, and its workload draws them (augmentation, window offsets) with its
+    own generator, both seeded by (seed, worker)."""
 
-    def __init__(self, data: TrainData, parts: list[torch.Tensor], ranks: list[int], cfg, device):
-        C, _, _ = data.image_shape
-        self.data = data
+    def __init__(self, workload, parts: list[torch.Tensor], ranks: list[int], seed: int, device):
+        self.workload = workload
         self.device = torch.device(device)
-        self.streams = [WorkerStream(parts[w], cfg.seed, w) for w in ranks]
-        self.aug = Augmenter(cfg.augment, C, data.mean, data.std, self.device)
-        self.gens = [generator(cfg.seed, "augment", w) for w in ranks]
+        self.streams = [WorkerStream(parts[w], seed, w) for w in ranks]
+        self.gens = [generator(seed, "augment", w) for w in ranks]
 
     def __call__(self, i: int, b: int) -> tuple[torch.Tensor, torch.Tensor]:
-        """Replica ``i``'s next ``b`` samples: (augmented images, labels)."""
+        """Replica ``i``'s next ``b`` samples: (model inputs, targets)."""
         idx = self.streams[i].take(b)
         if self.device.type != "cpu":
             idx = idx.to(self.device)
-        return self.aug.train(self.data.x_train[idx], self.gens[i]), self.data.y_train[idx]
+        return self.workload.train_batch(idx, self.gens[i])
 
     def state_dict(self) -> dict:
         return {"streams": [st.state_dict() for st in self.streams], "gens": [g.get_state() for g in self.gens]}

@@ -79,7 +79,10 @@ class RunConfig:
     split_seed: int = _f(0, "seed of the train/validation split (fixed across run seeds)", minimum=0, group="data")
     train_limit: int = _f(0, "use only this many training samples (0: all); for quick tests", minimum=0,
                           group="data")
-    test_limit: int = _f(0, "evaluate on only this many test/validation samples (0: all)", minimum=0, group="data")
+    test_limit: int = _f(0, "evaluate on only this many test/validation samples (0: all; text: the first this "
+                         "many validation windows)", minimum=0, group="data")
+    block_size: int = _f(0, "text: context length T in characters, a window being T + 1 characters (0: the "
+                         "model's own, gpt-small 64)", minimum=0, group="data")
     augment: str = _f("auto", "batched tensor augmentation: crop_flip (pad 4 + random 32x32 crop + horizontal "
                       "flip), crop, none; auto = crop_flip for colour images, none for greyscale",
                       enum=["auto", "crop_flip", "crop", "none"], group="data")
@@ -124,6 +127,15 @@ class RunConfig:
                               group="optim")
     warmup_epochs: float = _f(0.0, "linear warm-up of the learning rate over this many epochs", minimum=0,
                               group="optim")
+    warmup_steps: int = _f(0, "linear warm-up over this many steps instead of warmup_epochs (0: use "
+                           "warmup_epochs); nanoGPT: 100", minimum=0, group="optim")
+    lr_min: float = _f(0.0, "cosine: the learning rate at the end of the decay (nanoGPT: lr / 10)", minimum=0,
+                       group="optim")
+    grad_clip: float = _f(0.0, "clip each replica's update gradient to this L2 norm over all its parameters (0: "
+                          "off; nanoGPT: 1.0)", minimum=0, group="optim")
+    weight_decay_on: str = _f("all", "which parameters weight decay applies to: all, or matrices (every "
+                              "parameter of >= 2 dimensions: weights and embeddings, not norms and biases; "
+                              "nanoGPT/GPT-2)", enum=["all", "matrices"], group="optim")
     warmup_from: float = _f(-1.0, "lr at the start of warm-up (-1: the unscaled lr, as Goyal et al.; with "
                             "lr_scaling=none that means lr/10)", group="optim")
     dynamic_batch: str = _f("off", "dynamic batch size (draft paper 2.5.1): text = 2^floor(log2(E0/Ee)) (the "
@@ -246,7 +258,8 @@ class RunConfig:
     eval_every: float = _f(1.0, "evaluate on validation and test every this many epochs (local schemes: at the "
                            "next world synchronisation)", exclusive_minimum=0, group="log")
     eval_batch_size: int = _f(1000, "batch size of evaluation", minimum=1, group="log")
-    targets: list[float] = _f([], "test accuracies (0..1] for time-to-accuracy in summary.json", group="log")
+    targets: list[float] = _f([], "time-to-target in summary.json: test accuracies (0..1], or \"<metric><=|>="
+                              "<value>\" strings such as \"val_loss<=1.9\" (lowbw.train.targets)", group="log")
 
     # ------------------------------------------------------------------------------------------- construction
     @classmethod

@@ -9,6 +9,7 @@ from dataclasses import fields
 from typing import Any
 
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.train.targets import TargetError, parse_targets
 
 __all__ = ["ConfigError", "json_type", "coerce", "check_range", "check", "check_registries"]
 
@@ -57,6 +58,11 @@ def coerce(f, v: Any) -> Any:
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v):
             raise ConfigError(k, f"expected a number, got {v!r}")
         return float(v)
+    if kind == "array" and k == "targets":  # accuracies as numbers, or "<metric><=|>=<value>" strings
+        if not isinstance(v, list | tuple) or any(isinstance(x, bool) or not isinstance(x, int | float | str)
+                                                  for x in v):
+            raise ConfigError(k, f"expected a list of accuracies or \"val_loss<=1.9\"-style strings, got {v!r}")
+        return [x if isinstance(x, str) else float(x) for x in v]
     if kind == "array":
         if not isinstance(v, list | tuple) or any(isinstance(x, bool) or not isinstance(x, int | float) for x in v):
             raise ConfigError(k, f"expected a list of numbers, got {v!r}")
@@ -124,8 +130,10 @@ def _check_batches(cfg) -> None:
     ms = cfg.lr_milestones
     if any(not (0 < m < 1) for m in ms) or list(ms) != sorted(ms):
         raise ConfigError("lr_milestones", f"{ms}: must be increasing fractions in (0, 1)")
-    if any(not (0 < t <= 1) for t in cfg.targets):
-        raise ConfigError("targets", f"{cfg.targets}: accuracies must lie in (0, 1]")
+    try:
+        parse_targets(cfg.targets)
+    except TargetError as e:
+        raise ConfigError("targets", str(e)) from None
 
 
 def _check_assignment(cfg) -> None:
@@ -249,18 +257,50 @@ def _check_backends_and_network(cfg) -> None:
             raise ConfigError("adaptive_c_low", f"{cfg.adaptive_c_low} > adaptive_c_high={cfg.adaptive_c_high}")
 
 
+def _check_workload(cfg) -> None:
+    """A model that fits its data: text models on text, image models on images; a context that fits the
+    validation split; targets that the workload's evaluation reports."""
+    from lowbw.data.text import TEXT_SPECS
+    from lowbw.train.models import GPT_SIZES, model_kind
+
+    text = cfg.dataset in TEXT_SPECS
+    kind = model_kind(cfg.model)
+    if text and kind != "text":
+        raise ConfigError("model", f"{cfg.model!r} is an image model; dataset={cfg.dataset!r} is text "
+                                   f"(use one of {', '.join(GPT_SIZES)})")
+    if not text and kind == "text":
+        raise ConfigError("dataset", f"{cfg.dataset!r} holds images; model={cfg.model!r} is a language model "
+                                     f"(use dataset: {', '.join(TEXT_SPECS)})")
+    if text:
+        spec = TEXT_SPECS[cfg.dataset]
+        val_chars = spec.chars - int(spec.chars * spec.train_fraction)
+        T = cfg.block_size or GPT_SIZES[cfg.model].block_size
+        if T + 1 > val_chars:
+            raise ConfigError("block_size", f"{T} is longer than the validation split of {cfg.dataset} "
+                                            f"({val_chars} characters)")
+        bad = [t.name for t in parse_targets(cfg.targets) if t.metric.startswith("test")]
+        if bad:
+            raise ConfigError("targets", f"{bad}: {cfg.dataset} has no test split; write a validation target "
+                                         f"such as \"val_loss<=1.9\"")
+    elif cfg.block_size:
+        raise ConfigError("block_size", f"{cfg.block_size}: only text datasets have a context length")
+
+
 def check_registries(cfg) -> None:
     """Names looked up in registries: model, dataset, collective, compressor and its arguments."""
     # the registries import torch and the data layer: only when a config is checked against them
     from lowbw.compress import base
     from lowbw.data import available as datasets
+    from lowbw.data.text import text_available
     from lowbw.train.models import MODELS
     from lowbw.train.sync import make_compressor
 
     if cfg.model not in MODELS and not cfg.model.startswith("torchvision:"):
         raise ConfigError("model", f"{cfg.model!r} is unknown; allowed: {', '.join(MODELS)}")
-    if cfg.dataset != "synthetic" and cfg.dataset not in datasets():
-        raise ConfigError("dataset", f"{cfg.dataset!r} is unknown; allowed: {', '.join(datasets())}")
+    all_datasets = [*datasets(), *text_available()]
+    if cfg.dataset != "synthetic" and cfg.dataset not in all_datasets:
+        raise ConfigError("dataset", f"{cfg.dataset!r} is unknown; allowed: {', '.join(all_datasets)}")
+    _check_workload(cfg)
     if cfg.collective not in ALLREDUCE_ALGORITHMS:
         raise ConfigError("collective", f"{cfg.collective!r} is unknown; allowed: {', '.join(ALLREDUCE_ALGORITHMS)}")
     if cfg.compressor == "none":

@@ -23,6 +23,7 @@ from torch.nn.parallel import DistributedDataParallel
 from lowbw.comm.hooks import make_hook, timed_hook
 from lowbw.train.assign import seed_for
 from lowbw.train.loop import Trainer
+from lowbw.train.replicas import correct_samples
 from lowbw.train.state import WorkerStats
 from lowbw.train.sync import Action
 from lowbw.train.world import Exchange
@@ -62,7 +63,7 @@ class DDPTrainer(Trainer):
         self.ddp.train()
         self.ddp.zero_grad(set_to_none=True)
         out = self.ddp(x)
-        loss = F.cross_entropy(out, y)
+        loss = F.cross_entropy(out.flatten(0, -2), y.flatten())
         loss.backward()
         with torch.no_grad():
             grads = torch.cat([p.grad.reshape(-1) for p in self.model_template.parameters()]).unsqueeze(0)
@@ -71,5 +72,5 @@ class DDPTrainer(Trainer):
         compute = max(0.0, time.perf_counter() - t0 - busy - hook_s)
         comm_s = sum(c.seconds for c in meter.calls[m0:])
         ex = self.world.account(act.grad, coll, meter, n0, m0, None, max(0.0, busy + hook_s - comm_s), comm_s)
-        correct = int((out.detach().argmax(1) == y).sum())
+        correct = correct_samples(out.detach(), y)
         return grads, [WorkerStats(loss=float(loss.detach()), correct=correct, count=b, t_compute=compute)], [ex]

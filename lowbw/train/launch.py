@@ -245,9 +245,9 @@ def run(cfg: RunConfig | dict[str, Any], out: str | os.PathLike, *, overwrite: b
             _run_sim(cfg, outp, data)
         else:
             if data is None and cfg.dataset != "synthetic":  # fill the dataset cache once, before M processes
-                from lowbw.data import load
+                from lowbw.train.workload import fill_cache  # imports torch: only for a procs run
 
-                load(cfg.dataset)
+                fill_cache(cfg.dataset)
             lock.share()
             _run_procs(cfg, outp, quiet=quiet)
         return finish(outp, keep_checkpoint)

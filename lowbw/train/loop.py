@@ -36,9 +36,8 @@ from lowbw.compress.base import NonFiniteError
 from lowbw.runio import append_jsonl, atomic_write_json
 from lowbw.train import checkpoint as ckpt
 from lowbw.train import records
-from lowbw.train.assign import Batches, assign, load_data
-from lowbw.train.models import build_model
-from lowbw.train.optim import make_optimizer
+from lowbw.train.assign import Batches, assign
+from lowbw.train.optim import clip_rows, make_optimizer
 from lowbw.train.ps import ParameterServer
 from lowbw.train.replicas import Replicas
 from lowbw.train.schedule import LRSchedule, dynamic_batch
@@ -46,6 +45,8 @@ from lowbw.train.state import Interval, RunState, WorkerStats
 from lowbw.train.streaming import landing_wait
 from lowbw.train.sync import Action
 from lowbw.train.synchroniser import Synchroniser
+from lowbw.train.targets import parse_targets
+from lowbw.train.workload import load_workload
 from lowbw.train.world import Exchange
 
 __all__ = ["Trainer", "TIME_FIELDS", "WALL_FIELDS", "CHECKPOINT_FORMAT", "resolve_device"]
@@ -76,20 +77,20 @@ class Trainer:
         if self.device.type == "cuda" and world.kind == "dist":
             self.device = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
             torch.cuda.set_device(self.device)
-        self.data = data if data is not None else load_data(cfg, self.device)
-        self.N = len(self.data.y_train)
-        C, H, _ = self.data.image_shape
+        self.data = load_workload(cfg, self.device, data)  # dataset + model + evaluation sets
+        self.N = self.data.n_train
         torch.manual_seed(cfg.seed)  # model initialisation: identical replicas on every backend
-        self.model_template = build_model(cfg.model, self.data.num_classes, C, H, device=self.device)
+        self.model_template = self.data.model(cfg.model, self.device)
         engine = cfg.sim_engine
         if engine == "auto" or world.kind == "dist":
             engine = "vmap" if (self.device.type == "cuda" and world.kind == "sim") else "loop"
         self.rep = Replicas(self.model_template, len(world.ranks), self.device, engine)
-        self.opt = make_optimizer(cfg, len(world.ranks), self.rep.P, self.device)
+        # the layout tells the optimiser which tensors are matrices
+        self.opt = make_optimizer(cfg, len(world.ranks), self.rep.P, self.device, self.rep.p_layout)
         parts = assign(cfg.assignment, self.N, cfg.workers, cfg.seed, shards=cfg.shards, copies=cfg.copies,
                        households=cfg.households, household_shards=cfg.household_shards)
         self.parts_sizes = [len(p) for p in parts]
-        self.batches = Batches(self.data, parts, world.ranks, cfg, self.device)
+        self.batches = Batches(self.data, parts, world.ranks, cfg.seed, self.device)
         self.total = cfg.total_samples(self.N)
         self.sched = LRSchedule(cfg, self.N, self.total)
         self.eval_every_samples = cfg.eval_every * self.N
@@ -100,7 +101,7 @@ class Trainer:
         else:
             self.sync = Synchroniser(cfg, world, self.rep)
         self.state = RunState(batch=cfg.global_batch, next_eval=self.eval_every_samples,
-                              ttt={f"{t:g}": None for t in cfg.targets})
+                              ttt={t.name: None for t in parse_targets(cfg.targets)})
         self._t_start = time.perf_counter()
 
     # ------------------------------------------------------------------------------------------- views
@@ -143,7 +144,7 @@ class Trainer:
         world.now = st.clock["t_virtual"]
         grads, stats, exchanges = self.gradients(b, act)
         t_opt = time.perf_counter()
-        self.opt.step(self.rep.params, grads, lr)
+        self.opt.step(self.rep.params, clip_rows(grads, cfg.grad_clip), lr)
         t_opt = (time.perf_counter() - t_opt) / len(stats)  # per replica: the optimiser's update of its row
         ms = self.sync.model_sync(st.step, act)  # model averaging / diloco's outer steps (landing, starting)
         exchanges += ms.foreground
@@ -289,14 +290,16 @@ class Trainer:
 
     # ------------------------------------------------------------------------------------------- evaluation
     def evaluate(self) -> dict[str, float | None]:
-        """Validation and test loss/accuracy of worker 0's model (the server's for ssp/async)."""
+        """Loss and accuracy on every evaluation set of the workload (``val_loss``, ``val_acc``, ...; text:
+        ``val_ppl`` too) of worker 0's model (the server's for ssp/async)."""
         res: dict[str, float] = {}
         if self.world.is_main:
-            d, bs, tf = self.data, self.cfg.eval_batch_size, self.batches.aug.eval
+            wl, bs = self.data, self.cfg.eval_batch_size
             rep = self.ps.server if self.ps is not None else self.rep
             with self._global_model():
-                res["val_loss"], res["val_acc"] = rep.evaluate(0, d.x_val, d.y_val, bs, tf)
-                res["test_loss"], res["test_acc"] = rep.evaluate(0, d.x_test, d.y_test, bs, tf)
+                for split, (x, y) in wl.eval_sets().items():
+                    res[f"{split}_loss"], res[f"{split}_acc"] = rep.evaluate(0, x, y, bs, wl.eval_input)
+            res.update(wl.derived_metrics(res))
         return records.finite(self.world.broadcast_obj(res))
 
     @property
@@ -342,10 +345,9 @@ class Trainer:
             return None if ev.get("val_acc") is None else 1.0 - ev["val_acc"]
         iv = self.state.epoch_interval
         if iv.n == 0:  # before training: the initial model's loss on a first batch of worker 0's data
-            d = self.data
-            n = min(len(d.y_train), 1000)
+            x, y = self.data.probe(min(self.N, 1000))
             rep = self.ps.server if self.ps is not None else self.rep
-            loss, _ = rep.evaluate(0, d.x_train[:n], d.y_train[:n], self.cfg.eval_batch_size, self.batches.aug.eval)
+            loss, _ = rep.evaluate(0, x, y, self.cfg.eval_batch_size, self.data.eval_input)
             return self.world.broadcast_obj(loss)
         return iv.loss / iv.n
 
@@ -432,12 +434,9 @@ class Trainer:
         if world.is_main and self.out is not None:
             if not resumed:
                 (self.out / "metrics.jsonl").unlink(missing_ok=True)
-            d = self.data
             records.write_config(
                 self.out / "config.json", cfg, resumed,
-                data={"dataset": cfg.dataset, "train": self.N, "val": len(d.y_val), "test": len(d.y_test),
-                      "image_shape": list(d.image_shape), "num_classes": d.num_classes,
-                      "worker_samples": self.parts_sizes},
+                data={"dataset": cfg.dataset, **self.data.describe(), "worker_samples": self.parts_sizes},
                 model={"name": cfg.model, "params": self.rep.P, "grad_bytes": self.rep.P * 4,
                        "engine": self.rep.engine},
                 device=self.device)

@@ -14,7 +14,16 @@ name                      reference                                   parameters
 ``resnet50``              torchvision ``resnet50``                     25,557,032 (1000)
 ``vgg16_imagenet``        torchvision ``vgg16`` (no BN)                138,357,544 (1000)
 ``inception_v4``          Szegedy et al. 2017 (timm ``inception_v4``)  42,679,816 (1000)
+``gpt-tiny``              character-level GPT for tests, 2 x 32 wide   27,840 (65, context 32)
+``gpt-small``             nanoGPT's CPU Shakespeare configuration:     804,096 (65, context 64)
+                          4 layers, 4 heads, 128 wide
+``gpt-medium``            nanoGPT's GPU Shakespeare configuration:     10,745,088 (65, context 256)
+                          6 layers, 6 heads, 384 wide
 ========================  ==========================================  =====================
+
+A ``gpt-*`` model is a classifier over its vocabulary at every position: ``num_classes`` is the vocabulary
+size and ``image_size`` its context length (``block_size``); its input is ``int64 [B, T]`` character ids and
+its output ``[B, T, vocab]`` logits. :func:`model_kind` tells image and text models apart.
 
 ``torchvision:<name>`` builds a torchvision model instead when torchvision is importable.
 
@@ -23,13 +32,16 @@ Every model can be built on the meta device (``param_count``/``grad_bytes``), wh
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
-__all__ = ["MODELS", "build_model", "param_count", "grad_bytes", "model_names", "IMAGENET_MODELS"]
+__all__ = ["MODELS", "build_model", "param_count", "grad_bytes", "model_names", "IMAGENET_MODELS", "GPT",
+           "GPTSize", "GPT_SIZES", "model_kind"]
 
 
 # ----------------------------------------------------------------------------------------------- ResNet (CIFAR)
@@ -331,6 +343,99 @@ class InceptionV4(nn.Module):
         return self.fc(F.adaptive_avg_pool2d(self.features(x), 1).flatten(1))
 
 
+# ----------------------------------------------------------------------------------------------- GPT (text)
+@dataclass(frozen=True)
+class GPTSize:
+    """A decoder-only transformer's shape (Radford et al. 2019, as nanoGPT writes it)."""
+
+    n_layer: int  # transformer blocks
+    n_head: int  # attention heads per block; n_embd % n_head == 0
+    n_embd: int  # width of the residual stream
+    block_size: int  # default context length T (characters)
+    dropout: float = 0.0  # nanoGPT's CPU recipe trains without dropout
+
+
+# sizes named by what they are for; nanoGPT's README (karpathy/nanoGPT @ 3adf61e) for small and medium
+GPT_SIZES: dict[str, GPTSize] = {
+    "gpt-tiny": GPTSize(2, 2, 32, 32),  # unit tests: a step in milliseconds
+    "gpt-small": GPTSize(4, 4, 128, 64),  # nanoGPT's laptop-CPU configuration (1.88 val loss at 2k iters)
+    "gpt-medium": GPTSize(6, 6, 384, 256),  # nanoGPT's GPU configuration (1.47 val loss at 5k iters)
+}
+
+
+class _CausalSelfAttention(nn.Module):
+    def __init__(self, s: GPTSize):
+        super().__init__()
+        self.n_head, self.dropout = s.n_head, s.dropout
+        self.c_attn = nn.Linear(s.n_embd, 3 * s.n_embd, bias=False)  # q, k, v of every head in one product
+        self.c_proj = nn.Linear(s.n_embd, s.n_embd, bias=False)
+
+    def forward(self, x):
+        B, T, C = x.shape
+        q, k, v = self.c_attn(x).split(C, dim=2)
+        q, k, v = (t.view(B, T, self.n_head, C // self.n_head).transpose(1, 2) for t in (q, k, v))  # [B, h, T, d]
+        y = F.scaled_dot_product_attention(q, k, v, dropout_p=self.dropout if self.training else 0.0,
+                                           is_causal=True)
+        return self.c_proj(y.transpose(1, 2).reshape(B, T, C))
+
+
+class _Block(nn.Module):
+    """Pre-LayerNorm block: x + attn(ln(x)), then x + mlp(ln(x)) with a 4x GELU MLP."""
+
+    def __init__(self, s: GPTSize):
+        super().__init__()
+        self.ln_1 = nn.LayerNorm(s.n_embd, bias=False)
+        self.attn = _CausalSelfAttention(s)
+        self.ln_2 = nn.LayerNorm(s.n_embd, bias=False)
+        self.mlp = nn.Sequential(nn.Linear(s.n_embd, 4 * s.n_embd, bias=False), nn.GELU(),
+                                 nn.Linear(4 * s.n_embd, s.n_embd, bias=False))
+        self.drop = nn.Dropout(s.dropout)
+
+    def forward(self, x):
+        x = x + self.drop(self.attn(self.ln_1(x)))
+        return x + self.drop(self.mlp(self.ln_2(x)))
+
+
+class GPT(nn.Module):
+    """Character-level decoder-only transformer: token + learned position embeddings, pre-LN blocks with
+    causal self-attention (:func:`torch.nn.functional.scaled_dot_product_attention`), a final LayerNorm, and
+    logits through the token embedding's own weight (tied input/output embedding, Press & Wolf 2017).
+
+    Initialisation as GPT-2/nanoGPT: every weight N(0, 0.02), the residual projections N(0, 0.02/sqrt(2L)).
+    The tied weight is one parameter used twice in ``forward`` (not two aliased parameters), so a flat
+    parameter row holds it once."""
+
+    def __init__(self, s: GPTSize, vocab_size: int, block_size: int | None = None):
+        super().__init__()
+        if s.n_embd % s.n_head:
+            raise ValueError(f"n_embd={s.n_embd} is not a multiple of n_head={s.n_head}")
+        self.block_size = block_size or s.block_size
+        self.wte = nn.Embedding(vocab_size, s.n_embd)
+        self.wpe = nn.Embedding(self.block_size, s.n_embd)
+        self.drop = nn.Dropout(s.dropout)
+        self.blocks = nn.ModuleList(_Block(s) for _ in range(s.n_layer))
+        self.ln_f = nn.LayerNorm(s.n_embd, bias=False)
+        for name, p in self.named_parameters():
+            if p.dim() == 2:
+                std = 0.02 / math.sqrt(2 * s.n_layer) if name.endswith(("c_proj.weight", "mlp.2.weight")) else 0.02
+                nn.init.normal_(p, mean=0.0, std=std)
+
+    def forward(self, idx):
+        T = idx.shape[-1]
+        if T > self.block_size:
+            raise ValueError(f"sequence of {T} characters is longer than block_size={self.block_size}")
+        pos = torch.arange(T, device=idx.device)
+        x = self.drop(self.wte(idx) + self.wpe(pos))
+        for b in self.blocks:
+            x = b(x)
+        return F.linear(self.ln_f(x), self.wte.weight)  # [B, T, vocab]
+
+
+def model_kind(name: str) -> str:
+    """``"text"`` for the character-level language models, ``"image"`` for every other model."""
+    return "text" if name in GPT_SIZES else "image"
+
+
 # ----------------------------------------------------------------------------------------------- registry
 Builder = Callable[[int, int, int], nn.Module]  # (num_classes, in_channels, image_size) -> module
 
@@ -344,6 +449,8 @@ MODELS: dict[str, Builder] = {
     "resnet50": lambda k, c, s: ResNet50(k, c),
     "vgg16_imagenet": lambda k, c, s: ImageNetVGG(k, c),
     "inception_v4": lambda k, c, s: InceptionV4(k, c),
+    # text: k = vocabulary size, s = context length (0: the size's own)
+    **{n: (lambda k, c, s, _z=z: GPT(_z, k, s or None)) for n, z in GPT_SIZES.items()},
 }
 IMAGENET_MODELS = ("resnet50", "vgg16_imagenet", "inception_v4")
 

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import torch
 
-__all__ = ["FlatOptimizer", "make_optimizer"]
+__all__ = ["FlatOptimizer", "make_optimizer", "decay_mask", "clip_rows"]
 
 
 class FlatOptimizer:
@@ -73,8 +73,34 @@ class FlatOptimizer:
         self.t = int(s["t"])
 
 
-def make_optimizer(cfg, rows: int, params: int, device) -> FlatOptimizer:
-    """The run's optimiser (``optimizer``, ``momentum``, ``nesterov``, ``weight_decay``, ``adam_*`` keys) on
-    ``rows`` parameter rows of ``params`` elements."""
+def make_optimizer(cfg, rows: int, params: int, device, layout=None) -> FlatOptimizer:
+    """The run's optimiser (``optimizer``, ``momentum``, ``nesterov``, ``weight_decay``, ``weight_decay_on``,
+    ``adam_*`` keys) on ``rows`` parameter rows of ``params`` elements; ``layout`` (name, offset, numel, shape
+    per tensor, :attr:`lowbw.train.replicas.Replicas.p_layout`) tells matrices from the rest."""
     return FlatOptimizer(cfg.optimizer, (rows, params), device, momentum=cfg.momentum, nesterov=cfg.nesterov,
-                         weight_decay=cfg.weight_decay, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps)
+                         weight_decay=cfg.weight_decay, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                         decay_mask=decay_mask(cfg, params, layout, device))
+
+
+def decay_mask(cfg, params: int, layout, device) -> torch.Tensor | None:
+    """``weight_decay_on: matrices``: 1 on the elements of every parameter of >= 2 dimensions (weights,
+    embeddings), 0 on norms and biases (GPT-2/nanoGPT); ``all``: None (every element decays)."""
+    if getattr(cfg, "weight_decay_on", "all") == "all":
+        return None
+    if layout is None:
+        raise ValueError("weight_decay_on='matrices' needs the parameter layout (this caller passes none)")
+    mask = torch.zeros(params, device=device)
+    for _, off, n, shape in layout:
+        if len(shape) >= 2:
+            mask[off: off + n] = 1.0
+    return mask
+
+
+def clip_rows(g: torch.Tensor, max_norm: float) -> torch.Tensor:
+    """Each row of ``g`` scaled to L2 norm at most ``max_norm`` (``torch.nn.utils.clip_grad_norm_`` per
+    replica, over all its parameters: g * min(1, max_norm / (||g|| + 1e-6))); 0: ``g`` unchanged."""
+    if not max_norm:
+        return g
+    norm = g.norm(dim=1, keepdim=True)
+    return g * (max_norm / (norm + 1e-6)).clamp(max=1.0)
+

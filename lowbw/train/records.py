@@ -15,6 +15,7 @@ from typing import Any
 
 from lowbw.runio import atomic_write_json, provenance
 from lowbw.train.state import RunState
+from lowbw.train.targets import parse_targets
 from lowbw.train.world import bandwidth_at, has_worker_links
 
 __all__ = ["finite", "note_eval", "metrics_line", "summary", "write_config", "truncate_metrics", "progress_bar",
@@ -27,18 +28,17 @@ def finite(ev: dict[str, Any]) -> dict[str, Any]:
 
 
 def note_eval(st: RunState, ev: dict[str, Any], targets, n_train: int, wall_s: float) -> None:
-    """Record evaluation ``ev`` of step ``st.step``: best accuracies, the first time each target test
-    accuracy is reached, and the last evaluation."""
-    for key in ("val_acc", "test_acc"):
+    """Record evaluation ``ev`` of step ``st.step``: best accuracies and validation loss, the first time each
+    target (:mod:`lowbw.train.targets`) is reached, and the last evaluation."""
+    for key in ("val_acc", "test_acc", "val_loss"):
         v = ev.get(key)
-        if v is not None and (st.best[key] is None or v > st.best[key]):
+        best = st.best.get(key)
+        if v is not None and (best is None or (v < best if key.endswith("loss") else v > best)):
             st.best[key] = v
-    ta = ev.get("test_acc")
-    for t in targets:
-        name = f"{t:g}"
-        if st.ttt[name] is None and ta is not None and ta >= t:
-            st.ttt[name] = {"step": st.step, "samples": st.samples, "epoch": st.samples / n_train,
-                            "t_virtual": st.clock["t_virtual"], "t_wall": wall_s}
+    for t in parse_targets(targets):
+        if st.ttt.get(t.name) is None and t.reached(ev):
+            st.ttt[t.name] = {"step": st.step, "samples": st.samples, "epoch": st.samples / n_train,
+                              "t_virtual": st.clock["t_virtual"], "t_wall": wall_s}
     st.last_eval = dict(ev)
     st.last_eval_step = st.step
 
@@ -85,8 +85,10 @@ def summary(st: RunState, cfg, n_train: int, params: int, wall_s: float, stopped
         "final_val_loss": le.get("val_loss"),
         "final_test_acc": le.get("test_acc"),
         "final_test_loss": le.get("test_loss"),
+        "final_val_ppl": le.get("val_ppl"),
         "best_val_acc": st.best["val_acc"],
         "best_test_acc": st.best["test_acc"],
+        "best_val_loss": st.best.get("val_loss"),
         "time_to_target": st.ttt,
         "bytes_sent_total": st.bytes_sent,
         "bytes_sent_per_worker": st.bytes_sent / cfg.workers,

@@ -24,7 +24,15 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
-__all__ = ["Replicas"]
+__all__ = ["Replicas", "correct_samples"]
+
+
+def correct_samples(logits: torch.Tensor, y: torch.Tensor) -> float:
+    """Correct predictions in units of samples: the correct elements x samples / elements (an image has one
+    element, its label; a text window one per position), so that correct / samples is the accuracy."""
+    return float((logits.argmax(-1) == y).sum()) * len(y) / max(1, y.numel())
+
+
 
 
 class Replicas:
@@ -88,8 +96,10 @@ class Replicas:
                          rows: list[int] | None = None) -> tuple[list[float], list[int], list[float]]:
         """Gradients of each replica's mean cross-entropy on its batch into ``self.grads``.
 
-        ``xs[k], ys[k]`` is the batch of replica ``rows[k]`` (default: all replicas in order).
-        Returns per replica: loss, correct predictions, compute seconds (vmap: the batched time / R).
+        ``xs[k], ys[k]`` is the batch of replica ``rows[k]`` (default: all replicas in order); the model maps
+        inputs to logits ``[..., classes]`` with one target class per element of ``ys[k]`` (an image: one
+        label; a text window: one next character per position), and the loss is the mean over those elements.
+        Returns per replica: loss, correct predictions (elements), compute seconds (vmap: the batched time / R).
         """
         self.model.train()
         rows = list(range(self.R)) if rows is None else list(rows)
@@ -102,13 +112,13 @@ class Replicas:
             # one leaf per parameter (views of the row): no slice-backward scatter into a [P] gradient
             leaves = {n: v.detach().requires_grad_(True) for n, v in self.param_views(self.params[r]).items()}
             out = functional_call(self.model, (leaves, self.buffer_views(r)), (x,))
-            loss = F.cross_entropy(out, y)
+            loss = F.cross_entropy(out.flatten(0, -2), y.flatten())
             gs = torch.autograd.grad(loss, list(leaves.values()))
             grow = self.grads[r]
             for (_, o, k, _), g in zip(self.p_layout, gs):
                 grow[o: o + k].copy_(g.reshape(-1))
             losses.append(float(loss.detach()))
-            correct.append(int((out.detach().argmax(1) == y).sum()))
+            correct.append(correct_samples(out.detach(), y))
             if self.device.type == "cuda":
                 torch.cuda.synchronize(self.device)
             secs.append(time.perf_counter() - t0)
@@ -128,7 +138,7 @@ class Replicas:
 
         def f(p, b, xx, yy):
             out = functional_call(self.model, (p, b), (xx,))
-            return F.cross_entropy(out, yy), out
+            return F.cross_entropy(out.flatten(0, -2), yy.flatten()), out
 
         loss, out = vmap(f, randomness="different")(params, bufs, x, y)
         (g,) = torch.autograd.grad(loss.sum(), leaf)
@@ -136,15 +146,16 @@ class Replicas:
         with torch.no_grad():
             for n, o, k, _ in self.b_layout:
                 self.buffers[:, o: o + k].copy_(bufs[n].reshape(self.R, k))
-        correct = (out.detach().argmax(-1) == y).sum(1)
+        correct = [correct_samples(o, t) for o, t in zip(out.detach(), y)]
         if self.device.type == "cuda":
             torch.cuda.synchronize(self.device)
         dt = (time.perf_counter() - t0) / self.R
-        return [float(v) for v in loss.detach()], [int(c) for c in correct], [dt] * self.R
+        return [float(v) for v in loss.detach()], correct, [dt] * self.R
 
     @torch.no_grad()
     def evaluate(self, r: int, x: torch.Tensor, y: torch.Tensor, batch: int, transform) -> tuple[float, float]:
-        """(mean loss, accuracy) of replica ``r`` in eval mode (BN running statistics) on ``(x, y)``."""
+        """(mean loss, accuracy) of replica ``r`` in eval mode (BN running statistics) on ``(x, y)``, both
+        over every target element (per image, or per predicted character)."""
         if len(y) == 0:
             return math.nan, math.nan
         self.model.eval()
@@ -156,10 +167,10 @@ class Replicas:
             xb = transform(x[i: i + batch])
             yb = y[i: i + batch]
             out = functional_call(self.model, (params, bufs), (xb,))
-            loss_sum += float(F.cross_entropy(out, yb, reduction="sum"))
-            correct += int((out.argmax(1) == yb).sum())
+            loss_sum += float(F.cross_entropy(out.flatten(0, -2), yb.flatten(), reduction="sum"))
+            correct += int((out.argmax(-1) == yb).sum())
         self.model.train()
-        return loss_sum / len(y), correct / len(y)
+        return loss_sum / y.numel(), correct / y.numel()
 
     # ------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict:

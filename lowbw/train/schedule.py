@@ -21,7 +21,8 @@ class LRSchedule:
         self.milestones = [m * total_samples for m in cfg.lr_milestones]
         self.gamma = cfg.lr_gamma
         self.total = max(1, total_samples)
-        self.warm = cfg.warmup_epochs * n_train
+        self.warm = cfg.warmup_steps * cfg.global_batch if cfg.warmup_steps else cfg.warmup_epochs * n_train
+        self.floor = cfg.lr_min
         if cfg.warmup_from >= 0:
             self.start = cfg.warmup_from
         elif cfg.lr_scaling == "linear" and self.target > cfg.lr:
@@ -39,7 +40,7 @@ class LRSchedule:
         if self.kind == "cosine":
             w = self.warm
             p = min(1.0, max(0.0, (samples - w) / max(1.0, self.total - w)))
-            return self.target * 0.5 * (1 + math.cos(math.pi * p))
+            return self.floor + (self.target - self.floor) * 0.5 * (1 + math.cos(math.pi * p))
         raise ValueError(self.kind)
 
 

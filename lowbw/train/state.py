@@ -41,8 +41,8 @@ class Interval:
 @dataclass
 class RunState:
     """A run's progress and records. ``batch`` is the global batch size B now (the dynamic batch size grows
-    it); ``next_eval`` is in samples; ``ttt`` maps each target accuracy (``f"{t:g}"``) to the first
-    evaluation that reached it; ``lines`` counts metrics.jsonl lines; ``in_sync``: all replicas equal;
+    it); ``next_eval`` is in samples; ``ttt`` maps each target's name (:mod:`lowbw.train.targets`) to the
+    first evaluation that reached it; ``lines`` counts metrics.jsonl lines; ``in_sync``: all replicas equal;
     ``wall_s``: wall seconds of the run's earlier (checkpointed) segments."""
 
     batch: int
@@ -58,7 +58,8 @@ class RunState:
     eval_pending: bool = False
     last_eval_step: int = -1
     e0: float | None = None  # dynamic batch size: the error E_0 of the initial model
-    best: dict[str, float | None] = field(default_factory=lambda: {"val_acc": None, "test_acc": None})
+    best: dict[str, float | None] = field(default_factory=lambda: {"val_acc": None, "test_acc": None,
+                                                                           "val_loss": None})
     last_eval: dict[str, Any] = field(default_factory=dict)
     lines: int = 0
     in_sync: bool = True

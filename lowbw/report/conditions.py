@@ -1,0 +1,52 @@
+"""The machine's conditions beside each measured table: a caption sentence (host, date, load, other processes'
+CPU, steal; :mod:`lowbw.bench.conditions` records them) and a mark on every cell measured while the machine
+was busy, so that a timing taken under contention is never printed as the machine's own."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lowbw.report.latex import escape
+
+__all__ = ["MARK", "mark", "caption", "busy_testbeds"]
+
+MARK = r"$^\ddagger$"  # on a cell measured while the machine was busy
+
+
+def mark(cond: dict[str, Any] | None) -> str:
+    """``MARK`` where the cell's recorded conditions say busy, else '' (also for a cell without any: None, or
+    NaN in a DataFrame column where other rows have them)."""
+    return MARK if isinstance(cond, dict) and cond.get("busy") else ""
+
+
+def busy_testbeds(b: dict[str, Any]) -> dict[tuple[int, float, float], bool]:
+    """E1's benchmark: per testbed (workers, rate in Mbit/s, one-way delay in ms), whether it was measured while
+    the machine was busy (testbeds without recorded conditions are left out)."""
+    out = {}
+    for t in b.get("testbeds") or []:
+        c = t.get("conditions")
+        if c is not None and t.get("workers") is not None and t.get("rate_bps") is not None:
+            key = (int(t["workers"]), float(t["rate_bps"]) / 1e6, 1e3 * float(t.get("delay_s") or 0))
+            out[key] = bool(c.get("busy"))
+    return out
+
+
+def caption(cond: dict[str, Any] | None, provenance: dict[str, Any] | None = None, marked: int = 0) -> str:
+    """A LaTeX sentence for a measured table's caption: where and when it was measured and the machine's load
+    before / highest / after, other processes' CPU and steal; whether the machine was busy; what ``MARK`` means
+    when ``marked`` cells carry it. Files measured before the conditions were recorded say so."""
+    prov = provenance or {}
+    if not cond:
+        where = ", ".join(escape(str(x)) for x in (prov.get("host"), str(prov.get("date") or "")[:10]) if x)
+        return f" Machine load not recorded{f' ({where})' if where else ''}."
+    steal = "n/a" if cond.get("steal") is None else f"{100 * float(cond['steal']):.1f}" + r"\,\%"
+    others = "n/a" if cond.get("others_cores") is None else f"{float(cond['others_cores']):.2f}"
+    text = (f" Measured on {escape(cond.get('host', '?'))}, {escape(str(cond.get('date', '?'))[:16])} UTC: "
+            f"1-min load {float(cond['load_before'][0]):.2f}/{float(cond['load1_max']):.2f}/"
+            f"{float(cond['load_after'][0]):.2f} (before/highest/after) on {cond.get('cores')} cores, "
+            f"other processes {others} cores, steal {steal}")
+    text += ("; the machine was busy (" + escape("; ".join(cond.get("reasons") or [])) + ")."
+             if cond.get("busy") else ".")
+    if marked:
+        text += f" {MARK}: measured while the machine was busy ({marked} cells)."
+    return text
