@@ -19,6 +19,7 @@ COMMANDS: dict[str, str] = {
     "bench": "lowbw.bench.cli",
     "doctor": "lowbw.doctor",
     "store": "lowbw.store",
+    "advise": "lowbw.advise.cli",
 }
 
 

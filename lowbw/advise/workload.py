@@ -1,0 +1,282 @@
+"""The user's model as the advisor sees it: its parameter shapes (which fix every method's bytes on the wire)
+and one worker's compute per step (forward and backward of its local batch).
+
+Three ways in: one of lowbw's models by name (built on the meta device: nothing allocated), a module of the
+user's (``path.py:build``, ``build()`` returns an ``nn.Module``), or a bare parameter count (the shapes of a
+GPT-style transformer of that size). Compute per step, in order of preference: the user's ``--step-ms``;
+``--measure`` (forward and backward timed here, median of 3 after a warm-up); lowbw's calibration of this
+machine (``config/clock.json``, per sample, where it holds the model); otherwise the model's multiply-adds
+counted on the meta device, at the rate the calibration measured for the MLP (a CPU estimate, labelled so).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib.util
+import json
+import math
+import statistics
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from lowbw.advise.cache import load_cache, save_cache
+
+__all__ = ["Workload", "from_model", "from_file", "from_params", "transformer_shapes", "CLOCK_FILE"]
+
+CLOCK_FILE = Path(__file__).resolve().parents[2] / "config" / "clock.json"
+MODELS_FILE = Path(__file__).resolve().parents[1] / "train" / "models.py"  # cached multiply-adds hold while it does
+GPT_VOCAB = 50257  # a GPT-2 tokenizer's vocabulary, for --params' transformer shapes
+
+
+@dataclass(frozen=True)
+class Workload:
+    """What the advisor needs to know of the user's training."""
+
+    model: str  # lowbw model name, "file:<path>:<callable>", or "params:<count>"
+    kind: str  # "image" | "lm" | "unknown": which measured workloads are like it
+    shapes: tuple[tuple[str, tuple[int, ...]], ...]  # (parameter name, shape) of every trainable parameter
+    compute_s: float  # one worker's forward + backward of its local batch (s)
+    compute_basis: str  # where compute_s comes from, in words
+
+    @property
+    def params(self) -> int:
+        """Trainable parameters."""
+        return sum(math.prod(s) for _, s in self.shapes)
+
+    @property
+    def grad_bytes(self) -> int:
+        """Bytes of one fp32 gradient (a dense exchange's payload)."""
+        return 4 * self.params
+
+
+def _kind(name: str) -> str:
+    return "lm" if name.startswith("gpt") else "image"
+
+
+def _example_input(name: str, model: Any, batch: int, device: str):
+    """A batch the named lowbw model accepts: token ids for the GPTs, images otherwise (MNIST's 1x28x28 for
+    the MLP, ImageNet's 3x224x224 for the ImageNet models, CIFAR's 3x32x32 for the rest)."""
+    import torch  # lazy: importing torch costs about a second
+
+    from lowbw.train.models import IMAGENET_MODELS
+
+    if _kind(name) == "lm":
+        ctx = int(next((getattr(model, a) for a in ("context", "block_size", "seq_len") if hasattr(model, a)), 64))
+        return torch.zeros(batch, ctx, dtype=torch.long, device=device)
+    c, s = (1, 28) if name == "mlp" else (3, 224) if name in IMAGENET_MODELS else (3, 32)
+    return torch.zeros(batch, c, s, s, device=device)
+
+
+@contextlib.contextmanager
+def _no_init(active: bool):
+    """Skip ``torch.nn.init``'s initialisers while a model is built only for its shapes and multiply-adds:
+    its values are never read (initialising an ImageNet model takes seconds)."""
+    import torch  # lazy: see _example_input
+
+    if not active:
+        yield
+        return
+    names = [n for n in dir(torch.nn.init) if n.endswith("_") and not n.startswith("_")]
+    saved = {n: getattr(torch.nn.init, n) for n in names}
+    try:
+        for n in names:
+            setattr(torch.nn.init, n, lambda t, *a, **k: t)
+        yield
+    finally:
+        for n, f in saved.items():
+            setattr(torch.nn.init, n, f)
+
+
+def _build_named(name: str, device: str):
+    from lowbw.train.models import IMAGENET_MODELS, build_model
+
+    with contextlib.nullcontext():
+        if name == "mlp":
+            return build_model(name, 10, 1, 28, device=device)
+        return build_model(name, 1000 if name in IMAGENET_MODELS else 10, 3,
+                           224 if name in IMAGENET_MODELS else 32, device=device)
+
+
+def _shapes(module) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    return tuple((n, tuple(int(d) for d in p.shape)) for n, p in module.named_parameters() if p.requires_grad)
+
+
+def _macs(module, x) -> float:
+    """Multiply-adds of one forward pass of ``x`` through ``module``: every Linear and
+    Conv layer's output elements times its fan-in (attention's own products and element-wise work are left
+    out: they are small beside the layers at the sizes lowbw trains)."""
+    import torch  # lazy: see _example_input
+
+    total = [0.0]
+
+    def hook(mod, inp, out):
+        if isinstance(mod, torch.nn.Linear):
+            total[0] += out.numel() * mod.in_features
+        elif isinstance(mod, torch.nn.modules.conv._ConvNd):
+            total[0] += out.numel() * (mod.in_channels // mod.groups) * math.prod(mod.kernel_size)
+
+    hs = [m.register_forward_hook(hook) for m in module.modules()]
+    try:
+        with torch.no_grad():
+            module(x)
+    finally:
+        for h in hs:
+            h.remove()
+    return total[0]
+
+
+def _clock_entries(path: Path = CLOCK_FILE) -> list[dict[str, Any]]:
+    if not path.is_file():
+        return []
+    return list(json.loads(path.read_text())["entries"].values())
+
+
+def _calibrated_compute(name: str, batch: int, macs_of: Callable[[str], float]) -> tuple[float, str] | None:
+    """Compute per step from this machine's calibration: the model's own per-sample time if calibrated, else
+    its multiply-adds at the calibrated MLP's rate. None without a calibration file."""
+    entries = _clock_entries()
+    own = [e["clock_sample_s"] for e in entries if e.get("model") == name and e.get("compressor") == "none"]
+    if own:
+        return statistics.median(own) * batch, f"calibrated per sample on this machine ({CLOCK_FILE.name})"
+    mlp = [e["clock_sample_s"] for e in entries if e.get("model") == "mlp" and e.get("compressor") == "none"]
+    if not mlp:
+        return None
+    rate = macs_of("mlp") / statistics.median(mlp)  # multiply-adds per second, forward + backward per sample
+    return (macs_of(name) * batch / rate,
+            "estimated: multiply-adds at this machine's calibrated MLP rate (CPU; give --step-ms for your device)")
+
+
+def _measure(module, x, loss: Callable) -> float:
+    """Median of 3 timed forward + backward passes after one warm-up (s)."""
+    times = []
+    for i in range(4):
+        t = time.perf_counter()
+        loss(module(x)).backward()
+        module.zero_grad(set_to_none=True)
+        if i:
+            times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def from_model(name: str, batch: int = 32, step_ms: float | None = None, measure: bool = False) -> Workload:
+    """One of lowbw's models (``lowbw.train.models.MODELS``) with ``batch`` samples per worker and step.
+
+    Built on the CPU with its initialisers skipped (values are not needed for shapes and multiply-adds, and
+    the meta device would route the forward pass through torch's slower reference kernels)."""
+    import torch  # lazy: see _example_input
+
+    from lowbw.train.models import MODELS
+
+    if name not in MODELS:
+        raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)} (or --model-file / --params)")
+    if measure:
+        m = _build_named(name, "cpu")
+        x = _example_input(name, m, batch, "cpu")
+        return Workload(name, _kind(name), _shapes(m), _measure(m, x, lambda y: y.float().sum()),
+                        f"measured here (--measure, batch {batch}, {torch.get_num_threads()} threads)")
+    with _no_init(True):
+        model = _build_named(name, "cpu")
+    with torch.no_grad():
+        for p in model.parameters():
+            p.zero_()  # uninitialised memory may hold denormals, which slow the counting forward pass
+    shapes = _shapes(model)
+    if step_ms is not None:
+        return Workload(name, _kind(name), shapes, step_ms / 1e3, "given (--step-ms)")
+
+    cached = load_cache("macs", MODELS_FILE)
+
+    def macs_of(n: str) -> float:
+        if n in cached:
+            return cached[n]
+        with _no_init(True):
+            mm = model if n == name else _build_named(n, "cpu")
+        with torch.no_grad():
+            for p in mm.parameters():
+                p.zero_()
+        cached[n] = 3.0 * _macs(mm, _example_input(n, mm, 1, "cpu"))  # backward ~ twice the forward
+        save_cache("macs", MODELS_FILE, cached)
+        return cached[n]
+
+    got = _calibrated_compute(name, batch, macs_of)
+    if got is None:
+        raise ValueError(f"no compute calibration ({CLOCK_FILE}) for model {name!r}: give --step-ms or --measure")
+    return Workload(name, _kind(name), shapes, got[0], got[1])
+
+
+def _load_callable(spec: str) -> Callable:
+    path, sep, attr = spec.rpartition(":")
+    if not sep or not path or not attr:
+        raise ValueError(f"--model-file {spec!r}: expected path/to/module.py:callable")
+    p = Path(path)
+    if not p.is_file():
+        raise ValueError(f"--model-file {spec!r}: no such file {path}")
+    s = importlib.util.spec_from_file_location(f"_lowbw_advise_user_{p.stem}", p)
+    mod = importlib.util.module_from_spec(s)
+    try:
+        s.loader.exec_module(mod)
+    except Exception as e:  # the user's module: any error it raises is reported in one line
+        raise ValueError(f"--model-file {spec!r}: importing {path} failed: {type(e).__name__}: {e}") from e
+    fn = getattr(mod, attr, None)
+    if not callable(fn):
+        raise ValueError(f"--model-file {spec!r}: {path} defines no callable {attr!r}")
+    return fn
+
+
+def from_file(spec: str, batch: int = 32, step_ms: float | None = None, measure: bool = False) -> Workload:
+    """The user's own ``nn.Module`` from ``path.py:build`` (``build()`` returns it). Compute: ``step_ms``, or
+    ``measure`` when the module also defines ``example_input(batch)`` (its loss: the output's sum)."""
+    import torch  # lazy: see _example_input
+
+    fn = _load_callable(spec)
+    model = fn()
+    if not isinstance(model, torch.nn.Module):
+        raise ValueError(f"--model-file {spec!r}: the callable returned {type(model).__name__}, not a torch.nn.Module")
+    shapes = _shapes(model)
+    if not shapes:
+        raise ValueError(f"--model-file {spec!r}: the model has no trainable parameters")
+    name = f"file:{spec}"
+    if step_ms is not None:
+        return Workload(name, "unknown", shapes, step_ms / 1e3, "given (--step-ms)")
+    if measure:
+        path = spec.rpartition(":")[0]
+        ex = _load_callable(f"{path}:example_input")
+        return Workload(name, "unknown", shapes, _measure(model, ex(batch), lambda y: y.float().sum()),
+                        f"measured here (--measure, batch {batch})")
+    raise ValueError(f"--model-file {spec!r}: give --step-ms (your device's forward+backward time) or --measure")
+
+
+def transformer_shapes(params: float, vocab: int = GPT_VOCAB) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """Parameter shapes of a GPT-2-style transformer with about ``params`` parameters: width d (a multiple
+    of 64) and depth L = d / 128 (GPT-3's aspect ratio), per layer 12 d^2 weights (attention 4 d^2, MLP 8 d^2)
+    plus biases and norms, tied token embedding vocab x d and a context-1024 position embedding."""
+    if not params >= 1e5:
+        raise ValueError(f"--params {params!r}: give at least 1e5")
+
+    def total(d: int, layers: int) -> float:
+        return layers * (12 * d * d + 13 * d) + (vocab + 1024) * d + 2 * d
+
+    lo, hi = 64, 64 * 1024
+    while hi - lo > 64:  # the width whose L = d/128 model is closest to params
+        mid = (lo + hi) // 2 // 64 * 64
+        lo, hi = (mid, hi) if total(mid, max(1, mid // 128)) < params else (lo, mid)
+    d = lo
+    layers = max(1, round((params - (vocab + 1024) * d) / (12 * d * d + 13 * d)))
+    out: list[tuple[str, tuple[int, ...]]] = [("wte", (vocab, d)), ("wpe", (1024, d))]
+    for i in range(layers):
+        out += [(f"h{i}.ln1.w", (d,)), (f"h{i}.ln1.b", (d,)), (f"h{i}.qkv.w", (3 * d, d)), (f"h{i}.qkv.b", (3 * d,)),
+                (f"h{i}.proj.w", (d, d)), (f"h{i}.proj.b", (d,)), (f"h{i}.ln2.w", (d,)), (f"h{i}.ln2.b", (d,)),
+                (f"h{i}.fc.w", (4 * d, d)), (f"h{i}.fc.b", (4 * d,)), (f"h{i}.out.w", (d, 4 * d)),
+                (f"h{i}.out.b", (d,))]
+    return tuple(out + [("lnf.w", (d,)), ("lnf.b", (d,))])
+
+
+def from_params(params: float, step_ms: float | None = None) -> Workload:
+    """A quick estimate from a parameter count alone: a transformer's shapes; compute only if given."""
+    shapes = transformer_shapes(params)
+    if step_ms is None:
+        return Workload(f"params:{params:.3g}", "lm", shapes, 0.0,
+                        "not given: communication and compression only (give --step-ms)")
+    return Workload(f"params:{params:.3g}", "lm", shapes, step_ms / 1e3, "given (--step-ms)")
