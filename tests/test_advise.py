@@ -1,0 +1,128 @@
+"""lowbw advise: inputs refused in one line, exact bytes, the step-time cases, the efficiency look-up, and the
+ranking's two ends (a fast link picks a dense baseline, a slow one a method that sends less)."""
+
+from __future__ import annotations
+
+import json
+import math
+import subprocess
+import sys
+import textwrap
+
+import pytest
+
+from lowbw.advise import efficiency
+from lowbw.advise.candidates import candidates, exchange
+from lowbw.advise.efficiency import lookup
+from lowbw.advise.workload import from_model, transformer_shapes
+
+PY = [sys.executable, "-m", "lowbw", "advise"]
+
+
+def _table(tmp_path, ratios: dict[str, float | None]):
+    """An efficiency table for mlp/mnist at 4 workers, dense at 100 steps; None: never reached."""
+    rows = [{"experiment": "e9_diloco", "dataset": "mnist", "model": "mlp", "kind": "image", "metric": "test_acc",
+             "direction": "up", "target": 0.9, "workers": 4, "method": m, "seeds": 2,
+             "seeds_reached": 0 if r is None else 2, "steps_mean": math.nan if r is None else 100 * r,
+             "dense_steps_mean": 100.0, "steps_ratio": math.nan if r is None else r} for m, r in ratios.items()]
+    return efficiency.write(rows, {"source": "test"}, tmp_path / "eff.csv")
+
+
+def _run(*args, env_cache=None):
+    return subprocess.run([*PY, *args], capture_output=True, text=True, timeout=120)
+
+
+@pytest.mark.parametrize("args, word", [
+    (["--model", "mlp", "--workers", "4", "--rate", "10"], "'10'"),
+    (["--model", "mlp", "--workers", "4", "--rate", "10mbps"], "10mbps"),
+    (["--model", "nosuchnet", "--workers", "4", "--rate", "10mbit"], "nosuchnet"),
+    (["--model", "mlp", "--workers", "0", "--rate", "10mbit"], "--workers"),
+    (["--model", "mlp", "--workers", "2", "--rates", "10mbit", ], "--rates"),
+    (["--model-file", "nofile.py:build", "--workers", "2", "--rate", "10mbit", "--step-ms", "5"], "nofile.py"),
+])
+def test_bad_input_is_one_line_naming_it(args, word):
+    r = _run(*args)
+    assert r.returncode == 2 and r.stdout == ""
+    assert len(r.stderr.strip().splitlines()) == 1 and word in r.stderr
+
+
+def test_model_file_outside_lowbw(tmp_path):
+    f = tmp_path / "mine.py"
+    f.write_text(textwrap.dedent("""
+        import torch
+        def build():
+            return torch.nn.Sequential(torch.nn.Linear(100, 50), torch.nn.ReLU(), torch.nn.Linear(50, 3))
+    """))
+    r = _run("--model-file", f"{f}:build", "--workers", "4", "--rate", "100mbit", "--step-ms", "5", "--json",
+             "--efficiency", str(_table(tmp_path, {"dense": 1.0})))
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["inputs"]["params"] == 100 * 50 + 50 + 50 * 3 + 3
+    dense = next(x for x in out["ranking"] if x["method"] == "dense")
+    assert dense["bytes_per_step"] == 4 * out["inputs"]["params"]
+    r = _run("--model-file", f"{f}:nothere", "--workers", "4", "--rate", "100mbit", "--step-ms", "5")
+    assert r.returncode == 2 and "nothere" in r.stderr
+
+
+def test_bytes_are_the_compressors_payloads():
+    import torch
+
+    from lowbw.compress import make
+
+    w = from_model("mlp", step_ms=1.0)
+    by = {c.name: c for c in candidates()}
+    fp16 = exchange(by["fp16"], w.shapes)
+    assert fp16.bytes_sent == 2 * w.params  # fp16: two bytes a value, one part per tensor
+    topk = exchange(by["topk1"], w.shapes)
+    comp = make("topk", ratio=0.01)
+    want = sum(comp.compress(torch.randn(s)).data_nbytes for _, s in w.shapes)
+    assert topk.bytes_sent == want
+    assert exchange(by["dense"], w.shapes).bytes_sent == 4 * w.params
+
+
+def test_transformer_shapes_match_the_count():
+    n = sum(math.prod(s) for _, s in transformer_shapes(1.3e9))
+    assert abs(n / 1.3e9 - 1) < 0.1
+
+
+def test_lookup_tiers(tmp_path):
+    rows = efficiency.read(_table(tmp_path, {"dense": 1.0, "topk1": 1.5, "local16": None}))
+    e = lookup(rows, "topk1", "mlp", "image", 4, "test_acc", 0.9)
+    assert (e.ratio, e.confidence) == (1.5, "measured")
+    assert lookup(rows, "topk1", "mlp", "image", 8, "test_acc", 0.9).confidence == "extrapolated"
+    assert lookup(rows, "topk1", "resnet20", "image", 4, "test_acc", 0.9).confidence == "extrapolated"
+    assert lookup(rows, "local16", "mlp", "image", 4, "test_acc", 0.9).ratio == math.inf
+    assert lookup(rows, "powersgd", "mlp", "image", 4, "test_acc", 0.9).confidence == "bytes only"
+
+
+def test_fast_link_picks_dense_slow_link_sends_less(tmp_path):
+    eff = str(_table(tmp_path, {"dense": 1.0, "fp16": 1.0, "topk1": 1.3, "diloco64": 1.2, "local16": 1.5,
+                                "powersgd": 1.4}))
+    fast = json.loads(_run("--model", "resnet20", "--workers", "8", "--rate", "10gbit", "--step-ms", "30",
+                           "--json", "--efficiency", eff).stdout)
+    assert fast["ranking"][0]["method"] in ("dense", "fp16", "bf16")
+    slow = json.loads(_run("--model", "resnet20", "--workers", "8", "--rate", "10mbit", "--step-ms", "30",
+                           "--json", "--efficiency", eff).stdout)
+    top = slow["ranking"][0]
+    assert top["method"] not in ("dense", "fp16", "bf16")
+    times = [x["predicted_ttt_s"] for x in slow["ranking"] if x["confidence"] != "bytes only"]
+    assert times == sorted(times)
+    assert {"method", "predicted_step_s", "predicted_steps_ratio", "predicted_ttt_s", "confidence"} <= set(top)
+
+
+def test_table_fits_100_columns(tmp_path):
+    r = _run("--model", "resnet20", "--workers", "8", "--rate", "10mbit", "--step-ms", "30",
+             "--efficiency", str(_table(tmp_path, {"dense": 1.0})))
+    assert r.returncode == 0, r.stderr
+    table = r.stdout.split("\nwhy:")[0].splitlines()[2:]
+    assert table and all(len(ln) <= 100 for ln in table)
+    assert "communication is" in r.stdout
+
+
+def test_gpt_small():
+    r = _run("--model", "gpt-small", "--workers", "8", "--rate", "10mbit", "--step-ms", "35", "--target-loss", "1.9",
+             "--json")
+    assert r.returncode == 0, r.stderr
+    out = json.loads(r.stdout)
+    assert out["inputs"]["kind"] == "lm" and out["inputs"]["metric"] == "val_loss"
+    assert 5e5 < out["inputs"]["params"] < 2e6
