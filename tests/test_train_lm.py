@@ -53,7 +53,7 @@ def test_gpt_sizes_match_nanogpt():
         s = GPT_SIZES[name]
         # per block: qkv 3C^2 + proj C^2 + MLP 8C^2 + two LayerNorm weights 2C; token embedding V C; final LN C
         C, L = s.n_embd, s.n_layer
-        assert L * (12 * C * C + 2 * C) + 65 * C + C == expected
+        assert expected == L * (12 * C * C + 2 * C) + 65 * C + C
         assert param_count(name, 65, 1, 0) - s.block_size * C == expected
 
 

@@ -422,7 +422,7 @@ class GPT(nn.Module):
 
     def forward(self, idx):
         T = idx.shape[-1]
-        if T > self.block_size:
+        if self.block_size < T:
             raise ValueError(f"sequence of {T} characters is longer than block_size={self.block_size}")
         pos = torch.arange(T, device=idx.device)
         x = self.drop(self.wte(idx) + self.wpe(pos))

@@ -33,7 +33,8 @@ from lowbw.train.assign import TrainData, load_data
 from lowbw.train.augment import Augmenter
 from lowbw.train.models import GPT_SIZES, build_model, model_kind
 
-__all__ = ["Workload", "ImageWorkload", "TextWorkload", "load_workload", "is_text_dataset", "WorkloadError", "fill_cache"]
+__all__ = ["Workload", "ImageWorkload", "TextWorkload", "load_workload", "is_text_dataset", "WorkloadError",
+           "fill_cache", "text_block_size"]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
 
