@@ -63,6 +63,7 @@ wildcard_constraints:
 rule all:
     input:
         f"{STORE}/index.json" if GPU else "paper/build/paper.pdf",
+        [] if GPU else "paper/generated/stats/efficiency.csv",
 
 
 rule runs:
@@ -220,6 +221,23 @@ rule bench_e2e:
         "environment.yml"
     shell:
         "python -m lowbw bench e2e {params.args} --runs-dir runs/bench/e2e --out {output} > {log} 2>&1"
+
+
+rule efficiency:
+    """The advisor's efficiency table (lowbw advise): every method's measured steps to the target relative to
+    dense training, per workload and workers, from the training runs (provenance in its # lines)."""
+    input:
+        [f"{d}/summary.json" for d in RUNS],
+    output:
+        "paper/generated/stats/efficiency.csv",
+    log:
+        "runs/report/efficiency.log",
+    threads: 1
+    resources:
+        mem_mb=2000,
+        runtime=30,
+    shell:
+        "python -m lowbw advise --build-efficiency runs {output} > {log} 2>&1"
 
 
 rule report:
