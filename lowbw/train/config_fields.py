@@ -29,7 +29,7 @@ def _f(default: Any, help: str, *, enum: list[str] | None = None, minimum: float
     return field(default=default, metadata=meta)
 
 
-SYNC_SCHEMES = ["sync", "local", "post_local", "hierarchical", "ssp", "async", "diloco"]
+SYNC_SCHEMES = ["sync", "local", "post_local", "hierarchical", "ssp", "async", "diloco", "desloc", "sparta"]
 ASSIGNMENTS = ["disjoint", "full", "coarse", "medium", "fine", "household"]
 
 
@@ -107,8 +107,9 @@ class RunConfig:
     epochs: float = _f(10.0, "target epochs E over the training split; with C copies per sample the run does "
                        "ceil(E/C) overlap epochs (thesis 5.2.1)", minimum=0, group="optim")
     steps: int = _f(0, "total steps instead of epochs (0: use epochs)", minimum=0, group="optim")
-    optimizer: str = _f("sgd", "sgd (momentum, weight decay), adam, adamw", enum=["sgd", "adam", "adamw"],
-                        group="optim")
+    optimizer: str = _f("sgd", "sgd (momentum, weight decay), adam, adamw, muon (Newton-Schulz orthogonalised "
+                        "momentum for hidden weight matrices, AdamW for the rest; lowbw.train.muon; as diloco's "
+                        "inner optimiser: MuLoCo)", enum=["sgd", "adam", "adamw", "muon"], group="optim")
     lr: float = _f(0.05, "learning rate at base_batch_size", exclusive_minimum=0, group="optim")
     momentum: float = _f(0.9, "sgd momentum", minimum=0, maximum=0.999999, group="optim")
     nesterov: bool = _f(False, "sgd: Nesterov momentum", group="optim")
@@ -116,6 +117,14 @@ class RunConfig:
     adam_beta1: float = _f(0.9, "adam beta1", minimum=0, maximum=0.999999, group="optim")
     adam_beta2: float = _f(0.999, "adam beta2", minimum=0, maximum=0.999999, group="optim")
     adam_eps: float = _f(1e-8, "adam epsilon", exclusive_minimum=0, group="optim")
+    muon_momentum: float = _f(0.95, "muon: momentum mu (Nesterov; Jordan et al. 2024's default 0.95)", minimum=0,
+                              maximum=0.999999, group="optim")
+    muon_ns_steps: int = _f(5, "muon: Newton-Schulz iterations (Jordan et al. 2024: 5)", minimum=1, maximum=20,
+                            group="optim")
+    muon_scale: str = _f("rms", "muon: update scale of an A x B matrix: rms = 0.2 sqrt(max(A, B)) (Liu et al. "
+                         "2025: AdamW's update RMS, so one lr serves the Muon and AdamW parts), shape = "
+                         "sqrt(max(1, A/B)) (Jordan et al. 2024; Muon lr then ~0.02)", enum=["rms", "shape"],
+                         group="optim")
     lr_schedule: str = _f("step", "step (x lr_gamma at each milestone), cosine (to 0), constant",
                           enum=["step", "cosine", "constant"], group="optim")
     lr_milestones: list[float] = _f([0.5, 0.75], "step: fractions of training at which lr is multiplied by "
@@ -151,7 +160,10 @@ class RunConfig:
                    "post_local: sync until local_start then local; hierarchical: households/neighbourhoods; "
                    "ssp: stale-synchronous parameter server (sim); async: asynchronous parameter server (sim); "
                    "diloco: world_period local steps, then an outer optimiser step on the averaged (and, with a "
-                   "compressor, compressed) pseudo-gradient (Douillard et al. 2023)",
+                   "compressor, compressed) pseudo-gradient (Douillard et al. 2023); desloc: local adam, "
+                   "parameters averaged every world_period steps and Adam's moments every desloc_m1_period / "
+                   "desloc_m2_period (Iacob et al. 2025); sparta: local steps, sparta_density of the "
+                   "parameters averaged every step (Beton et al. 2025)",
                    enum=SYNC_SCHEMES, group="sync")
     collective: str = _f("ring", "collective algorithm (lowbw.comm: ring, tree, ps, butterfly, native, ...)",
                          group="sync")
@@ -181,6 +193,26 @@ class RunConfig:
     diloco_delay: int = _f(0, "diloco: tau, inner steps between the start of a fragment's exchange and the outer "
                            "update it brings (its communication overlaps tau steps of compute; Streaming "
                            "DiLoCo's overlap); 0: applied at once", minimum=0, group="sync")
+    diloco_fragment_layout: str = _f("contiguous", "diloco, F > 1: contiguous = F near-equal contiguous ranges "
+                                     "of the flat row (tensors split at row boundaries); strided = Streaming "
+                                     "DiLoCo's fragments (Douillard et al. 2025): whole layers, layer j in "
+                                     "fragment j mod F", enum=["contiguous", "strided"], group="sync")
+    diloco_alpha: float = _f(0.0, "diloco: mixing factor alpha of a landed fragment, theta <- alpha theta_local + "
+                             "(1 - alpha) theta_global (Streaming DiLoCo; torchft's fragment_update_alpha, default "
+                             "0; the paper's runs 0.5); 0: replace", minimum=0, maximum=0.999999, group="sync")
+    diloco_schedule: str = _f("start_at_slot", "diloco with diloco_delay tau: start_at_slot = a fragment's "
+                              "exchange starts after its sync step t and lands after t + tau; land_at_slot = it "
+                              "starts tau steps before its sync step and lands at it (torchft's "
+                              "DiLoCo(fragment_sync_delay))", enum=["start_at_slot", "land_at_slot"],
+                              group="sync")
+    desloc_m1_period: int = _f(0, "desloc: K_u, steps between averages of Adam's first moment (DES-LOC, Iacob et "
+                               "al. 2025); 0: 3 x world_period (their recommendation)", minimum=0, group="sync")
+    desloc_m2_period: int = _f(0, "desloc: K_v, steps between averages of Adam's second moment; 0: 6 x "
+                               "world_period (their recommendation)", minimum=0, group="sync")
+    sparta_density: float = _f(0.0, "SPARTA (Beton et al. 2025): fraction p of the parameters averaged over the "
+                               "world after every step (the same random indices on every worker, from the seed); "
+                               "needs sync=sparta (alone) or sync=diloco (composed); their runs: 0.0005-0.005; "
+                               "0: off", minimum=0, maximum=1, group="sync")
     local_start: float = _f(0.5, "post_local: fraction of training after which local SGD starts (Lin et al.: at "
                             "the first lr decay)", minimum=0, maximum=1, group="sync")
     households: int = _f(0, "H: households (divides workers); hierarchical only", minimum=0, group="sync")

@@ -190,11 +190,12 @@ def _check_sync(cfg) -> None:
         for f in fields(cfg):
             if f.name.startswith("outer_") and getattr(cfg, f.name) != f.default:
                 raise ConfigError(f.name, f"only used with sync=diloco (sync={s})")
-    if s in ("sync", "ssp", "async") and cfg.world_period != 1:
+    _check_new_schemes(cfg)
+    if s in ("sync", "ssp", "async", "sparta") and cfg.world_period != 1:
         raise ConfigError("world_period", f"not used with sync={s}")
     if s in ("ssp", "async") and cfg.backend != "sim":
         raise ConfigError("backend", f"sync={s} runs on the sim backend only")
-    if s in ("ssp", "async", "local") and cfg.compressor != "none":
+    if s in ("ssp", "async", "local", "desloc", "sparta") and cfg.compressor != "none":
         raise ConfigError("compressor", f"sync={s} averages models / pushes to a parameter server densely; "
                                         "compressors apply to gradient synchronisation (sync, post_local, "
                                         "hierarchical with household_period=1)")
@@ -213,6 +214,28 @@ def _check_sync(cfg) -> None:
     elif cfg.diloco_delay >= cfg.world_period:
         raise ConfigError("diloco_delay", f"{cfg.diloco_delay}: must be below world_period={cfg.world_period} "
                                           "(a fragment's update lands before its next exchange)")
+
+
+def _check_new_schemes(cfg) -> None:
+    """Muon, DES-LOC, SPARTA and Streaming DiLoCo's own keys (issue 35): each only where it is used."""
+    s = cfg.sync
+    if cfg.optimizer == "muon" and s in ("ssp", "async"):
+        raise ConfigError("optimizer", f"muon is not wired into the parameter server (sync={s})")
+    if s == "desloc" and cfg.optimizer not in ("adam", "adamw"):
+        raise ConfigError("optimizer", f"desloc averages Adam's moments: needs adam or adamw, got {cfg.optimizer!r}")
+    if s != "desloc":
+        for k in ("desloc_m1_period", "desloc_m2_period"):
+            if getattr(cfg, k):
+                raise ConfigError(k, f"only used with sync=desloc (sync={s})")
+    if s == "sparta" and cfg.sparta_density <= 0:
+        raise ConfigError("sparta_density", "sync=sparta needs a density p in (0, 1] (e.g. 0.001)")
+    if cfg.sparta_density and s not in ("sparta", "diloco"):
+        raise ConfigError("sparta_density", f"only used with sync=sparta or sync=diloco (sync={s})")
+    if s != "diloco":
+        for k, v in (("diloco_fragment_layout", "contiguous"), ("diloco_alpha", 0.0),
+                     ("diloco_schedule", "start_at_slot")):
+            if getattr(cfg, k) != v:
+                raise ConfigError(k, f"only used with sync=diloco (sync={s})")
 
 
 def _check_backends_and_network(cfg) -> None:

@@ -99,7 +99,7 @@ class Trainer:
         if cfg.sync in ("ssp", "async"):
             self.ps = ParameterServer(cfg, self.rep, self.batches, cfg.global_batch // cfg.workers)
         else:
-            self.sync = Synchroniser(cfg, world, self.rep)
+            self.sync = Synchroniser(cfg, world, self.rep, self.opt)  # desloc averages the optimiser's moments
         self.state = RunState(batch=cfg.global_batch, next_eval=self.eval_every_samples,
                               ttt={t.name: None for t in parse_targets(cfg.targets)})
         self._t_start = time.perf_counter()

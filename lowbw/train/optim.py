@@ -3,12 +3,15 @@
 Plain elementwise tensor code: the same update on a ``[4, P]`` block (sim) and on a ``[1, P]`` block (one
 process) gives bit-identical rows, which is what lets ``sim`` and ``procs`` agree. Semantics follow
 ``torch.optim.SGD`` (momentum buffer starts at the first gradient; dampening 0) and ``torch.optim.Adam`` /
-``AdamW``.
+``AdamW``. ``optimizer: muon`` is :class:`lowbw.train.muon.MuonFlat` (it needs the parameter layout: which
+tensors are matrices).
 """
 
 from __future__ import annotations
 
 import torch
+
+from lowbw.train.muon import MuonFlat
 
 __all__ = ["FlatOptimizer", "make_optimizer", "decay_mask", "clip_rows"]
 
@@ -73,10 +76,18 @@ class FlatOptimizer:
         self.t = int(s["t"])
 
 
-def make_optimizer(cfg, rows: int, params: int, device, layout=None) -> FlatOptimizer:
+def make_optimizer(cfg, rows: int, params: int, device, layout=None):
     """The run's optimiser (``optimizer``, ``momentum``, ``nesterov``, ``weight_decay``, ``weight_decay_on``,
-    ``adam_*`` keys) on ``rows`` parameter rows of ``params`` elements; ``layout`` (name, offset, numel, shape
-    per tensor, :attr:`lowbw.train.replicas.Replicas.p_layout`) tells matrices from the rest."""
+    ``adam_*``, ``muon_*`` keys) on ``rows`` parameter rows of ``params`` elements; ``layout`` (name, offset,
+    numel, shape per tensor, :attr:`lowbw.train.replicas.Replicas.p_layout`) tells matrices from the rest
+    (``muon`` needs it)."""
+    if cfg.optimizer == "muon":
+        if layout is None:
+            raise ValueError("optimizer='muon' needs the parameter layout (this caller passes none)")
+        return MuonFlat(layout, (rows, params), device, momentum=cfg.muon_momentum, ns_steps=cfg.muon_ns_steps,
+                        scale=cfg.muon_scale, weight_decay=cfg.weight_decay,
+                        betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
+                        decay_mask=decay_mask(cfg, params, layout, device))
     return FlatOptimizer(cfg.optimizer, (rows, params), device, momentum=cfg.momentum, nesterov=cfg.nesterov,
                          weight_decay=cfg.weight_decay, betas=(cfg.adam_beta1, cfg.adam_beta2), eps=cfg.adam_eps,
                          decay_mask=decay_mask(cfg, params, layout, device))
@@ -103,4 +114,3 @@ def clip_rows(g: torch.Tensor, max_norm: float) -> torch.Tensor:
         return g
     norm = g.norm(dim=1, keepdim=True)
     return g * (max_norm / (norm + 1e-6)).clamp(max=1.0)
-

@@ -69,8 +69,9 @@ class ModelSync:
 
 
 class Synchroniser:
-    def __init__(self, cfg, world, rep):
-        self.cfg, self.world, self.rep = cfg, world, rep
+    def __init__(self, cfg, world, rep, opt=None):
+        """``opt``: the replicas' optimiser (its state is what ``sync: desloc`` averages besides parameters)."""
+        self.cfg, self.world, self.rep, self.opt = cfg, world, rep, opt
         self.scheme = Scheme(cfg)
         self.comp = make_compressor(cfg)
         self.states = make_states(cfg, world.ranks)
