@@ -35,7 +35,38 @@ def test_optimiser_steps_fault_in_no_pages():
     assert int(out[1]) < 2 * 40, f"{out[1]} page faults in 40 optimiser steps"
 
 
-def test_steady_allocator_is_idempotent():
-    from lowbw.train.allocator import steady_allocator
+def test_steady_allocator_sets_the_thresholds_once(monkeypatch):
+    """mallopt is called with glibc's parameter numbers (malloc.h: M_MMAP_THRESHOLD -3, M_TRIM_THRESHOLD -1)
+    and the module's byte counts, once per process however often it is called; not glibc: False, no call."""
+    import ctypes
 
-    assert steady_allocator() is steady_allocator()
+    from lowbw.train import allocator
+
+    calls = []
+
+    class Mallopt:  # a C function: callable, with argtypes to set
+        argtypes = None
+
+        def __call__(self, param, value):
+            calls.append((param, value))
+            return 1
+
+    class GlibcLike:
+        def __init__(self, name):
+            self.mallopt, self.gnu_get_libc_version = Mallopt(), object()
+
+    class NotGlibc:
+        def __init__(self, name):
+            self.mallopt = Mallopt()
+
+    allocator.steady_allocator.cache_clear()
+    try:
+        monkeypatch.setattr(ctypes, "CDLL", GlibcLike)
+        assert allocator.steady_allocator() is True and allocator.steady_allocator() is True
+        assert calls == [(-3, 32 * 2**20), (-1, 128 * 2**20)]
+        allocator.steady_allocator.cache_clear()
+        calls.clear()
+        monkeypatch.setattr(ctypes, "CDLL", NotGlibc)
+        assert allocator.steady_allocator() is False and calls == []
+    finally:
+        allocator.steady_allocator.cache_clear()

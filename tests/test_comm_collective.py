@@ -126,7 +126,10 @@ def test_threads_equal_processes_bitwise(procs):
 def test_callrecord_is_the_protocols():
     c = ThreadCollective.group(1)[0]
     c.all_reduce(torch.ones(2))
-    assert isinstance(c.calls[0], CallRecord)
+    c.all_gather(torch.ones(3, dtype=torch.float16))
+    assert all(isinstance(x, CallRecord) for x in c.calls)
+    # what the cost model needs: op, this rank's input bytes (2 x fp32; 3 x fp16), the world
+    assert [(x.op, x.nbytes, x.world_size) for x in c.calls] == [("all_reduce", 8, 1), ("all_gather", 6, 1)]
 
 
 def test_thread_collective_rejects_bad_arguments():

@@ -54,7 +54,15 @@ def test_slowdowns_numbers_and_table(tmp_path):
     assert "ETenAsymBest" not in n  # a network the profile did not run writes nothing
     tab = E10.table(st)
     assert r"$\times$10" in tab and "tab:e10" in tab
-    assert E10.figure(st) is not None
+    fig = E10.figure(st)
+    # one panel per network other than even, each a bar per method at its slow-down (the values above)
+    from lowbw.report.e10 import TITLES
+
+    assert [ax.get_title() for ax in fig.axes] == [TITLES.get(n, n) for n in ("oneslow", "straggler")]
+    widths = {ax.get_title(): [round(p.get_width(), 6) for p in ax.patches] for ax in fig.axes}
+    order = st.meta["methods"]
+    assert widths[TITLES.get("oneslow", "oneslow")] == [{"dense": 10.0, "local16": 2.0}[m] for m in order]
+    assert widths[TITLES.get("straggler", "straggler")] == [{"dense": 1.1, "local16": 0.0}[m] for m in order]
 
 
 def test_a_method_that_misses_the_target_is_left_out(tmp_path):

@@ -204,9 +204,10 @@ def test_streaming_on_procs_matches_sim(tmp_path):
         assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)
 
 
-def _timed_worker(rank: int, world_size: int, cd: dict) -> float:
-    """One procs worker: rank 1 reaches fragment 0's exchange (after step 2) 1.5 s late; returns how long
-    rank 0's model synchronisation of step 2 took (the exchange's start)."""
+def _timed_worker(rank: int, world_size: int, cd: dict) -> dict[str, float]:
+    """One procs worker: rank 1 reaches fragment 0's exchange (after step 2) 1.5 s late; returns when (the
+    system-wide monotonic clock, comparable across processes) this rank entered and left its model
+    synchronisation of step 2 (the exchange's start)."""
     import time
 
     from lowbw.train.config import RunConfig
@@ -219,9 +220,9 @@ def _timed_worker(rank: int, world_size: int, cd: dict) -> float:
     def model_sync(step, act):
         if rank == 1 and step == 2:
             time.sleep(1.5)
-        t0 = time.perf_counter()
+        t0 = time.monotonic()
         out = real(step, act)
-        took[step] = time.perf_counter() - t0
+        took[step] = {"enter": t0, "leave": time.monotonic()}
         return out
 
     tr.sync.model_sync = model_sync
@@ -239,11 +240,13 @@ def test_procs_exchange_runs_in_the_background(tau):
 
     cd = {**cfg(backend="procs", model="mlp").to_dict(), "sync": "diloco", "world_period": 4, "diloco_fragments": 2,
           "diloco_delay": tau, "steps": 3}
-    took = run_procs(_timed_worker, 2, cd, timeout=120)[0]
+    r0, r1 = run_procs(_timed_worker, 2, cd, timeout=120)
+    # an order of events, not a duration: with tau = 1 rank 0 is done before the late peer even starts (1.5 s
+    # of margin); with tau = 0 it cannot be done before the peer came
     if tau:
-        assert took < 0.5
+        assert r0["leave"] < r1["enter"]
     else:
-        assert took > 1.0
+        assert r0["leave"] >= r1["enter"]
 
 
 def test_procs_checkpoint_with_an_exchange_in_flight_resumes_identically(tmp_path):
