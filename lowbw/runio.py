@@ -92,7 +92,11 @@ def read_jsonl(path: str | os.PathLike) -> list[dict[str, Any]]:
 
 
 def git_commit(repo: str | os.PathLike | None = None) -> str:
-    """The lowbw checkout's commit (``<sha>`` or ``<sha>-dirty``), or ``"unknown"`` outside git."""
+    """The lowbw checkout's commit (``<sha>`` or ``<sha>-dirty``), or ``"unknown"`` outside git.
+
+    ``$LOWBW_GIT_COMMIT`` names it for a copy of the tree without its ``.git`` (e.g. sent to a GPU machine)."""
+    if os.environ.get("LOWBW_GIT_COMMIT") and repo is None:
+        return os.environ["LOWBW_GIT_COMMIT"]
     repo = Path(repo) if repo else Path(__file__).resolve().parent.parent
     try:
         sha = subprocess.run(
