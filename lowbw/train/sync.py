@@ -10,6 +10,10 @@ Per step, every scheme is a pair (gradient level, model-averaging level), each `
 ``hierarchical`` households of M/H workers: gradients averaged in the household every step (L_H = 1) or
                 models every L_H steps; neighbourhoods (NB) every L_N steps; the world every L_W steps
                 (the highest level due wins). Thesis ch. 4.2.
+``desloc``      ``local`` with Adam, whose moments are averaged on their own periods too (Iacob et al. 2025),
+                see :mod:`lowbw.train.desloc`
+``sparta``      local steps; a random p of the parameters averaged after every step (Beton et al. 2025),
+                see :mod:`lowbw.train.sparta`
 ``ssp/async``   parameter server, see :mod:`lowbw.train.ps` (sim only)
 ``diloco``      local steps; every L_W steps an outer optimiser step on the world's average pseudo-gradient
                 (Douillard et al. 2023); with F = ``diloco_fragments`` one fragment's every L_W / F steps
@@ -69,7 +73,9 @@ class Scheme:
         if k == "diloco":
             f = self.fragment_at.get(step % self.LW)
             return Action(None, None) if f is None else Action(None, "world", f)
-        if k in ("local", "post_local"):
+        if k == "sparta":  # only its per-step sparse averages (lowbw.train.sparta)
+            return Action(None, None)
+        if k in ("local", "post_local", "desloc"):  # desloc: its moments' averages in lowbw.train.desloc
             return Action(None, "world" if step % self.LW == 0 else None)
         if k == "hierarchical":
             grad = "household" if self.LH == 1 else None

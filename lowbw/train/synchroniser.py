@@ -48,12 +48,17 @@ from lowbw.adaptive import AdaptiveTopK, ChosenTopK, candidate_densities
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter
 from lowbw.train.config_rules import ConfigError
+from lowbw.train.desloc import DesLoc
 from lowbw.train.optim import FlatOptimizer
+from lowbw.train.sparta import Sparta
 from lowbw.train.streaming import Background, FragmentPlan, InFlight
 from lowbw.train.sync import Action, Scheme, TimedCollective, aggregate_rank, average_rank, make_compressor, make_states
 from lowbw.train.world import Exchange, link_for
 
-__all__ = ["Synchroniser", "ModelSync"]
+__all__ = ["Synchroniser", "ModelSync", "ADDONS"]
+
+# per-step synchronisations after the scheme's own, in this order (lowbw.train.addons' interface)
+ADDONS = (DesLoc, Sparta)
 
 
 @dataclass
@@ -85,6 +90,7 @@ class Synchroniser:
                                        densities=candidate_densities(cfg.adaptive_c_low, cfg.adaptive_c_high),
                                        numels=[k for _, _, k, _ in self.chunks])
             self.comp = ChosenTopK.like(self.comp)  # aggregates with the collective the policy chooses
+        self.addons = [a(cfg, world, rep, opt, self.direct) for a in ADDONS if a.applies(cfg)]
         self.start = self.outer = self.plan = None
         self.inflight: list[InFlight] = []  # diloco, tau > 0: exchanges started and not yet landed (FIFO)
         self.link_free = 0.0  # virtual time the background link is free again (lowbw.train.streaming)
@@ -118,7 +124,11 @@ class Synchroniser:
     def global_row(self) -> torch.Tensor | None:
         """diloco with F > 1: theta_start (worker 0's copy; equal on every worker), the model to evaluate;
         else None (the replicas are equal at synchronisation steps: evaluate them)."""
-        return self.start[0] if self.plan is not None and len(self.plan.ranges) > 1 else None
+        if self.plan is not None and len(self.plan.ranges) > 1:
+            return self.start[0]
+        if any(a.evaluate_replica0 for a in self.addons):  # sparta: worker 0's own model
+            return self.rep.params[0]
+        return None
 
     def state_dict(self) -> dict:
         """The compressor states and, for diloco, theta_start, the outer optimisers and the exchanges in
@@ -126,7 +136,7 @@ class Synchroniser:
         if self.outer is not None:
             for x in self.inflight:
                 self._complete(x)
-        s = {"compressor_states": self.states}
+        s = {"compressor_states": self.states, "addons": [a.state_dict() for a in self.addons]}
         if self.outer is not None:
             s.update(start=self.start.clone(), outer=[o.state_dict() for o in self.outer],
                      inflight=[x.to_dict() for x in self.inflight], link_free=self.link_free,
@@ -135,6 +145,8 @@ class Synchroniser:
 
     def load_state_dict(self, s: dict) -> None:
         self.states = s["compressor_states"]
+        for a, d in zip(self.addons, s.get("addons", [{}] * len(self.addons))):
+            a.load_state_dict(d)
         if self.outer is not None:
             self.start.copy_(s["start"])
             outer = s["outer"] if isinstance(s["outer"], list) else [s["outer"]]  # format of one fragment
@@ -176,7 +188,16 @@ class Synchroniser:
 
     def model_sync(self, step: int, act: Action) -> ModelSync:
         """Step ``step``'s model synchronisation after its inner update: model averaging at ``act.avg``, or,
-        diloco, the exchanges landing now and the fragment exchange ``act`` starts."""
+        diloco, the exchanges landing now and the fragment exchange ``act`` starts; then every add-on's
+        (:data:`ADDONS`: desloc's moments, sparta's sparse average)."""
+        ms = self._scheme_sync(step, act)
+        for a in self.addons:
+            r = a.after_step(step)
+            ms.foreground += r.exchanges
+            ms.equal = ms.equal or r.equal
+        return ms
+
+    def _scheme_sync(self, step: int, act: Action) -> ModelSync:
         if self.outer is None:
             if act.avg is None:
                 return ModelSync(equal=False)
