@@ -19,7 +19,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["throughput", "compression", "resnet20", "steptime", "exchange", "main"]
+__all__ = ["throughput", "compression", "resnet20", "steptime", "exchange", "interleaved", "main"]
 
 OUT = Path("runs/bench")
 
@@ -36,7 +36,7 @@ def _cifar_like(n: int = 4096, seed: int = 0, device: str = "cpu"):
     return TrainData("random32", x, y, empty_x, empty_y, empty_x, empty_y, 10, (0.5,) * 3, (0.25,) * 3)
 
 
-def _interleaved(variants: dict[str, Any], reps: int, steps: int, dev) -> dict[str, list[float]]:
+def interleaved(variants: dict[str, Any], reps: int, steps: int, dev) -> dict[str, list[float]]:
     """Seconds per call of every variant (a no-argument function): ``reps`` rounds, each timing ``steps``
     calls of every variant in turn, so that background load hits them alike; CUDA work is waited for."""
     import torch
@@ -109,7 +109,7 @@ def throughput(model: str = "cnn", workers: int = 4, local_batch: int = 32, step
     for fn in variants.values():  # warm-up
         fn()
         fn()
-    times = _interleaved(variants, reps, steps, dev)
+    times = interleaved(variants, reps, steps, dev)
     med = {k: statistics.median(v) for k, v in times.items()}
     sps = {k: B / v for k, v in med.items()}
     return {
@@ -181,7 +181,7 @@ def steptime(model: str = "resnet20", workers: int = 4, local_batch: int = 32, s
         fn()
     for v in ex_s.values():
         v.clear()
-    times = _interleaved({k: fn for k, (fn, _) in variants.items()}, reps, steps, dev)
+    times = interleaved({k: fn for k, (fn, _) in variants.items()}, reps, steps, dev)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {
         "model": model, "workers": workers, "local_batch": local_batch, "steps": steps, "reps": reps,
@@ -225,8 +225,8 @@ def exchange(model: str = "resnet20", workers: int = 4, reps: int = 20,
             calls[m if m == "dense" else f"{m}/{mode}"] = (tr.sync.aggregate, mode)
 
     fns = {k: (lambda agg=agg: agg("world")) for k, (agg, _) in calls.items()}
-    _interleaved(fns, 2, 1, dev)  # two warm-up rounds
-    times = _interleaved(fns, reps, 1, dev)
+    interleaved(fns, 2, 1, dev)  # two warm-up rounds
+    times = interleaved(fns, reps, 1, dev)
     med = {k: statistics.median(v) for k, v in times.items()}
     return {"model": model, "workers": workers, "reps": reps, "device": str(dev),
             "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda" else "cpu",
