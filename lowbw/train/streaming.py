@@ -1,9 +1,18 @@
 """Streaming DiLoCo's pieces for the engine: fragments of the flat parameter row, exchanges in flight, and
 the virtual clock of an exchange that overlaps compute.
 
-Fragments (``diloco_fragments`` = F): the flat row is cut into F contiguous ranges of near-equal size at row
-boundaries of the parameter tensors (:func:`lowbw.comm.diloco.split_rows`); fragment f has its outer step
-after the inner steps t with t % H == ((f + 1) H / F) % H (:func:`lowbw.comm.diloco.sync_offsets`).
+Fragments (``diloco_fragments`` = F), two layouts (``diloco_fragment_layout``):
+
+- ``contiguous`` (lowbw's first schedule): the flat row is cut into F contiguous ranges of near-equal size at
+  row boundaries of the parameter tensors (:func:`lowbw.comm.diloco.split_rows`; a large tensor may be split
+  between fragments);
+- ``strided`` (the paper's, Douillard et al. 2025 sec. 2.2: fragments of whole layers in a strided pattern):
+  the model's layers L_0, L_1, ... (:func:`layers`: a repeated block such as ``blocks.3`` is one layer, else
+  each module) go to fragment j mod F, whole; a fragment is then not contiguous in the flat row and is
+  gathered and scattered by its element index.
+
+Either way fragment f has its outer step after the inner steps t with t % H == ((f + 1) H / F) % H
+(:func:`lowbw.comm.diloco.sync_offsets`).
 
 Overlap (``diloco_delay`` = tau): fragment f's exchange starts after its sync step t (Delta_f taken then)
 and its outer update lands after step t + tau. The link is modelled as one channel busy in the background:
@@ -25,7 +34,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -33,23 +42,69 @@ import torch
 from lowbw.comm.diloco import split_rows, sync_offsets
 from lowbw.train.world import Exchange
 
-__all__ = ["FragmentPlan", "InFlight", "Background", "landing_wait", "exchange_to_dict", "exchange_from_dict"]
+__all__ = ["FragmentPlan", "layers", "InFlight", "Background", "landing_wait", "exchange_to_dict", "exchange_from_dict"]
+
+
+def layers(layout) -> list[list[int]]:
+    """The model's layers as lists of tensor indices of ``layout`` (name, offset, numel, shape), in order: a
+    tensor's layer is its name up to the first numeric component (``blocks.3.attn.c_attn.weight`` ->
+    ``blocks.3``: a repeated block), else its module (``fc1.weight`` -> ``fc1``); consecutive tensors of one
+    layer are one layer."""
+    out: list[list[int]] = []
+    last = None
+    for i, (name, _, _, _) in enumerate(layout):
+        parts = name.split(".")
+        num = next((j for j, q in enumerate(parts[:-1]) if q.isdigit()), None)
+        key = ".".join(parts[: num + 1]) if num is not None else ".".join(parts[:-1])
+        if key != last or not out:
+            out.append([])
+        out[-1].append(i)
+        last = key
+    return out
 
 
 @dataclass
 class FragmentPlan:
-    """``ranges[f]`` = (lo, hi) of fragment f in the flat row; ``chunks[f]`` its aggregation chunks (name,
-    offset from lo, numel, shape), as :meth:`lowbw.train.replicas.Replicas.chunks`; ``offsets[f]`` its
-    sync step modulo H."""
+    """``ranges[f]`` = (lo, hi) of fragment f in the flat row (strided: its first and last element's span);
+    ``chunks[f]`` its aggregation chunks (name, offset in the fragment's own row, numel, shape), as
+    :meth:`lowbw.train.replicas.Replicas.chunks`; ``offsets[f]`` its sync step modulo H; ``index[f]``: None
+    for a contiguous fragment, else the positions of its elements in the flat row (int64, in order)."""
 
     ranges: list[tuple[int, int]]
     chunks: list[list[tuple[str, int, int, torch.Size]]]
     offsets: list[int]
+    index: list[torch.Tensor | None] = field(default_factory=list)
+
+    def size(self, f: int) -> int:
+        """Elements of fragment f."""
+        lo, hi = self.ranges[f]
+        return hi - lo if not self.index or self.index[f] is None else int(self.index[f].numel())
+
+    def take(self, rows: torch.Tensor, f: int) -> torch.Tensor:
+        """Fragment f of every row of ``rows`` ``[R, P]``: a view (contiguous) or a gathered copy (strided)."""
+        if not self.index or self.index[f] is None:
+            lo, hi = self.ranges[f]
+            return rows[:, lo:hi]
+        return rows[:, self.index[f].to(rows.device)]
+
+    def put(self, rows: torch.Tensor, f: int, values: torch.Tensor) -> None:
+        """rows[:, fragment f] <- ``values`` ``[R, size(f)]`` (a no-op for a view :meth:`take` returned)."""
+        if not self.index or self.index[f] is None:
+            lo, hi = self.ranges[f]
+            if values.data_ptr() != rows[:, lo:hi].data_ptr():
+                rows[:, lo:hi].copy_(values)
+            return
+        rows[:, self.index[f].to(rows.device)] = values
 
     @classmethod
-    def make(cls, layout, count: int, period: int, flat: bool) -> FragmentPlan:
+    def make(cls, layout, count: int, period: int, flat: bool, kind: str = "contiguous") -> FragmentPlan:
         """The plan for parameter ``layout`` (name, offset, numel, shape per tensor, in row order);
-        ``flat``: one chunk per fragment (``granularity: flat``) instead of one per tensor piece."""
+        ``flat``: one chunk per fragment (``granularity: flat``) instead of one per tensor piece; ``kind``:
+        ``contiguous`` or ``strided`` (the module docstring)."""
+        if kind == "strided":
+            return cls._strided(layout, count, period, flat)
+        if kind != "contiguous":
+            raise ValueError(f"fragment layout {kind!r} is unknown (contiguous, strided)")
         pieces = split_rows([tuple(s) for _, _, _, s in layout], count)
         ranges, chunks = [], []
         for f, frag in enumerate(pieces):
@@ -67,7 +122,31 @@ class FragmentPlan:
                 cs = [(n, o - lo, k, s) for n, o, k, s in cs]
             ranges.append((lo, hi))
             chunks.append(cs)
-        return cls(ranges, chunks, sync_offsets(period, count))
+        return cls(ranges, chunks, sync_offsets(period, count), [None] * count)
+
+    @classmethod
+    def _strided(cls, layout, count: int, period: int, flat: bool) -> FragmentPlan:
+        ls = layers(layout)
+        if count > len(ls):
+            raise ValueError(f"{count} strided fragments need as many layers; the model has {len(ls)}")
+        ranges, chunks, index = [], [], []
+        for f in range(count):
+            tensors = [i for j in range(f, len(ls), count) for i in ls[j]]
+            cs, idx, pos = [], [], 0
+            for i in tensors:
+                name, off, k, shape = layout[i]
+                cs.append((name, pos, k, shape))
+                idx.append(torch.arange(off, off + k))
+                pos += k
+            if flat:
+                cs = [(f"flat{f}", 0, pos, torch.Size([pos]))]
+            ix = torch.cat(idx)
+            lo, hi = int(ix.min()), int(ix.max()) + 1
+            contiguous = hi - lo == pos
+            ranges.append((lo, hi))
+            chunks.append(cs)
+            index.append(None if contiguous else ix)
+        return cls(ranges, chunks, sync_offsets(period, count), index)
 
 
 @dataclass

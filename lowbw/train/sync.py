@@ -63,8 +63,10 @@ class Scheme:
         self.NB = cfg.neighbourhoods
         self.local_start = cfg.local_start
         # diloco: fragment f has its outer step after the steps t with t % L_W == offsets[f]
+        # (diloco_schedule land_at_slot, torchft's: the exchange starts tau steps before the slot, lands at it)
         F = getattr(cfg, "diloco_fragments", 1) if self.kind == "diloco" else 1
-        self.fragment_at = {off: f for f, off in enumerate(sync_offsets(self.LW, F))}
+        early = cfg.diloco_delay if getattr(cfg, "diloco_schedule", "") == "land_at_slot" else 0
+        self.fragment_at = {(off - early) % self.LW: f for f, off in enumerate(sync_offsets(self.LW, F))}
 
     def action(self, step: int, progress: float) -> Action:
         k = self.kind

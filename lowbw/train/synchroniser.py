@@ -26,9 +26,16 @@ each with its own slice of theta_start and its own outer momentum; fragment f do
 inner steps t with t = (f + 1) H / F (mod H), so an exchange carries one fragment (its pseudo-gradient,
 through the collective and the compressor with error feedback like the whole model). ``diloco_delay`` tau >
 0: steps 1-2 start after step t (Delta_f taken then) and steps 3-4 land after step t + tau, meanwhile the
-workers keep computing; step 4 then *replaces* the fragment's parameters by theta_start_f (the paper's
-mixing factor alpha = 0: theta_f <- alpha theta_f + (1 - alpha) theta_start_f; the tau steps of local
-progress on that fragment are dropped). On procs the exchange really runs in the background (one thread per
+workers keep computing; step 4 then mixes: theta_f <- alpha theta_f + (1 - alpha) theta_start_f with alpha
+= ``diloco_alpha`` (the paper's mixing factor, its runs 0.5; torchft's ``fragment_update_alpha``, default 0:
+the fragment is replaced and the tau steps of local progress on it are dropped). With alpha > 0 the replicas
+stay apart after a landing and the run is evaluated on theta_start; the final synchronisation lands unmixed.
+``diloco_fragment_layout: strided`` makes fragments of whole layers, layer j in fragment j mod F (the
+paper's), instead of contiguous ranges of the flat row. ``diloco_schedule``: ``start_at_slot`` (lowbw's
+first schedule) starts fragment f's exchange after its slot t and lands it after t + tau; ``land_at_slot``
+(torchft's ``fragment_sync_delay``) starts it after t - tau and lands it at the slot t, so the fragments'
+updates land on the paper's schedule and Delta_f is taken tau steps earlier. The paper sends 4-bit
+pseudo-gradients: ``compressor: blockwise``, ``compressor_args: {bits: 4}``. On procs the exchange really runs in the background (one thread per
 process, :class:`lowbw.train.streaming.Background`) and is waited for, with the world's peer timeout, at
 the landing step; sim runs it at once and applies it tau steps later (the same arithmetic). The virtual
 clock of the overlap is in :mod:`lowbw.train.streaming`. With F > 1 no step leaves the replicas equal: the
@@ -95,19 +102,22 @@ class Synchroniser:
         self.inflight: list[InFlight] = []  # diloco, tau > 0: exchanges started and not yet landed (FIFO)
         self.link_free = 0.0  # virtual time the background link is free again (lowbw.train.streaming)
         self.dirty: list[bool] = []  # per fragment: inner steps since its last outer update landed
+        self.mixed: list[bool] = []  # per fragment: its landed update was mixed (alpha > 0), replicas apart
         self.bg = self.bg_coll = None  # procs, tau > 0: the background thread and its collective
         if cfg.sync == "diloco":  # theta_start of every local replica (all equal) and the outer optimisers
             F = cfg.diloco_fragments
             try:
-                self.plan = FragmentPlan.make(rep.p_layout, F, cfg.world_period, gran == "flat")
+                self.plan = FragmentPlan.make(rep.p_layout, F, cfg.world_period, gran == "flat",
+                                              cfg.diloco_fragment_layout)
             except ValueError as e:
                 raise ConfigError("diloco_fragments", f"{F}: {e} (model {cfg.model})") from None
             self.start = rep.params.clone()
             R = rep.params.shape[0]
-            self.outer = [FlatOptimizer("sgd", (R, hi - lo), rep.device, momentum=cfg.outer_momentum,
+            self.outer = [FlatOptimizer("sgd", (R, self.plan.size(f)), rep.device, momentum=cfg.outer_momentum,
                                         nesterov=cfg.outer_optimizer == "nesterov", weight_decay=0.0)
-                          for lo, hi in self.plan.ranges]
+                          for f in range(F)]
             self.dirty = [False] * F
+            self.mixed = [False] * F  # per fragment: alpha > 0 left the replicas apart from theta_start
 
     def compresses(self, act: Action) -> bool:
         """Does step action ``act`` run the compressor (a gradient, or diloco's pseudo-gradient)?"""
@@ -116,15 +126,14 @@ class Synchroniser:
     def compressed_bytes(self, act: Action) -> int:
         """fp32 bytes step action ``act`` compresses: the gradient row, or diloco's fragment of Delta."""
         if self.outer is not None and act.avg is not None:
-            lo, hi = self.plan.ranges[act.fragment]
-            return (hi - lo) * 4
+            return self.plan.size(act.fragment) * 4
         return self.rep.P * 4
 
     @property
     def global_row(self) -> torch.Tensor | None:
         """diloco with F > 1: theta_start (worker 0's copy; equal on every worker), the model to evaluate;
         else None (the replicas are equal at synchronisation steps: evaluate them)."""
-        if self.plan is not None and len(self.plan.ranges) > 1:
+        if self.plan is not None and (len(self.plan.ranges) > 1 or self.cfg.diloco_alpha > 0):
             return self.start[0]
         if any(a.evaluate_replica0 for a in self.addons):  # sparta: worker 0's own model
             return self.rep.params[0]
@@ -140,7 +149,7 @@ class Synchroniser:
         if self.outer is not None:
             s.update(start=self.start.clone(), outer=[o.state_dict() for o in self.outer],
                      inflight=[x.to_dict() for x in self.inflight], link_free=self.link_free,
-                     dirty=list(self.dirty))
+                     dirty=list(self.dirty), mixed=list(self.mixed))
         return s
 
     def load_state_dict(self, s: dict) -> None:
@@ -157,6 +166,7 @@ class Synchroniser:
             self.inflight = [InFlight.from_dict(d) for d in s.get("inflight", [])]
             self.link_free = float(s.get("link_free", 0.0))
             self.dirty = list(s.get("dirty", self.dirty))
+            self.mixed = list(s.get("mixed", self.mixed))
 
     def action(self, step: int, progress: float) -> Action:
         """The scheme's communication after step ``step`` (from 1) at ``progress`` = samples / total."""
@@ -213,7 +223,7 @@ class Synchroniser:
             else:
                 self.inflight.append(self._start(act.avg, f, step, step + tau))
                 ms.started.append(self.inflight[-1])
-        ms.equal = not any(self.dirty)
+        ms.equal = not any(self.dirty) and not any(self.mixed)
         return ms
 
     def finish(self) -> ModelSync:
@@ -225,8 +235,11 @@ class Synchroniser:
         while self.inflight:
             ms.landed.append(self._land(self.inflight.pop(0)))
         for f, d in enumerate(self.dirty):
-            if d:
-                ms.foreground.append(self._fragment_step("world", f))
+            if d:  # the final model: theta_start's fragment, unmixed (alpha = 0)
+                ms.foreground.append(self._fragment_step("world", f, alpha=0.0))
+            elif self.mixed[f]:  # no inner step since it landed: theta_start_f is the global model already
+                self.plan.put(self.rep.params, f, self.plan.take(self.start, f))
+                self.mixed[f] = False
         ms.equal = True
         return ms
 
@@ -248,22 +261,29 @@ class Synchroniser:
 
     def _delta(self, f: int) -> torch.Tensor:
         """Step 1 for fragment ``f``: Delta_i = theta_start_f - theta_i,f, ``[R, n_f]`` (a new tensor)."""
-        lo, hi = self.plan.ranges[f]
-        return self.start[:, lo:hi] - self.rep.params[:, lo:hi]
+        return self.plan.take(self.start, f) - self.plan.take(self.rep.params, f)
 
-    def _apply(self, f: int, ex: Exchange) -> None:
-        """Steps 3-4 for fragment ``f`` with the averaged Delta_f of ``ex``."""
-        lo, hi = self.plan.ranges[f]
-        self.outer[f].step(self.start[:, lo:hi], torch.stack(ex.outputs), self.cfg.outer_lr)
-        self.rep.params[:, lo:hi].copy_(self.start[:, lo:hi])
+    def _apply(self, f: int, ex: Exchange, alpha: float | None = None) -> None:
+        """Steps 3-4 for fragment ``f`` with the averaged Delta_f of ``ex``; step 4 mixes with ``alpha``
+        (default ``diloco_alpha``): theta_f <- alpha theta_f + (1 - alpha) theta_start_f, as torchft's
+        ``lerp_(global, 1 - alpha)``."""
+        start = self.plan.take(self.start, f)
+        self.outer[f].step(start, torch.stack(ex.outputs), self.cfg.outer_lr)
+        self.plan.put(self.start, f, start)
+        a = self.cfg.diloco_alpha if alpha is None else alpha
+        if a:
+            self.plan.put(self.rep.params, f, self.plan.take(self.rep.params, f).lerp(start, 1 - a))
+        else:
+            self.plan.put(self.rep.params, f, start)
         self.dirty[f] = False
+        self.mixed[f] = a > 0
 
-    def _fragment_step(self, level: str, f: int) -> Exchange:
+    def _fragment_step(self, level: str, f: int, alpha: float | None = None) -> Exchange:
         """Steps 1-4 of fragment ``f`` at once (tau = 0), over the groups at ``level``."""
         rows = self._delta(f)
         with self._fragment_chunks(f):
             ex = self.aggregate(level, rows)
-        self._apply(f, ex)
+        self._apply(f, ex, alpha)
         return ex
 
     def _start(self, level: str, f: int, step: int, land_step: int) -> InFlight:
