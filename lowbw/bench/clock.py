@@ -21,11 +21,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["clock_key", "calibrate_one", "main", "KEY_FIELDS"]
+__all__ = ["clock_key", "calibrate_one", "main", "KEY_FIELDS", "TEXT_KEY_FIELDS"]
 
 # the run-config keys that decide a worker's compute and (de)compression time per step
 KEY_FIELDS = ("model", "dataset", "local_batch", "optimizer", "compressor", "compressor_args", "error_feedback",
               "granularity")
+# and, for a text dataset, the context length (a sample is a window of block_size characters); resolved, so that
+# block_size 0 (the model's own) and the model's own value share an entry; image keys stay as they were
+TEXT_KEY_FIELDS = ("block_size",)
 
 
 # the synchronisation scheme's own keys, reset to their defaults for the calibration's synchronous steps
@@ -36,16 +39,21 @@ SCHEME_FIELDS = ("world_period", "local_start", "household_period", "neighbourho
 def clock_key(cfg: dict[str, Any]) -> str:
     """The calibration table's key of a (flat, validated) run config."""
     from lowbw.train.config import RunConfig
+    from lowbw.train.workload import is_text_dataset, text_block_size
 
     rc = RunConfig.from_dict({**cfg, "clock": "measured"})  # the key does not depend on the clock's values
     d = rc.to_dict()
     d["local_batch"] = rc.local_batch
-    return json.dumps({k: d[k] for k in KEY_FIELDS}, sort_keys=True, separators=(",", ":"))
+    fields = KEY_FIELDS
+    if is_text_dataset(rc.dataset):
+        d["block_size"] = text_block_size(rc)
+        fields += TEXT_KEY_FIELDS
+    return json.dumps({k: d[k] for k in fields}, sort_keys=True, separators=(",", ":"))
 
 
 def _compute_key(key: str) -> tuple:
     d = json.loads(key)
-    return d["model"], d["dataset"], d["local_batch"], d["optimizer"]
+    return d["model"], d["dataset"], d["local_batch"], d["optimizer"], d.get("block_size")
 
 
 def calibrate_one(cfg: dict[str, Any], steps: int = 20, warmup: int = 3) -> dict[str, float]:
@@ -96,7 +104,7 @@ def grid_configs(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
 def main(argv: list[str] | None = None) -> int:
     import yaml
 
-    from lowbw.bench import bench_provenance
+    from lowbw.bench import bench_provenance, conditions
     from lowbw.runio import atomic_write_json
 
     ap = argparse.ArgumentParser(prog="python -m lowbw bench clock", description=__doc__.splitlines()[0])
@@ -107,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--add", action="store_true",
                     help="keep the entries of --out that the grid still has and measure only the keys it lacks "
                          "(their provenance is recorded under 'added')")
+    conditions.add_strict_flag(ap)
     a = ap.parse_args(argv)
     if a.steps < 1 or a.reps < 1:
         ap.error(f"--steps {a.steps} / --reps {a.reps}: both must be >= 1")
@@ -127,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{a.out} has every key of {a.config}'s grid")
             return 0
     t0 = time.perf_counter()
+    rec = conditions.record().start()  # the machine's load while measuring, stored with the entries
     keys = sorted(todo)
     meas: dict[str, list[dict[str, float]]] = {k: [] for k in keys}
     for r in range(a.reps):  # repetitions outermost: a burst of background load hits every key alike
@@ -159,14 +169,17 @@ def main(argv: list[str] | None = None) -> int:
               f"(spread {100 * e['spread_compress']:.0f}%)", flush=True)
     what = (f"per-worker compute and (de)compression of the grid's runs, one thread, sim Trainer, {a.steps} "
             f"steps after 3 warm-up, {a.reps} repetitions (median)")
+    cond = rec.stop()
+    if not conditions.check(cond, "lowbw bench clock", a.out, a.strict):
+        return 1
     if old:
         added = {"provenance": bench_provenance(), "what": what, "seconds": time.perf_counter() - t0,
-                 "keys": sorted(entries)}
+                 "keys": sorted(entries), "conditions": cond.to_json()}
         entries = {**old["entries"], **entries}
         doc = {**old, "entries": entries, "added": [*old.get("added", []), added]}
     else:
         doc = {"provenance": bench_provenance(), "what": what, "config": a.config,
-               "seconds": time.perf_counter() - t0, "entries": entries}
+               "seconds": time.perf_counter() - t0, "conditions": cond.to_json(), "entries": entries}
     atomic_write_json(Path(a.out), doc)
     print(f"wrote {a.out}: {len(entries)} entries")
     return 0
