@@ -4,6 +4,8 @@ and bad flags rejected before any work. The real sim-vs-testbed run is exercised
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 
@@ -99,6 +101,7 @@ def test_cell_row_refuses_mismatched_logs(tmp_path):
     (["--workers", "1"], "--workers"),
     (["--steps", "5"], "--steps 5"),
     (["--target", "1.5"], "--target 1.5"),
+    (["--model", "gpt-small", "--target", "val_loss>>2"], "--target val_loss>>2"),
 ])
 def test_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     out = tmp_path / "e2e.json"
@@ -440,3 +443,53 @@ def test_report_takes_each_cells_median_repeat(tmp_path):
     assert r"\newcommand{\EEightRepeats}{3}" in numbers and r"\newcommand{\EEightRepeatCells}{1}" in numbers
     assert r"\newcommand{\EEightRepeatRange}{15" in numbers
     assert r"\newcommand{\EEightCells}{1}" in numbers
+
+
+def test_a_time_to_target_can_be_a_loss(tmp_path):
+    # a language model's cell reaches its target when val_loss falls to it (the first evaluation at or below)
+    sim = [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5), _line(20, 2.0, 1.0)]
+    procs = [_line(0, 0.0, 0.0), _line(10, 1.25, 0.6), _line(20, 2.5, 1.2)]
+    sim[1]["val_loss"], sim[2]["val_loss"], procs[1]["val_loss"], procs[2]["val_loss"] = 2.7, 2.4, 2.7, 2.4
+    _write_run(tmp_path / "sim", sim)
+    _write_run(tmp_path / "procs", procs)
+    row = e2e.cell_row(tmp_path / "sim", tmp_path / "procs", method="dense", workers=2, rate=10.0, steps=20,
+                       target="val_loss<=2.5", probe_res={"overhead_ms": 0.0},
+                       cfg={"clock_compute_scale": 1.0, "latency_ms": 0.0})
+    assert row["ttt_step_sim"] == row["ttt_step_procs"] == 20
+    assert row["predicted_ttt_s"] == 2.0 and row["measured_ttt_s"] == 2.5 and row["err_ttt"] == pytest.approx(-0.2)
+
+
+MIRROR = Path(os.environ.get("LOWBW_DATA_MIRROR", Path(__file__).resolve().parents[2] / "shared" / "data"))
+
+
+@pytest.mark.skipif(not (MIRROR / "tinyshakespeare.txt").is_file(),
+                    reason=f"no tinyshakespeare.txt in the data mirror {MIRROR}")
+def test_a_language_model_cell_builds_and_its_sim_twin_runs(tmp_path, monkeypatch):
+    """gpt-small's E8 cells (the headline methods, DiLoCo H=16 included) build for the testbed, the probe's
+    model and batch are the language model's, and one cell's sim twin runs and gives a row (no testbed)."""
+    import argparse
+
+    from lowbw.bench.e2e_calls import call_sequence, probe_batch, probe_model
+    from lowbw.train.launch import run
+
+    monkeypatch.setenv("LOWBW_DATA_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv("LOWBW_DATA_MIRROR", str(MIRROR))
+    steps = 15
+    args = argparse.Namespace(model="gpt-small", dataset="shakespeare", batch_size=e2e.LM_BASE["batch_size"], seed=0,
+                              target=e2e.DEFAULT_TARGET["text"], methods="dense,topk1,powersgd,diloco16",
+                              workers=[2], rates=[100.0], steps=steps)
+    mcfg, shape = e2e.plan(args)
+    assert shape == ([64], 65) and list(mcfg) == ["dense", "topk1", "powersgd", "diloco16"]
+    cfgs = {m: e2e.cell_config(mcfg[m], 2, 100.0, steps, args, e2e.UNCALIBRATED) for m in mcfg}
+    assert all(c["dataset"] == "shakespeare" and c["optimizer"] == "adamw" for c in cfgs.values())
+    assert cfgs["diloco16"]["sync"] == "diloco" and cfgs["diloco16"]["world_period"] == 16
+    x, y = probe_batch(shape, 3)
+    assert probe_model("gpt-small", shape)(x).shape == (3, 64, 65) and y.shape == (3, 64)
+    seq = call_sequence(e2e.sim_twin(cfgs["topk1"]), 2, shape, reps=1)
+    assert {op for op, _ in seq} == {"all_gather"} and len(seq) % 2 == 0  # per tensor: values, then indices
+    sim = tmp_path / "sim"
+    run(e2e.sim_twin(cfgs["topk1"]), sim, overwrite=True, quiet=True)
+    assert e2e.cell_calls_per_step(sim, steps, 2) == pytest.approx(len(seq))
+    row = e2e.cell_row(sim, sim, method="topk1", workers=2, rate=100.0, steps=steps, target=args.target,
+                       probe_res={"overhead_ms": 0.0}, cfg=cfgs["topk1"])
+    assert row["predicted_step_s"] > 0 and row["loss_identical"] and row["bytes_per_step"] > 0

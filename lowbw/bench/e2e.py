@@ -6,7 +6,10 @@ per worker, every byte through a real tc-shaped link, gloo), per cell (method x 
         --workers 2 4 --steps 60 --out runs/bench/e2e.json
 
 ``--methods`` takes the preset names of ``config/config.yaml``'s ``methods:``; ``NAME+ddp`` runs the preset
-through torch DDP with the compressor as its communication hook (``ddp_hook: true``).
+through torch DDP with the compressor as its communication hook (``ddp_hook: true``). ``--model gpt-small``
+runs the language model's cells (:data:`LM_BASE`: Tiny Shakespeare, AdamW; time-to-target on ``val_loss``) into
+their own file, e.g. ``--methods dense,topk1,powersgd,diloco16 --out runs/bench/e2e_lm.json --runs-dir
+runs/bench/e2e_lm`` (a row names its method, workers and rate, not its model).
 
 Per cell, in order:
 
@@ -65,6 +68,7 @@ import argparse
 import json
 import math
 import os
+import re
 import sys
 import time
 from pathlib import Path
@@ -85,6 +89,7 @@ from lowbw.bench.e2e_cell import (
 from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, overhead_at, probe, probe_summary
 
 __all__ = ["main", "plan", "run_cells", "cell_row", "cell_dir", "cells", "method_config", "sim_twin", "BASE",
+           "LM_BASE", "DEFAULT_TARGET", "base_for",
            "probe_summary", "overhead_at", "cell_gap_ms", "cell_calls_per_step", "cell_sequence", "cell_wire_s",
            "cell_calibration", "cell_config", "probe"]
 
@@ -98,6 +103,24 @@ BASE: dict[str, Any] = {
     "latency_ms": 0.0, "log_every": 5, "eval_every": 0.05, "progress": False, "sim_dense": "threads",
     "eval_batch_size": 1000,
 }
+# A language model's cells (``--model gpt-*``; gpt-small on Tiny Shakespeare with nanoGPT's CPU recipe: AdamW,
+# betas (0.9, 0.99), decay 0.1 on matrices, batch 12 per worker at N = 2), with the same E8 knobs; evaluations
+# on the first 200 validation windows.
+LM_BASE: dict[str, Any] = {
+    **BASE, "dataset": "shakespeare", "model": "gpt-small", "batch_size": 24, "train_limit": 0, "test_limit": 200,
+    "optimizer": "adamw", "lr": 1e-3, "adam_beta2": 0.99, "weight_decay": 0.1, "weight_decay_on": "matrices",
+    "eval_batch_size": 100,
+}
+_FLOAT = re.compile(r"^\s*[0-9.eE+-]+\s*$")  # --target as a bare number: a test accuracy
+# time-to-target's default target: a test accuracy (images), a validation loss in nats per character (text)
+DEFAULT_TARGET: dict[str, float | str] = {"image": 0.8, "text": "val_loss<=2.5"}
+
+
+def base_for(model: str) -> dict[str, Any]:
+    """The base config of a cell of ``model``: :data:`LM_BASE` for a language model, else :data:`BASE`."""
+    from lowbw.train.models import model_kind
+
+    return LM_BASE if model_kind(model) == "text" else BASE
 
 
 # ----------------------------------------------------------------------------------------------- configs
@@ -128,7 +151,8 @@ def cell_config(method: dict[str, Any], workers: int, rate: float, steps: int, a
                 ) -> dict[str, Any]:
     from lowbw.train.world import default_threads
 
-    cfg = {**BASE, "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size, "seed": args.seed,
+    cfg = {**base_for(args.model), "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size,
+           "seed": args.seed,
            **method, "workers": workers, "bandwidth_mbit": float(rate), "steps": steps,
            "targets": [args.target], "clock": "measured",
            "clock_overhead_ms": probe["overhead_ms"], "clock_compute_scale": probe["compute_scale"],
@@ -160,9 +184,13 @@ PROBE_CELL_HOOK_MAX_S = 0.05
 
 
 def plan(args) -> tuple[dict[str, dict[str, Any]], tuple[list[int], int]]:
-    """The cells' method configs and the data's (image shape [C, H, W], classes); raises ValueError (naming
-    the method or key) for any cell that would not run, before any work."""
+    """The cells' method configs and the data's (image shape [C, H, W], classes) or, for a text dataset,
+    ([context T], vocabulary); raises ValueError (naming the method or key) for any cell that would not run,
+    before any work."""
     from lowbw.data import load
+    from lowbw.data.text import TEXT_SPECS
+    from lowbw.train.config import RunConfig
+    from lowbw.train.workload import is_text_dataset, text_block_size
 
     methods = load_methods()
     wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
@@ -173,6 +201,9 @@ def plan(args) -> tuple[dict[str, dict[str, Any]], tuple[list[int], int]]:
                 cell_config(mcfg[m], n, rate, args.steps, args, UNCALIBRATED)
     if args.dataset == "synthetic":
         return mcfg, ([3, 16, 16], 10)
+    if is_text_dataset(args.dataset):
+        rc = RunConfig.from_dict(cell_config({}, args.workers[0], args.rates[0], args.steps, args, UNCALIBRATED))
+        return mcfg, ([text_block_size(rc)], TEXT_SPECS[args.dataset].vocab_size)
     ds = load(args.dataset)  # [N, H, W(, C)] uint8 -> the model's [C, H, W]
     x = ds.x_train
     return mcfg, ([x.shape[3] if x.dim() == 4 else 1, x.shape[1], x.shape[2]], ds.num_classes)
@@ -280,7 +311,7 @@ def _result(rows, probes, args, t_start, complete: bool, earlier: dict[str, Any]
            "args": dict(vars(args)), "conditions": conditions}
     head = {**{k: earlier.get(k) for k in ("provenance", "complete", "seconds", "args", "conditions")},
             "appended": [*earlier.get("appended", []), now]} if earlier else now
-    return {**head, "base_config": BASE, "warmup_steps": WARMUP_STEPS, "probes": probes, "rows": rows,
+    return {**head, "base_config": base_for(args.model), "warmup_steps": WARMUP_STEPS, "probes": probes, "rows": rows,
             "summary": summarise(rows)}
 
 
@@ -355,11 +386,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--rates", type=float, nargs="+", default=[10, 100, 1000], help="link rates, Mbit/s")
     ap.add_argument("--workers", type=int, nargs="+", default=[2, 4], help="worker counts")
     ap.add_argument("--steps", type=int, default=60, help="training steps per run")
-    ap.add_argument("--model", default=BASE["model"])
-    ap.add_argument("--dataset", default=BASE["dataset"])
-    ap.add_argument("--batch-size", type=int, default=BASE["batch_size"], help="global batch size")
+    ap.add_argument("--model", default=BASE["model"],
+                    help=f"{BASE['model']} (MNIST) or a language model, e.g. gpt-small (Tiny Shakespeare)")
+    ap.add_argument("--dataset", default=None, help="default: the model's (mnist; shakespeare for gpt-*)")
+    ap.add_argument("--batch-size", type=int, default=None,
+                    help=f"global batch size (default {BASE['batch_size']}; {LM_BASE['batch_size']} for gpt-*)")
     ap.add_argument("--seed", type=int, default=0)
-    ap.add_argument("--target", type=float, default=0.8, help="test accuracy for time-to-accuracy")
+    ap.add_argument("--target", default=None,
+                    help=f"time-to-target's target: a test accuracy (default {DEFAULT_TARGET['image']}) or "
+                         f"\"<metric><=|>=<value>\" (gpt-*: default {DEFAULT_TARGET['text']})")
     ap.add_argument("--runs-dir", default="runs/bench/e2e", help="where the cells' run directories go")
     ap.add_argument("--out", default=DEFAULT_OUT)
     ap.add_argument("--append", action="store_true",
@@ -377,8 +412,21 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{flag}: {bad[0]:g} is not allowed ({'> 0' if flag == '--rates' else '>= 2'})")
     if a.steps <= WARMUP_STEPS:
         ap.error(f"--steps {a.steps}: must exceed the {WARMUP_STEPS} warm-up steps")
-    if not 0 < a.target <= 1:
-        ap.error(f"--target {a.target}: an accuracy in (0, 1]")
+    from lowbw.train.models import model_kind
+    from lowbw.train.targets import TargetError, parse_target
+
+    base = base_for(a.model)
+    a.dataset = a.dataset or base["dataset"]
+    a.batch_size = a.batch_size or base["batch_size"]
+    if a.target is None:
+        a.target = DEFAULT_TARGET[model_kind(a.model)]
+    else:
+        if _FLOAT.match(a.target):
+            a.target = float(a.target)
+        try:
+            parse_target(a.target)
+        except TargetError as e:
+            ap.error(f"--target {a.target}: {e}")
     earlier = None
     if a.append:
         try:

@@ -7,7 +7,30 @@ import statistics
 import time
 from typing import Any
 
-__all__ = ["RecordingCollective", "exchange_parts", "call_sequence"]
+__all__ = ["RecordingCollective", "exchange_parts", "call_sequence", "probe_model", "probe_batch"]
+
+
+def probe_model(name: str, data_shape: tuple[list[int], int]):
+    """The model ``name`` for inputs of ``data_shape``: ``([C, H, W], classes)`` (an image classifier) or
+    ``([T], vocabulary)`` (a character-level language model with context T)."""
+    from lowbw.train.models import build_model
+
+    shape, classes = data_shape
+    if len(shape) == 1:
+        return build_model(name, classes, 1, shape[0])
+    c, h, _w = shape
+    return build_model(name, classes, c, h)
+
+
+def probe_batch(data_shape: tuple[list[int], int], batch: int):
+    """A random batch ``(x, y)`` of ``batch`` samples of ``data_shape`` (:func:`probe_model`): images and labels,
+    or windows of T character ids and their next characters (what a step computes on, whatever the values)."""
+    import torch
+
+    shape, classes = data_shape
+    if len(shape) == 1:
+        return (torch.randint(0, classes, (batch, shape[0])), torch.randint(0, classes, (batch, shape[0])))
+    return torch.randn(batch, *shape), torch.randint(0, classes, (batch,))
 
 
 def exchange_parts(rc, rep):
@@ -60,7 +83,8 @@ class RecordingCollective:
 
 def call_sequence(cfg: dict[str, Any], workers: int, data_shape: tuple[list[int], int], reps: int = 20
                   ) -> list[tuple[str, float]]:
-    """The calls of one gradient exchange of ``cfg`` (a RunConfig dict) as a rank makes them: per call its
+    """The calls of one gradient exchange of ``cfg`` (a RunConfig dict; ``data_shape`` as :func:`probe_model`
+    takes it) as a rank makes them: per call its
     operation and the CPU milliseconds of compression before it, median over ``reps`` exchanges of random
     gradients of the config's model, in this process on one thread. The first call's entry also holds the
     work after the last call (decompression), which comes before the next exchange's first call. Without a
@@ -68,17 +92,15 @@ def call_sequence(cfg: dict[str, Any], workers: int, data_shape: tuple[list[int]
     import torch
 
     from lowbw.train.config import RunConfig
-    from lowbw.train.models import build_model
     from lowbw.train.replicas import Replicas
     from lowbw.train.sync import aggregate_rank
 
     rc = RunConfig.from_dict(cfg)
-    (c, h, _w), classes = data_shape
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
         torch.manual_seed(0)
-        rep = Replicas(build_model(rc.model, classes, c, h), 1)
+        rep = Replicas(probe_model(rc.model, data_shape), 1)
         parts = exchange_parts(rc, rep)
         if parts is None:
             return [("all_reduce", 0.0)]

@@ -93,9 +93,14 @@ def _train_lines(lines: list[dict[str, Any]], steps: int) -> tuple[dict[str, Any
     return first, last
 
 
-def _ttt(lines: list[dict[str, Any]], target: float, key) -> tuple[int | None, float | None]:
+def _ttt(lines: list[dict[str, Any]], target: float | str, key) -> tuple[int | None, float | None]:
+    """The first evaluation that reaches ``target`` (a test accuracy, or a target string such as
+    ``"val_loss<=2.5"``, :func:`lowbw.train.targets.parse_target`): its step and ``key`` of its line."""
+    from lowbw.train.targets import parse_target
+
+    t = parse_target(target)
     for x in lines:
-        if x.get("test_acc") is not None and x["test_acc"] >= target:
+        if x.get(t.metric) is not None and t.reached(x):
             return x["step"], key(x)
     return None, None
 
@@ -106,7 +111,8 @@ def _rel(pred: float | None, meas: float | None) -> float | None:
     return (pred - meas) / meas
 
 
-def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate: float, steps: int, target: float,
+def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate: float, steps: int,
+             target: float | str,
              probe_res: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
     """One row of e2e.json from the two run directories (see the module docstring)."""
     s_lines, p_lines = _lines(sim_dir), _lines(procs_dir)

@@ -43,7 +43,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from lowbw.bench.e2e_calls import RecordingCollective, call_sequence, exchange_parts
+from lowbw.bench.e2e_calls import RecordingCollective, call_sequence, exchange_parts, probe_batch, probe_model
 
 __all__ = ["probe", "probe_summary", "overhead_at", "PROBE_GAPS_MS", "main"]
 
@@ -81,7 +81,6 @@ def _probe_worker(spec_path: str) -> int:
     from lowbw.comm.distributed import DistCollective
     from lowbw.train.allocator import steady_allocator
     from lowbw.train.config import RunConfig
-    from lowbw.train.models import build_model
     from lowbw.train.optim import FlatOptimizer
     from lowbw.train.replicas import Replicas
 
@@ -153,12 +152,11 @@ def _probe_worker(spec_path: str) -> int:
                 pingpong.append((time.perf_counter() - t0) / 2)
     dist.barrier()
     # compute: rank 0 alone (the others wait in a barrier), then every rank at once
-    c, h, w = spec["image_shape"]
+    data_shape = (spec["input_shape"], spec["num_classes"])
     torch.manual_seed(0)
-    rep = Replicas(build_model(cfg.model, spec["num_classes"], c, h), 1)
+    rep = Replicas(probe_model(cfg.model, data_shape), 1)
     opt = FlatOptimizer(cfg.optimizer, (1, rep.P), "cpu", momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-    x = torch.randn(cfg.local_batch, c, h, w)
-    y = torch.randint(0, spec["num_classes"], (cfg.local_batch,))
+    x, y = probe_batch(data_shape, cfg.local_batch)
 
     def step() -> float:
         t0 = time.perf_counter()
@@ -256,10 +254,8 @@ def _ddp_step(cfg, spec: dict[str, Any], x, y):
     from torch.nn.parallel import DistributedDataParallel
 
     from lowbw.comm.hooks import make_hook, timed_hook
-    from lowbw.train.models import build_model
 
-    c, h, _w = spec["image_shape"]
-    model = build_model(cfg.model, spec["num_classes"], c, h)
+    model = probe_model(cfg.model, (spec["input_shape"], spec["num_classes"]))
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", FutureWarning)
         ddp = DistributedDataParallel(model, broadcast_buffers=False)
@@ -285,7 +281,7 @@ def _ddp_step(cfg, spec: dict[str, Any], x, y):
         timer.seconds, busy0 = 0.0, state.stats.busy_s
         t0 = time.perf_counter()
         ddp.zero_grad(set_to_none=True)
-        F.cross_entropy(ddp(x), y).backward()
+        F.cross_entropy(ddp(x).flatten(0, -2), y.flatten()).backward()
         with torch.no_grad():
             torch.cat([p.grad.reshape(-1) for p in params])
             for p in params:
@@ -364,7 +360,7 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
     with tempfile.TemporaryDirectory(prefix="lowbw-e2e-") as td:
         spec = Path(td) / "spec.json"
         out = Path(td) / "probe.json"
-        spec.write_text(json.dumps({"config": cfg, "out": str(out), "image_shape": data_shape[0],
+        spec.write_text(json.dumps({"config": cfg, "out": str(out), "input_shape": data_shape[0],
                                     "num_classes": data_shape[1], "compute_reps": PROBE_COMPUTE_REPS,
                                     "gaps_ms": [float(g) for g in gaps_ms],
                                     "calls_per_step": float(calls_per_step), "ddp": bool(ddp),
