@@ -17,6 +17,8 @@ from collections.abc import Mapping
 
 from torch import Tensor
 
+from lowbw.compress.registry import make
+
 __all__ = ["aggregate", "aggregate_many", "resolve"]
 
 
@@ -25,9 +27,7 @@ def resolve(compressor, **params):
     if compressor is None:
         compressor = "none"
     if isinstance(compressor, str):
-        from lowbw.compress import base
-
-        return base.make(compressor, **params)
+        return make(compressor, **params)
     if params:
         raise ValueError(f"parameters {sorted(params)} given with a compressor object; pass them to make()")
     return compressor

@@ -6,23 +6,17 @@
 >>> approx = c.decompress(payload)        # same shape and dtype as grad
 >>> avg = c.aggregate(grad, coll, name="layer1.weight", state=state)   # average over ranks
 
-Modules: ``base`` (Payload, Compressor, State, ErrorFeedback, registry), ``quantize`` (none, fp16, bf16,
-blockwise, qsgd, terngrad, twobit), ``sparsify`` (threshold, topk, randomk, dgc), ``sign`` (signsgd,
-ef_signsgd, onebit), ``lowrank`` (powersgd), ``artopk``, ``loco`` (sparseloco), ``demo`` (DeMo); ``collective``
-is the protocol aggregate() talks to.
+Modules: ``base`` (Payload, Compressor, State, ErrorFeedback), ``registry`` (register, make, available),
+``quantize`` (none, fp16, bf16, blockwise, qsgd, terngrad, twobit), ``sparsify`` (threshold, topk, randomk,
+dgc), ``sign`` (signsgd, ef_signsgd, onebit), ``lowrank`` (powersgd), ``artopk``, ``loco`` (sparseloco),
+``demo`` (DeMo); ``collective`` is the protocol aggregate() talks to.
 """
 
-from lowbw.compress import demo as _demo  # noqa: F401  (registers "demo"; base._load_all lists the rest)
-from lowbw.compress.base import (
-    Compressor,
-    ErrorFeedback,
-    NonFiniteError,
-    Payload,
-    State,
-    available,
-    make,
-)
+# The one list of compressor modules: importing one registers its compressors (lowbw.compress.registry).
+from lowbw.compress import artopk, demo, loco, lowrank, quantize, sign, sparsify  # noqa: F401
+from lowbw.compress.base import Compressor, ErrorFeedback, NonFiniteError, Payload, State
 from lowbw.compress.collective import CallRecord, Collective
+from lowbw.compress.registry import available, make
 
 __all__ = [
     "available",

@@ -16,9 +16,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lowbw.compress.base import State, register
+from lowbw.compress.base import State
 from lowbw.compress.checks import check_bool, check_choice, check_float
 from lowbw.compress.collective import Collective
+from lowbw.compress.registry import register
 from lowbw.compress.sparsify import Sparse, index_dtype, topk_count, topk_indices
 
 __all__ = ["ARTopK", "choose_leader"]

@@ -1,4 +1,5 @@
-"""The compressor interface: ``Payload``, ``Compressor``, ``State``, ``ErrorFeedback`` and the registry.
+"""The compressor interface: ``Payload``, ``Compressor``, ``State``, ``ErrorFeedback`` (the registry is
+:mod:`lowbw.compress.registry`).
 
 Contract (every compressor in ``lowbw.compress`` follows it):
 
@@ -29,10 +30,9 @@ Contract (every compressor in ``lowbw.compress`` follows it):
 
 from __future__ import annotations
 
-import inspect
 import math
 import zlib
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
@@ -48,9 +48,6 @@ __all__ = [
     "State",
     "ErrorFeedback",
     "NonFiniteError",
-    "register",
-    "make",
-    "available",
     "HEADER_BYTES_PER_DIM",
     "HEADER_BYTES_PER_PART",
 ]
@@ -440,71 +437,3 @@ class ErrorFeedback(Compressor):
     def residual(self, state: State | None, name: str = "") -> Tensor | None:
         """The current residual for ``name`` (flat fp32), or None before the first step."""
         return self._state(state)[name].get("ef.residual")
-
-
-# ----- registry -----------------------------------------------------------------------------------------
-@dataclass(frozen=True)
-class _Entry:
-    factory: Callable[..., Compressor]
-    error_feedback: bool  # the default; None = not configurable
-    configurable_ef: bool
-    doc: str
-
-
-_REGISTRY: dict[str, _Entry] = {}
-
-
-def register(
-    name: str, *, error_feedback: bool = False, configurable_ef: bool = True, doc: str = ""
-) -> Callable[[Callable[..., Compressor]], Callable[..., Compressor]]:
-    """Register a factory under ``name``. ``error_feedback``: whether ``make(name)`` wraps it in
-    :class:`ErrorFeedback` by default; ``configurable_ef``: whether ``make(name, error_feedback=...)`` may
-    change that (False for methods whose memory is part of their definition, e.g. ``ef_signsgd``)."""
-
-    def deco(factory: Callable[..., Compressor]) -> Callable[..., Compressor]:
-        if name in _REGISTRY:
-            raise ValueError(f"compressor {name!r} registered twice")
-        _REGISTRY[name] = _Entry(factory, error_feedback, configurable_ef, doc)
-        return factory
-
-    return deco
-
-
-def _load_all() -> None:
-    # importing the modules registers their compressors
-    from lowbw.compress import artopk, loco, lowrank, quantize, sign, sparsify  # noqa: F401
-
-
-def available() -> list[str]:
-    """Names accepted by :func:`make`, sorted."""
-    _load_all()
-    return sorted(_REGISTRY)
-
-
-def make(name: str, **params: Any) -> Compressor:
-    """A compressor by name. ``error_feedback=True/False`` overrides the method's default where allowed.
-
-    Unknown names and bad parameters raise ``ValueError`` naming the parameter, the value and what is allowed.
-    """
-    _load_all()
-    entry = _REGISTRY.get(name)
-    if entry is None:
-        raise ValueError(f"unknown compressor name={name!r}; allowed: {', '.join(sorted(_REGISTRY))}")
-    accepted = [p for p in inspect.signature(entry.factory).parameters if p != "self"]
-    ef = entry.error_feedback
-    if "error_feedback" in params and "error_feedback" not in accepted:
-        v = params.pop("error_feedback")
-        if not isinstance(v, bool):
-            raise ValueError(f"{name}: invalid parameter error_feedback={v!r}; allowed: True | False")
-        if not entry.configurable_ef and v != ef:
-            raise ValueError(
-                f"{name}: invalid parameter error_feedback={v!r}; allowed: {ef!r} (part of the method's definition)"
-            )
-        ef = v
-    for k in params:
-        if k not in accepted:
-            extra = ["error_feedback"] if entry.configurable_ef and "error_feedback" not in accepted else []
-            allowed = ", ".join(accepted + extra)
-            raise ValueError(f"{name}: unknown parameter {k!r}={params[k]!r}; allowed parameters: {allowed or 'none'}")
-    comp = entry.factory(**params)
-    return ErrorFeedback(comp) if ef else comp

@@ -47,9 +47,10 @@ from typing import Any
 import torch
 from torch import Tensor
 
-from lowbw.compress.base import Compressor, Payload, State, register
+from lowbw.compress.base import Compressor, Payload, State
 from lowbw.compress.checks import check_bool, check_float, check_int
 from lowbw.compress.collective import Collective
+from lowbw.compress.registry import register
 
 __all__ = ["DeMo", "dct_matrix", "largest_divisor_at_most", "Blocks"]
 

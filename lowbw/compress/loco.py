@@ -23,9 +23,10 @@ import torch
 from torch import Tensor
 
 from lowbw.compress._bits import pack, unpack
-from lowbw.compress.base import Compressor, Payload, State, register
+from lowbw.compress.base import Compressor, Payload, State
 from lowbw.compress.checks import check_float, check_int
 from lowbw.compress.quantize import row_views
+from lowbw.compress.registry import register
 from lowbw.compress.sparsify import topk_count
 
 __all__ = ["SparseLoCo"]

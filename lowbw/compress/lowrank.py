@@ -27,9 +27,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lowbw.compress.base import Compressor, Payload, State, register
+from lowbw.compress.base import Compressor, Payload, State
 from lowbw.compress.checks import check_bool, check_float, check_int
 from lowbw.compress.collective import Collective
+from lowbw.compress.registry import register
 
 __all__ = ["PowerSGD", "orthogonalize"]
 

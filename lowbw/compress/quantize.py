@@ -14,9 +14,10 @@ import torch
 from torch import Tensor
 
 from lowbw.compress._bits import chunk_rows, chunks, pack, unpack
-from lowbw.compress.base import Compressor, NonFiniteError, Payload, State, register
+from lowbw.compress.base import Compressor, NonFiniteError, Payload, State
 from lowbw.compress.checks import check_bool, check_choice, check_float, check_int
 from lowbw.compress.collective import Collective
+from lowbw.compress.registry import register
 
 __all__ = ["Cast", "Blockwise", "QSGD", "TernGrad", "TwoBit"]
 

@@ -13,9 +13,10 @@ import torch
 from torch import Tensor
 
 from lowbw.compress._bits import chunk_rows, chunks, pack, unpack
-from lowbw.compress.base import Compressor, Payload, State, register
+from lowbw.compress.base import Compressor, Payload, State
 from lowbw.compress.checks import check_choice, check_int
 from lowbw.compress.quantize import chunk_target, row_views
+from lowbw.compress.registry import register
 
 __all__ = ["SignSGD", "ScaledSign", "OneBit"]
 

@@ -13,9 +13,10 @@ import torch
 from torch import Tensor
 
 from lowbw.compress._bits import chunk_rows, chunks
-from lowbw.compress.base import Compressor, Payload, State, name_seed, register
+from lowbw.compress.base import Compressor, Payload, State, name_seed
 from lowbw.compress.checks import check_bool, check_float, check_int
 from lowbw.compress.quantize import chunk_target
+from lowbw.compress.registry import register
 
 __all__ = ["Sparse", "Threshold", "TopK", "RandomK", "DGC", "topk_indices", "select_magnitude_at_least"]
 

@@ -312,7 +312,7 @@ def _check_workload(cfg) -> None:
 def check_registries(cfg) -> None:
     """Names looked up in registries: model, dataset, collective, compressor and its arguments."""
     # the registries import torch and the data layer: only when a config is checked against them
-    from lowbw.compress import base
+    from lowbw.compress import registry
     from lowbw.data import available as datasets
     from lowbw.data.text import text_available
     from lowbw.train.models import MODELS
@@ -328,11 +328,11 @@ def check_registries(cfg) -> None:
         raise ConfigError("collective", f"{cfg.collective!r} is unknown; allowed: {', '.join(ALLREDUCE_ALGORITHMS)}")
     if cfg.compressor == "none":
         return
-    names = base.available()
+    names = registry.available()
     if cfg.compressor not in names:
         raise ConfigError("compressor", f"{cfg.compressor!r} is unknown; allowed: {', '.join(names)}")
     try:  # the arguments alone first, so a bad argument is blamed on compressor_args, not on error_feedback
-        base.make(cfg.compressor, **dict(cfg.compressor_args))
+        registry.make(cfg.compressor, **dict(cfg.compressor_args))
     except (ValueError, TypeError) as e:
         raise ConfigError("compressor_args", str(e)) from e
     try:

@@ -35,8 +35,8 @@ from dataclasses import dataclass
 import torch
 
 from lowbw.comm.diloco import sync_offsets
-from lowbw.compress import base
 from lowbw.compress.base import State
+from lowbw.compress.registry import make
 from lowbw.train.assign import seed_for
 
 __all__ = ["Action", "Scheme", "TimedCollective", "make_compressor", "make_states", "group_of", "aggregate_rank",
@@ -156,7 +156,7 @@ def make_compressor(cfg):
     kw = dict(cfg.compressor_args)
     if cfg.error_feedback != "auto":
         kw["error_feedback"] = cfg.error_feedback == "on"
-    return base.make(cfg.compressor, **kw)
+    return make(cfg.compressor, **kw)
 
 
 def make_states(cfg, ranks: list[int]):
