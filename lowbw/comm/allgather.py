@@ -91,9 +91,9 @@ def count_ring_allgather(tp: Transport, offsets: list[int], elem_bytes: int, chu
     for s in range(N - 1):
         j_snd, j_rcv = (r - s) % N, (r - s - 1) % N
         for a, b in chunk_ranges(offsets[j_snd], offsets[j_snd + 1], chunk):
-            tp._count("send", right, (b - a) * elem_bytes)
+            tp.count("send", right, (b - a) * elem_bytes)
         for a, b in chunk_ranges(offsets[j_rcv], offsets[j_rcv + 1], chunk):
-            tp._count("recv", left, (b - a) * elem_bytes)
+            tp.count("recv", left, (b - a) * elem_bytes)
 
 
 _local = threading.local()

@@ -283,7 +283,7 @@ def _aggregate_together(comp, job: _Job, coll, cstate) -> None:
     payloads = [comp.compress(t, name, cstate) for t, name in zip(job.tensors, job.names)]
     if comp.summable:
         summed = _all_reduce_parts(payloads, coll)
-        outs = [comp._decode(replace(p, parts=s)) for p, s in zip(payloads, summed)]
+        outs = [comp.decode(replace(p, parts=s)) for p, s in zip(payloads, summed)]
         if n > 1:
             for o in outs:
                 o.div_(n)
@@ -292,7 +292,7 @@ def _aggregate_together(comp, job: _Job, coll, cstate) -> None:
         outs = [torch.zeros(p.numel, dtype=torch.float32, device=job.buffer.device) for p in payloads]
         for r, blob in enumerate(blobs):
             for p, parts, o in zip(payloads, _unpack(blob, payloads, r), outs):
-                comp._decode_add(replace(p, parts=parts), o)
+                comp.decode_add(replace(p, parts=parts), o)
         if n > 1:
             for o in outs:
                 o.div_(n)

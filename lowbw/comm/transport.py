@@ -68,7 +68,8 @@ class Transport:
         self._seq_recv: dict[int, int] = defaultdict(int)
 
     # -- bookkeeping -------------------------------------------------------------------------------------
-    def _count(self, kind: str, peer: int, nbytes: int) -> None:
+    def count(self, kind: str, peer: int, nbytes: int) -> None:
+        """Record one message of ``nbytes`` to (``kind="send"``) or from (``"recv"``) ``peer`` on every meter."""
         for st in self.stats:
             if kind == "send":
                 st.bytes_sent += nbytes
@@ -122,7 +123,7 @@ class Transport:
                 continue
             if not t.is_contiguous():
                 raise ValueError("lowbw.comm transports need contiguous tensors")
-            self._count(kind, peer, h.nbytes)
+            self.count(kind, peer, h.nbytes)
             live.append((h, self._tag(kind, peer)))
         if live:
             self._post(live)

@@ -184,11 +184,11 @@ def name_seed(seed: int, name: str, step: int) -> int:
 
 
 class Compressor:
-    """Base class. Subclasses implement ``_encode`` and ``_decode`` on flat fp32 tensors.
+    """Base class. Subclasses implement ``_encode`` and ``decode`` on flat fp32 tensors.
 
     ``_encode(x, name, state, shape) -> (parts, meta)``: ``x`` is the flat fp32 input (possibly a view of the
     caller's tensor: never modify it, never return views of it), ``shape`` the original shape.
-    ``_decode(payload) -> flat fp32 tensor``. ``_decode_add(payload, out)`` adds the decoded tensor into ``out``
+    ``decode(payload) -> flat fp32 tensor``. ``decode_add(payload, out)`` adds the decoded tensor into ``out``
     and ``_subtract_decoded(payload, acc)`` subtracts it (override both for sparse payloads).
     """
 
@@ -208,7 +208,7 @@ class Compressor:
         return Payload(tuple(parts), tensor.shape, tensor.dtype, meta)
 
     def decompress(self, payload: Payload) -> Tensor:
-        return self._decode(payload).to(payload.dtype).view(payload.shape)
+        return self.decode(payload).to(payload.dtype).view(payload.shape)
 
     def aggregate(self, tensor: Tensor, coll: Collective, name: str = "", state: State | None = None) -> Tensor:
         """Average over ranks of the decompressed payloads (see the module docstring)."""
@@ -247,7 +247,7 @@ class Compressor:
         parts, metas = self._encode_batch(self._prepare_batch(xs), name, states, shape)
         ref = Payload(tuple(p[0] for p in parts), shape, xs.dtype, metas[0])
         if self.summable:
-            out = self._decode(replace(ref, parts=tuple(coll.all_reduce(p) for p in parts)))
+            out = self.decode(replace(ref, parts=tuple(coll.all_reduce(p) for p in parts)))
             if n > 1:
                 out = out / n
         else:
@@ -283,9 +283,9 @@ class Compressor:
         return [torch.stack([e[0][j] for e in enc]) for j in range(nparts)], [e[1] for e in enc]
 
     def _decode_batch(self, parts: list[Tensor], ref: Payload) -> Tensor:
-        """``_decode`` of every row (``parts[j][i]``: row i's part j; ``ref``: row 0's payload) -> ``[N, n]``."""
+        """``decode`` of every row (``parts[j][i]``: row i's part j; ``ref``: row 0's payload) -> ``[N, n]``."""
         N = parts[0].shape[0] if parts else 0
-        return torch.stack([self._decode(replace(ref, parts=tuple(p[i] for p in parts))) for i in range(N)])
+        return torch.stack([self.decode(replace(ref, parts=tuple(p[i] for p in parts))) for i in range(N)])
 
     def _decode_add_rows(self, parts: list[Tensor], ref: Payload, out: Tensor) -> None:
         """``out += decode(row i)`` for i = 0, 1, ... in rank order (as ``_aggregate_payload`` does)."""
@@ -323,21 +323,24 @@ class Compressor:
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         raise NotImplementedError
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
+        """The payload's values as a flat fp32 tensor of ``payload.numel`` (``decompress`` before the reshape
+        and cast); the parts may be sums over ranks where the compressor is ``summable``."""
         raise NotImplementedError
 
-    def _decode_add(self, payload: Payload, out: Tensor) -> None:
-        out += self._decode(payload)
+    def decode_add(self, payload: Payload, out: Tensor) -> None:
+        """``out += decode(payload)`` in place on a flat fp32 ``out`` (sparse compressors scatter-add)."""
+        out += self.decode(payload)
 
     def _subtract_decoded(self, payload: Payload, acc: Tensor) -> None:
         """``acc -= decode(payload)`` in place (sparse compressors override with an indexed update)."""
-        acc -= self._decode(payload)
+        acc -= self.decode(payload)
 
     def _aggregate_payload(self, payload: Payload, coll: Collective) -> Tensor:
         n = coll.world_size
         if self.summable:
             summed = tuple(coll.all_reduce(p) for p in payload.parts)
-            out = self._decode(replace(payload, parts=summed))
+            out = self.decode(replace(payload, parts=summed))
             if n > 1:
                 out = out / n
         else:
@@ -345,7 +348,7 @@ class Compressor:
             device = payload.parts[0].device if payload.parts else torch.device("cpu")
             out = torch.zeros(payload.numel, dtype=torch.float32, device=device)
             for r in range(n):
-                self._decode_add(replace(payload, parts=tuple(g[r] for g in gathered)), out)
+                self.decode_add(replace(payload, parts=tuple(g[r] for g in gathered)), out)
             if n > 1:
                 out /= n
         return out.to(payload.dtype).view(payload.shape)
@@ -398,11 +401,11 @@ class ErrorFeedback(Compressor):
         slot["ef.residual"] = corrected
         return list(payload_parts), meta
 
-    def _decode(self, payload: Payload) -> Tensor:
-        return self.inner._decode(payload)
+    def decode(self, payload: Payload) -> Tensor:
+        return self.inner.decode(payload)
 
-    def _decode_add(self, payload: Payload, out: Tensor) -> None:
-        self.inner._decode_add(payload, out)
+    def decode_add(self, payload: Payload, out: Tensor) -> None:
+        self.inner.decode_add(payload, out)
 
     @property
     def batched(self) -> bool:  # type: ignore[override]

@@ -160,7 +160,7 @@ class DeMo(Compressor):
         y = torch.zeros((bl.count, bl.size), dtype=torch.float32, device=vals.device)
         return y.scatter_(1, idx.long().view(bl.count, bl.k), vals.view(bl.count, bl.k))
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
         """One worker's q_t in the parameter domain (inverse DCT of its kept coefficients; no sign)."""
         idx, vals = payload.parts
         bl = self.blocks(payload.shape)
@@ -169,7 +169,7 @@ class DeMo(Compressor):
         return bl.from_coeffs(self._coeffs(bl, idx, vals), *self._bases_of(bl, vals.device))
 
     def _subtract_decoded(self, payload: Payload, acc: Tensor) -> None:
-        acc -= self._decode(payload)
+        acc -= self.decode(payload)
 
     def aggregate(self, tensor: Tensor, coll: Collective, name: str = "", state: State | None = None) -> Tensor:
         """Steps 1-4 and the sign of step 5: sign(Q_t) (or Q_t with ``sign=False``), Q_t the inverse DCT of

@@ -83,7 +83,7 @@ class SparseLoCo(Compressor):
         mag = levels.gather(1, (codes & 1).long())
         return torch.where(codes >= 2, -mag, mag)
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
         idx_all, packed, levels_all = payload.parts
         n = payload.numel
         out = torch.zeros(n, dtype=torch.float32, device=levels_all.device)

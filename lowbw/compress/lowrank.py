@@ -139,7 +139,7 @@ class PowerSGD(Compressor):
         _, parts, meta = self._step(x, name, state, shape, lambda t: t, 1)
         return parts, meta
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
         meta = payload.meta
         if meta["mode"] == "raw":
             return payload.parts[0].float().clone()

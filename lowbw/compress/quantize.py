@@ -102,7 +102,7 @@ class Cast(Compressor):
         self._check_range(x)
         return [x.to(self.wire, copy=True)], {}
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
         return payload.parts[0].to(torch.float32, copy=True)  # never the payload's own memory
 
     def _encode_batch(self, x: Tensor, name: str, states, shape: torch.Size) -> tuple[list[Tensor], list[dict]]:
@@ -278,7 +278,7 @@ class Blockwise(Compressor):
             b0 += rows
         return torch.cat(out, 1) if len(out) > 1 else out[0]
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
         codes, scales = payload.parts
         B, L = self.block_size, float(self.levels)
         n = payload.numel
@@ -363,7 +363,7 @@ class QSGD(Compressor):
             codes = pack(codes.add_(self.levels).view(torch.uint8), self.width)
         return [codes, norms], {}
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
         codes, norms = payload.parts
         n = payload.numel
         if self.width < 8:
@@ -412,7 +412,7 @@ class TernGrad(Compressor):
             c.add_(yb >= ub.neg_())
         return [pack(codes, 2), torch.tensor([smax], dtype=torch.float32, device=x.device)], {}
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
         packed, scale = payload.parts
         return unpack(packed, 2, payload.numel).float().sub_(1.0).mul_(scale)
 
@@ -443,7 +443,7 @@ class TwoBit(Compressor):
             c.add_(xs > -t)
         return [pack(codes, 2)], {}
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
         return unpack(payload.parts[0], 2, payload.numel).float().sub_(1.0).mul_(self.threshold)
 
 

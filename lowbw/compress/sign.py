@@ -47,7 +47,7 @@ class SignSGD(Compressor):
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         return [_sign_bits(x)], {}
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
         return _unpack_signs(payload.parts[0], payload.numel)
 
 
@@ -63,7 +63,7 @@ class ScaledSign(Compressor):
         scale = _l1_sum(x) / n if n else torch.zeros((), device=x.device)
         return [_sign_bits(x), scale.reshape(1).float()], {}
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
         bits, scale = payload.parts
         return _unpack_signs(bits, payload.numel).mul_(scale)
 
@@ -127,7 +127,7 @@ class OneBit(Compressor):
                 neg_m[:] = v.clamp(max=0.0).sum(0) / (rows - pcnt).clamp(min=1)
         return [_sign_bits(x), means], {}
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
         bits, means = payload.parts
         n = payload.numel
         neg = unpack(bits, 1, n).float()  # 1.0 for negative entries

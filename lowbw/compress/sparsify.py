@@ -89,15 +89,15 @@ def topk_rows(x: Tensor, k: int) -> Tensor:
 class Sparse(Compressor):
     """Base of the sparsifiers: payload ``[indices, values]`` (or ``[values]`` when indices are shared)."""
 
-    def _decode(self, payload: Payload) -> Tensor:
+    def decode(self, payload: Payload) -> Tensor:
         out = torch.zeros(payload.numel, dtype=torch.float32, device=payload.parts[-1].device)
-        self._decode_add(payload, out)
+        self.decode_add(payload, out)
         return out
 
     def _indices(self, payload: Payload) -> Tensor:
         return payload.parts[0]
 
-    def _decode_add(self, payload: Payload, out: Tensor) -> None:
+    def decode_add(self, payload: Payload, out: Tensor) -> None:
         vals = payload.parts[-1]
         if vals.numel():
             out.index_add_(0, self._indices(payload), vals)
