@@ -7,6 +7,11 @@
   workers; killing them releases the lock (flock locks die with their holders). Locks of live runs are
   listed with their holders and left alone; an unheld ``.lock`` file blocks nothing and is kept (deleting
   it could let two runs lock two different files).
+* a one-node SLURM test cluster (``tests/slurm_local.py``) whose creator (the pytest run) is gone: its
+  ``munged``/``slurmctld``/``slurmd`` and the ``/etc/slurm/slurm.conf`` symlink into its directory. Ours is
+  told from a site's own configuration by its marker (``lowbw-test-cluster.json`` next to the linked
+  ``slurm.conf``, a ``# lowbw test cluster`` line in it) or its cluster name (``ClusterName=lowbwtest``);
+  a site's configuration is never touched.
 
 Nothing is removed with ``--dry-run``. Exit status 0 when nothing was left behind or all of it was removed.
 
@@ -24,9 +29,16 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
-__all__ = ["Findings", "scan", "clean", "add_parser", "main", "guard"]
+__all__ = ["Findings", "SlurmTestCluster", "scan", "clean", "add_parser", "main", "guard", "slurm_test_cluster",
+           "stop_slurm_test_cluster", "process_start", "SLURM_CONF", "SLURM_MARKER", "SLURM_CLUSTER_NAME"]
 
 WORKER_MODULE = "lowbw.train.worker"
+#: where SLURM's tools look for their configuration (the test cluster links its own there while it runs)
+SLURM_CONF = Path("/etc/slurm/slurm.conf")
+#: the marker file a test cluster writes next to its slurm.conf, and its cluster name
+SLURM_MARKER = "lowbw-test-cluster.json"
+SLURM_CLUSTER_NAME = "lowbwtest"
+SLURM_DAEMONS = ("munged", "slurmctld", "slurmd")
 
 
 @dataclass
@@ -39,9 +51,16 @@ class Findings:
     stale_locks: list[Path] = field(default_factory=list)
     held_locks: dict[Path, list[int]] = field(default_factory=dict)
     notes: list[str] = field(default_factory=list)
+    ns_processes: dict[str, list[tuple[int, str]]] = field(default_factory=dict)  # namespace -> (pid, command)
+    slurm: list[SlurmTestCluster] = field(default_factory=list)  # test clusters whose creator is gone
 
     def empty(self) -> bool:
-        return not (self.namespaces or self.orphans or self.stale_locks)
+        return not (self.namespaces or self.orphans or self.stale_locks or self.slurm)
+
+    def orphans_outside(self) -> list[int]:
+        """Orphaned workers not running in one of the namespaces (those go with their namespace)."""
+        inside = {pid for procs in self.ns_processes.values() for pid, _ in procs}
+        return [p for p in self.orphans if p not in inside]
 
 
 def _cmdline(pid: int) -> list[str]:
@@ -82,6 +101,123 @@ def orphaned_workers() -> list[int]:
     return sorted(out)
 
 
+def process_start(pid: int) -> int | None:
+    """The start time of process ``pid`` (clock ticks since boot, /proc/PID/stat field 22), None if gone:
+    with the pid it names one process even after the pid is reused."""
+    try:
+        return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19])
+    except (OSError, IndexError, ValueError):
+        return None
+
+
+# ------------------------------------------------------------------------------------ SLURM test clusters
+@dataclass
+class SlurmTestCluster:
+    """A one-node SLURM test cluster (tests/slurm_local.py) found through ``conf`` (the symlink it made)."""
+
+    conf: Path  # the symlink (normally /etc/slurm/slurm.conf)
+    root: Path  # the cluster's private directory (its slurm.conf, pid files, logs)
+    creator: int | None  # the pid of the process that made it (None: unknown)
+    creator_alive: bool
+    processes: list[tuple[int, str]] = field(default_factory=list)  # (pid, command) of its daemons
+
+
+def _read_marker(root: Path) -> dict | None:
+    import json
+
+    try:
+        return json.loads((root / SLURM_MARKER).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def _ours(conf: Path, root: Path) -> bool:
+    """Whether ``conf`` (a symlink to ``root/slurm.conf``) is a lowbw test cluster's: its marker, or its
+    cluster name; a dangling link into a ``slurm`` directory under the temporary directory (the test's
+    directory was deleted) counts as ours too."""
+    import tempfile
+
+    if (root / SLURM_MARKER).exists():
+        return True
+    try:
+        text = (root / "slurm.conf").read_text(errors="replace")
+    except OSError:
+        tmp = os.path.realpath(tempfile.gettempdir())
+        return root.name == "slurm" and not root.exists() and str(root).startswith(tmp + os.sep)
+    name = f"ClusterName={SLURM_CLUSTER_NAME}"
+    return "# lowbw test cluster" in text or any(ln.split("#")[0].replace(" ", "") == name for ln in text.splitlines())
+
+
+def _cluster_processes(root: Path) -> list[tuple[int, str]]:
+    """The daemons of the cluster in ``root``: those its pid files name, and every process whose command line
+    names ``root`` (munged --key-file=ROOT/..., slurmctld/slurmd -f ROOT/slurm.conf)."""
+    pids = set()
+    for rel in ("munge/munged.pid", "slurmctld.pid", "slurmd.pid"):
+        with contextlib.suppress(OSError, ValueError, IndexError):
+            pids.add(int((root / rel).read_text().split()[0]))
+    needle = str(root) + os.sep
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit() and int(d.name) != os.getpid() and any(needle in a for a in _cmdline(int(d.name))):
+            pids.add(int(d.name))
+    return sorted((p, " ".join(_cmdline(p)).strip()) for p in pids if _cmdline(p) and _ppid(p) != -1)
+
+
+def slurm_test_cluster(conf: str | Path = SLURM_CONF) -> SlurmTestCluster | None:
+    """The lowbw test cluster that ``conf`` links to, alive or not, or None (no file there, or a site's own
+    configuration)."""
+    conf = Path(conf)
+    if not conf.is_symlink():
+        return None  # absent, or a regular file: a site's configuration
+    target = Path(os.readlink(conf))
+    root = (conf.parent / target).parent if not target.is_absolute() else target.parent
+    if not _ours(conf, root):
+        return None
+    marker = _read_marker(root) or {}
+    creator = marker.get("creator_pid")
+    alive = bool(creator) and process_start(int(creator)) is not None and (
+        marker.get("creator_start") is None or process_start(int(creator)) == marker.get("creator_start"))
+    return SlurmTestCluster(conf, root, creator, alive, _cluster_processes(root))
+
+
+def stop_slurm_test_cluster(c: SlurmTestCluster, timeout_s: float = 30.0) -> list[int]:
+    """Cancel its jobs and shut it down (where its controller still answers), stop its daemons (SIGTERM,
+    SIGKILL after ``timeout_s``) and remove the symlink ``c.conf``. The cluster's directory is left alone.
+    Returns the pids that had to be killed."""
+    import shutil
+    import subprocess
+    import time
+
+    conf = c.root / "slurm.conf"
+    if conf.exists() and shutil.which("scontrol"):
+        env = dict(os.environ, SLURM_CONF=str(conf))
+        with contextlib.suppress(OSError, subprocess.SubprocessError):
+            subprocess.run(["scancel", "--full", "--partition", SLURM_CLUSTER_NAME], env=env, capture_output=True,
+                           timeout=15)
+            subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True, timeout=15)
+    pids = [p for p, _ in c.processes]
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGTERM)
+    end = time.monotonic() + timeout_s
+    while time.monotonic() < end and any(process_start(p) is not None and not _zombie(p) for p in pids):
+        time.sleep(0.1)
+    killed = [p for p in pids if process_start(p) is not None and not _zombie(p)]
+    for pid in killed:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, signal.SIGKILL)
+    if c.conf.is_symlink():
+        with contextlib.suppress(OSError):
+            c.conf.unlink()
+    return killed
+
+
+def _zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except (OSError, IndexError):
+        return True
+
+
 def _locks(runs: Path, orphans: list[int]) -> tuple[list[Path], dict[Path, list[int]]]:
     """(locks held only by orphans, locks held by live runs -> holder PIDs)."""
     from lowbw.runio import lock_holders
@@ -98,9 +234,11 @@ def _locks(runs: Path, orphans: list[int]) -> tuple[list[Path], dict[Path, list[
     return sorted(stale), held
 
 
-def scan(runs: str | Path = "runs", prefix: str = "lbw", all_: bool = False) -> Findings:
+def scan(runs: str | Path = "runs", prefix: str = "lbw", all_: bool = False,
+         slurm_conf: str | Path = SLURM_CONF) -> Findings:
     """Look for leftovers; removes nothing."""
     f = Findings()
+    from lowbw.net.namespaces import ns_processes
     from lowbw.net.testbed import list_leftovers, netns_missing
 
     missing = netns_missing()
@@ -108,19 +246,29 @@ def scan(runs: str | Path = "runs", prefix: str = "lbw", all_: bool = False) -> 
         f.notes.append("namespaces not checked: " + "; ".join(missing))
     else:
         f.namespaces = list_leftovers(prefix, all_)
+        f.ns_processes = {ns: ns_processes(ns) for ns in f.namespaces}
+    cluster = slurm_test_cluster(slurm_conf)
+    if cluster is not None and not cluster.creator_alive:
+        f.slurm.append(cluster)
+    elif cluster is not None:
+        f.notes.append(f"test SLURM cluster in {cluster.root}: its creator (pid {cluster.creator}) is running; "
+                       "left alone")
     f.orphans = orphaned_workers()
     f.stale_locks, f.held_locks = _locks(Path(runs), f.orphans)
     return f
 
 
 def clean(f: Findings) -> None:
-    """Remove what ``f`` lists: kill orphans (which releases their locks) and delete namespaces."""
+    """Remove what ``f`` lists: kill orphans (which releases their locks), delete namespaces (killing what
+    runs in them) and stop test SLURM clusters."""
     from lowbw.net.namespaces import delete_namespaces
 
     for pid in f.orphans:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
     delete_namespaces(f.namespaces)
+    for c in f.slurm:
+        stop_slurm_test_cluster(c)
 
 
 def guard(tag: str) -> int:
@@ -152,16 +300,26 @@ def _args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--all", dest="all_", action="store_true",
                    help="also namespaces of testbeds that are still running (stops them)")
     p.add_argument("--dry-run", "-n", action="store_true", help="only list, remove nothing")
+    p.add_argument("--slurm-conf", default=str(SLURM_CONF),
+                   help="where a test SLURM cluster links its slurm.conf (default /etc/slurm/slurm.conf)")
 
 
 def main(args: argparse.Namespace) -> int:
-    f = scan(args.runs, args.prefix, args.all_)
+    f = scan(args.runs, args.prefix, args.all_, getattr(args, "slurm_conf", SLURM_CONF))
     for n in f.notes:
         print(f"note: {n}")
     for ns in f.namespaces:
-        print(f"namespace {ns}: left by a dead testbed")
-    for pid in f.orphans:
+        procs = f.ns_processes.get(ns, [])
+        print(f"namespace {ns}: left by a dead testbed" + (f", {len(procs)} process(es) in it" if procs else ""))
+        for pid, cmd in procs:
+            print(f"  process {pid} in {ns}: {cmd[:120]}")
+    for pid in f.orphans_outside():
         print(f"worker {pid}: orphaned ({' '.join(_cmdline(pid))[:120]})")
+    for c in f.slurm:
+        print(f"test SLURM cluster in {c.root}: left by a test run that is gone (pid {c.creator}); "
+              f"{c.conf} links to it")
+        for pid, cmd in c.processes:
+            print(f"  process {pid} of it: {cmd[:120]}")
     for p in f.stale_locks:
         print(f"lock {p}: stale (held only by orphaned workers)")
     for p, pids in sorted(f.held_locks.items()):
@@ -173,8 +331,12 @@ def main(args: argparse.Namespace) -> int:
         print("dry run: nothing removed (rerun without --dry-run to remove it)")
         return 1
     clean(f)
-    print(f"removed {len(f.namespaces)} namespace(s), {len(f.orphans)} orphaned worker(s), "
-          f"released {len(f.stale_locks)} stale lock(s)")
+    in_ns = sum(len(p) for p in f.ns_processes.values())
+    slurm = (f", stopped {len(f.slurm)} test SLURM cluster(s) ({sum(len(c.processes) for c in f.slurm)} "
+             f"process(es)) and removed their {', '.join(str(c.conf) for c in f.slurm)}") if f.slurm else ""
+    print(f"removed {len(f.namespaces)} namespace(s) with the {in_ns} process(es) running in them, "
+          f"{len(f.orphans_outside())} orphaned worker(s) outside them, released {len(f.stale_locks)} stale "
+          f"lock(s){slurm}")
     return 0
 
 

@@ -14,26 +14,44 @@ with its own SLURM configuration is left alone: see :func:`local_cluster`). Ther
 needs a MySQL server), so `sacct` answers "accounting storage is disabled"; what sacct would report, the
 final state and exit code of every job, comes from the job-completion log (JobCompType=jobcomp/filetxt)
 and, while the controller keeps the job (MinJobAge), from `scontrol show job`.
+
+A cluster left behind (its creator SIGKILLed mid-test) is told from a site's own configuration by its marker
+(``lowbw-test-cluster.json`` with the creator's pid, next to its slurm.conf, and a ``# lowbw test cluster``
+line in it) and its cluster name (``lowbwtest``): :func:`system_conf_state` says which it is, and
+``sudo python -m lowbw doctor`` (:func:`lowbw.doctor.stop_slurm_test_cluster`) removes one whose creator
+is gone. While the cluster runs, SIGTERM and SIGHUP raise KeyboardInterrupt as SIGINT does, so a time limit's
+SIGTERM stops pytest through its fixtures' teardown, this cluster's included.
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import re
 import shutil
 import signal
 import socket
 import subprocess
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from lowbw.doctor import (
+    SLURM_CLUSTER_NAME,
+    SLURM_MARKER,
+    SlurmTestCluster,
+    process_start,
+    slurm_test_cluster,
+    stop_slurm_test_cluster,
+)
+
 #: Debian packages of the cluster and the programs the tests need from them
 PACKAGES = ("slurm-wlm", "munge")
 PROGRAMS = ("slurmctld", "slurmd", "sbatch", "squeue", "scontrol", "scancel", "munged")
-PARTITION = "lowbwtest"
+PARTITION = SLURM_CLUSTER_NAME
 SYSTEM_CONF = Path("/etc/slurm/slurm.conf")
 #: seconds a daemon, the node or a job queue may take to reach the awaited state
 START_TIMEOUT_S = 60.0
@@ -124,7 +142,9 @@ def write_conf(root: Path, node: str, munge_socket: Path) -> Path:
     (root / "spool").mkdir()
     (root / "plugstack.conf").write_text("")
     conf.write_text("\n".join([
-        "ClusterName=lowbwtest",
+        f"# lowbw test cluster (tests/slurm_local.py, creator pid {os.getpid()}, marker {root / SLURM_MARKER}); "
+        "if it is left behind: sudo python -m lowbw doctor",
+        f"ClusterName={SLURM_CLUSTER_NAME}",
         f"SlurmctldHost={node}(127.0.0.1)",
         "SlurmUser=root",
         "SlurmdUser=root",
@@ -219,17 +239,70 @@ def _queue_empty(env: dict[str, str]) -> bool:
     return r.returncode == 0 and not r.stdout.strip()
 
 
+def system_conf_state(system_conf: Path = SYSTEM_CONF) -> tuple[str, SlurmTestCluster | None]:
+    """What is at ``system_conf``: ``("absent", None)``; ``("site", None)``, a configuration that is not a lowbw
+    test cluster's; ``("running", c)``, a test cluster whose creator is alive (another test run); ``("left", c)``,
+    a test cluster whose creator is gone (for :func:`lowbw.doctor.stop_slurm_test_cluster`)."""
+    if not (system_conf.exists() or system_conf.is_symlink()):
+        return "absent", None
+    c = slurm_test_cluster(system_conf)
+    if c is None:
+        return "site", None
+    return ("running" if c.creator_alive else "left"), c
+
+
+def remove_leftover(c: SlurmTestCluster) -> str:
+    """Stop a test cluster whose creator is gone (as ``lowbw doctor`` does) and say what was removed."""
+    killed = stop_slurm_test_cluster(c, STOP_TIMEOUT_S)
+    return (f"removed a test SLURM cluster left by pid {c.creator} in {c.root} ({len(c.processes)} process(es)"
+            + (f", {len(killed)} SIGKILLed" if killed else "") + f") and the {c.conf} symlink")
+
+
 @contextlib.contextmanager
-def local_cluster(tmp: Path) -> Iterator[LocalSlurm]:
+def _signals_interrupt() -> Iterator[None]:
+    """While inside: SIGTERM and SIGHUP raise KeyboardInterrupt (as SIGINT does), so pytest stops and runs its
+    fixtures' teardown instead of dying with the daemons running (a time limit sends SIGTERM)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt(f"signal {signum}: tearing the test SLURM cluster down")
+
+    old = {sig: signal.signal(sig, interrupt) for sig in (signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield
+    finally:
+        for sig, handler in old.items():
+            signal.signal(sig, handler)
+
+
+def _ignore_signals() -> None:
+    """No signal may cut the teardown short (a time limit's SIGKILL still ends everything)."""
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
+
+
+@contextlib.contextmanager
+def local_cluster(tmp: Path, system_conf: Path = SYSTEM_CONF) -> Iterator[LocalSlurm]:
     """Start munged, slurmctld and slurmd under ``tmp/slurm`` and yield the cluster. On exit (also on an
-    error) every job is cancelled, the daemons are shut down (SIGKILL after STOP_TIMEOUT_S) and checked
-    gone, and /etc/slurm/slurm.conf is removed; a daemon that had to be killed is an error. Raises
-    FileExistsError where /etc/slurm/slurm.conf exists (this machine has a SLURM configuration of its own)."""
-    if SYSTEM_CONF.exists() or SYSTEM_CONF.is_symlink():
-        raise FileExistsError(f"{SYSTEM_CONF} exists: this machine has its own SLURM configuration")
+    error, SIGINT, SIGTERM or SIGHUP) every job is cancelled, the daemons are shut down (SIGKILL after
+    STOP_TIMEOUT_S) and checked gone, and the ``system_conf`` symlink (/etc/slurm/slurm.conf) is removed; a
+    daemon that had to be killed is an error. Raises FileExistsError where ``system_conf`` exists (a site's
+    configuration, another test cluster, or a leftover: see :func:`system_conf_state`)."""
+    if system_conf.exists() or system_conf.is_symlink():
+        raise FileExistsError(f"{system_conf} exists: this machine has its own SLURM configuration")
+    with _signals_interrupt():
+        yield from _local_cluster(Path(tmp), system_conf)
+
+
+def _local_cluster(tmp: Path, system_conf: Path) -> Iterator[LocalSlurm]:
     root = Path(tmp) / "slurm"
     (root / "munge").mkdir(parents=True)
     root.chmod(0o700)
+    (root / SLURM_MARKER).write_text(json.dumps({"creator_pid": os.getpid(), "creator_start": process_start(
+        os.getpid()), "created": time.time(), "conf": str(root / "slurm.conf")}))
     key = root / "munge" / "munge.key"
     key.write_bytes(os.urandom(128))
     key.chmod(0o600)
@@ -244,26 +317,38 @@ def local_cluster(tmp: Path) -> Iterator[LocalSlurm]:
                         f"--pid-file={pidfiles['munged']}", f"--seed-file={root / 'munge' / 'seed'}",
                         f"--log-file={logs[0]}"], check=True, capture_output=True, timeout=30)
         conf = write_conf(root, node, sock)
-        SYSTEM_CONF.parent.mkdir(parents=True, exist_ok=True)
-        SYSTEM_CONF.symlink_to(conf)
+        system_conf.parent.mkdir(parents=True, exist_ok=True)
+        system_conf.symlink_to(conf)
         env = dict(os.environ, SLURM_CONF=str(conf))
         subprocess.run(["slurmctld", "-f", str(conf), "-i"], check=True, capture_output=True, timeout=30, env=env)
         subprocess.run(["slurmd", "-f", str(conf)], check=True, capture_output=True, timeout=30, env=env)
         _wait(lambda: _node_ready(env, node), START_TIMEOUT_S, f"node {node} did not come up", logs)
         yield LocalSlurm(root, conf, PARTITION, root / "jobcomp.txt", env)
     finally:
-        if env is not None and _alive(_pid(pidfiles["slurmctld"])):
-            subprocess.run(["scancel", "--full", "--partition", PARTITION], env=env, capture_output=True, timeout=30)
-            with contextlib.suppress(TimeoutError):
-                _wait(lambda: _queue_empty(env), STOP_TIMEOUT_S, "jobs still queued", [])
-            subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True, timeout=30)
-        pids = {name: _pid(p) for name, p in pidfiles.items()}
-        slurm = {k: v for k, v in pids.items() if k != "munged"}
-        killed = _stop(slurm) + _stop({"munged": pids["munged"]})
-        if SYSTEM_CONF.is_symlink() and os.readlink(SYSTEM_CONF) == str(root / "slurm.conf"):
-            SYSTEM_CONF.unlink()
-        if killed:
-            raise RuntimeError(f"had to SIGKILL {', '.join(killed)} of the test cluster in {root}")
+        old = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGINT)}
+        _ignore_signals()
+        try:
+            _teardown(env, pidfiles, root, system_conf)
+        finally:
+            for sig, handler in old.items():
+                with contextlib.suppress(ValueError, TypeError):
+                    signal.signal(sig, handler)
+
+
+def _teardown(env: dict[str, str] | None, pidfiles: dict[str, Path], root: Path, system_conf: Path) -> None:
+    """Cancel every job, shut the daemons down (SIGKILL after STOP_TIMEOUT_S), remove the symlink."""
+    if env is not None and _alive(_pid(pidfiles["slurmctld"])):
+        subprocess.run(["scancel", "--full", "--partition", PARTITION], env=env, capture_output=True, timeout=30)
+        with contextlib.suppress(TimeoutError):
+            _wait(lambda: _queue_empty(env), STOP_TIMEOUT_S, "jobs still queued", [])
+        subprocess.run(["scontrol", "shutdown"], env=env, capture_output=True, timeout=30)
+    pids = {name: _pid(p) for name, p in pidfiles.items()}
+    slurm = {k: v for k, v in pids.items() if k != "munged"}
+    killed = _stop(slurm) + _stop({"munged": pids["munged"]})
+    if system_conf.is_symlink() and os.readlink(system_conf) == str(root / "slurm.conf"):
+        system_conf.unlink()
+    if killed:
+        raise RuntimeError(f"had to SIGKILL {', '.join(killed)} of the test cluster in {root}")
 
 
 def job_records(cluster: LocalSlurm) -> list[JobRecord]:

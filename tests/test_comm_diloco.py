@@ -46,7 +46,7 @@ def _train(rank: int, coll=None, steps: int = STEPS, inner: str = "sgd", width: 
         losses.append(loss.item())
         outer.step()
     return {"params": [p.detach().clone() for p in model.parameters()], "losses": losses,
-            "bytes": outer.bytes_sent, "syncs": outer.counters.syncs}
+            "bytes": outer.bytes_sent, "start_bytes": outer.start_bytes_sent, "syncs": outer.counters.syncs}
 
 
 def _proc_worker(rank: int, world_size: int, kw: dict) -> dict:
@@ -104,6 +104,18 @@ def test_two_gloo_processes_match_threads_and_the_algorithm_written_out():
     assert procs[0]["syncs"] == STEPS // H
 
 
+def test_ranks_report_equal_bytes_and_the_start_broadcast_apart():
+    """The start broadcast is rank 0's alone (2 workers: it sends the model once); every rank's bytes_sent is
+    its synchronisations: a dense fp32 ring of 2 sends each of the P values once per outer step, 4 P bytes."""
+    procs = run_procs(_proc_worker, 2, {}, timeout=120)
+    n_params = sum(p.numel() for p in _model(0).parameters())  # 6*5 + 5 + 5*2 + 2 = 47
+    assert n_params == 47 and procs[0]["syncs"] == procs[1]["syncs"] == STEPS // H == 2
+    assert [r["start_bytes"] for r in procs] == [4 * 47, 0]
+    assert [r["bytes"] for r in procs] == [2 * 4 * 47] * 2
+    threads = _threads(2)
+    assert [(r["bytes"], r["start_bytes"]) for r in threads] == [(r["bytes"], r["start_bytes"]) for r in procs]
+
+
 def test_outer_sgd_with_lr_1_and_no_momentum_is_model_averaging():
     """theta_start - mean(theta_start - theta_i) = mean(theta_i): local SGD, up to rounding."""
     res = _threads(3, outer="sgd", outer_lr=1.0, outer_momentum=0.0, steps=H)
@@ -123,8 +135,8 @@ def test_four_bit_pseudo_gradients_send_a_sixth_and_replicas_stay_equal():
     dense = _threads(2, inner="adamw", width=512, steps=2 * H)
     q4 = _threads(2, inner="adamw", width=512, steps=2 * H, compressor="blockwise",
                   compressor_args={"bits": 4, "block_size": 64})
-    start_bytes = _threads(2, steps=0, width=512)[0]["bytes"]  # the start broadcast
-    d, q = dense[0]["bytes"] - start_bytes, q4[0]["bytes"] - start_bytes
+    assert _threads(2, steps=0, width=512)[0]["bytes"] == 0  # the start broadcast is counted apart
+    d, q = dense[0]["bytes"], q4[0]["bytes"]
     assert d / 8 < q < d / 5  # 4.5 bits per value (a fp32 scale per 64) + per-tensor headers, vs 32
     for a, b in zip(q4[0]["params"], q4[1]["params"]):
         assert torch.equal(a, b)  # replicas identical after an outer step

@@ -43,16 +43,15 @@ def _train(rank, name, hook_kind="lowbw", delay_rank1=0.0, algorithm="ring"):
     p0 = torch.cat([p.detach().reshape(-1) for p in model.parameters()]).clone()
     # tiny buckets (after DDP's first-iteration rebuild): several buckets, each with several parameters
     ddp = DDP(model, bucket_cap_mb=6000 / 2**20)
-    rec = {"payload_nbytes": 0, "payload_data": 0, "done_at_return": [], "buckets": []}
+    rec = {"selected": [], "done_at_return": [], "buckets": []}
     state = None
     if hook_kind == "lowbw":
         state, hook = make_hook(name, algorithm=algorithm, module=model, seed=rank, **PARAMS.get(name, {}))
         orig = state.compressor.compress
 
-        def compress(*a, **k):  # record what the compressor says it sends
+        def compress(*a, **k):  # record how many entries a data-dependent sparsifier selected
             p = orig(*a, **k)
-            rec["payload_nbytes"] += p.nbytes
-            rec["payload_data"] += p.data_nbytes
+            rec["selected"].append((tuple(p.shape), p.parts[0].numel()))
             return p
 
         state.compressor.compress = compress
@@ -80,6 +79,7 @@ def _train(rank, name, hook_kind="lowbw", delay_rank1=0.0, algorithm="ring"):
         out["meter"] = state.meter.totals()
         out["estimated"] = [c.estimated for c in state.meter.calls]
         out["stats"] = state.stats.as_dict()
+        out["notes"] = list(state.notes)
         cs = state.cstate
         out["state"] = {n: {k: (tuple(v.shape) if torch.is_tensor(v) else v) for k, v in cs[n].items()}
                         for n in cs.names()}
@@ -95,7 +95,33 @@ def _all_worker(rank, world_size):
     res["fp16-native"] = _train(rank, "fp16", algorithm="native")
     res["topk-native"] = _train(rank, "topk", algorithm="native")
     res["nan"] = {name: _nan_step(rank, name) for name in ("fp16", "topk", "powersgd")}
+    res["tiny"] = _tiny_model(rank)
     return res
+
+
+def _tiny_model(rank):
+    """pytorch/examples' DDP model (nn.Linear(20, 1): a 1x20 weight and a bias) under PowerSGD rank 1: no
+    tensor is worth compressing ((1 + 20) x 1 x 2 >= 20), and the hook says so once."""
+    import warnings
+
+    from torch import nn
+    from torch.nn.parallel import DistributedDataParallel as DDP
+
+    from lowbw.comm.hooks import UncompressedWarning
+
+    torch.manual_seed(0)
+    model = nn.Linear(20, 1)
+    ddp = DDP(model)
+    state, hook = make_hook("powersgd", rank=1, module=model)
+    ddp.register_comm_hook(state, hook)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for step in range(2):
+            ddp(torch.randn(4, 20, generator=torch.Generator().manual_seed(10 * step + rank))).sum().backward()
+    state.close()
+    said = [str(w.message) for w in caught if issubclass(w.category, UncompressedWarning)]
+    return {"notes": list(state.notes), "warned": said, "stats": state.stats.as_dict(),
+            "bytes": state.meter.bytes_sent}
 
 
 def _nan_step(rank, name):
@@ -125,36 +151,83 @@ def _cos(a, b):
     return float(a @ b / (a.norm() * b.norm()))
 
 
-def _expected_sent(name, r0, r1, rank):
-    """Bytes rank ``rank`` sends in the run, from the compressor's payloads and the algorithm's pattern."""
-    mine = (r0, r1)[rank]
-    comp = C.make(name, **PARAMS.get(name, {}))
-    buckets = mine["stats"]["buckets"]
-    if name in ("none", "fp16", "bf16"):  # the flat bucket, ring all-reduce: 2(N-1)/N M = M for N = 2
-        return mine["stats"]["dense_bytes"] // {"none": 1, "fp16": 2, "bf16": 2}[name]
-    if name == "powersgd":
-        per_step = 0
-        for s in SHAPES:
-            ms = comp.matrix_shape(torch.Size(s))
-            per_step += 4 * ((ms[0] + ms[1]) * ms[2] if ms else math.prod(s))
-        return STEPS * per_step
-    if name == "artopk":  # leader (step mod 2) broadcasts count + indices; values all-reduced (ring)
-        from lowbw.compress.artopk import index_dtype, topk_count
+# ------------------------------------------------------------------ bytes on the wire, worked out by hand
+# Independent of the implementation's own helpers: every number below comes from the parameters' shapes,
+# the wire dtypes' sizes and each compressor's documented format (defaults: top-k/random-k/AR-top-k 1 %, DGC
+# 0.1 %, SparseLoCo 2 % per 4096-value chunk, block-wise 8-bit blocks of 2048, QSGD 127 levels in int8 per 512,
+# PowerSGD rank 1 with min_compression_rate 2, DeMo 32 coefficients per block). With 2 workers a ring
+# all-reduce of k values sends each value once (its two chunks, one per phase), a broadcast sends the root's
+# tensor once, and a ring all-gather sends this rank's block once after its shape header of (2 + 8 dims)
+# int64 = 80 bytes.
+N_ELEMS = [512, 32, 1024, 32, 128, 4]  # SHAPES' element counts: 32x16, 32, 32x32, 32, 4x32, 4
+N_DIMS = [2, 1, 2, 1, 2, 1]
+assert [math.prod(s) for s in SHAPES] == N_ELEMS and [len(s) for s in SHAPES] == N_DIMS
+K1 = [6, 1, 11, 1, 2, 1]  # ceil(1 % of n), at least 1: 5.12, 0.32, 10.24, 0.32, 1.28, 0.04
+K2 = [11, 1, 21, 1, 3, 1]  # ceil(2 % of n): 10.24, 0.64, 20.48, 0.64, 2.56, 0.08
+HDR = 80  # a ring all-gather's shape header
 
-        total = 0
-        for step in range(STEPS):
-            for s in SHAPES:
-                n = math.prod(s)
-                k = topk_count(comp.ratio, n)
-                isz = torch.empty(0, dtype=index_dtype(n)).element_size()
-                total += 4 * k + ((8 + k * isz) if step % 2 == rank else 0)
-        return total
-    if name == "demo":  # its own aggregate per tensor: two ring all-gathers (indices, values), 80-byte header each
-        return mine["payload_data"] + 2 * 80 * len(SHAPES) * STEPS
-    if comp.summable:  # random-k: the values, all-reduced together per bucket
-        return mine["payload_data"]
-    # all the bucket's payloads packed (exactly Payload.nbytes each) in one ring all-gather (+ 80-byte header)
-    return mine["payload_nbytes"] + 80 * buckets
+
+def _payload_header(dims: int, parts: int) -> int:
+    """Each packed payload carries its shape and its parts' lengths as int64."""
+    return 8 * dims + 8 * parts
+
+
+def _ceil(a: int, b: int) -> int:
+    return -(-a // b)
+
+
+def _packed(name: str, n: int, d: int, i: int) -> int:
+    """Bytes of tensor i's payload in a packed all-gather (data by hand + its header)."""
+    if name == "blockwise":  # int8 codes + an fp32 scale per 2048 values
+        return n + 4 * _ceil(n, 2048) + _payload_header(d, 2)
+    if name == "qsgd":  # int8 codes + an fp32 norm per 512 values
+        return n + 4 * _ceil(n, 512) + _payload_header(d, 2)
+    if name == "terngrad":  # 2 bits a value + one fp32 scale
+        return _ceil(2 * n, 8) + 4 + _payload_header(d, 2)
+    if name == "twobit":  # 2 bits a value, nothing else
+        return _ceil(2 * n, 8) + _payload_header(d, 1)
+    if name == "signsgd":  # 1 bit a value
+        return _ceil(n, 8) + _payload_header(d, 1)
+    if name == "ef_signsgd":  # 1 bit a value + the fp32 mean magnitude
+        return _ceil(n, 8) + 4 + _payload_header(d, 2)
+    if name == "onebit":  # 1 bit a value + two fp32 means (of the positives, of the negatives) per 2048
+        return _ceil(n, 8) + 8 * _ceil(n, 2048) + _payload_header(d, 2)
+    if name == "topk":  # k int32 indices + k fp32 values
+        return 8 * K1[i] + _payload_header(d, 2)
+    if name == "dgc":  # k = ceil(0.1 % of n) int32 indices + fp32 values: 1, but 2 for the 32x32 (1.024)
+        return 8 * (2 if n == 1024 else 1) + _payload_header(d, 2)
+    if name == "sparseloco":  # k int16 indices, k 2-bit codes, two fp32 levels per (single) chunk
+        return 2 * K2[i] + _ceil(2 * K2[i], 8) + 8 + _payload_header(d, 3)
+    raise AssertionError(name)
+
+
+def _expected_sent(name, r0, r1, rank):
+    """Bytes rank ``rank`` sends in the run (STEPS steps), worked out by hand (see above)."""
+    mine = (r0, r1)[rank]
+    calls = len(mine["buckets"])  # hook calls, one per bucket and step, as the test's watcher saw them
+    if name in ("none", "fp16", "bf16"):  # the flat buckets in the wire dtype, all-reduced
+        return STEPS * sum(N_ELEMS) * {"none": 4, "fp16": 2, "bf16": 2}[name]
+    if name == "powersgd":  # per matrix P (n x 1) and Q (m x 1) in fp32; vectors and small matrices as they are
+        per_step = (4 * (32 + 16)  # 32x16: (32 + 16) * 1 * 2 = 96 < 512
+                    + 4 * 32  # bias
+                    + 4 * (32 + 32)  # 32x32: 128 < 1024
+                    + 4 * 32  # bias
+                    + 4 * (4 + 32)  # 4x32: 72 < 128
+                    + 4 * 4)  # bias
+        return STEPS * per_step
+    if name == "artopk":  # values (fp32) all-reduced; the step's leader (step mod 2) broadcasts the count
+        leader = sum(8 + 4 * k for k in K1)  # (int64) and the int32 indices
+        return STEPS * 4 * sum(K1) + sum(leader for step in range(STEPS) if step % 2 == rank)
+    if name == "demo":  # per tensor two ring all-gathers (int16 indices, fp32 values); one block per tensor here,
+        kept = [32, 32, 32, 32, 32, 4]  # k = 32 coefficients a block, at most the block's size (4 for the 4-vector)
+        return STEPS * (6 * sum(kept) + 2 * HDR * len(SHAPES))
+    if name == "randomk":  # the k fp32 values (shared seed: no indices), all-reduced together per bucket
+        return STEPS * 4 * sum(K1)
+    if name == "threshold":  # as many int32 indices + fp32 values as entries passed the threshold (data-dependent:
+        # counted off the payloads the test recorded), with the header
+        return sum(8 * k + _payload_header(len(shape), 2) for shape, k in mine["selected"]) + HDR * calls
+    # everything else: every tensor's payload packed into one ring all-gather per bucket
+    return STEPS * sum(_packed(name, n, d, i) for i, (n, d) in enumerate(zip(N_ELEMS, N_DIMS))) + HDR * calls
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -269,6 +342,18 @@ def test_hook_registers_with_ddp_as_is():
         assert nbytes > 0  # the gradients went through our ring
         for g, a, b in zip(got, *grads):
             torch.testing.assert_close(g, (a + b) / 2, rtol=1e-6, atol=1e-7)
+
+
+def test_a_model_too_small_to_compress_gets_a_word(runs):
+    for rank in (0, 1):
+        tiny = runs[rank]["tiny"]
+        assert tiny["stats"]["tensors"] == 4 and tiny["stats"]["uncompressed"] == 4  # 2 steps x (weight, bias)
+        assert tiny["bytes"] == 2 * 4 * (20 + 1)  # every gradient dense: 21 fp32 values a step, each sent once
+        assert len(tiny["notes"]) == 1 and tiny["warned"] == tiny["notes"]  # said once, on the first step
+        assert tiny["notes"][0].startswith("lowbw hook: powersgd compressed none of the model's 2 gradient tensors")
+    # a model with matrices worth compressing: no word, though its biases go as they are
+    ps = runs[0]["powersgd"]
+    assert ps["notes"] == [] and ps["stats"]["uncompressed"] == STEPS * 3 and ps["stats"]["tensors"] == STEPS * 6
 
 
 @pytest.mark.parametrize("name", ["fp16", "topk", "powersgd"])

@@ -21,12 +21,12 @@ def test_units():
     assert cm.parse_rate("100mbit") == 1e8
     assert cm.parse_rate("1gbit") == 1e9
     assert cm.parse_rate("500kbit") == 5e5
-    assert cm.parse_rate("1mbps") == 8e6  # tc: bps = bytes per second
-    assert cm.parse_rate(123.0) == 123.0
+    assert cm.parse_rate("1MB/s") == 8e6  # bytes only spelled out; "1mbps" is refused (tests/test_net_units.py)
+    assert cm.parse_rate(123.0) == 123.0  # a number (not text) is bits/s
     assert cm.parse_time("5ms") == pytest.approx(0.005)
     assert cm.parse_time("100us") == pytest.approx(1e-4)
     assert cm.parse_time(None) == 0.0
-    for bad in ("fast", "10 parsecs", "-1mbit"):
+    for bad in ("fast", "10 parsecs", "-1mbit", "1mbps", "10"):
         with pytest.raises(ValueError):
             cm.parse_rate(bad)
     assert L.beta == pytest.approx(1e-6)

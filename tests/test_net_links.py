@@ -29,14 +29,14 @@ def test_links_from_values_sets_each_direction_and_worker():
     assert links_from_values(2, None) == [LinkSpec()] * 2  # unshaped
     with pytest.raises(ValueError, match="--down-delay '1ms,2ms' has 2 values for 3 workers"):
         links_from_values(3, "1gbit", down_delay="1ms,2ms")
-    with pytest.raises(ValueError, match="bad rate 'fast'"):
+    with pytest.raises(ValueError, match="--rate 'fast' is not a rate"):
         links_from_values(2, "10mbit,fast")
 
 
 def test_cli_names_a_bad_per_worker_value_in_one_line(capsys):
     from lowbw.cli import main
 
-    for argv, culprit in ((["--rates", "10mbit,0"], "--rate '0' is not a rate > 0"),
+    for argv, culprit in ((["--rates", "10mbit,0"], "--rate '0' must be a rate > 0"),
                           (["--workers", "3", "--up", "1mbit,2mbit"], "--up '1mbit,2mbit' has 2 values for 3")):
         rc = main(["testbed", *argv, "--", sys.executable, "-c", "pass"])
         err = capsys.readouterr().err.strip().splitlines()

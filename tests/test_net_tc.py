@@ -106,7 +106,8 @@ def test_linkspec_rules_and_bad_values():
     assert LinkSpec.parse(None, delay="5ms").delayed and LinkSpec.parse(None, loss="1%").impaired
     assert parse_loss("0.5%") == 0.005 and parse_loss(None) == 0.0
     for bad, msg in (({"loss": "150%"}, "loss"), ({"queue": "0ms"}, "queue"), ({"loss": "lots"}, "'lots'"),
-                     ({"rate": "fast"}, "'fast'"), ({"delay": "-1ms"}, "time '-1ms'")):
+                     ({"rate": "fast"}, "'fast'"), ({"delay": "-1ms"}, "delay '-1ms' must be >= 0"),
+                     ({"delay": "20"}, "delay '20' has no unit"), ({"rate": "10mbps"}, "rate '10mbps' is ambiguous")):
         with pytest.raises(ValueError, match=msg):
             LinkSpec.parse(**bad)
     with pytest.raises(ValueError, match="delay_s must be >= 0"):

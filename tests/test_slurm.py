@@ -45,9 +45,14 @@ def cluster(tmp_path_factory):
     reason = slurm_local.install()
     if reason:
         pytest.skip(reason)
-    if slurm_local.SYSTEM_CONF.exists():
-        pytest.skip(f"{slurm_local.SYSTEM_CONF} exists: this machine has a SLURM configuration of its own "
-                    "(or another test cluster is running)")
+    state, other = slurm_local.system_conf_state()
+    if state == "left":  # a test run killed before its teardown: ours to remove (as lowbw doctor does)
+        print(slurm_local.remove_leftover(other))
+    elif state == "running":
+        pytest.skip(f"another test SLURM cluster is running (pid {other.creator}, {other.root})")
+    elif state == "site":
+        pytest.skip(f"{slurm_local.SYSTEM_CONF} is this machine's own SLURM configuration (no lowbw test cluster "
+                    "marker, cluster name not lowbwtest): left alone")
     with slurm_local.local_cluster(tmp_path_factory.mktemp("cluster")) as c:
         yield c
 

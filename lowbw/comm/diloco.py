@@ -5,7 +5,8 @@
 >>> for x, y in loader:
 ...     loss_fn(model(x), y).backward()
 ...     outer.step()                     # inner step; every 16th also synchronises (Delta, outer step)
->>> outer.bytes_sent                     # what this worker has put on the wire   # doctest: +SKIP
+>>> outer.bytes_sent                     # what this worker sent synchronising   # doctest: +SKIP
+>>> outer.start_bytes_sent               # ... and in the start broadcast (rank 0's fan-out)   # doctest: +SKIP
 
 DiLoCo (Douillard et al. 2023, "DiLoCo: Distributed Low-Communication Training of Language Models") on
 ``torch.distributed`` (any backend; after ``init_process_group``). Every ``period`` (H) inner steps:
@@ -171,10 +172,14 @@ class DiLoCo:
             self.meter = getattr(collective, "meter", None) or Meter()
             self.coll = collective
         self.counters = DiLoCoCounters()
+        self._bytes0 = self.meter.bytes_sent  # what the meter held before us (a collective's shared meter)
         if sync_start:
             with torch.no_grad():
                 for p in self.params:
                     p.copy_(self.coll.broadcast(p.detach(), 0))
+        #: bytes this worker sent in the start broadcast (rank 0 sends the model, the others what the
+        #: broadcast's algorithm forwards): apart from :attr:`bytes_sent`, which is then equal on every rank
+        self.start_bytes_sent = self.meter.bytes_sent - self._bytes0
         groups = split_fragments([p.numel() for p in self.params], fragments)
         self.fragments = groups
         # fragment f synchronises after inner steps t with t % H == offsets[f] (the last one at t % H == 0)
@@ -184,8 +189,10 @@ class DiLoCo:
 
     @property
     def bytes_sent(self) -> int:
-        """Bytes this worker has sent (the start broadcast and every synchronisation)."""
-        return self.meter.bytes_sent
+        """Bytes this worker has sent synchronising (every outer step's exchange), without the start broadcast
+        (:attr:`start_bytes_sent`, which only the ranks that send or forward the model pay): the ranks of a
+        ring of 2 report the same total."""
+        return self.meter.bytes_sent - self._bytes0 - self.start_bytes_sent
 
     def step(self) -> bool:
         """One inner step (``inner_optimizer.step()`` then ``zero_grad()``), then the synchronisation of each

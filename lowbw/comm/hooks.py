@@ -23,6 +23,10 @@ What the hook does with a bucket (DDP's flat gradient buffer of several paramete
 5. Bytes are metered on ``state.meter``: our collectives count every message; torch's own (``native``)
    calls are filled in from the payload size and gloo's known pattern
    (:func:`lowbw.comm.meter.estimate_native`, marked ``estimated``).
+6. A compressor that sends some tensors as they are (PowerSGD: a vector, or a matrix whose rank-r factors
+   would not be ``min_compression_rate`` times smaller, e.g. a 1x20 weight) counts them in
+   ``state.stats.uncompressed``; when the first backward pass compressed none of the model's tensors, the
+   hook says so once (an :class:`UncompressedWarning`, also in ``state.notes``): every gradient went dense.
 
 Under ``algorithm="native"`` all-reduces are torch's; all-gathers take our ring (``gather="auto"``), which
 on shaped links is faster than gloo's ``all_gather`` (``python -m lowbw bench hooks`` measures both).
@@ -34,6 +38,7 @@ import contextlib
 import queue
 import threading
 import time
+import warnings
 from dataclasses import dataclass, field, replace
 
 import torch
@@ -47,7 +52,7 @@ from lowbw.compress.collective import CallRecord
 from lowbw.compress.quantize import Cast
 
 __all__ = ["HookState", "HookStats", "HookTimer", "make_hook", "compressor_hook", "lowbw_hook", "timed_hook",
-           "GRANULARITIES"]
+           "GRANULARITIES", "UncompressedWarning"]
 
 GRANULARITIES = ("auto", "param", "bucket")
 GATHERS = ("auto", "ring", "native")
@@ -62,6 +67,8 @@ class HookStats:
     buckets: int = 0
     dense_bytes: int = 0  # bytes of the buckets' gradients as DDP gave them
     busy_s: float = 0.0  # seconds the exchange thread worked: compress + communicate + decode
+    tensors: int = 0  # gradients exchanged one by one (per parameter)
+    uncompressed: int = 0  # of those, sent as they are: too small for the compressor (PowerSGD's rule)
 
     def as_dict(self, meter: Meter | None = None) -> dict:
         d = dict(self.__dict__)
@@ -69,6 +76,18 @@ class HookStats:
             d["bytes_sent"] = meter.bytes_sent
             d["compression"] = self.dense_bytes / meter.bytes_sent if meter.bytes_sent else None
         return d
+
+
+class UncompressedWarning(UserWarning):
+    """The hook's compressor compressed none of the model's gradients (every tensor too small for it)."""
+
+
+def _compresses(comp, shape) -> bool | None:
+    """Whether ``comp`` compresses a tensor of ``shape`` (False: it sends it as it is), None if unknown (the
+    compressor has no such rule: it compresses everything)."""
+    comp = getattr(comp, "inner", comp)  # error feedback around a compressor
+    rule = getattr(comp, "matrix_shape", None)
+    return None if rule is None else rule(torch.Size(shape)) is not None
 
 
 class _Exchanger:
@@ -159,6 +178,7 @@ class HookState:
     # --- runtime, made on first use (the process group exists by then)
     coll: object = None
     exchanger: _Exchanger = field(default_factory=lambda: _Exchanger("lowbw-hook"))
+    notes: list = field(default_factory=list)  # what the hook said (e.g. that nothing was compressed)
 
     def collective(self):
         if self.coll is None:
@@ -247,11 +267,32 @@ def _exchange(state: HookState, job: _Job) -> torch.Tensor:
     st = state.stats
     st.buckets += 1
     st.dense_bytes += job.buffer.numel() * job.buffer.element_size()
+    if job.tensors and job.tensors[0] is not job.buffer:
+        rules = [_compresses(comp, t.shape) for t in job.tensors]
+        st.tensors += len(rules)
+        st.uncompressed += sum(r is False for r in rules)
     if job.last:
         st.iterations += 1
         state.iteration += 1
+        if st.iterations == 1 and st.tensors and st.uncompressed == st.tensors:
+            _say_uncompressed(state)
     st.busy_s += time.perf_counter() - t0
     return job.buffer
+
+
+def _say_uncompressed(state: HookState) -> None:
+    """Once: the first backward pass compressed none of the model's tensors."""
+    comp = state.compressor
+    inner = getattr(comp, "inner", comp)
+    rate = getattr(inner, "min_compression_rate", None)
+    why = (f" (PowerSGD sends a tensor as it is unless it is a matrix whose rank-{getattr(inner, 'rank', '?')} "
+           f"factors are min_compression_rate={rate:g} times smaller: an n x m matrix needs (n + m) r x {rate:g} "
+           "< n m)") if rate is not None else ""
+    msg = (f"lowbw hook: {getattr(comp, 'name', comp)} compressed none of the model's {state.stats.tensors} "
+           f"gradient tensors: each is too small for it{why}; every gradient went out dense. Use a compressor "
+           "that works on small tensors (fp16, blockwise, topk) or a larger model.")
+    state.notes.append(msg)
+    warnings.warn(msg, UncompressedWarning, stacklevel=1)
 
 
 def _cast_in_place(comp, buf: torch.Tensor, coll, state: HookState) -> None:

@@ -9,7 +9,10 @@
   :mod:`~lowbw.net.linkemu` (delay, jitter and loss in userspace where the kernel has no netem),
   :mod:`~lowbw.net.trace` (bandwidth/delay traces) and :mod:`~lowbw.net.faults` (stragglers, failures,
   partitions); :mod:`~lowbw.net.costlinks` is the cost model on per-worker links;
-* :mod:`lowbw.net.ratelimit` -- the ``loopback-ratelimit`` fallback (in-process pacing of our own sends).
+* :mod:`lowbw.net.ratelimit` -- the ``loopback-ratelimit`` fallback (in-process pacing of our own sends);
+* :mod:`lowbw.net.units` -- the one parser of rates and delays (``parse_rate("10mbit")``,
+  ``parse_delay("20ms")``): an explicit, unambiguous unit, everywhere one is read;
+  :mod:`lowbw.net.linkstats` -- what crossed each worker's link in a testbed run.
 
 Nothing here imports torch at import time.
 """

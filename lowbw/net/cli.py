@@ -20,7 +20,14 @@ in torchrun yourself: `torchrun --nproc_per_node 1` in every namespace starts N 
 with the command after -- being `[python] script.py args` (or `-m module args`).
 All workers share the current directory (LOCAL_RANK is 0 everywhere, so files named after it collide):
 --worker-dir 'DIR/w{rank}' runs each worker in its own directory (created; script paths given relative to
-the current directory are made absolute). A run whose links carried (almost) nothing ends with a warning.
+the current directory are made absolute).
+
+Rates and delays need an explicit unit (lowbw.net.units): 100mbit, 1gbit, 500kbit (or 10MB/s for bytes);
+20ms, 500us. `mbps`/`Mbps`/`MBps` (tc: megabytes per second) and bare numbers (tc: bit/s, microseconds)
+are refused. At the end of a run the testbed prints, per worker, the bytes sent and received on its link
+and the time the link was busy with them (--link-stats FILE: also as JSON); when every worker succeeded
+but the links carried almost nothing (less than a fifth of what a rendezvous plus one collective puts on
+them), it ends with a warning.
 """
 
 from __future__ import annotations
@@ -32,17 +39,46 @@ import sys
 import time
 
 
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+    """The module docstring as written, and every option's default in its help unless it says it already."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        h = action.help or ""
+        d = action.default
+        if ("default" in h or d in (None, False, [], argparse.SUPPRESS) or not action.option_strings
+                or action.nargs == 0):
+            return h
+        return f"{h} (default: {d})".strip()
+
+
+def _strict(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
+    """``p``, made to refuse unknown options with its own usage line (a subcommand's parser otherwise hands
+    them to the top-level one, which prints ``lowbw``'s usage instead of the testbed's)."""
+
+    class Strict(type(p)):  # type: ignore[misc]
+        def parse_known_args(self, args=None, namespace=None):
+            ns, extras = super().parse_known_args(args, namespace)
+            if extras:
+                self.error(f"unrecognized arguments: {' '.join(extras)}")
+            return ns, extras
+
+    p.__class__ = Strict
+    return p
+
+
 def add_parser(sub: argparse._SubParsersAction) -> None:
-    p = sub.add_parser("testbed", help="run a command on N workers behind rate-limited links (netns + tc)",
-                       description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--workers", "-n", type=int, default=2, help="number of workers (default 2)")
+    p = _strict(sub.add_parser("testbed", help="run a command on N workers behind rate-limited links (netns + tc)",
+                               description=__doc__, formatter_class=_Formatter))
+    p.add_argument("--workers", "-n", type=int, default=2, help="number of workers")
     p.add_argument("--rate", "--rates", dest="rate", default="100mbit",
-                   help="link rate each way, tc units (100mbit, 1gbit), or one per worker (1gbit,1gbit,10mbit); "
-                        "'none' = unshaped")
+                   help="link rate each way with its unit (100mbit, 1gbit, 500kbit, 10MB/s; mbps and bare numbers "
+                        "are refused: tc reads them as bytes/s and bit/s), or one per worker (1gbit,1gbit,10mbit); "
+                        "'none' = unshaped (default: 100mbit = 100 Mbit/s each way)")
     p.add_argument("--up", default=None, help="uplink rate(s) (worker -> switch), overriding --rate, e.g. 10mbit")
     p.add_argument("--down", default=None, help="downlink rate(s) (switch -> worker), overriding --rate")
     p.add_argument("--delay", "--delays", dest="delay", default=None,
-                   help="one-way delay added to each uplink, e.g. 5ms, or one per worker (5ms,5ms,40ms) "
+                   help="one-way delay added to each uplink with its unit (5ms, 500us; a bare number is refused: tc "
+                        "reads it as microseconds), or one per worker (5ms,5ms,40ms) "
                         "(netem, or the userspace link emulator)")
     p.add_argument("--down-delay", default=None, help="one-way delay added to each downlink (userspace emulator)")
     p.add_argument("--jitter", default=None, help="delay jitter (standard deviation), e.g. 1ms (or one per worker)")
@@ -69,9 +105,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
                    help="kill worker RANK SECONDS after launch; repeatable")
     p.add_argument("--partition", action="append", default=[], metavar="RANK@SECONDS:DURATION",
                    help="drop every packet of worker RANK's link for DURATION seconds from SECONDS; repeatable")
-    p.add_argument("--emulation", default="auto", choices=["auto", "netns-tc", "loopback-ratelimit"])
+    p.add_argument("--emulation", default="auto", choices=["auto", "netns-tc", "loopback-ratelimit"],
+                   help="netns-tc (root, iproute2), loopback-ratelimit (no root: in-process pacing), auto (netns-tc "
+                        "where possible)")
     p.add_argument("--prefix", default="lbw", help="name prefix of namespaces (default lbw)")
-    p.add_argument("--master-port", type=int, default=29500)
+    p.add_argument("--master-port", type=int, default=29500, help="MASTER_PORT of the workers")
     p.add_argument("--launcher", default="direct", choices=["direct", "torchrun"],
                    help="direct: run the command per worker with torchrun's environment (default); torchrun: run "
                         "a one-process torchrun node per worker (--nnodes N --node-rank RANK)")
@@ -81,6 +119,9 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--grace", type=float, default=30.0,
                    help="seconds the other workers get after one fails before they are killed")
     p.add_argument("--show", action="store_true", help="print the qdiscs and the testbed description")
+    p.add_argument("--link-stats", metavar="FILE", default=None,
+                   help="also write what crossed each worker's link (bytes sent and received, seconds busy) and the "
+                        "exit codes to FILE as JSON (they are printed at the end of every run)")
     p.add_argument("--cleanup", action="store_true", help="delete namespaces left by dead testbeds and exit")
     p.add_argument("--all", dest="cleanup_all", action="store_true",
                    help="with --cleanup: also those of running testbeds with this prefix")
@@ -119,17 +160,7 @@ def main(args: argparse.Namespace) -> int:
         return 2
     if args.worker_dir is not None:
         cmd = _absolute_paths(cmd)
-    rate = None if str(args.rate).strip().lower() in ("none", "") else args.rate
-    if rate is not None:
-        from lowbw.net.costmodel import parse_rate
-
-        for one in str(rate).split(","):
-            try:
-                parse_rate(one)
-            except ValueError:
-                print(f"lowbw testbed: --rate {one!r} is not a rate > 0 (tc units: 10mbit, 1gbit; "
-                      "--rate none for unshaped links)", file=sys.stderr)
-                return 2
+    rate = None if str(args.rate).strip().lower() == "none" else args.rate
     # SIGINT -> KeyboardInterrupt and SIGTERM/SIGHUP -> SystemExit unwind the with-block: teardown runs
     # (SIGINT explicitly: a shell starts background jobs with SIGINT ignored)
     signal.signal(signal.SIGINT, signal.default_int_handler)
@@ -163,12 +194,13 @@ def main(args: argparse.Namespace) -> int:
                     print(f"lowbw testbed: {e}", file=sys.stderr)
                     return 2
                 per_rank = {r: {"PET_NODE_RANK": str(r)} for r in range(args.workers)}
-            before = tb.link_bytes()
+            meter = tb.link_meter().start()
             procs = tb.launch(cmd, cwd=args.worker_dir, per_rank_env=per_rank)
             t_wait = time.monotonic()
             codes = tb.wait(procs, timeout=args.timeout, grace=args.grace)
             timed_out = bool(args.timeout) and time.monotonic() - t_wait >= args.timeout
-            _warn_if_idle(before, tb.link_bytes(), args.workers)
+            usage = meter.stop()
+            _report_links(usage, meter.seconds, codes, tb, args.link_stats)
             for t, kind, rank in tb.faults.log:
                 if kind != "straggle":
                     print(f"lowbw testbed: injected {kind} of rank {rank} at {t:g} s", file=sys.stderr)
@@ -198,26 +230,33 @@ def main(args: argparse.Namespace) -> int:
     return 0
 
 
-#: below this many bytes per worker over the whole run, the shaped links count as idle (a gloo rendezvous
-#: alone moves a few KB; any real gradient exchange moves far more)
-IDLE_BYTES_PER_WORKER = 64 * 1024
+def _report_links(usage, seconds: float, codes: list[int], tb, path: str | None) -> bool:
+    """Print what crossed each worker's link (and write it to ``path`` as JSON); then, if every worker
+    succeeded but the links stayed (almost) idle, a loud warning. Returns whether it warned."""
+    from lowbw.net import linkstats
 
-
-def _warn_if_idle(before: list[int] | None, after: list[int] | None, workers: int) -> bool:
-    """Print a loud warning when the shaped links carried (almost) nothing; True if it did."""
-    if before is None or after is None:
-        return False  # loopback: no per-worker links to count
-    moved = [a - b for a, b in zip(after, before)]
-    if workers < 2 or sum(moved) >= IDLE_BYTES_PER_WORKER * workers:
-        return False
-    bar = "!" * 78
-    print(f"{bar}\nlowbw testbed: WARNING: the shaped links carried almost no traffic "
-          f"({', '.join(f'rank {r}: {b} B' for r, b in enumerate(moved))}).\n"
-          "The workers did not talk to each other through the testbed: did the command start its own "
-          "rendezvous\n(e.g. torchrun --nproc_per_node inside each namespace: use --launcher torchrun), or "
-          f"bind to another\naddress than MASTER_ADDR / GLOO_SOCKET_IFNAME? See python -m lowbw testbed --help.\n{bar}",
-          file=sys.stderr)
-    return True
+    if usage is not None:
+        for line in linkstats.report_lines(usage, seconds):
+            print(f"lowbw testbed: {line}" if not line.startswith(" ") else line, file=sys.stderr)
+    warn = linkstats.idle(usage, codes)
+    if path:
+        doc = {"emulation": tb.emulation, "workers": tb.workers, "seconds": seconds, "exit_codes": list(codes),
+               "idle_warning": warn, "links": linkstats.as_json(usage),
+               "note": None if usage is not None else "no per-worker links to count on loopback-ratelimit"}
+        with open(path, "w") as f:
+            json.dump(doc, f, indent=1)
+            f.write("\n")
+    if warn:
+        bar = "!" * 78
+        expected = linkstats.MIN_EXCHANGE_BYTES_PER_WORKER
+        print(f"{bar}\nlowbw testbed: WARNING: every worker succeeded, but their shaped links carried almost "
+              f"nothing\n({', '.join(f'rank {u.rank}: {u.sent_bytes + u.received_bytes} B' for u in usage)}; "
+              f"a rendezvous plus one collective puts at least\n~{expected // 1024} KB on each link). The workers "
+              "did not talk to each other through the testbed: did the\ncommand start its own rendezvous (e.g. "
+              "torchrun --nproc_per_node inside each namespace: use\n--launcher torchrun), bind to another address "
+              "than MASTER_ADDR / GLOO_SOCKET_IFNAME, or not\ncommunicate at all? See python -m lowbw testbed "
+              f"--help.\n{bar}", file=sys.stderr)
+    return warn
 
 
 def _absolute_paths(cmd: list[str]) -> list[str]:

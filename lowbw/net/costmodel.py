@@ -25,12 +25,12 @@ Unequal links (a bandwidth and latency per worker and direction): :mod:`lowbw.ne
 from __future__ import annotations
 
 import math
-import re
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.net import units as _units
 
 __all__ = [
     "LinkParams",
@@ -64,39 +64,9 @@ HEAP_TREE_MAX_CHUNK_BYTES = 256 << 10
 
 
 # ----------------------------------------------------------------------------------------------- units
-_RATE_UNITS = {"": 1.0, "bit": 1.0, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
-               "bps": 8.0, "kbps": 8e3, "mbps": 8e6, "gbps": 8e9, "tbps": 8e12}
-_TIME_UNITS = {"": 1.0, "s": 1.0, "sec": 1.0, "ms": 1e-3, "msec": 1e-3, "us": 1e-6, "usec": 1e-6, "ns": 1e-9}
-
-
-def parse_rate(rate: str | float | int) -> float:
-    """``"100mbit"`` -> 1e8 bits/s (tc's spelling: ``bit/kbit/mbit/gbit``; ``bps/kbps/mbps`` are *bytes*/s).
-
-    A bare number is bits/s.
-    """
-    if isinstance(rate, int | float):
-        if rate <= 0:
-            raise ValueError(f"rate must be positive, got {rate}")
-        return float(rate)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*([a-zA-Z]*)\s*", str(rate))
-    if not m or m.group(2).lower() not in _RATE_UNITS:
-        raise ValueError(f"bad rate {rate!r}: use e.g. 100mbit, 1gbit, 500kbit (tc units)")
-    v = float(m.group(1)) * _RATE_UNITS[m.group(2).lower()]
-    if v <= 0:
-        raise ValueError(f"rate must be positive, got {rate!r}")
-    return v
-
-
-def parse_time(t: str | float | int | None) -> float:
-    """``"5ms"`` -> 0.005 s; a bare number is seconds; None -> 0."""
-    if t is None:
-        return 0.0
-    if isinstance(t, int | float):
-        return float(t)
-    m = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:e[+-]?\d+)?)\s*([a-zA-Z]*)\s*", str(t))
-    if not m or m.group(2).lower() not in _TIME_UNITS:
-        raise ValueError(f"bad time {t!r}: use e.g. 5ms, 100us, 0.2s")
-    return float(m.group(1)) * _TIME_UNITS[m.group(2).lower()]
+# the one parser of rates and delays (lowbw.net.units): text needs an explicit unit ("100mbit", "5ms")
+parse_rate = _units.parse_rate
+parse_time = _units.parse_delay
 
 
 @dataclass(frozen=True)

@@ -105,10 +105,21 @@ def measure(rate_mbit: float, delay: str = "20ms", mode: str = "duplex", seconds
             "scheduling": st.get("scheduling")}
 
 
+def _mbit(text: str) -> float:
+    """A rate in Mbit/s: a number, or text in that unit (lowbw.net.units)."""
+    from lowbw.net.units import keyed_number
+
+    try:
+        return float(keyed_number("mbit", text, "rate"))
+    except ValueError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lowbw.net.emubench", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("rates", nargs="*", type=float, default=[10, 50, 100, 150, 200], help="Mbit/s per link")
+    ap.add_argument("rates", nargs="*", type=_mbit, default=[10, 50, 100, 150, 200],
+                    help="Mbit/s per link (10, or 10mbit; 10mbps is refused: tc reads it as megabytes per second)")
     ap.add_argument("--delay", default="20ms")
     ap.add_argument("--mode", choices=["one", "duplex"], default="duplex")
     ap.add_argument("--seconds", type=float, default=8.0)

@@ -24,8 +24,8 @@ import time
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
-from lowbw.net.costmodel import parse_time
 from lowbw.net.runner import RateScheduler, kill_groups
+from lowbw.net.units import parse_seconds
 
 __all__ = ["Straggle", "Fail", "Partition", "Action", "parse_straggle", "parse_fail", "parse_partition",
            "timeline", "FaultInjector", "STRAGGLE_PERIOD_S"]
@@ -101,7 +101,7 @@ def parse_partition(value: str, workers: int) -> Partition:
 
 def _time(text: str, flag: str, value: str) -> float:
     try:
-        t = parse_time(text)
+        t = parse_seconds(text)
     except ValueError:
         raise ValueError(f"{flag} {value!r}: {text!r} is not a time (e.g. 30, 500ms)") from None
     if t < 0:

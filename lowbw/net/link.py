@@ -12,7 +12,7 @@ import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from lowbw.net.costmodel import parse_rate, parse_time
+from lowbw.net.units import parse_delay, parse_rate, parse_seconds
 
 __all__ = ["LinkSpec", "DEFAULT_QUEUE_S", "MIN_QUEUE_BYTES", "FRAME_BYTES", "parse_loss", "parse_schedule",
            "per_worker", "links_from_values"]
@@ -59,14 +59,19 @@ class LinkSpec:
               jitter: str | float | None = None, loss: str | float | None = None,
               queue: str | float | None = DEFAULT_QUEUE_S, burst: int | None = None, limit: int | None = None,
               up: str | float | None = None, down: str | float | None = None,
-              down_delay: str | float | None = None) -> LinkSpec:
-        """A link from user-facing values (``"100mbit"``, ``"5ms"``, ``"0.1%"``); ``rate`` sets both
-        directions, ``up``/``down`` override one. Raises ValueError naming the bad value."""
-        both = None if rate is None else parse_rate(rate)
-        return cls(up_bps=both if up is None else parse_rate(up),
-                   down_bps=both if down is None else parse_rate(down),
-                   delay_s=parse_time(delay), down_delay_s=parse_time(down_delay), jitter_s=parse_time(jitter),
-                   loss=parse_loss(loss), queue_s=DEFAULT_QUEUE_S if queue is None else parse_time(queue),
+              down_delay: str | float | None = None, flags: bool = False) -> LinkSpec:
+        """A link from user-facing values (``"100mbit"``, ``"5ms"``, ``"0.1%"``; text needs a unit, numbers
+        are bits/s and seconds: :mod:`lowbw.net.units`); ``rate`` sets both directions, ``up``/``down``
+        override one. Raises a one-line ValueError naming the bad value (as the testbed's flag if ``flags``)."""
+        def name(n: str) -> str:
+            return f"--{n.replace('_', '-')}" if flags else n
+
+        both = None if rate is None else parse_rate(rate, name("rate"))
+        return cls(up_bps=both if up is None else parse_rate(up, name("up")),
+                   down_bps=both if down is None else parse_rate(down, name("down")),
+                   delay_s=parse_delay(delay, name("delay")), down_delay_s=parse_delay(down_delay, name("down_delay")),
+                   jitter_s=parse_delay(jitter, name("jitter")), loss=parse_loss(loss),
+                   queue_s=DEFAULT_QUEUE_S if queue is None else parse_delay(queue, name("queue")),
                    burst_bytes=burst, limit_bytes=limit)
 
     @property
@@ -126,10 +131,10 @@ def parse_schedule(schedule: str | Sequence | None) -> list[tuple[float, float]]
             if ":" not in part:
                 raise ValueError(f"bad schedule entry {part!r}: use TIME:RATE, e.g. 0:100mbit,10:10mbit")
             t, r = part.split(":", 1)
-            items.append((parse_time(t), parse_rate(r)))
+            items.append((parse_seconds(t, "schedule time"), parse_rate(r, "schedule rate")))
     else:
         for t, r in schedule:
-            items.append((parse_time(t), parse_rate(r)))
+            items.append((parse_seconds(t, "schedule time"), parse_rate(r, "schedule rate")))
     if any(t < 0 for t, _ in items):
         raise ValueError("schedule times must be >= 0")
     return sorted(items)
@@ -158,5 +163,5 @@ def links_from_values(workers: int, rate: str | float | None = None, up: str | f
             (("rate", rate), ("up", up), ("down", down), ("delay", delay), ("down_delay", down_delay),
              ("jitter", jitter), ("loss", loss))}
     return [LinkSpec.parse(cols["rate"][r], cols["delay"][r], cols["jitter"][r], cols["loss"][r], queue,
-                           up=cols["up"][r], down=cols["down"][r], down_delay=cols["down_delay"][r])
+                           up=cols["up"][r], down=cols["down"][r], down_delay=cols["down_delay"][r], flags=True)
             for r in range(workers)]

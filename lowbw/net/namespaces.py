@@ -16,10 +16,12 @@ from collections.abc import Iterable
 
 from lowbw.net.probe import run_command
 
-__all__ = ["DEFAULT_PREFIX", "make_tag", "list_leftovers", "kill_ns_pids", "interface_bytes", "delete_namespaces",
-           "cleanup"]
+__all__ = ["DEFAULT_PREFIX", "make_tag", "list_leftovers", "kill_ns_pids", "ns_processes", "interface_bytes",
+           "delete_namespaces", "cleanup", "write_hosts", "NETNS_ETC"]
 
 DEFAULT_PREFIX = "lbw"
+#: ``ip netns exec NS`` bind-mounts the files of NETNS_ETC/NS over those of /etc (iproute2's convention)
+NETNS_ETC = "/etc/netns"
 _NAME_RE = re.compile(r"^(?P<prefix>[a-z][a-z0-9]*)-(?P<pid>\d+)-(?P<rand>[0-9a-f]+)-(?:br|w\d+)$")
 _PREFIX_RE = re.compile(r"[a-z][a-z0-9]{0,11}")
 
@@ -55,6 +57,49 @@ def kill_ns_pids(ns: str, sig: int = signal.SIGKILL) -> None:
             os.kill(int(tok), sig)
 
 
+def ns_processes(ns: str) -> list[tuple[int, str]]:
+    """``(pid, command line)`` of every process running inside namespace ``ns``."""
+    p = run_command(["ip", "netns", "pids", ns], check=False)
+    out = []
+    for tok in p.stdout.split():
+        with contextlib.suppress(ValueError, OSError):
+            with open(f"/proc/{int(tok)}/cmdline", "rb") as f:
+                cmd = f.read().replace(b"\0", b" ").decode("utf-8", "replace").strip()
+            out.append((int(tok), cmd))
+    return out
+
+
+def write_hosts(ns: str, names: dict[str, str]) -> bool:
+    """Give the processes of namespace ``ns`` an /etc/hosts (``NETNS_ETC/ns/hosts``, bind-mounted by ``ip netns
+    exec``) holding the host's entries plus ``address name`` for every entry of ``names``, so every address
+    of the testbed resolves (c10d looks up its peers' names and warns when it cannot). False if /etc is not
+    writable (nothing else changes)."""
+    try:
+        with open("/etc/hosts") as f:
+            base = f.read()
+    except OSError:
+        base = "127.0.0.1 localhost\n"
+    # the IPv4-mapped IPv6 form too: c10d's store listens on an IPv6 socket and sees its peers as ::ffff:a.b.c.d
+    lines = [base.rstrip("\n"), "# lowbw testbed", *(f"{addr} {name}" for addr, name in names.items()),
+             *(f"::ffff:{addr} {name}" for addr, name in names.items())]
+    try:
+        os.makedirs(os.path.join(NETNS_ETC, ns), exist_ok=True)
+        with open(os.path.join(NETNS_ETC, ns, "hosts"), "w") as f:
+            f.write("\n".join(lines) + "\n")
+    except OSError:
+        return False
+    return True
+
+
+def _remove_etc(ns: str) -> None:
+    """Remove what :func:`write_hosts` made for ``ns`` (only our own file, then the directory if empty)."""
+    d = os.path.join(NETNS_ETC, ns)
+    with contextlib.suppress(OSError):
+        os.unlink(os.path.join(d, "hosts"))
+    with contextlib.suppress(OSError):
+        os.rmdir(d)
+
+
 def interface_bytes(ns: str, dev: str) -> int:
     """Bytes interface ``dev`` of namespace ``ns`` has sent plus received (0 if unreadable)."""
     res = run_command(["ip", "-n", ns, "-j", "-s", "link", "show", "dev", dev], check=False)
@@ -70,6 +115,7 @@ def delete_namespaces(names: Iterable[str]) -> None:
     for ns in names:
         kill_ns_pids(ns)
         run_command(["ip", "netns", "del", ns], check=False)
+        _remove_etc(ns)
 
 
 def cleanup(prefix: str = DEFAULT_PREFIX, all_: bool = False) -> list[str]:

@@ -47,16 +47,16 @@ from collections.abc import Sequence
 from typing import Any
 
 from lowbw.net import linkemu, tc
-from lowbw.net.costmodel import parse_rate, parse_time
 from lowbw.net.faults import FaultInjector, Partition
 from lowbw.net.link import DEFAULT_QUEUE_S, MIN_QUEUE_BYTES, LinkSpec, parse_schedule
+from lowbw.net.linkstats import LinkMeter, port_counters
 from lowbw.net.namespaces import (
     cleanup,
     delete_namespaces,
-    interface_bytes,
     kill_ns_pids,
     list_leftovers,
     make_tag,
+    write_hosts,
 )
 from lowbw.net.options import EMULATIONS, LinkShapers, TestbedOptions, WorkerInfo, worker_env
 from lowbw.net.probe import (
@@ -82,6 +82,7 @@ from lowbw.net.runner import (
 )
 from lowbw.net.tc import SUBNET, WORKER_IF, queue_classifier_bpf
 from lowbw.net.trace import Trace, TraceStep, expand, load_trace, peak_links
+from lowbw.net.units import parse_delay, parse_rate
 
 __all__ = [
     "Testbed",
@@ -281,6 +282,9 @@ class Testbed:
             self._execute(tc.worker_commands(self.bridge_ns, ns, r, lossy=link.loss > 0 and not userspace,
                                              congestion_control=opts.congestion_control, tap=userspace))
             self.info.append(WorkerInfo(r, ns, tc.worker_address(r), WORKER_IF))
+        names = {w.address: w.namespace for w in self.info}  # every worker's address resolves to a name
+        for w in self.info:
+            write_hosts(w.namespace, names)
         for r, link in enumerate(self.links):
             shaping = tc_link(link) if userspace else link
             up_cmds, up, loss_method = tc.uplink_commands(self.worker_ns(r), shaping, self.workers,
@@ -424,7 +428,7 @@ class Testbed:
 
     def set_delay(self, delay: str | float, ranks: Sequence[int] | None = None) -> None:
         """Change the uplink delay of every link (or of ``ranks``' links) now (userspace emulator only)."""
-        delay_s = parse_time(delay)
+        delay_s = parse_delay(delay)
         with self._lock:
             self._require_started()
             if self._emulator is None:
@@ -453,12 +457,24 @@ class Testbed:
         """Send ``sig`` to every worker's process group."""
         kill_groups(self._procs, sig)
 
-    def link_bytes(self) -> list[int] | None:
-        """Bytes each worker's shaped link has carried so far (sent + received on its interface), or None
-        without netns + tc (loopback has no per-worker link to count on)."""
-        if self.emulation != "netns-tc":
+    def link_counters(self) -> list[tuple[int, int]] | None:
+        """``(sent, received)`` bytes each worker's shaped link has carried so far (its bridge port's
+        counters, Ethernet frames), or None without netns + tc (loopback has no per-worker link)."""
+        if self.emulation != "netns-tc" or not self.namespaces:
             return None
-        return [interface_bytes(self.worker_ns(r), WORKER_IF) for r in range(self.workers)]
+        return port_counters(self.bridge_ns, self.workers)
+
+    def link_bytes(self) -> list[int] | None:
+        """Bytes each worker's shaped link has carried so far (sent + received), or None on loopback."""
+        counts = self.link_counters()
+        return None if counts is None else [s + r for s, r in counts]
+
+    def link_meter(self, interval_s: float = 0.5) -> LinkMeter:
+        """A :class:`~lowbw.net.linkstats.LinkMeter` of this testbed's links (call ``start()`` before the
+        workers, ``stop()`` after): bytes sent and received per worker and the time each link was busy."""
+        ingress = self.options.shape_ingress
+        return LinkMeter(self.link_counters,
+                         lambda: [(lk.up_bps, lk.down_bps if ingress else None) for lk in self.links], interval_s)
 
     def describe(self) -> dict[str, Any]:
         """Provenance of the network: emulation mode, link parameters, names."""

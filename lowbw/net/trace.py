@@ -24,6 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lowbw.net.link import LinkSpec
+from lowbw.net.units import keyed_number
 
 __all__ = ["TraceStep", "Trace", "load_trace", "resolve_trace", "rates_at", "parse_csv", "parse_mahimahi", "expand",
            "peak_links", "MAHIMAHI_PACKET_BYTES", "MIN_BPS", "PACKAGED", "SYNTHETIC", "TRAINING"]
@@ -73,6 +74,9 @@ class Trace:
 
 
 def _number(value: str, what: str, line: int) -> float:
+    """A number of column ``what``; for ``mbit`` and ``delay_ms`` also a string in that unit (``10mbit``),
+    and a unit that contradicts the column's or is ambiguous (``10mbps``) is refused (lowbw.net.units)."""
+    value = keyed_number(what, value, f"trace line {line}: {what}")
     try:
         v = float(value)
     except ValueError:
@@ -87,7 +91,10 @@ def parse_csv(text: str, workers: int) -> Trace:
     steps = []
     for line, row in enumerate(csv.reader(io.StringIO(text)), start=1):
         row = [c.strip() for c in row]
-        if not row or not row[0] or row[0].startswith("#") or (line == 1 and row[0].lower() in ("t_s", "t")):
+        if line == 1 and row and row[0].lower() in ("t_s", "t"):
+            _check_header(row)
+            continue
+        if not row or not row[0] or row[0].startswith("#"):
             continue
         if len(row) not in (3, 4):
             raise ValueError(f"trace line {line}: {','.join(row)!r} is not t_s,worker,mbit[,delay_ms]")
@@ -104,6 +111,19 @@ def parse_csv(text: str, workers: int) -> Trace:
     if not steps:
         raise ValueError("the trace has no rows (t_s,worker,mbit[,delay_ms])")
     return Trace(tuple(sorted(steps, key=lambda s: s.t_s)))
+
+
+def _check_header(row: list[str]) -> None:
+    """The header's rate and delay columns must name the units the values are read in (``mbit``,
+    ``delay_ms``): a header saying ``mbps`` or ``rate`` would have the values misread without a word."""
+    names = [c.lower() for c in row]
+    if len(names) in (3, 4) and names[2] == "mbit" and (len(names) == 3 or names[3] == "delay_ms"):
+        return
+    if len(names) >= 3 and names[2] in ("mbps", "mb/s", "bps", "kbps", "gbps"):
+        raise ValueError(f"trace line 1: column {row[2]!r} is ambiguous (tc reads mbps as megabytes per second): "
+                         "name it mbit and give the values in Mbit/s")
+    raise ValueError(f"trace line 1: header {','.join(row)!r} is not t_s,worker,mbit[,delay_ms] (the values are "
+                     "read in those units)")
 
 
 def parse_mahimahi(text: str, bin_s: float = DEFAULT_BIN_S) -> Trace:

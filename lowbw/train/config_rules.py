@@ -45,6 +45,13 @@ def coerce(f, v: Any) -> Any:
         if isinstance(v, str) and v.lower() in ("true", "false", "yes", "no", "1", "0"):
             return v.lower() in ("true", "yes", "1")
         raise ConfigError(k, f"expected true/false, got {v!r}")
+    if kind in ("number", "array") and k.endswith(("_mbit", "_ms")):  # "10mbit" ok; "10mbps", "1gbit" refused
+        from lowbw.net.units import keyed_number
+
+        try:
+            v = [keyed_number(k, x) for x in v] if isinstance(v, list | tuple) else keyed_number(k, v)
+        except ValueError as e:
+            raise ConfigError(k, str(e).removeprefix(f"{k}: ")) from None
     if kind in ("integer", "number") and isinstance(v, str):  # YAML 1.1 reads 1e-3 as a string
         try:
             v = float(v.strip())
