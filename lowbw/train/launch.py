@@ -32,14 +32,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lowbw.runio import lock_holders, seal_summary, set_parent_death_signal
+from lowbw.runio import set_parent_death_signal
 from lowbw.train.config import RunConfig
+from lowbw.train.rundir import RunDirError, RunLock, check_out, config_diff, finish, prepare_out
+from lowbw.train.timeouts import peer_timeout_s
 
 __all__ = ["run", "free_port", "RunDirError", "WorkerError", "config_diff", "peer_timeout_s", "testbed_links"]
-
-
-class RunDirError(RuntimeError):
-    """The run directory cannot be used as asked (locked, holds another config); the message says why."""
 
 
 class WorkerError(RuntimeError):
@@ -50,36 +48,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
-
-
-def peer_timeout_s(cfg: RunConfig, grad_bytes: int | None = None) -> float:
-    """Seconds any wait on a peer may take before the run fails naming the rank.
-
-    ``peer_timeout_s`` when set; else 30 s plus ten times the modelled time of moving the gradient twice
-    (a ring all-reduce) over the configured world link, so slow links and big models get longer."""
-    t = float(getattr(cfg, "peer_timeout_s", 0.0) or 0.0)
-    if t > 0:
-        return t
-    t = 30.0
-    if grad_bytes:
-        mbit, lat = _slowest_mbit_ms(cfg)
-        t += 10 * 2 * grad_bytes * 8 / (max(mbit, 1e-3) * 1e6) + 10 * 2 * lat / 1e3
-    return t
-
-
-def _slowest_mbit_ms(cfg: RunConfig) -> tuple[float, float]:
-    """The smallest rate (Mbit/s) and the largest latency (ms) any worker's link has, a trace's included."""
-    rates = [cfg.bandwidth_mbit, *cfg.worker_bandwidth_mbit, *cfg.worker_uplink_mbit]
-    if cfg.worker_bandwidth_mbit:
-        rates = rates[1:]  # bandwidth_mbit is replaced by the per-worker rates
-    lats = list(cfg.worker_latency_ms) or [cfg.latency_ms]
-    if cfg.bandwidth_trace:
-        from lowbw.net.trace import resolve_trace
-
-        tr = resolve_trace(cfg.bandwidth_trace, cfg.workers)
-        rates += [s.bps / 1e6 for s in tr.steps]
-        lats += [s.delay_s * 1e3 for s in tr.steps if s.delay_s is not None]
-    return min(rates), max(lats)
 
 
 def testbed_links(cfg: RunConfig) -> dict:
@@ -107,121 +75,6 @@ def testbed_links(cfg: RunConfig) -> dict:
     return args
 
 
-# --------------------------------------------------------------------------------------- run directory
-class RunLock:
-    """``DIR/.lock`` (flock): exclusive while the launcher checks and prepares the directory, then shared
-    with the workers (each takes a shared lock too), so no second run starts while any of them lives."""
-
-    def __init__(self, out: Path):
-        self.path = out / ".lock"
-        self._f = None
-
-    def acquire(self, shared: bool = False) -> RunLock:
-        import fcntl
-
-        self._f = open(self.path, "a")  # noqa: SIM115 (held for the duration of the run)
-        try:
-            fcntl.flock(self._f, (fcntl.LOCK_SH if shared else fcntl.LOCK_EX) | fcntl.LOCK_NB)
-        except BlockingIOError:
-            self.release()
-            pids = [p for p in lock_holders(self.path) if p != os.getpid()]
-            who = f"process(es) {', '.join(map(str, pids))}" if pids else "another process"
-            raise RunDirError(f"{self.path.parent} is being written by {who} (they hold {self.path}; "
-                              f"if none is a live run, `python -m lowbw doctor` removes them)") from None
-        return self
-
-    def share(self) -> None:
-        """Downgrade to a shared lock so the workers can take theirs."""
-        import fcntl
-
-        fcntl.flock(self._f, fcntl.LOCK_SH | fcntl.LOCK_NB)
-
-    def release(self) -> None:
-        if self._f is not None:
-            self._f.close()
-            self._f = None
-
-
-def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """Keys whose values differ between two run configs, ignoring keys that do not change the numbers."""
-    from lowbw.train.checkpoint import RUN_ONLY_KEYS
-
-    skip = set(RUN_ONLY_KEYS)
-    # fill defaults on both sides (a key added to RunConfig since the old run is not a difference); an old
-    # config that no longer validates is compared as written
-    with contextlib.suppress(Exception):
-        old = RunConfig.from_dict({k: v for k, v in old.items() if k in new}, check_registries=False).to_dict()
-    return sorted(k for k in set(old) | set(new) if k not in skip and old.get(k) != new.get(k))
-
-
-def _old_config(out: Path) -> dict[str, Any] | None:
-    try:
-        c = json.loads((out / "config.json").read_text())
-    except (OSError, ValueError):
-        return None
-    return c.get("config", c) if isinstance(c, dict) else None
-
-
-def _describe_diff(out: Path, keys: list[str], old: dict[str, Any], new: dict[str, Any]) -> str:
-    shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys[:6])
-    return shown + (f" (+{len(keys) - 6} more)" if len(keys) > 6 else "")
-
-
-def check_out(cfg: RunConfig, out: Path, overwrite: bool) -> str:
-    """What a run into ``out`` would do: ``"new"``, ``"resume"`` (a matching checkpoint), ``"complete"``
-    (same config, summary.json exists) or ``"redo"`` (overwrite). Raises RunDirError when the directory
-    holds a run of another config (naming the differing keys) and ``overwrite`` is false."""
-    complete = (out / "summary.json").exists()
-    if overwrite:
-        return "redo"
-    old = _old_config(out)
-    new = cfg.to_dict()
-    if complete:
-        keys = config_diff(old, new) if old is not None else []
-        if keys:
-            raise RunDirError(f"{out} holds a complete run of another config ({_describe_diff(out, keys, old, new)}); "
-                              f"use another --out, or --force to replace it")
-        return "complete"
-    marker = out / "checkpoint" / "latest.json"
-    if marker.exists():
-        from lowbw.train.checkpoint import fingerprint
-
-        try:
-            fp = json.loads(marker.read_text())["fingerprint"]
-        except (OSError, ValueError, KeyError):
-            raise RunDirError(f"{marker} is corrupt; delete {marker.parent} (or use --force) to start over") from None
-        if fp != fingerprint(new):
-            keys = config_diff(old, new) if old is not None else []
-            if keys:
-                what = _describe_diff(out, keys, old, new)
-            else:
-                what = "config.json is missing" if old is None else "no key differs: another version of lowbw"
-            raise RunDirError(f"{out}/checkpoint was written by another config ({what}); use the same config to "
-                              f"resume, or --force to start over")
-        return "resume"
-    return "new"
-
-
-def _prepare_out(out: Path, overwrite: bool) -> None:
-    if overwrite:
-        import shutil
-
-        for name in ("summary.json",):
-            with contextlib.suppress(FileNotFoundError):
-                (out / name).unlink()
-        shutil.rmtree(out / "checkpoint", ignore_errors=True)
-
-
-def finish(out: Path, keep_checkpoint: bool = False) -> dict[str, Any]:
-    """Seal summary.json with the metrics digest and drop the checkpoint (unless kept): the run is done."""
-    import shutil
-
-    summ = seal_summary(out)
-    if not keep_checkpoint:
-        shutil.rmtree(out / "checkpoint", ignore_errors=True)
-    return summ
-
-
 def run(cfg: RunConfig | dict[str, Any], out: str | os.PathLike, *, overwrite: bool = False, data=None,
         quiet: bool = False, keep_checkpoint: bool = False) -> dict[str, Any]:
     """Train ``cfg`` into run directory ``out``; returns summary.json's content.
@@ -240,7 +93,7 @@ def run(cfg: RunConfig | dict[str, Any], out: str | os.PathLike, *, overwrite: b
     try:
         if check_out(cfg, outp, overwrite) == "complete":
             raise FileExistsError(f"{outp}/summary.json exists: the run is complete (use overwrite / --force to redo)")
-        _prepare_out(outp, overwrite)
+        prepare_out(outp, overwrite)
         if cfg.backend == "sim":
             _run_sim(cfg, outp, data)
         else:

@@ -31,8 +31,9 @@ from lowbw.runio import set_parent_death_signal
 from lowbw.train.allocator import steady_allocator
 from lowbw.train.config import RunConfig, load_file
 from lowbw.train.ddp import DDPTrainer
-from lowbw.train.launch import RunLock, finish, peer_timeout_s
 from lowbw.train.loop import Trainer, resolve_device
+from lowbw.train.rundir import RunLock, finish
+from lowbw.train.timeouts import peer_timeout_s
 from lowbw.train.world import DistWorld, default_threads
 
 
