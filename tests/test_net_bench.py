@@ -32,7 +32,7 @@ def test_targets_and_table():
 
 def test_pingpong_sizes_cover_the_fit_range():
     for rate in (1e7, 1e8, 1e9):
-        s = B._pingpong_sizes(rate)
+        s = B.pingpong_sizes(rate)
         assert s[0] == 1024 and sum(x >= M.FIT_MIN_BYTES for x in s) >= 2 and max(s) <= 16 << 20
 
 
@@ -93,7 +93,7 @@ def test_a_list_of_delays_is_a_latency_axis_one_testbed_each(monkeypatch):
     def fake_testbed(n, rate_bps, delay_s, cfg, plan, timeout):
         seen.append((n, rate_bps, delay_s, len(plan)))
         pp = [{"nbytes": nb, "one_way_s": delay_s + 1e-4 + nb * 8 / rate_bps,
-               "exchange_s": delay_s + 1e-4 + nb * 8 / rate_bps} for nb in B._pingpong_sizes(rate_bps)]
+               "exchange_s": delay_s + 1e-4 + nb * 8 / rate_bps} for nb in B.pingpong_sizes(rate_bps)]
         ms = [{**p, "ok": True, "times_s": [p["predicted_s"]], "time_s": p["predicted_s"]} for p in plan]
         return {"pingpong": pp, "measurements": ms, "gamma_s_per_byte": 0.0, "chunk_bytes": None}, \
             {"emulation": "netns-tc"}
@@ -116,7 +116,7 @@ def test_calibration_only_measures_no_grid_and_a_bad_trace_is_refused_before_any
     def fake_testbed(n, rate_bps, delay_s, cfg, plan, timeout):
         seen.append(plan)
         pp = [{"nbytes": nb, "one_way_s": 1e-4 + nb * 8 / rate_bps, "exchange_s": 1e-4 + nb * 8 / rate_bps}
-              for nb in B._pingpong_sizes(rate_bps)]
+              for nb in B.pingpong_sizes(rate_bps)]
         tiny = {"ring": {"nbytes": 256, "times_s": [5e-3] * 9, "late_starts": 0}}
         return {"pingpong": pp, "measurements": [], "gamma_s_per_byte": 0.0, "chunk_bytes": None,
                 "software": tiny}, {"emulation": "netns-tc"}

@@ -22,7 +22,7 @@ import torch
 import torch.distributed as dist
 
 import lowbw.comm as comm
-from lowbw.bench.collectives import FULL_WARMUP_MAX_S
+from lowbw.bench.collectives_plan import FULL_WARMUP_MAX_S
 from lowbw.comm.engine import DEFAULT_CHUNK_BYTES
 from lowbw.comm.transport import DistTransport
 from lowbw.net.ratelimit import install_from_env

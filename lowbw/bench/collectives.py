@@ -14,14 +14,14 @@ prediction and its relative error, the emulation mode; the file carries provenan
         [--algorithms ring native ...] [--reps 3] [--out runs/bench/collectives.json]
 
 Sizes are in MB (10^6 bytes) of float32 per rank; rates in Mbit/s (10^6 bit/s).
+The grid's plan and defaults are :mod:`lowbw.bench.collectives_plan`; one rank's measurements are
+:mod:`lowbw.bench._collectives_worker`.
 """
 
 from __future__ import annotations
 
 import argparse
-import itertools
 import json
-import math
 import os
 import subprocess
 import sys
@@ -30,9 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.bench.collectives_model import (
-    FIT_MIN_BYTES,
     SOFTWARE_BYTES,
     calibrate,
     calibrated_time,
@@ -41,6 +39,18 @@ from lowbw.bench.collectives_model import (
     software_calibration,
     step_messages,
     window_wait,
+)
+from lowbw.bench.collectives_plan import (
+    DEFAULTS,
+    IDLE_MIN_S,
+    MIN_SOFTWARE_REPS,
+    QUICK,
+    emulator_refusal,
+    pingpong_sizes,
+    plan_grid,
+    predicted_seconds,
+    software_plan,
+    trace_plan,
 )
 from lowbw.bench.collectives_results import (
     calibration_key,
@@ -54,151 +64,12 @@ from lowbw.bench.collectives_results import (
     trace_model,
 )
 
-IDLE_MIN_S = 0.002  # idle time before each timed call (at least; see _run_testbed)
-FULL_WARMUP_MAX_S = 2.0  # measurements predicted to take at most this long get an untimed full-size call first
-
 __all__ = ["DEFAULTS", "QUICK", "run", "plan_grid", "merge_software", "emulator_refusal", "calibration_key",
-           "predicted_seconds",
+           "predicted_seconds", "pingpong_sizes", "IDLE_MIN_S", "MIN_SOFTWARE_REPS",
            "handshake_steps", "step_messages", "refilled_burst_bytes", "window_wait", "calibrated_time", "remodel",
            "summarize", "table", "targets", "main"]
 
-ALGORITHMS = list(ALLREDUCE_ALGORITHMS)
-DEFAULTS: dict[str, Any] = {
-    "workers": [2, 3, 4],
-    "rates_mbit": [10, 100, 1000],
-    "sizes_mb": [1, 10, 100],
-    "delay_ms": 0,
-    "queue_ms": 100,
-    # TCP congestion control on the testbed's links (None: the kernel default). cubic, Linux's default and
-    # what most clusters run; BBR's ProbeRTT (every 10 s, a flow cut to 4 packets for 200 ms) makes long
-    # transfers bimodal
-    "congestion_control": "cubic",
-    # workers under SCHED_RR at this priority where allowed (None: the fair scheduler), as if each emulated
-    # machine had its own CPU: with workers sharing cores, scheduler wake-up delays of a few ms land on
-    # short collectives at random
-    "realtime": 10,
-    "algorithms": ALGORITHMS,
-    "reps": 3,
-    "max_seconds": 30,
-    "emulation": "auto",
-    # each algorithm's software cost per step: tiny calls of this many bytes before the grid (0: not measured)
-    "software_bytes": SOFTWARE_BYTES,
-    # per-message timings of some calls (None, or {"algorithm", "size_mb", "reps"}), after the calibration
-    "trace": None,
-    # the testbeds' calibration (ping-pong, gamma, software cost) and trace only, no grid
-    "calibration_only": False,
-}
-MIN_SOFTWARE_REPS = 9  # tiny calls per algorithm at least (at most 25, ~0.5 s of them)
-# small enough to finish in well under a minute on 2 cores (papermill default)
-QUICK: dict[str, Any] = {
-    "workers": [2, 3],
-    "rates_mbit": [100],
-    "sizes_mb": [1],
-    "algorithms": ALGORITHMS,
-    "reps": 2,
-    "max_seconds": 5,
-}
-
-
 # --------------------------------------------------------------------------------- controller
-
-
-def _nominal_time(alg: str, nbytes: float, n: int, rate_bps: float, delay_s: float) -> float:
-    from lowbw.net.costmodel import LinkParams, allreduce_time
-
-    return allreduce_time(alg, nbytes, n, LinkParams(alpha_s=delay_s, bandwidth_bps=rate_bps))
-
-
-def _pingpong_sizes(rate_bps: float) -> list[int]:
-    """Message sizes from 1 KB up to ~0.25 s one-way at the nominal rate (at most 16 MB). Sizes below
-    ``FIT_MIN_BYTES`` are measured and stored but not fitted: tbf lets a burst (~15 KB; 125 KB at
-    1 Gbit/s) through at line rate, so small messages say nothing about the shaped bandwidth."""
-    top = min(16 << 20, max(FIT_MIN_BYTES * 4, int(rate_bps * 0.25 / 8)))
-    sizes, s = [], 1 << 10
-    while s <= top:
-        sizes.append(s)
-        s *= 4
-    if not sizes or sizes[-1] < top // 2:
-        sizes.append(top)
-    return sizes
-
-
-def emulator_refusal(n: int, rate_bps: float, delay_s: float, queue_s: float, netem: bool) -> str | None:
-    """Why the testbed would refuse N links at ``rate_bps`` with ``delay_s`` (None: it accepts them): where
-    the kernel has no netem, delay comes from the userspace link emulator, which carries at most
-    :data:`lowbw.net.linkemu.MAX_TOTAL_BPS` of summed uplinks (:func:`lowbw.net.linkemu.method` decides,
-    exactly as :class:`lowbw.net.testbed.Testbed` does when it starts)."""
-    from lowbw.net import linkemu
-    from lowbw.net.link import LinkSpec
-    from lowbw.net.probe import TestbedUnavailable
-
-    link = LinkSpec.parse(rate_bps, delay_s or None, queue=queue_s)
-    try:
-        linkemu.method([link] * n, "auto", netem)
-    except (ValueError, TestbedUnavailable) as e:
-        return str(e)
-    return None
-
-
-def plan_grid(cfg: dict, netem: bool | None = None, netns: bool | None = None) -> tuple[list[dict], list[dict]]:
-    """Every testbed of the grid and what it measures, decided before any testbed starts.
-
-    Returns ``(cells, skipped)``: a cell is ``{workers, rate_mbit, delay_ms, plan}`` (one testbed; ``plan``
-    the (size, algorithm) measurements with their repetitions and the nominal model's time); ``skipped``
-    lists, with the reason, every (size, algorithm) the nominal model predicts longer than ``max_seconds``
-    and every testbed the link emulator cannot carry (one entry per cell, ``"cell": True``: its sizes and
-    algorithms are not measured). ``netem``: whether the kernel has sch_netem; ``netns``: whether the
-    testbeds will be netns-tc ones (False under loopback-ratelimit, whose in-process limiter adds the delay
-    itself, without that limit); None: probe, only if some delay is nonzero."""
-    algorithms = list(cfg["algorithms"])
-    delays_ms = _as_list(cfg.get("delay_ms") or 0)
-    if any(float(d) < 0 for d in delays_ms):
-        raise ValueError(f"delay_ms {delays_ms}: delays must be >= 0")
-    delayed = any(float(d) > 0 for d in delays_ms)
-    if netns is None and delayed:
-        from lowbw.net.probe import netns_missing
-
-        netns = cfg.get("emulation", "auto") != "loopback-ratelimit" and not netns_missing()
-    if netem is None and delayed and netns:
-        from lowbw.net.probe import has_netem
-
-        netem = has_netem()
-    queue_s = float(cfg.get("queue_ms") or 100) / 1e3
-    cells: list[dict] = []
-    skipped: list[dict] = []
-    for n, rate_mbit, delay_ms in itertools.product(cfg["workers"], cfg["rates_mbit"], delays_ms):
-        rate_bps = float(rate_mbit) * 1e6
-        delay_s = float(delay_ms) / 1e3
-        why = emulator_refusal(n, rate_bps, delay_s, queue_s, bool(netem)) if delay_s and netns else None
-        if why:
-            skipped.append({"workers": n, "rate_mbit": rate_mbit, "delay_ms": delay_ms, "cell": True,
-                            "sizes_mb": list(cfg["sizes_mb"]), "algorithms": algorithms, "why": why})
-            continue
-        plan = []
-        for size_mb in cfg["sizes_mb"]:
-            nbytes = int(round(float(size_mb) * 1e6 / 4)) * 4
-            for alg in algorithms:
-                t_pred = _nominal_time(alg, nbytes, n, rate_bps, delay_s)
-                if t_pred > cfg["max_seconds"]:
-                    skipped.append({"workers": n, "rate_mbit": rate_mbit, "delay_ms": delay_ms, "size_mb": size_mb,
-                                    "algorithm": alg, "predicted_s": t_pred,
-                                    "why": f"predicted > {cfg['max_seconds']} s"})
-                    continue
-                reps = cfg["reps"] if t_pred * cfg["reps"] <= 3 * cfg["max_seconds"] else 1
-                if t_pred < 0.1:  # millisecond calls: the median of more repetitions (~0.3 s of them)
-                    reps = max(reps, min(25, math.ceil(0.3 / max(t_pred, 1e-6))))
-                plan.append({"size_mb": size_mb, "nbytes": nbytes, "algorithm": alg, "reps": reps,
-                             "predicted_s": t_pred})
-        if plan:
-            cells.append({"workers": n, "rate_mbit": rate_mbit, "delay_ms": delay_ms, "plan": plan})
-    return cells, skipped
-
-
-def predicted_seconds(cells: list[dict]) -> float:
-    """The nominal model's time of every planned call (warm-ups included), summed: the measurement's
-    duration without the testbeds' set-up and calibration."""
-    return sum(p["predicted_s"] * (p["reps"] + 1 + (p["predicted_s"] <= FULL_WARMUP_MAX_S))
-               for c in cells for p in c["plan"])
 
 
 def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/collectives.json",
@@ -217,7 +88,7 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
     if quick:
         cfg.update(QUICK)
     cfg.update({k: v for k, v in (config or {}).items() if v is not None})
-    _trace_plan(cfg)  # a bad trace: an error before any testbed
+    trace_plan(cfg)  # a bad trace: an error before any testbed
     cells, skipped = plan_grid(cfg)
     if cfg.get("calibration_only"):
         cells = [{**c, "plan": []} for c in cells]
@@ -284,10 +155,6 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
     return result
 
 
-def _as_list(v) -> list:
-    return list(v) if isinstance(v, (list, tuple)) else [v]
-
-
 def _result(cfg, rows, skipped, calibration, testbeds, t_start, traces=None) -> dict:
     emul = sorted({r["emulation"] for r in rows} or {t["emulation"] for t in testbeds})
     return {"benchmark": "collectives", "config": cfg, "rows": rows, "skipped": skipped, "traces": traces or [],
@@ -328,10 +195,10 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
             burst = tb.tbf_params(rate_bps)["burst"] if tb.emulation == "netns-tc" else 0
             restart = _no_restart_after_idle([w.namespace for w in tb.info if w.namespace])
             idle_s = max(IDLE_MIN_S, 2 * burst * 8 / rate_bps)
-            plan_path.write_text(json.dumps({"plan": plan, "pingpong_sizes": _pingpong_sizes(rate_bps),
+            plan_path.write_text(json.dumps({"plan": plan, "pingpong_sizes": pingpong_sizes(rate_bps),
                                              "chunk_bytes": cfg.get("chunk_bytes"), "idle_s": idle_s,
-                                             "software": _software_plan(cfg, n, rate_bps, delay_s),
-                                             "trace": _trace_plan(cfg), "out": str(res_path)}))
+                                             "software": software_plan(cfg, n, rate_bps, delay_s),
+                                             "trace": trace_plan(cfg), "out": str(res_path)}))
             log_path = Path(tmp, "workers.log")
             with open(log_path, "w") as lf:
                 codes = tb.run([sys.executable, "-m", "lowbw.bench.collectives", "--worker", str(plan_path)],
@@ -350,31 +217,6 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
             tail = log_path.read_text()[-4000:]
             raise RuntimeError(f"benchmark workers failed (exit codes {codes}):\n{tail}")
         return json.loads(res_path.read_text()), desc
-
-
-def _software_plan(cfg: dict, n: int, rate_bps: float, delay_s: float) -> dict | None:
-    """The tiny calls that measure each algorithm's software cost per step (None: not measured): of
-    ``software_bytes``, ~0.5 s of them per algorithm (the nominal model's time), 9 to 25."""
-    nb = int(cfg.get("software_bytes") or 0)
-    if nb <= 0:
-        return None
-    algs = [a for a in cfg["algorithms"] if a != "native"]  # gloo's own has no steps of ours
-    reps = {a: max(MIN_SOFTWARE_REPS, min(25, math.ceil(0.5 / max(_nominal_time(a, nb, n, rate_bps, delay_s), 1e-3))))
-            for a in algs}
-    return {"nbytes": nb, "algorithms": algs, "reps": reps}
-
-
-def _trace_plan(cfg: dict) -> list[dict] | None:
-    """The traced calls (``cfg["trace"]``: {"algorithm", "sizes_mb", "reps"}), one entry per size; None: none."""
-    t = cfg.get("trace")
-    if not t:
-        return None
-    if t.get("algorithm") not in ALGORITHMS or t["algorithm"] == "native":
-        raise ValueError(f"trace algorithm {t.get('algorithm')!r}: one of {[a for a in ALGORITHMS if a != 'native']}")
-    if not t.get("sizes_mb") or any(float(x) <= 0 for x in t["sizes_mb"]):
-        raise ValueError(f"trace sizes_mb {t.get('sizes_mb')!r}: one or more sizes > 0 (MB)")
-    return [{"algorithm": t["algorithm"], "nbytes": int(round(float(mb) * 1e6 / 4)) * 4, "size_mb": float(mb),
-             "reps": int(t.get("reps") or 10)} for mb in t["sizes_mb"]]
 
 
 def _trace_records(cal: dict, n: int, rate_mbit, delay_ms, traces: list, desc: dict) -> list[dict]:
@@ -446,6 +288,7 @@ def main(argv: list[str] | None = None) -> int:
     add_strict_flag(ap)
     a = ap.parse_args(argv)
     if a.worker:
+        # the controller does not import torch; only a worker process does
         from lowbw.bench._collectives_worker import main as worker_main
 
         return worker_main(a.worker)
@@ -461,7 +304,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"--trace {a.trace!r}: expected ALG:MB[,MB..]:REPS, e.g. tree:0.016,0.064:20")
         cfg["trace"] = {"algorithm": parts[0], "sizes_mb": [float(x) for x in parts[1].split(",")],
                         "reps": int(parts[2])}
-        _trace_plan(cfg)  # a bad algorithm: an error before any testbed
+        trace_plan(cfg)  # a bad algorithm: an error before any testbed
     for flag, path in (("--merge-software-into", a.merge_software_into), ("--merge-into", a.merge_into),
                        ("--merge-start-lag-into", a.merge_start_lag_into), ("--from-run", a.from_run)):
         if path and not Path(path).is_file():
