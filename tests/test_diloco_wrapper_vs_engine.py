@@ -37,18 +37,17 @@ BASE = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=ST
 def _wrapper_worker(rank: int, world_size: int, cd: dict) -> dict:
     """One gloo process: the user's loop (torch model, torch optimiser) with DiLoCo around it."""
     from lowbw.comm.diloco import DiLoCo
-    from lowbw.train.assign import Batches, assign, load_data
-    from lowbw.train.models import build_model
+    from lowbw.train.assign import Batches, assign
+    from lowbw.train.workload import load_workload
 
     cfg = RunConfig.from_dict(cd)
     dev = torch.device("cpu")
-    data = load_data(cfg, dev)
-    C, Hh, _ = data.image_shape
+    data = load_workload(cfg, dev)  # the engine's dataset, model and batches, as the Trainer builds them
     torch.manual_seed(cfg.seed)
-    model = build_model(cfg.model, data.num_classes, C, Hh, device=dev)
-    parts = assign(cfg.assignment, len(data.y_train), cfg.workers, cfg.seed, shards=cfg.shards, copies=cfg.copies,
+    model = data.model(cfg.model, dev)
+    parts = assign(cfg.assignment, data.n_train, cfg.workers, cfg.seed, shards=cfg.shards, copies=cfg.copies,
                    households=cfg.households, household_shards=cfg.household_shards)
-    batches = Batches(data, parts, [rank], cfg, dev)
+    batches = Batches(data, parts, [rank], cfg.seed, dev)
     if cfg.optimizer == "sgd":
         opt = torch.optim.SGD(model.parameters(), lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
     else:

@@ -305,7 +305,7 @@ def _check_workload(cfg) -> None:
         spec = TEXT_SPECS[cfg.dataset]
         val_chars = spec.chars - int(spec.chars * spec.train_fraction)
         T = cfg.block_size or GPT_SIZES[cfg.model].block_size
-        if T + 1 > val_chars:
+        if val_chars <= T:  # a window is T + 1 characters
             raise ConfigError("block_size", f"{T} is longer than the validation split of {cfg.dataset} "
                                             f"({val_chars} characters)")
         bad = [t.name for t in parse_targets(cfg.targets) if t.metric.startswith("test")]
