@@ -10,6 +10,7 @@ each method relative to dense training on the same workload and workers). Nothin
 Modules, one idea each: ``workload`` (the model as parameter shapes, and its compute per step), ``candidates``
 (the methods ranked, and the bytes each sends), ``steptime`` (compute + compression + communication per
 step), ``efficiency`` (the table of measured steps-to-target ratios: build, read, look up), ``rank``
-(combine into a ranking with reasons), ``cli`` (the command), ``validate`` (predicted against measured step
-time on the testbed).
+(combine into a ranking with reasons), ``cache`` (what is derived from code alone, kept between calls),
+``rates`` (link rates and delays), ``cli`` (the command). How good the advice is on the suite's own runs is
+E11 of the paper (:mod:`lowbw.report.e11`).
 """

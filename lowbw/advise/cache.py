@@ -29,13 +29,20 @@ def _digest(source: Path) -> str:
     return h.hexdigest()[:16]
 
 
+_LOADED: dict[tuple[str, str], dict[str, Any]] = {}  # read once per process: ranking looks entries up per method
+
+
 def load_cache(name: str, source: Path) -> dict[str, Any]:
-    """The entries of cache ``name`` if derived from ``source`` as it is now, else an empty dict."""
-    try:
-        d = json.loads(_file(name).read_text())
-    except (OSError, ValueError):
-        return {}
-    return d.get("entries", {}) if d.get("digest") == _digest(source) else {}
+    """The entries of cache ``name`` if derived from ``source`` as it is now, else an empty dict. The same dict
+    is returned on every call in a process (the file is read once); :func:`save_cache` writes it back."""
+    key = (name, _digest(source))
+    if key not in _LOADED:
+        try:
+            d = json.loads(_file(name).read_text())
+        except (OSError, ValueError):
+            d = {}
+        _LOADED[key] = d.get("entries", {}) if d.get("digest") == key[1] else {}
+    return _LOADED[key]
 
 
 def save_cache(name: str, source: Path, entries: dict[str, Any]) -> None:

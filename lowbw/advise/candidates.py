@@ -31,7 +31,8 @@ from typing import Any
 
 from lowbw.advise.cache import load_cache, save_cache
 
-__all__ = ["Candidate", "Call", "Exchange", "FAMILIES", "candidates", "exchange", "CAP", "CONFIG_FILE"]
+__all__ = ["Candidate", "Call", "Exchange", "FAMILIES", "candidates", "candidate_from_config", "exchange", "CAP",
+           "CONFIG_FILE", "MODELLED_SYNC"]
 
 CONFIG_FILE = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 CAP = 1 << 20  # largest shape (elements) compressed as it is
@@ -75,15 +76,40 @@ class Candidate:
         return f"{what}{'(' + args + ')' if args else ''}{every}"
 
 
-def _candidate(name: str, preset: dict[str, Any]) -> Candidate:
+def _candidate(name: str, preset: dict[str, Any], family: str | None = None) -> Candidate:
+    family = family or FAMILIES[name]
     sync = preset.get("sync", "sync")
     ef = {"on": True, "off": False}.get(str(preset.get("error_feedback", "auto")))
     period = int(preset.get("world_period", 1)) if sync in ("local", "diloco", "hierarchical") else 1
-    return Candidate(name, FAMILIES[name], preset.get("compressor", "none"),
+    return Candidate(name, family, preset.get("compressor", "none"),
                      tuple(sorted((preset.get("compressor_args") or {}).items())), ef, period,
-                     int(preset.get("diloco_fragments", 1)), int(preset.get("diloco_delay", 0)),
-                     int(preset.get("households", 0)) if sync == "hierarchical" else 0,
-                     FAMILIES[name] in OVERLAP)
+                     int(preset.get("diloco_fragments", 1) or 1), int(preset.get("diloco_delay", 0) or 0),
+                     int(preset.get("households", 0) or 0) if sync == "hierarchical" else 0,
+                     family in OVERLAP)
+
+
+# sync schemes whose step the advisor models (lowbw.advise.steptime); ssp, async, desloc, sparta, post_local: none
+MODELLED_SYNC = ("sync", "local", "diloco", "hierarchical")
+
+
+def _family(name: str, cfg: dict[str, Any]) -> str:
+    """FAMILIES' word for a preset name, else one derived from the settings (a method outside the presets)."""
+    if name in FAMILIES:
+        return FAMILIES[name]
+    sync, comp = cfg.get("sync", "sync"), cfg.get("compressor", "none")
+    if sync == "diloco":
+        return "streaming" if int(cfg.get("diloco_fragments", 1) or 1) > 1 else "diloco"
+    if sync in ("local", "hierarchical"):
+        return sync
+    return "dense" if comp == "none" else "precision" if comp in ("fp16", "bf16") else "compressed"
+
+
+def candidate_from_config(name: str, cfg: dict[str, Any]) -> Candidate | None:
+    """The candidate a run's (or preset's) settings describe, named ``name``; None for a sync scheme whose step
+    the advisor does not model (:data:`MODELLED_SYNC`) or a per-step choice of compressor (``adaptive``)."""
+    if cfg.get("sync", "sync") not in MODELLED_SYNC or str(cfg.get("adaptive") or "off") not in ("off", "none"):
+        return None
+    return _candidate(name, cfg, _family(name, cfg))
 
 
 @cache

@@ -44,8 +44,6 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "built, else the one shipped with lowbw)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--top", type=int, default=0, help="rows to print (default all)")
-    p.add_argument("--validate", action="store_true", help="(root) run the top three and dense briefly on the "
-                   "testbed and print predicted against measured step time")
     p.add_argument("--build-efficiency", nargs=2, metavar=("RUNS", "OUT"),
                    help="write the efficiency table from the run directories under RUNS to OUT, and exit")
     return p
@@ -157,7 +155,8 @@ def main(args) -> int:
     except ValueError as e:
         print(f"lowbw advise: {e}", file=sys.stderr)
         return 2
-    ranking, links = out.pop("_ranking"), out.pop("_links")
+    ranking = out.pop("_ranking")
+    out.pop("_links")
     if args.json:
         print(json.dumps(out, indent=1))
     else:
@@ -170,8 +169,4 @@ def main(args) -> int:
         print(format_table(ranking, args.top))
         print("\nwhy:")
         print("\n".join("  " + r for r in out["reasons"]))
-    if args.validate:
-        from lowbw.advise.validate import validate
-
-        return validate(args, ranking, links)
     return 0

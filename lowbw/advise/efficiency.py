@@ -25,7 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-__all__ = ["COLUMNS", "Efficiency", "build", "write", "read", "lookup", "default_path", "SHIPPED", "GENERATED"]
+__all__ = ["COLUMNS", "Efficiency", "build", "rows_from_runs", "target_of", "ttt_targets", "write", "read", "lookup",
+           "default_path", "SHIPPED", "GENERATED"]
 
 SHIPPED = Path(__file__).with_name("efficiency.csv")
 GENERATED = Path("paper/generated/stats/efficiency.csv")
@@ -49,29 +50,56 @@ def _kind(dataset: str) -> str:
     return "lm" if dataset in LM_DATASETS else "image"
 
 
-def build(runs_root: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(rows, provenance) of the table from every complete run under ``runs_root``."""
-    import pandas as pd  # lazy: pandas costs a quarter second and only the workflow builds the table
+def target_of(name: str) -> tuple[str, str, float]:
+    """(metric, direction "up"|"down", value) of a ``time_to_target`` key: a bare number is a test accuracy
+    (``"0.9"``), else :func:`lowbw.train.targets.parse_target`'s form (``"val_loss<=2"``)."""
+    try:
+        return "test_acc", "up", float(name)
+    except ValueError:
+        pass
+    from lowbw.train.targets import parse_target  # lazy: only building the table needs it
 
-    from lowbw.results import load_runs
-    from lowbw.runio import provenance
+    t = parse_target(name)
+    return t.metric, "up" if t.op == ">=" else "down", t.value
 
-    root = Path(runs_root)
-    runs = load_runs(root, incomplete="skip") if root.is_dir() else pd.DataFrame()
+
+def ttt_targets(runs) -> list[str]:
+    """The target names of the runs' flattened ``ttt.<name>.step`` columns (:mod:`lowbw.results`)."""
+    return [c[len("ttt."):-len(".step")] for c in runs.columns if c.startswith("ttt.") and c.endswith(".step")]
+
+
+def _recorded(g, names: list[str]) -> list[str]:
+    """The target names the runs ``g`` were configured with (their ``targets`` key: a missing time to target
+    means "not reached" only for those); every name where the runs do not say."""
+    if "targets" not in g:
+        return names
+    import json
+
+    from lowbw.train.targets import parse_targets  # lazy: only building the table needs it
+
+    mine: set[str] = set()
+    for v in g["targets"].dropna():
+        v = json.loads(v) if isinstance(v, str) else v
+        mine |= {t.name for t in parse_targets(v if isinstance(v, list) else [v])}
+    return [n for n in names if n in mine] if mine else names
+
+
+def rows_from_runs(runs) -> list[dict[str, Any]]:
+    """The table's rows (``COLUMNS``) from a DataFrame of complete runs (:func:`lowbw.results.load_runs`'s
+    columns plus ``experiment``): per (experiment, dataset, model, workers) the baseline is the first of
+    ``BASELINES`` it ran, and every method's mean steps to each target is divided by the baseline's."""
     rows: list[dict[str, Any]] = []
-    if runs.empty or "method" not in runs:
-        return rows, {"source": str(root), "runs": 0, "commit": provenance().get("git_commit")}
+    if runs is None or runs.empty or "method" not in runs:
+        return rows
     runs = runs[runs["method"].notna()]
-    ttt_cols = [c for c in runs.columns if c.startswith("ttt.") and c.endswith(".step")]
+    names = ttt_targets(runs)
     for (exp, ds, model, n), g in runs.groupby(["experiment", "dataset", "model", "workers"], sort=True):
         base = next((b for b in BASELINES if (g["method"] == b).any()), None)
         if base is None:
             continue
-        metric = str(g["target_metric"].iloc[0]) if "target_metric" in g else (
-            "val_loss" if _kind(ds) == "lm" else "test_acc")
-        direction = "down" if metric.endswith("loss") else "up"
-        for col in ttt_cols:
-            target = float(col[len("ttt."):-len(".step")])
+        for name in _recorded(g, names):
+            col = f"ttt.{name}.step"
+            metric, direction, target = target_of(name)
             dense = g.loc[g["method"] == base, col].dropna()
             dense_mean = float(dense.mean()) if len(dense) else math.nan
             for method, gm in g.groupby("method", sort=True):
@@ -83,10 +111,25 @@ def build(runs_root: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
                              "method": "dense" if method == base else method, "seeds": int(len(gm)),
                              "seeds_reached": int(len(steps)), "steps_mean": mean,
                              "dense_steps_mean": dense_mean, "steps_ratio": ratio})
+    return rows
+
+
+def build(runs_root: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(rows, provenance) of the table from every complete run under ``runs_root``."""
+    import pandas as pd  # lazy: pandas costs a quarter second and only the workflow builds the table
+
+    from lowbw.results import load_runs
+    from lowbw.runio import provenance
+
+    root = Path(runs_root)
+    runs = load_runs(root, incomplete="skip") if root.is_dir() else pd.DataFrame()
     prov = provenance()
-    return rows, {"source": str(root), "runs": int(len(runs)), "commit": prov.get("git_commit"),
-                  "host": prov.get("host"), "what": "steps to the target per method / dense's, same experiment, "
-                  "workload and workers; mean over the seeds that reached it"}
+    if runs.empty or "method" not in runs:
+        return [], {"source": str(root), "runs": 0, "commit": prov.get("git_commit")}
+    return rows_from_runs(runs), {
+        "source": str(root), "runs": int(len(runs)), "commit": prov.get("git_commit"), "host": prov.get("host"),
+        "what": "steps to the target per method / dense's, same experiment, workload and workers; mean over the "
+                "seeds that reached it"}
 
 
 def write(rows: list[dict[str, Any]], prov: dict[str, Any], out: str | Path) -> Path:

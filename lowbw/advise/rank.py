@@ -21,6 +21,7 @@ from lowbw.net.costlinks import WorkerLink
 __all__ = ["Advice", "rank", "reasons", "DEFAULT_DENSE_STEPS"]
 
 DEFAULT_DENSE_STEPS = 1000.0  # dense's steps to the target where nothing measured says otherwise
+DENSE = Candidate("dense", "dense", "none", (), None, 1, 1, 0, 0, True)  # the flat fp32 gradient every step
 
 
 @dataclass(frozen=True)
@@ -58,18 +59,18 @@ def _order(a: Advice) -> tuple[int, float]:
 
 def rank(w: Workload, links: tuple[WorkerLink, ...], rows: list[dict[str, Any]], metric: str = "test_acc",
          target: float | None = None, dense_steps: float | None = None,
-         only: tuple[str, ...] | None = None) -> list[Advice]:
-    """Every candidate (or those named in ``only``) for workload ``w`` on ``links`` (one per worker), best
-    first; ``rows``: the efficiency table."""
+         only: tuple[str, ...] | None = None, cands: tuple[Candidate, ...] | None = None) -> list[Advice]:
+    """Every candidate (or those named in ``only``; or exactly ``cands``) for workload ``w`` on ``links`` (one
+    per worker), best first; ``rows``: the efficiency table."""
     n = len(links)
-    cands = [c for c in candidates() if only is None or c.name in only]
+    cands = list(cands) if cands is not None else [c for c in candidates() if only is None or c.name in only]
     base = model_key(w)
     d = lookup(rows, "dense", base, w.kind, n, metric, target)
     steps = dense_steps or (d.dense_steps if math.isfinite(d.dense_steps) else DEFAULT_DENSE_STEPS)
     out = []
     for c in cands:
         ex = exchange(c, w.shapes)
-        hh = exchange(candidates()[0], w.shapes) if c.households else None  # the household's dense average
+        hh = exchange(DENSE, w.shapes) if c.households else None  # the household's dense average
         step = predict(c, ex, w.compute_s, w.grad_bytes, links, hh)
         out.append(Advice(c, step, lookup(rows, c.name, base, w.kind, n, metric, target), steps, ex.exact))
     return sorted(out, key=_order)

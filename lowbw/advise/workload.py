@@ -27,7 +27,7 @@ from lowbw.advise.cache import load_cache, save_cache
 __all__ = ["Workload", "from_model", "from_file", "from_params", "transformer_shapes", "CLOCK_FILE"]
 
 CLOCK_FILE = Path(__file__).resolve().parents[2] / "config" / "clock.json"
-MODELS_FILE = Path(__file__).resolve().parents[1] / "train" / "models.py"  # cached multiply-adds hold while it does
+TRAIN_DIR = Path(__file__).resolve().parents[1] / "train"  # cached shapes and multiply-adds hold while its sources do
 GPT_VOCAB = 50257  # a GPT-2 tokenizer's vocabulary, for --params' transformer shapes
 
 
@@ -161,46 +161,52 @@ def _measure(module, x, loss: Callable) -> float:
     return statistics.median(times)
 
 
-def from_model(name: str, batch: int = 32, step_ms: float | None = None, measure: bool = False) -> Workload:
-    """One of lowbw's models (``lowbw.train.models.MODELS``) with ``batch`` samples per worker and step.
+def _facts(name: str) -> dict[str, Any]:
+    """Shapes and multiply-adds (forward + backward per sample) of lowbw model ``name``, from the on-disk cache
+    while ``lowbw/train``'s sources are unchanged, else computed here (which imports torch: about a second)."""
+    cached = load_cache("models", TRAIN_DIR)
+    if name not in cached:
+        import torch  # lazy: only a model not yet in the cache needs torch (about a second to import)
 
-    Built on the CPU with its initialisers skipped (values are not needed for shapes and multiply-adds, and
-    the meta device would route the forward pass through torch's slower reference kernels)."""
-    import torch  # lazy: see _example_input
+        with _no_init(True):
+            model = _build_named(name, "cpu")
+        with torch.no_grad():
+            for p in model.parameters():
+                p.zero_()  # uninitialised memory may hold denormals, which slow the counting forward pass
+        cached[name] = {"shapes": [[n, list(s)] for n, s in _shapes(model)],
+                        "macs": 3.0 * _macs(model, _example_input(name, model, 1, "cpu"))}  # backward ~ 2x forward
+        save_cache("models", TRAIN_DIR, cached)
+    return cached[name]
 
-    from lowbw.train.models import MODELS
+
+def _known(name: str) -> None:
+    """A one-line refusal of a name that is not one of lowbw's models (imports the model table only then)."""
+    if name in load_cache("models", TRAIN_DIR):
+        return
+    from lowbw.train.models import MODELS  # lazy: imports torch; only a name not cached needs the table
 
     if name not in MODELS:
         raise ValueError(f"unknown model {name!r}; known: {', '.join(MODELS)} (or --model-file / --params)")
+
+
+def from_model(name: str, batch: int = 32, step_ms: float | None = None, measure: bool = False) -> Workload:
+    """One of lowbw's models (``lowbw.train.models.MODELS``) with ``batch`` samples per worker and step.
+
+    Shapes and multiply-adds come from :func:`_facts` (the model built on the CPU with its initialisers
+    skipped: values are not needed, and the meta device would route the forward pass through torch's slower
+    reference kernels); advice after the first for a model imports no torch."""
+    _known(name)
     if measure:
+        import torch  # lazy: --measure trains nothing but times forward + backward, which needs torch
+
         m = _build_named(name, "cpu")
         x = _example_input(name, m, batch, "cpu")
         return Workload(name, _kind(name), _shapes(m), _measure(m, x, lambda y: y.float().sum()),
                         f"measured here (--measure, batch {batch}, {torch.get_num_threads()} threads)")
-    with _no_init(True):
-        model = _build_named(name, "cpu")
-    with torch.no_grad():
-        for p in model.parameters():
-            p.zero_()  # uninitialised memory may hold denormals, which slow the counting forward pass
-    shapes = _shapes(model)
+    shapes = tuple((n, tuple(s)) for n, s in _facts(name)["shapes"])
     if step_ms is not None:
         return Workload(name, _kind(name), shapes, step_ms / 1e3, "given (--step-ms)")
-
-    cached = load_cache("macs", MODELS_FILE)
-
-    def macs_of(n: str) -> float:
-        if n in cached:
-            return cached[n]
-        with _no_init(True):
-            mm = model if n == name else _build_named(n, "cpu")
-        with torch.no_grad():
-            for p in mm.parameters():
-                p.zero_()
-        cached[n] = 3.0 * _macs(mm, _example_input(n, mm, 1, "cpu"))  # backward ~ twice the forward
-        save_cache("macs", MODELS_FILE, cached)
-        return cached[n]
-
-    got = _calibrated_compute(name, batch, macs_of)
+    got = _calibrated_compute(name, batch, lambda n: _facts(n)["macs"])
     if got is None:
         raise ValueError(f"no compute calibration ({CLOCK_FILE}) for model {name!r}: give --step-ms or --measure")
     return Workload(name, _kind(name), shapes, got[0], got[1])
