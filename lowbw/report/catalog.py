@@ -17,7 +17,7 @@ __all__ = ["PREFIX", "MACROS", "E1_ALGS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENS
            "E10_NETWORKS", "not_run_macro", "check_numbers", "word"]
 
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
-          "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen"}
+          "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen", "e11": "EEleven"}
 
 # E1's latency-axis algorithms -> their words in the prose's list of errors (EOneLatErrPerAlg)
 E1_ALGS = {"ring": "ring", "tree": "tree", "ps": "parameter server", "butterfly": "butterfly"}
@@ -274,6 +274,29 @@ MACROS: dict[str, str] = {
     "ETenCheckLoad": "the highest 1-minute load during the check",
     "ETenCheckSkipped": "networks the check could not run on the testbed (list)",
 }
+# E11 how good is the advisor (leave-one-setting-out; lowbw.report.e11)
+MACROS.update({
+    "EElevenSettings": "held-out settings with a target the baseline reached",
+    "EElevenSkipped": "settings without such a target (not evaluated)",
+    "EElevenWorkloads": "the workloads of the evaluated settings (words)",
+    "EElevenExperiments": "the experiments they come from (list)",
+    "EElevenRegretMedian": "median regret of the advisor's pick (%, or never)",
+    "EElevenRegretWorst": "worst regret (%, or never)",
+    "EElevenWorstWhere": "the setting of the worst regret",
+    "EElevenWithinTen": "settings with a regret of at most 10%",
+    "EElevenNeverReached": "settings whose pick did not reach the target there",
+    "EElevenRhoMedian": "median Spearman rank correlation of the advisor's order with the measured times",
+    "EElevenRhoSettings": "settings where three or more ranked methods reached the target (rho defined)",
+    "EElevenVerdict": "which of the issue's three targets the advisor meets (words)",
+    "EElevenFailures": "settings with a regret above 10% or an unreached pick: pick, best, regret (list)",
+    "EElevenStrictRegretMedian": "median regret when every run of the workload and workers is held out (%)",
+    "EElevenStrictRegretWorst": "worst such regret (%, or never)",
+    "EElevenStepRows": "dense and every-H fp32 method rows of the step-time comparison",
+    "EElevenAdvisorStepErr": "the advisor's median |step-time error| against the measured step (%)",
+    "EElevenAdvisorStepErrMax": "its largest (%)",
+    "EElevenAnalyticStepErr": "the analytic form's median |step-time error| (%)",
+    "EElevenAnalyticStepErrMax": "its largest (%)",
+})
 MACROS.update({f"{p}NotRun": "why the experiment has no data in this profile" for p in PREFIX.values()})
 
 
