@@ -126,3 +126,25 @@ def test_gpt_small():
     out = json.loads(r.stdout)
     assert out["inputs"]["kind"] == "lm" and out["inputs"]["metric"] == "val_loss"
     assert 5e5 < out["inputs"]["params"] < 2e6
+
+
+def test_efficiency_rows_read_loss_targets_and_only_configured_ones():
+    """A loss target's name (``val_loss<=2``) gives its metric, direction and value; a run's missing time to a
+    target it was not configured with is not a "did not reach"."""
+    import pandas as pd
+
+    from lowbw.advise.efficiency import rows_from_runs, target_of
+
+    assert target_of("0.9") == ("test_acc", "up", 0.9)
+    assert target_of("val_loss<=2") == ("val_loss", "down", 2.0)
+    runs = pd.DataFrame([
+        {"experiment": "e9_lm", "dataset": "shakespeare", "model": "gpt-small", "workers": 4, "method": m,
+         "targets": '["val_loss<=2.0"]', "ttt.val_loss<=2.step": s, "ttt.0.9.step": None}
+        for m, s in (("dense", 100.0), ("diloco16", 150.0))]
+        + [{"experiment": "e9_diloco", "dataset": "mnist", "model": "mlp", "workers": 4, "method": "dense",
+            "targets": "[0.9]", "ttt.val_loss<=2.step": None, "ttt.0.9.step": 40.0}])
+    rows = rows_from_runs(runs)
+    lm = [r for r in rows if r["experiment"] == "e9_lm"]
+    assert {(r["method"], r["metric"], r["direction"], r["target"], r["steps_ratio"]) for r in lm} == {
+        ("dense", "val_loss", "down", 2.0, 1.0), ("diloco16", "val_loss", "down", 2.0, 1.5)}
+    assert [(r["metric"], r["target"]) for r in rows if r["experiment"] == "e9_diloco"] == [("test_acc", 0.9)]
