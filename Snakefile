@@ -9,21 +9,28 @@
 import json
 import shlex
 
-from snakemake.utils import validate
-
-from lowbw.grid import decode, run_config, run_dirs
+from lowbw.grid import decode, run_config
+from lowbw.gridcache import checked_grid
 
 # config/config.yaml (quick) unless --configfile names another grid; that one then *replaces* it rather than
 # being merged into it (a merged grid would keep the quick profile's other experiments).
 if not workflow.overwrite_configfiles:
     configfile: "config/config.yaml"
-validate(config, "config/schema.yaml")
 
-from lowbw.train.config import validate_grid  # noqa: E402  (checks every run's RunConfig before any job)
 
-validate_grid(config)
+def check_config(cfg):
+    """The config schema, then every run's RunConfig (cross-key rules, traces, clock calibration) before any job.
+    Imported here: jsonschema and torch take seconds to import, and checked_grid runs this only when the config,
+    a file it names or lowbw's code changed since the last check (lowbw.gridcache)."""
+    from snakemake.utils import validate
+    from lowbw.train.config import validate_grid
 
-RUNS = run_dirs(config)
+    validate(cfg, "config/schema.yaml")
+    validate_grid(cfg)
+
+
+RUN_CONFIGS = checked_grid(config, check_config, files=["config/schema.yaml"])  # {run dir: resolved RunConfig}
+RUNS = list(RUN_CONFIGS)
 BENCH = ["runs/bench/collectives.json", "runs/bench/collectives_latency.json", "runs/bench/compressors.json",
          "runs/bench/models.json", "runs/bench/e2e.json"]
 EXPERIMENTS = [f"e{i}" for i in range(1, 11)]
@@ -89,7 +96,8 @@ rule train:
         runtime=1440 if FULL else 60,
         machine=1,
     params:
-        cfg=lambda w: shlex.quote(json.dumps(run_config(config, w.exp, decode(w.params)), sort_keys=True)),
+        cfg=lambda w: shlex.quote(json.dumps(RUN_CONFIGS.get(f"runs/{w.exp}/{w.params}")
+                                             or run_config(config, w.exp, decode(w.params)), sort_keys=True)),
         out=lambda w: f"runs/{w.exp}/{w.params}",
     conda:
         "environment.yml"
