@@ -12,7 +12,9 @@ from typing import Any
 
 import yaml
 
-__all__ = ["expand", "encode", "decode", "run_config", "run_dirs", "calibrated_clock"]
+from lowbw.train.clock_table import calibrated_clock
+
+__all__ = ["expand", "encode", "decode", "run_config", "run_dirs"]
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.+\-]+$")
 
@@ -66,7 +68,7 @@ def run_config(config: dict[str, Any], experiment: str, params: dict[str, Any]) 
     compressor_args: {ratio: 0.01}}``), so that runs with nested settings still get a short path; the
     preset's keys are applied where the axis stands, and ``method`` itself is kept as the run's ``name``.
     With ``clock: model`` and a top-level ``clock_calibration`` file, the clock's compute and compression
-    costs come from that file (:func:`calibrated_clock`).
+    costs come from that file (:func:`lowbw.train.clock_table.calibrated_clock`).
     """
     if experiment not in config["experiments"]:
         raise ValueError(f"experiment={experiment!r} is not in the config; have: {sorted(config['experiments'])}")
@@ -85,36 +87,6 @@ def run_config(config: dict[str, Any], experiment: str, params: dict[str, Any]) 
     if out.get("clock") == "model" and config.get("clock_calibration"):
         out.update(calibrated_clock(config["clock_calibration"], out, f"{experiment}/{encode(params)}"))
     return out
-
-
-def calibrated_clock(path: str, cfg: dict[str, Any], run: str) -> dict[str, float]:
-    """``clock_sample_s`` and ``clock_compress_mbyte_s`` of a run from the calibration table at ``path``
-    (written by ``python -m lowbw bench clock``); keys the run sets itself are kept."""
-    from lowbw.bench.clock import clock_key
-
-    table = _table(path)
-    key = clock_key(cfg)
-    if key not in table:
-        raise ValueError(f"run {run}: {path} has no calibration for {key}; rerun `python -m lowbw bench clock "
-                         f"--config <this config> --out {path}`")
-    e = table[key]
-    return {k: cfg.get(k) or e[k] for k in ("clock_sample_s", "clock_compress_mbyte_s")}
-
-
-_TABLES: dict[str, dict[str, Any]] = {}
-
-
-def _table(path: str) -> dict[str, Any]:
-    import json
-    from pathlib import Path
-
-    if path not in _TABLES:
-        p = Path(path)
-        if not p.is_file():
-            raise ValueError(f"clock_calibration: {path} does not exist; write it with `python -m lowbw bench clock "
-                             f"--out {path}`")
-        _TABLES[path] = json.loads(p.read_text())["entries"]
-    return _TABLES[path]
 
 
 def run_dirs(config: dict[str, Any], root: str = "runs") -> list[str]:

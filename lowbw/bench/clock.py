@@ -21,34 +21,13 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lowbw.train.clock_table import KEY_FIELDS, TEXT_KEY_FIELDS, clock_key
+
 __all__ = ["clock_key", "calibrate_one", "main", "KEY_FIELDS", "TEXT_KEY_FIELDS"]
-
-# the run-config keys that decide a worker's compute and (de)compression time per step
-KEY_FIELDS = ("model", "dataset", "local_batch", "optimizer", "compressor", "compressor_args", "error_feedback",
-              "granularity")
-# and, for a text dataset, the context length (a sample is a window of block_size characters); resolved, so that
-# block_size 0 (the model's own) and the model's own value share an entry; image keys stay as they were
-TEXT_KEY_FIELDS = ("block_size",)
-
 
 # the synchronisation scheme's own keys, reset to their defaults for the calibration's synchronous steps
 SCHEME_FIELDS = ("world_period", "local_start", "household_period", "neighbourhood_period", "outer_optimizer",
                  "outer_lr", "outer_momentum", "staleness", "worker_speeds")
-
-
-def clock_key(cfg: dict[str, Any]) -> str:
-    """The calibration table's key of a (flat, validated) run config."""
-    from lowbw.train.config import RunConfig
-    from lowbw.train.workload import is_text_dataset, text_block_size
-
-    rc = RunConfig.from_dict({**cfg, "clock": "measured"})  # the key does not depend on the clock's values
-    d = rc.to_dict()
-    d["local_batch"] = rc.local_batch
-    fields = KEY_FIELDS
-    if is_text_dataset(rc.dataset):
-        d["block_size"] = text_block_size(rc)
-        fields += TEXT_KEY_FIELDS
-    return json.dumps({k: d[k] for k in fields}, sort_keys=True, separators=(",", ":"))
 
 
 def _compute_key(key: str) -> tuple:
