@@ -14,7 +14,8 @@ ssp or async, is left out and counted). Its inputs are what a user gives: the mo
 virtual compute per step, as ``--step-ms``). A stricter variant holds out every run of the same dataset,
 model and workers (all experiments, all networks).
 
-The target of a setting is the hardest of its runs' targets that the baseline (dense) reached with every seed.
+The target of a setting is the hardest of its runs' targets that the baseline (dense) reached with every seed;
+a setting without such a target, without dense runs or with fewer than two ranked methods is skipped (counted).
 Measured time to the target of a method = mean over seeds of its virtual time to it at the setting's network;
 a method reached the target when every seed did. Then
 
@@ -112,18 +113,18 @@ def _own_links(cfg: dict[str, Any]) -> tuple[tuple, str]:
     rates = _lst(cfg.get("worker_bandwidth_mbit")) or [float(cfg.get("bandwidth_mbit", 10))] * n
     ups = _lst(cfg.get("worker_uplink_mbit")) or rates
     lats = _lst(cfg.get("worker_latency_ms")) or [float(cfg.get("latency_ms", 0.0) or 0.0)] * n
-    words = f"{fmt_num(min(rates))}" + ("" if len(set(rates)) == 1 else f"-{fmt_num(max(rates))}") + " Mbit/s"
+    words = f"{min(rates):g}" + ("" if len(set(rates)) == 1 else f"-{max(rates):g}") + " Mbit/s"
     if ups != rates:
-        words += f", uplinks {fmt_num(min(ups))}"
+        words += f", uplinks {min(ups):g}"
     if cfg.get("bandwidth_trace"):
         mean = _trace_mean_bps(cfg["bandwidth_trace"], n)
         rates = ups = [mean / 1e6] * n
-        words = f"trace {cfg['bandwidth_trace']} (mean {fmt_num(mean / 1e6)} Mbit/s)"
+        words = f"trace {cfg['bandwidth_trace']} (mean {mean / 1e6:.3g} Mbit/s)"
     speeds = _lst(cfg.get("worker_speeds"))
     if speeds and max(speeds) != min(speeds):
-        words += f", a {fmt_num(max(speeds) / min(speeds))}x straggler"
+        words += f", a {max(speeds) / min(speeds):g}x straggler"
     links = tuple(WorkerLink(u * 1e6, d * 1e6, a / 1e3, a / 1e3) for u, d, a in zip(ups, rates, lats))
-    return links, words + f", {fmt_num(lats[0])} ms"
+    return links, words + f", {lats[0]:g} ms"
 
 
 def _equal_links(n: int, mbit: float, lat_ms: float) -> tuple:
@@ -155,7 +156,7 @@ def settings(ctx: Context, runs, mets, cfgs) -> list[dict[str, Any]]:
                     return float(retime(x, mbit, lat).iloc[0]) / max(1, int(x["step"].iloc[0]))
 
                 out.append({"source": src, "experiment": exp, "dataset": ds, "model": model, "workers": int(n),
-                            "network": f"{fmt_num(mbit)} Mbit/s, {fmt_num(lat)} ms",
+                            "network": f"{mbit:g} Mbit/s, {lat:g} ms",
                             "links": _equal_links(int(n), mbit, lat), "ids": ids, "at": at, "per_step": per_step})
         else:
             links, words = _own_links(cfgs[ids[0]])
@@ -190,14 +191,16 @@ def analytic_step(compute_s: float, params: int, links: tuple, period: int = 1) 
 
 
 def _target(g, names: list[str]) -> str | None:
-    """The hardest target name the baseline (else any method) reached with every seed in ``g``."""
+    """The hardest target name the baseline reached with every seed in ``g`` (None without a baseline run)."""
     from lowbw.advise.efficiency import target_of
 
     def hard(n):
         metric, d, v = target_of(n)
         return (metric, -v if d == "up" else v)
 
-    base = g[g["method"] == BASELINE] if (g["method"] == BASELINE).any() else g
+    base = g[g["method"] == BASELINE]
+    if base.empty:
+        return None
     for n in sorted(names, key=hard):
         col = f"ttt.{n}.step"
         if col in base and base.groupby("method")[col].apply(lambda x: x.notna().all()).any():
@@ -239,7 +242,7 @@ def _evaluate(s: dict, runs, cfgs, holdout: str) -> dict[str, Any] | None:
                             "seeds": len(times), "step_s": statistics.fmean(s["per_step"](r) for _, r in gm.iterrows())}
         c = candidate_from_config(str(method), cfgs[_ids(gm)[0]])
         (cands.append(c) if c is not None else left_out.append(str(method)))
-    if not cands:
+    if len(cands) < 2:  # one ranked method cannot be chosen wrongly: not a test of the advisor
         return None
     compute = statistics.median(float(r["t_virtual_compute"]) / max(1, int(r["step"])) for _, r in mine.iterrows())
     batch = int(mine["batch_size"].iloc[0]) if "batch_size" in mine else 32
