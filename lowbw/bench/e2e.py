@@ -67,7 +67,6 @@ from __future__ import annotations
 import argparse
 import json
 import math
-import os
 import re
 import sys
 import time
@@ -87,6 +86,7 @@ from lowbw.bench.e2e_cell import (
     cell_wire_s,
 )
 from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, overhead_at, probe, probe_summary
+from lowbw.bench.presets import load_methods, method_config
 
 __all__ = ["main", "plan", "run_cells", "cell_row", "cell_dir", "cells", "method_config", "sim_twin", "BASE",
            "LM_BASE", "DEFAULT_TARGET", "base_for",
@@ -124,29 +124,6 @@ def base_for(model: str) -> dict[str, Any]:
 
 
 # ----------------------------------------------------------------------------------------------- configs
-def load_methods(path: str | os.PathLike = "config/config.yaml") -> dict[str, dict[str, Any]]:
-    import yaml
-
-    p = Path(path)
-    if not p.exists():
-        p = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
-    return dict(yaml.safe_load(p.read_text())["methods"])
-
-
-def method_config(name: str, methods: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    """The run-config keys of a method preset; ``NAME+ddp`` adds ``ddp_hook: true``."""
-    base, _, suffix = name.partition("+")
-    if base not in methods:
-        raise ValueError(f"--methods: {base!r} is not a preset of config/config.yaml (known: "
-                         f"{', '.join(sorted(methods))})")
-    if suffix not in ("", "ddp"):
-        raise ValueError(f"--methods: {name!r}: the only suffix is +ddp")
-    out = dict(methods[base])
-    if suffix == "ddp":
-        out["ddp_hook"] = True
-    return out
-
-
 def cell_config(method: dict[str, Any], workers: int, rate: float, steps: int, args, probe: dict[str, float]
                 ) -> dict[str, Any]:
     from lowbw.train.world import default_threads

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.bench.e2e_calls import RecordingCollective, call_sequence, exchange_parts, probe_batch, probe_model
+from lowbw.bench.presets import load_methods
 
 __all__ = ["probe", "probe_summary", "overhead_at", "PROBE_GAPS_MS", "main"]
 
@@ -422,8 +423,6 @@ def main(argv: list[str] | None = None) -> int:
     sequence: list[tuple[str, float]] = []
     twin: dict[str, Any] | None = None
     if a.method:
-        from lowbw.bench.e2e import load_methods
-
         methods = load_methods()
         if a.method not in methods:
             ap.error(f"--method {a.method}: not a preset of config/config.yaml's methods")
