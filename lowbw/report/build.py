@@ -13,56 +13,16 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from lowbw.report.catalog import PREFIX, check_numbers, not_run_macro
+from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, numbers_tex
 from lowbw.runio import atomic_write_text, provenance
 
 __all__ = ["Context", "Stats", "Experiment", "Section", "BuildResult", "build"]
-
-
-@dataclass
-class Context:
-    """Inputs of the report: the workflow config, the runs directory and the output directory."""
-
-    config: dict[str, Any]
-    runs_dir: Path
-    out: Path
-    _cache: dict[str, Any] = field(default_factory=dict)
-
-    def bench(self, name: str) -> dict[str, Any] | None:
-        """``runs/bench/<name>.json`` or None."""
-        p = self.runs_dir / "bench" / f"{name}.json"
-        if name not in self._cache:
-            self._cache[name] = json.loads(p.read_text()) if p.is_file() else None
-        return self._cache[name]
-
-
-@dataclass(frozen=True)
-class Stats:
-    """An experiment's statistics: tidy tables (one row per observation or group; units in the column names)
-    and the scalars they were computed with (``meta``: settings such as the target accuracy, and provenance:
-    the source files and the machine that measured them)."""
-
-    tables: dict[str, Any]  # name -> pandas DataFrame
-    meta: dict[str, Any]
-
-
-@dataclass(frozen=True)
-class Experiment:
-    """One experiment of the paper: how its data is selected and summarised, and how it is rendered."""
-
-    key: str  # "e1" .. "e8"
-    title: str
-    stats: Callable[[Context], Stats | None]  # None: the profile has no data for it (``missing`` says why)
-    numbers: Callable[[Stats], dict[str, str]]  # macro name (from the catalogue) -> formatted value
-    table: Callable[[Stats], str]  # a complete LaTeX table environment, label tab:<key>
-    figure: Callable[[Stats], Any]  # a matplotlib Figure
-    missing: str  # why there is no data, e.g. "runs/bench/collectives.json absent"
 
 
 @dataclass

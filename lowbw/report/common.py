@@ -3,7 +3,7 @@ experiment, the report's link settings, the models' printed names."""
 
 from __future__ import annotations
 
-from lowbw.report.build import Context
+from lowbw.report.experiment import Context
 from lowbw.report.latex import fmt_num
 
 __all__ = ["fmt_duration", "plotting", "training_runs", "report_links", "target_acc", "PRETTY"]

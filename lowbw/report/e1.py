@@ -9,9 +9,9 @@ from __future__ import annotations
 
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.report import e1_latency as lat
-from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.common import plotting
 from lowbw.report.conditions import MARK, busy_testbeds, caption
+from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["E1", "ALG_ORDER"]

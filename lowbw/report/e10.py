@@ -28,9 +28,9 @@ from __future__ import annotations
 import json
 import math
 
-from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.catalog import E10_NETWORKS, word
 from lowbw.report.common import fmt_duration, target_acc, training_runs
+from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["E10", "NETWORKS", "BASELINE_NETWORK", "EXPERIMENTS", "TARGET"]

@@ -39,9 +39,9 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.catalog import E9_LINKS
 from lowbw.report.common import PRETTY
+from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["E11", "settings", "spearman", "analytic_step", "REGRET_MEDIAN", "REGRET_WORST"]

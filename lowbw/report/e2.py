@@ -3,9 +3,9 @@ bias and throughput of every compressor, with bitsandbytes and torch's DDP hooks
 
 from __future__ import annotations
 
-from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.catalog import E2_INPUTS, word
 from lowbw.report.conditions import MARK, caption
+from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import dot_panels
 from lowbw.report.latex import booktabs, escape, fmt_num
 

@@ -4,10 +4,10 @@ dense runs (``runs/e3_dense``)."""
 
 from __future__ import annotations
 
-from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.catalog import E3_RUN_MODELS, word
 from lowbw.report.common import PRETTY, fmt_duration, plotting, report_links, training_runs
 from lowbw.report.conditions import MARK, caption
+from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["E3", "accel_sample_s", "ACCEL_REF"]

@@ -3,8 +3,8 @@ to the target accuracy at every report bandwidth (each run re-timed, lowbw.repor
 
 from __future__ import annotations
 
-from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.common import fmt_duration, report_links, target_acc, training_runs
+from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import ttt_facets
 from lowbw.report.latex import booktabs, escape, fmt_num
 

@@ -3,9 +3,9 @@
 
 from __future__ import annotations
 
-from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.catalog import E7_DENSITIES, word
 from lowbw.report.common import fmt_duration, plotting, target_acc, training_runs
+from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["E7"]

@@ -3,9 +3,9 @@ the paper's figure (predicted vs measured step time and time-to-accuracy), table
 
 from __future__ import annotations
 
-from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.catalog import E8_WORKERS
 from lowbw.report.conditions import MARK, caption, mark
+from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["E8"]

@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import math
 
-from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.catalog import E9_LINKS
 from lowbw.report.common import fmt_duration, target_acc, training_runs
+from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 
 __all__ = ["E9", "LINKS", "BASELINE"]

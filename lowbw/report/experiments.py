@@ -5,7 +5,6 @@ becomes a section that says so."""
 
 from __future__ import annotations
 
-from lowbw.report.build import Experiment
 from lowbw.report.e1 import E1
 from lowbw.report.e2 import E2
 from lowbw.report.e3 import E3
@@ -15,6 +14,7 @@ from lowbw.report.e8 import E8
 from lowbw.report.e9 import E9
 from lowbw.report.e10 import E10
 from lowbw.report.e11 import E11
+from lowbw.report.experiment import Experiment
 from lowbw.report.schemes import E5, E6
 
 __all__ = ["ALL", "BY_KEY"]

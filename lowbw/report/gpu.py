@@ -15,7 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lowbw.report.build import Stats
+from lowbw.report.experiment import Stats
 from lowbw.report.latex import booktabs, escape, fmt_num, fmt_pm
 from lowbw.runio import atomic_write_text
 from lowbw.store import DEFAULT_STORE, load_store

@@ -6,9 +6,9 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
-from lowbw.report.build import Context, Experiment, Stats
 from lowbw.report.catalog import PREFIX
 from lowbw.report.common import fmt_duration, report_links, target_acc, training_runs
+from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import accuracy_curves
 from lowbw.report.latex import booktabs, escape, fmt_num
 
