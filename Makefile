@@ -7,7 +7,7 @@
 # machines), and LaTeX + iproute2 + poppler from apt when run as root (otherwise the missing commands are
 # named, with the apt-get line to run). It is redone only when pyproject.toml changes.
 # Variables: CORES (snakemake --cores, default: all), PROFILE (e.g. PROFILE=config/profiles/full),
-# SMK (extra snakemake arguments), PYTEST (extra pytest arguments).
+# SMK (extra snakemake arguments), PYTEST (extra pytest arguments), PROGRESS (see below).
 
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
@@ -21,13 +21,17 @@ CORES ?= $(shell nproc)
 PROFILE ?=
 SMK ?=
 PYTEST ?=
+# one progress line (jobs done, left, estimated time left; lowbw.progress) instead of Snakemake's job log, which
+# stays in .snakemake/log/; PROGRESS= shows Snakemake's own output
+PROGRESS ?= --logger lowbw
 APT_PACKAGES := latexmk texlive-latex-recommended texlive-science texlive-pictures texlive-fonts-recommended \
                 texlive-plain-generic iproute2 poppler-utils
 # command -> the Debian package that provides it
 NEEDED_COMMANDS := latexmk:latexmk pdflatex:texlive-latex-recommended ip:iproute2 tc:iproute2 pdftotext:poppler-utils
 
 all: setup
-	. $(VENV)/bin/activate && snakemake --cores $(CORES) $(if $(PROFILE),--profile $(PROFILE)) $(SMK)
+	. $(VENV)/bin/activate && PYTHONPATH=$(CURDIR)/lowbw/snakemake_logger$${PYTHONPATH:+:$$PYTHONPATH} \
+	  snakemake --cores $(CORES) $(if $(PROFILE),--profile $(PROFILE)) $(PROGRESS) $(SMK)
 	@echo "paper: paper/build/paper.pdf   results: runs/"
 
 test: setup

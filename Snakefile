@@ -7,10 +7,12 @@
 #
 # Every run writes summary.json last (atomically), so an interrupted job is simply rerun.
 import json
+import os
 import shlex
 
 from lowbw.grid import decode, run_config
 from lowbw.gridcache import checked_grid
+from lowbw.progress import expect
 
 # config/config.yaml (quick) unless --configfile names another grid; that one then *replaces* it rather than
 # being merged into it (a merged grid would keep the quick profile's other experiments).
@@ -31,6 +33,8 @@ def check_config(cfg):
 
 RUN_CONFIGS = checked_grid(config, check_config, files=["config/schema.yaml"])  # {run dir: resolved RunConfig}
 RUNS = list(RUN_CONFIGS)
+# the experiments of the training runs still to do, for the progress line's estimate (make: snakemake --logger lowbw)
+expect("train", [d.split("/")[1] for d in RUNS if not os.path.exists(f"{d}/summary.json")])
 BENCH = ["runs/bench/collectives.json", "runs/bench/collectives_latency.json", "runs/bench/compressors.json",
          "runs/bench/models.json", "runs/bench/e2e.json"]
 EXPERIMENTS = [f"e{i}" for i in range(1, 11)]
