@@ -31,12 +31,13 @@ workers keep computing; step 4 then mixes: theta_f <- alpha theta_f + (1 - alpha
 the fragment is replaced and the tau steps of local progress on it are dropped). With alpha > 0 the replicas
 stay apart after a landing and the run is evaluated on theta_start; the final synchronisation lands unmixed.
 ``diloco_fragment_layout: strided`` makes fragments of whole layers, layer j in fragment j mod F (the
-paper's), instead of contiguous ranges of the flat row. ``diloco_schedule``: ``start_at_slot`` (lowbw's
-first schedule) starts fragment f's exchange after its slot t and lands it after t + tau; ``land_at_slot``
+paper's), instead of contiguous ranges of the flat row. ``diloco_schedule``: ``start_at_slot`` (the
+default) starts fragment f's exchange after its slot t and lands it after t + tau; ``land_at_slot``
 (torchft's ``fragment_sync_delay``) starts it after t - tau and lands it at the slot t, so the fragments'
 updates land on the paper's schedule and Delta_f is taken tau steps earlier. The paper sends 4-bit
-pseudo-gradients: ``compressor: blockwise``, ``compressor_args: {bits: 4}``. On procs the exchange really runs in the background (one thread per
-process, :class:`lowbw.train.streaming.Background`) and is waited for, with the world's peer timeout, at
+pseudo-gradients: ``compressor: blockwise``, ``compressor_args: {bits: 4}``. On procs the exchange really runs
+in the background (one thread per process, :class:`lowbw.train.streaming.Background`) and is waited for,
+with the world's peer timeout, at
 the landing step; sim runs it at once and applies it tau steps later (the same arithmetic). The virtual
 clock of the overlap is in :mod:`lowbw.train.streaming`. With F > 1 no step leaves the replicas equal: the
 run is evaluated on theta_start (the global model, equal on every worker, :attr:`Synchroniser.global_row`).
