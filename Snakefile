@@ -37,7 +37,7 @@ RUNS = list(RUN_CONFIGS)
 expect("train", [d.split("/")[1] for d in RUNS if not os.path.exists(f"{d}/summary.json")])
 BENCH = ["runs/bench/collectives.json", "runs/bench/collectives_latency.json", "runs/bench/compressors.json",
          "runs/bench/models.json", "runs/bench/e2e.json"]
-EXPERIMENTS = [f"e{i}" for i in range(1, 11)]
+EXPERIMENTS = [f"e{i}" for i in range(1, 11)] + ["e4lm", "e9lm", "e10lm"]  # the language model's E4, E9, E10
 GENERATED = (
     ["paper/generated/numbers.tex", "paper/generated/setup.tex"]
     + [f"paper/generated/{kind}_{e}.{ext}" for e in EXPERIMENTS

@@ -62,11 +62,13 @@ def expand(experiment: dict[str, Any], seeds: list[int]) -> list[dict[str, Any]]
 
 
 def run_config(config: dict[str, Any], experiment: str, params: dict[str, Any]) -> dict[str, Any]:
-    """The flat RunConfig dict for one run: train_defaults < experiment base < grid point.
+    """The flat RunConfig dict for one run: train_defaults < experiment base < grid point < experiment fixed.
 
     A grid axis ``method`` names a preset in the config's ``methods`` block (e.g. ``topk1: {compressor: topk,
     compressor_args: {ratio: 0.01}}``), so that runs with nested settings still get a short path; the
-    preset's keys are applied where the axis stands, and ``method`` itself is kept as the run's ``name``.
+    preset's keys are applied where the axis stands, and ``method`` itself is kept as the run's ``name``. An
+    experiment's ``fixed`` keys hold for all its runs whatever a preset says (e.g. a workload's learning rate,
+    which the presets written for another workload also set).
     With ``clock: model`` and a top-level ``clock_calibration`` file, the clock's compute and compression
     costs come from that file (:func:`lowbw.train.clock_table.calibrated_clock`).
     """
@@ -84,6 +86,7 @@ def run_config(config: dict[str, Any], experiment: str, params: dict[str, Any]) 
             out["name"] = v
         else:
             out[k] = v
+    out.update(exp.get("fixed") or {})
     if out.get("clock") == "model" and config.get("clock_calibration"):
         out.update(calibrated_clock(config["clock_calibration"], out, f"{experiment}/{encode(params)}"))
     return out

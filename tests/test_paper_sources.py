@@ -23,8 +23,9 @@ SECTIONS = PAPER / "sections"
 EXPERIMENTS = [f"e{i}" for i in range(1, 12)]
 
 # The contract with lowbw.report: files in paper/generated/ the sources require (paper/README.md).
+LM_EXPERIMENTS = ["e4lm", "e9lm", "e10lm"]  # E4, E9 and E10 on the language model (their own subsubsections)
 CONTRACT = {"numbers.tex", "setup.tex"} | {
-    f"{kind}_{e}.{ext}" for e in EXPERIMENTS for kind, ext in (("tab", "tex"), ("fig", "pdf"))
+    f"{kind}_{e}.{ext}" for e in EXPERIMENTS + LM_EXPERIMENTS for kind, ext in (("tab", "tex"), ("fig", "pdf"))
 }
 OPTIONAL = {"headline.tex", "gpu.tex"}  # \input only if present (abstract and conclusion; stored GPU runs)
 
@@ -72,7 +73,7 @@ def test_generated_references_match_the_contract():
     assert optional <= OPTIONAL
     readme = (PAPER / "README.md").read_text(encoding="utf-8")
     for f in sorted(CONTRACT | OPTIONAL):
-        generic = re.sub(r"e[0-9]+\.", "eN.", f)
+        generic = re.sub(r"e[0-9]+(lm)?\.", lambda m: f"eN{m.group(1) or ''}.", f)
         assert f in readme or generic in readme, f"paper/README.md does not document generated/{f}"
 
 
@@ -250,7 +251,7 @@ def write_dummy_generated(gen: Path, headline: bool = False, numbers: str = "all
     (gen / "numbers.tex").write_text("% dummy numbers\n\\newcommand{\\DummyNumber}{42}\n" + defs)
     (gen / "setup.tex").write_text(_dummy_table("tab:setup", "Dummy machine and software."))
     pdf = _minimal_pdf()
-    for e in EXPERIMENTS:
+    for e in EXPERIMENTS + LM_EXPERIMENTS:
         (gen / f"tab_{e}.tex").write_text(_dummy_table(f"tab:{e}", f"Dummy results of {e.upper()}."))
         (gen / f"fig_{e}.pdf").write_bytes(pdf)
     if headline:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from pathlib import Path
 
 import pytest
 
@@ -138,3 +139,24 @@ def test_report_shows_stored_gpu_runs_and_builds_without(cpu_run, tmp_path):
     assert (out / "stats" / "gpu_methods.csv") in files
     shutil.rmtree(store)
     assert report_gpu.write(out, store) == [] and not (out / "gpu.tex").exists()  # an emptied store: removed
+
+
+def test_the_kept_language_model_runs_are_read_by_their_loss():
+    """The repository's GPU store holds gpt-medium runs: the GPU table reads them by validation loss, and its
+    steps to the target are each run's own time_to_target record."""
+    import json
+
+    store = Path(__file__).resolve().parents[1] / "paper" / "measured" / "gpu"
+    runs = sorted(store.glob("gpu_lm/method~*/seed~*/summary.json"))
+    if not runs:
+        pytest.skip("no language-model runs in the GPU store")
+    st = report_gpu.stats(store)
+    lm = st.tables["runs"][st.tables["runs"]["dataset"] == "shakespeare"]
+    assert set(lm["metric"]) == {"val_loss"} and len(lm) == len(runs)
+    for p in runs:
+        s = json.loads(p.read_text())
+        row = lm[lm["run"].str.endswith(str(p.parent.relative_to(store / "gpu_lm")))].iloc[0]
+        assert row["final"] == s["final_val_loss"] and row["best"] == s["best_val_loss"]
+        hit = (s["time_to_target"] or {}).get("val_loss<=1.6")
+        assert (row["steps_to_target"] == hit["step"]) if hit else row["steps_to_target"] != row["steps_to_target"]
+    assert "validation loss in nats/char" in report_gpu.table(st)

@@ -17,7 +17,9 @@ __all__ = ["PREFIX", "MACROS", "E1_ALGS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENS
            "E10_NETWORKS", "not_run_macro", "check_numbers", "word"]
 
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
-          "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen", "e11": "EEleven"}
+          "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen",
+          # the same experiments on the character-level language model (E4, E9, E10's main workload)
+          "e4lm": "EFourLm", "e9lm": "ENineLm", "e10lm": "ETenLm", "e11": "EEleven"}
 
 # E1's latency-axis algorithms -> their words in the prose's list of errors (EOneLatErrPerAlg)
 E1_ALGS = {"ring": "ring", "tree": "tree", "ps": "parameter server", "butterfly": "butterfly"}
@@ -274,6 +276,53 @@ MACROS: dict[str, str] = {
     "ETenCheckLoad": "the highest 1-minute load during the check",
     "ETenCheckSkipped": "networks the check could not run on the testbed (list)",
 }
+# The language model's E4, E9 and E10: the same summaries, judged by validation loss (nats/char, lower is better)
+MACROS.update({
+    "EFourLmTarget": "target validation loss (nats/char)",
+    "EFourLmFocus": "bandwidth of the prose (Mbit/s)",
+    "EFourLmSeeds": "seeds per method",
+    "EFourLmDenseLoss": "dense training's final validation loss (nats/char)",
+    "EFourLmTttDense": "dense's mean virtual time to the target (duration)",
+    "EFourLmBest": "method first to the target (all seeds reached it)",
+    "EFourLmBestTtt": "its mean virtual time to the target (duration)",
+    "EFourLmBestSpeedup": "dense's time / its time",
+    "EFourLmSigWorse": "methods with a significantly higher final validation loss than dense",
+    "EFourLmSigWorseList": "those methods",
+    "EFourLmNever": "methods no seed of which reached the target",
+    "EFourLmBestPerMbit": "the fastest method at every report bandwidth (list)",
+    "EFourLmRankCorr": "Spearman's rank correlation of the methods' times to target, language model vs MLP",
+    "EFourLmRankMethods": "how many methods that correlation is over",
+    "EFourLmRankSame": "whether the fastest of those methods is the same on both workloads (words)",
+    "ENineLmTarget": "target validation loss (nats/char)",
+    "ENineLmSeeds": "seeds per configuration",
+    "ENineLmWorkers": "the numbers of workers (words)",
+    "ENineLmSmallN": "the number of workers the prose quotes",
+    "ENineLmDenseLoss": "dense training's final validation loss there (nats/char)",
+    "ENineLmRareBestLoss": "lowest final validation loss among the methods that communicate every H steps",
+    "ENineLmRareBestLossMethod": "its method",
+    "ENineLmRareBytesMin": "dense bytes per step / those methods' bytes per step, smallest",
+    "ENineLmRareBytesMax": "the same ratio, largest",
+    **{f"ENineLm{w}{k}": f"{what} ({w.lower()} link)" for w in E9_LINKS for k, what in (
+        ("Link", "the link (bandwidth, latency)"),
+        ("StepBest", "fastest per-step method to the target"), ("StepTtt", "its mean time (duration)"),
+        ("StepSpeedup", "dense time / its time"),
+        ("RareBest", "fastest every-H-steps method to the target"), ("RareTtt", "its mean time (duration)"),
+        ("RareSpeedup", "dense time / its time"))},
+    "ETenLmTarget": "target validation loss (nats/char)",
+    "ETenLmSeeds": "seeds per configuration",
+    "ETenLmWorkers": "the number of workers",
+    "ETenLmMethods": "how many methods were compared",
+    "ETenLmEvenFastest": "fastest method to the target on the even network",
+    "ETenLmEvenFastestTtt": "its mean virtual time (duration)",
+    "ETenLmEvenLinks": "the even network's links (words)",
+    **{f"ETenLm{w}{k}": f"{what} ({net} network)" for net, w in E10_NETWORKS.items() for k, what in (
+        ("Links", "the network's links (words)"),
+        ("Best", "the method slowed least (time to target there / on the even network)"),
+        ("BestRatio", "its slow-down (ratio)"), ("Worst", "the method slowed most"),
+        ("WorstRatio", "its slow-down (ratio)"), ("DenseRatio", "dense training's slow-down (ratio)"),
+        ("RunBest", "the method whose whole run (the same samples) slowed least"),
+        ("RunBestRatio", "that slow-down (ratio)"))},
+})
 # E11 how good is the advisor (leave-one-setting-out; lowbw.report.e11)
 MACROS.update({
     "EElevenSettings": "held-out settings with a target the baseline reached",

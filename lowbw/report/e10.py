@@ -27,19 +27,23 @@ from __future__ import annotations
 
 import json
 import math
+from functools import partial
 
-from lowbw.report.catalog import E10_NETWORKS, word
-from lowbw.report.common import fmt_duration, target_acc, training_runs
+from lowbw.report.catalog import E10_NETWORKS, PREFIX, word
+from lowbw.report.common import fmt_duration, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
+from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
 
-__all__ = ["E10", "NETWORKS", "BASELINE_NETWORK", "EXPERIMENTS", "TARGET"]
+__all__ = ["E10", "E10LM", "NETWORKS", "BASELINE_NETWORK", "EXPERIMENTS", "TARGET", "RUNS_PREFIX"]
 
 BASELINE_NETWORK = "even"  # every other network is compared with it
 # the highest target test accuracy: the config's target for the dataset unless that is higher, because E10's
 # runs are half as long as E9's and the methods that communicate every 16 steps end MNIST near 88%
 TARGET = 0.85
 NETWORKS = [BASELINE_NETWORK, *E10_NETWORKS]  # in the order of the table and figure
+# experiment key -> the prefix of its runs' experiments, one per network: e10_even, ...; e10_lm_even, ...
+RUNS_PREFIX = {"e10": "e10_", "e10lm": "e10_lm_"}
 EXPERIMENTS = [f"e10_{n}" for n in NETWORKS]
 AUTO_FIXED = {"topk1auto": "topk1"}  # a method whose collective the policy chooses -> the same without policy
 # the chosen collectives in words
@@ -81,7 +85,7 @@ def _links_label(r) -> str:
     return ", ".join(parts)
 
 
-def stats(ctx: Context) -> Stats | None:
+def stats(ctx: Context, key: str = "e10") -> Stats | None:
     """Tidy ``runs`` (per run: network, method, seed, ``ttt_s`` virtual seconds to the target (NaN: never),
     ``t_end_s`` the whole run's virtual seconds, final test accuracy, ``ttt_ratio``/``end_ratio`` against the
     same method and seed on ``even``) and ``slowdown`` (per network and method: means and standard deviations
@@ -91,16 +95,20 @@ def stats(ctx: Context) -> Stats | None:
 
     from lowbw.report.training import time_to_target
 
-    runs, mets = training_runs(ctx, EXPERIMENTS)
-    if runs is None or BASELINE_NETWORK not in {e.removeprefix("e10_") for e in runs["experiment"]}:
+    pre = RUNS_PREFIX[key]
+    runs, mets = training_runs(ctx, [f"{pre}{n}" for n in NETWORKS])
+    if runs is None or BASELINE_NETWORK not in {e.removeprefix(pre) for e in runs["experiment"]}:
         return None
-    target = min(TARGET, target_acc(ctx, runs))
+    goal = goal_of(ctx.config, runs)
+    if goal.metric == "test_acc" and goal.target.value > TARGET:
+        goal = goal_of({"targets": {str(runs["dataset"].iloc[0]): TARGET}}, runs)
+    target = goal.target
     rows = []
     for _, r in runs.iterrows():
         m = mets[(mets["run"] == r["run"]) & (mets["experiment"] == r["experiment"])]
-        rows.append({"network": r["experiment"].removeprefix("e10_"), "method": r["method"], "seed": int(r["seed"]),
+        rows.append({"network": r["experiment"].removeprefix(pre), "method": r["method"], "seed": int(r["seed"]),
                      "run": r["run"], "links": _links_label(r), "ttt_s": time_to_target(m, target),
-                     "t_end_s": float(r["t_virtual"]), "test_acc": float(r["final_test_acc"]),
+                     "t_end_s": float(r["t_virtual"]), "quality": float(r[goal.final]),
                      "workers": int(r["workers"]), "steps": int(r["step"])})
     per_run = pd.DataFrame(rows)
     base = per_run[per_run["network"] == BASELINE_NETWORK].set_index(["method", "seed"])
@@ -123,30 +131,32 @@ def stats(ctx: Context) -> Stats | None:
 
     slow = []
     for (net, meth), g in per_run.groupby(["network", "method"], sort=False):
-        tr, er, tt, acc = _ms(g["ttt_ratio"]), _ms(g["end_ratio"]), _ms(g["ttt_s"]), _ms(g["test_acc"])
+        tr, er, tt, acc = _ms(g["ttt_ratio"]), _ms(g["end_ratio"]), _ms(g["ttt_s"]), _ms(g["quality"])
         slow.append({"network": net, "method": meth, "links": g["links"].iloc[0], "ttt_mean_s": tt[0],
                      "ttt_std_s": tt[1], "ttt_ratio_mean": tr[0], "ttt_ratio_std": tr[1],
-                     "end_ratio_mean": er[0], "end_ratio_std": er[1], "test_acc_mean": acc[0],
-                     "test_acc_std": acc[1], "seeds_reached": int(np.isfinite(g["ttt_ratio"].to_numpy(float)).sum()),
+                     "end_ratio_mean": er[0], "end_ratio_std": er[1], f"{goal.metric}_mean": acc[0],
+                     f"{goal.metric}_std": acc[1],
+                     "seeds_reached": int(np.isfinite(g["ttt_ratio"].to_numpy(float)).sum()),
                      "seeds": len(g)})
     slowdown = pd.DataFrame(slow)
     tables = {"runs": per_run, "slowdown": slowdown}
-    auto = _auto_choices(ctx, runs, mets)
+    auto = _auto_choices(ctx, runs, mets, pre)
     if auto is not None:
         tables["auto"] = auto
-    check = ctx.bench("e10check")
+    check = ctx.bench("e10check") if key == "e10" else None  # the testbed check ran the MLP's networks
     if check and check.get("rows"):
         tables["check"] = _check_table(check)
     return Stats(tables,
-                 {"source": "runs/e10_*", "target_acc": target, "seeds": int(per_run["seed"].nunique()),
+                 {"source": f"runs/{pre}*", "key": key, "goal": goal, "metric": goal.metric,
+                  "target": target.value, "seeds": int(per_run["seed"].nunique()),
                   "workers": sorted(int(n) for n in per_run["workers"].unique()),
                   "steps": sorted(int(n) for n in per_run["steps"].unique()),
                   "networks": [n for n in NETWORKS if n in set(per_run["network"])],
-                  "methods": _method_order(ctx, per_run), "baseline": BASELINE_NETWORK,
+                  "methods": _method_order(ctx, per_run, pre), "baseline": BASELINE_NETWORK,
                   "check": _check_meta(check) if check and check.get("rows") else None})
 
 
-def _auto_choices(ctx: Context, runs, mets):
+def _auto_choices(ctx: Context, runs, mets, pre: str):
     """Per adaptive run and logged step: the collective its policy chooses at that step's virtual time on the
     run's links (:func:`lowbw.adaptive.run_collective` on the run's ``config.json``); None without such runs."""
     import pandas as pd
@@ -163,7 +173,7 @@ def _auto_choices(ctx: Context, runs, mets):
         m = mets[(mets["run"] == r["run"]) & (mets["experiment"] == r["experiment"])]
         for _, x in m.iterrows():
             name, t = run_collective(rc, float(x["t_virtual"]))
-            rows.append({"network": r["experiment"].removeprefix("e10_"), "method": r["method"],
+            rows.append({"network": r["experiment"].removeprefix(pre), "method": r["method"],
                          "seed": int(r["seed"]), "step": int(x["step"]), "t_virtual_s": float(x["t_virtual"]),
                          "collective": name, "modelled_s": t})
     return pd.DataFrame(rows) if rows else None
@@ -192,9 +202,9 @@ def _check_meta(check: dict) -> dict:
             + ([float(check["conditions"]["load1_max"])] if check.get("conditions") else [])}
 
 
-def _method_order(ctx: Context, per_run) -> list[str]:
+def _method_order(ctx: Context, per_run, pre: str) -> list[str]:
     """The methods in the order the config's even-network grid lists them (then any others as found)."""
-    exp = (ctx.config.get("experiments") or {}).get(f"e10_{BASELINE_NETWORK}") or {}
+    exp = (ctx.config.get("experiments") or {}).get(f"{pre}{BASELINE_NETWORK}") or {}
     listed = list((exp.get("grid") or {}).get("method") or [])
     found = list(dict.fromkeys(per_run["method"]))
     return [m for m in listed if m in found] + [m for m in found if m not in listed]
@@ -208,35 +218,37 @@ def _complete(sd, net: str):
 
 def numbers(st: Stats) -> dict[str, str]:
     sd = st.tables["slowdown"]
-    out = {"ETenTarget": fmt_num(100 * st.meta["target_acc"], 3), "ETenSeeds": str(st.meta["seeds"]),
-           "ETenWorkers": " and ".join(str(n) for n in st.meta["workers"]),
-           "ETenMethods": str(len(st.meta["methods"]))}
+    p, goal = PREFIX[st.meta["key"]], st.meta["goal"]
+    out = {f"{p}Target": goal.fmt(goal.target.value), f"{p}Seeds": str(st.meta["seeds"]),
+           f"{p}Workers": " and ".join(str(n) for n in st.meta["workers"]),
+           f"{p}Methods": str(len(st.meta["methods"]))}
     even = sd[(sd["network"] == BASELINE_NETWORK) & (sd["seeds_reached"] == sd["seeds"])]
     if not even.empty:
         best = even.loc[even["ttt_mean_s"].idxmin()]
-        out["ETenEvenFastest"] = escape(best["method"])
-        out["ETenEvenFastestTtt"] = fmt_duration(float(best["ttt_mean_s"]))
-        out["ETenEvenLinks"] = escape(best["links"])
+        out[f"{p}EvenFastest"] = escape(best["method"])
+        out[f"{p}EvenFastestTtt"] = fmt_duration(float(best["ttt_mean_s"]))
+        out[f"{p}EvenLinks"] = escape(best["links"])
     for net, w in E10_NETWORKS.items():
         t = _complete(sd, net)
         if t.empty:
             continue
-        out[f"ETen{w}Links"] = escape(t["links"].iloc[0])
+        out[f"{p}{w}Links"] = escape(t["links"].iloc[0])
         lo, hi = t.loc[t["ttt_ratio_mean"].idxmin()], t.loc[t["ttt_ratio_mean"].idxmax()]
-        out[f"ETen{w}Best"] = escape(lo["method"])
-        out[f"ETen{w}BestRatio"] = fmt_num(float(lo["ttt_ratio_mean"]), 3)
-        out[f"ETen{w}Worst"] = escape(hi["method"])
-        out[f"ETen{w}WorstRatio"] = fmt_num(float(hi["ttt_ratio_mean"]), 3)
+        out[f"{p}{w}Best"] = escape(lo["method"])
+        out[f"{p}{w}BestRatio"] = fmt_num(float(lo["ttt_ratio_mean"]), 3)
+        out[f"{p}{w}Worst"] = escape(hi["method"])
+        out[f"{p}{w}WorstRatio"] = fmt_num(float(hi["ttt_ratio_mean"]), 3)
         dense = t[t["method"] == "dense"]
         if not dense.empty:
-            out[f"ETen{w}DenseRatio"] = fmt_num(float(dense["ttt_ratio_mean"].iloc[0]), 3)
+            out[f"{p}{w}DenseRatio"] = fmt_num(float(dense["ttt_ratio_mean"].iloc[0]), 3)
         run = sd[(sd["network"] == net) & sd["end_ratio_mean"].notna()]
         if not run.empty:  # the same samples' whole run: defined also where a method misses the target
             lo = run.loc[run["end_ratio_mean"].idxmin()]
-            out[f"ETen{w}RunBest"] = escape(lo["method"])
-            out[f"ETen{w}RunBestRatio"] = fmt_num(float(lo["end_ratio_mean"]), 3)
-    out.update(_auto_numbers(st))
-    out.update(_check_numbers(st))
+            out[f"{p}{w}RunBest"] = escape(lo["method"])
+            out[f"{p}{w}RunBestRatio"] = fmt_num(float(lo["end_ratio_mean"]), 3)
+    if st.meta["key"] == "e10":  # the adaptive collective and the testbed check ran on the MLP's grid
+        out.update(_auto_numbers(st))
+        out.update(_check_numbers(st))
     return out
 
 
@@ -265,8 +277,8 @@ def _auto_numbers(st: Stats) -> dict[str, str]:
     mine, base = runs[runs["method"] == method], runs[runs["method"] == fixed]
     if base.empty:
         return out
-    out["ETenAutoAcc"] = fmt_num(100 * float(mine.loc[mine["network"] == BASELINE_NETWORK, "test_acc"].mean()), 3)
-    out["ETenAutoFixedAcc"] = fmt_num(100 * float(base.loc[base["network"] == BASELINE_NETWORK, "test_acc"].mean()),
+    out["ETenAutoAcc"] = fmt_num(100 * float(mine.loc[mine["network"] == BASELINE_NETWORK, "quality"].mean()), 3)
+    out["ETenAutoFixedAcc"] = fmt_num(100 * float(base.loc[base["network"] == BASELINE_NETWORK, "quality"].mean()),
                                       3)
     end = []
     ttt = []
@@ -347,28 +359,29 @@ def _cell(r, ratio: bool) -> str:
 def table(st: Stats) -> str:
     sd = st.tables["slowdown"].set_index(["network", "method"])
     nets, n_seeds = st.meta["networks"], st.meta["seeds"]
+    goal, q = st.meta["goal"], st.meta["metric"]
     rows = []
     for meth in st.meta["methods"]:
         row = [escape(meth)]
         if (BASELINE_NETWORK, meth) in sd.index:
             b = sd.loc[(BASELINE_NETWORK, meth)]
-            row.append(fmt_num(100 * b["test_acc_mean"], 3) + r" $\pm$ " + fmt_num(100 * b["test_acc_std"], 2))
+            row.append(goal.fmt(b[f"{q}_mean"]) + r" $\pm$ " + goal.fmt(b[f"{q}_std"], 2))
         else:
             row.append("--")
         for net in nets:
             row.append(_cell(sd.loc[(net, meth)], net != BASELINE_NETWORK) if (net, meth) in sd.index else "--")
         rows.append(row)
-    header = ["Method", r"Test acc.\ (\%)"] + [escape(n) for n in nets]
+    header = ["Method", goal.label] + [escape(n) for n in nets]
     nets_text = "; ".join(f"{escape(n)}: {escape(st.tables['slowdown'].query('network == @n')['links'].iloc[0])}"
                           for n in nets)
     return booktabs(rows, header,
-                    f"Unequal and unsteady networks ({' and '.join(map(str, st.meta['workers']))} workers, MLP on "
-                    f"MNIST, sim backend, {n_seeds} seeds): final test accuracy on the even network (mean $\\pm$ "
-                    f"std), virtual time to {fmt_num(100 * st.meta['target_acc'])}\\,\\% test accuracy there, and "
+                    f"Unequal and unsteady networks ({' and '.join(map(str, st.meta['workers']))} workers, "
+                    f"{goal.workload}, sim backend, {n_seeds} seeds): final {goal.label.lower()} on the even "
+                    f"network (mean $\\pm$ std), virtual time to {goal.words} there, and "
                     f"on every other network that time divided by the same run's on the even one (mean over "
                     f"seeds; (k/n): only k of n seeds reached the target; in parentheses the same ratio for the "
                     f"whole run, the same samples). Times are the runs' own virtual "
-                    f"clocks on per-worker links. Networks: {nets_text}.", "tab:e10", size=r"\scriptsize")
+                    f"clocks on per-worker links. Networks: {nets_text}.", f"tab:{st.meta['key']}", size=r"\scriptsize")
 
 
 def figure(st: Stats):
@@ -407,4 +420,7 @@ def figure(st: Stats):
     return fig
 
 
-E10 = Experiment("e10", "E10 unequal and unsteady networks", stats, numbers, table, figure, "no e10_* runs")
+E10 = Experiment("e10", "E10 unequal and unsteady networks", partial(stats, key="e10"), numbers, table, figure,
+                 "no e10_* runs")
+E10LM = Experiment("e10lm", "E10 unequal and unsteady networks, language model", partial(stats, key="e10lm"), numbers,
+                   table, figure, "no e10_lm_* runs")

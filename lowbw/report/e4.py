@@ -1,34 +1,62 @@
-"""E4 -- compression in training (``runs/e4_compression``): final accuracy per compressor and virtual time
-to the target accuracy at every report bandwidth (each run re-timed, lowbw.report.training.retime)."""
+"""E4 -- compression in training: the final quality per compressor and virtual time to the target at every
+report bandwidth (each run re-timed, lowbw.report.training.retime), on two workloads: the MLP on MNIST
+(``runs/e4_compression``, key ``e4``) and the character-level GPT on Tiny Shakespeare (``runs/e4_lm``, key
+``e4lm``), which also says whether the ranking of the methods carries over from one workload to the other."""
 
 from __future__ import annotations
 
-from lowbw.report.common import fmt_duration, report_links, target_acc, training_runs
+import math
+from functools import partial
+
+from lowbw.report.catalog import PREFIX
+from lowbw.report.common import fmt_duration, report_links, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import ttt_facets
+from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
 
-__all__ = ["E4"]
+__all__ = ["E4", "E4LM"]
 
 BASELINE = "dense"  # the method every other is compared with
+RUNS = {"e4": "e4_compression", "e4lm": "e4_lm"}  # experiment key -> its runs
 
 
-def stats(ctx: Context) -> Stats | None:
-    """Tidy ``accuracy`` (one row per method), ``times`` (per method and bandwidth) and ``runs`` (per run and
-    bandwidth: ttt_s, NaN where the run never reached the target)."""
+def stats(ctx: Context, key: str = "e4") -> Stats | None:
+    """Tidy ``accuracy`` (one row per method: the final quality), ``times`` (per method and bandwidth) and
+    ``runs`` (per run and bandwidth: ttt_s, NaN where the run never reached the target); for the language model
+    also ``ranks`` (per method present in both workloads: its time to target at the focus bandwidth on each)."""
     from lowbw.report.training import group_accuracy, group_times, run_times
 
-    runs, mets = training_runs(ctx, ["e4_compression"])
+    runs, mets = training_runs(ctx, [RUNS[key]])
     if runs is None:
         return None
     mbits, lat, focus = report_links(ctx)
-    target = target_acc(ctx, runs)
-    per_run = run_times(runs, mets, ["method"], target, mbits, lat)
-    return Stats({"accuracy": group_accuracy(runs, ["method"], {"method": BASELINE}),
-                  "times": group_times(per_run, ["method"]), "runs": per_run},
-                 {"source": "runs/e4_compression", "target_acc": target, "focus_mbit": focus, "latency_ms": lat,
-                  "seeds": int(runs["seed"].nunique()), "workers": int(runs["workers"].iloc[0]),
-                  "baseline": BASELINE})
+    goal = goal_of(ctx.config, runs)
+    per_run = run_times(runs, mets, ["method"], goal.target, mbits, lat)
+    tables = {"accuracy": group_accuracy(runs, ["method"], {"method": BASELINE}, goal.metric),
+              "times": group_times(per_run, ["method"]), "runs": per_run}
+    if key == "e4lm":
+        other = stats(ctx, "e4")
+        if other is not None:
+            tables["ranks"] = _ranks(tables["times"], other.tables["times"], focus)
+    return Stats(tables, {"source": f"runs/{RUNS[key]}", "key": key, "goal": goal, "target": goal.target.value,
+                          "metric": goal.metric, "focus_mbit": focus, "latency_ms": lat,
+                          "seeds": int(runs["seed"].nunique()), "workers": int(runs["workers"].iloc[0]),
+                          "baseline": BASELINE})
+
+
+def _ranks(lm, mlp, focus: float):
+    """Methods whose every seed reached the target on both workloads at ``focus`` Mbit/s: mean ttt on each."""
+    import pandas as pd
+
+    def at(t):
+        t = t[(t["bandwidth_mbit"] == focus) & (t["seeds_reached"] == t["seeds"])]
+        return t.set_index("method")["ttt_mean_s"]
+
+    a, b = at(lm), at(mlp)
+    both = [m for m in a.index if m in b.index]
+    return pd.DataFrame({"method": both, "ttt_lm_s": [float(a[m]) for m in both],
+                         "ttt_mlp_s": [float(b[m]) for m in both]})
 
 
 def _at(st: Stats, mbit: float):
@@ -37,23 +65,25 @@ def _at(st: Stats, mbit: float):
 
 
 def numbers(st: Stats) -> dict[str, str]:
+    p, goal, q = PREFIX[st.meta["key"]], st.meta["goal"], st.meta["metric"]
     acc = st.tables["accuracy"].set_index("method")
     n, focus = st.meta["seeds"], st.meta["focus_mbit"]
     at = _at(st, focus)
     dense_t = at.loc[BASELINE, "ttt_mean_s"]
-    out = {"EFourTarget": fmt_num(100 * st.meta["target_acc"], 3), "EFourFocus": fmt_num(focus),
-           "EFourSeeds": str(n), "EFourTttDense": fmt_duration(dense_t)}
+    out = {f"{p}Target": goal.fmt(goal.target.value), f"{p}Focus": fmt_num(focus),
+           f"{p}Seeds": str(n), f"{p}TttDense": fmt_duration(dense_t)}
     reached = at[at["seeds_reached"] == n]
     if not reached.empty:
         best = reached["ttt_mean_s"].idxmin()
-        out["EFourBest"] = escape(best)
-        out["EFourBestTtt"] = fmt_duration(reached.loc[best, "ttt_mean_s"])
-        out["EFourBestSpeedup"] = fmt_num(dense_t / reached.loc[best, "ttt_mean_s"], 3)
-    worse = acc[(acc.index != BASELINE) & acc["significant"] & (acc["test_acc_mean"] < acc.loc[BASELINE,
-                                                                                            "test_acc_mean"])]
-    out["EFourSigWorse"] = str(len(worse))
-    out["EFourSigWorseList"] = escape(", ".join(worse.index)) or "none"
-    out["EFourNever"] = escape(", ".join(at.index[at["seeds_reached"] == 0])) or "none"
+        out[f"{p}Best"] = escape(best)
+        out[f"{p}BestTtt"] = fmt_duration(reached.loc[best, "ttt_mean_s"])
+        out[f"{p}BestSpeedup"] = fmt_num(dense_t / reached.loc[best, "ttt_mean_s"], 3)
+    base = acc.loc[BASELINE, f"{q}_mean"]
+    worse_than_dense = acc[f"{q}_mean"] < base if goal.higher_is_better else acc[f"{q}_mean"] > base
+    worse = acc[(acc.index != BASELINE) & acc["significant"] & worse_than_dense]
+    out[f"{p}SigWorse"] = str(len(worse))
+    out[f"{p}SigWorseList"] = escape(", ".join(worse.index)) or "none"
+    out[f"{p}Never"] = escape(", ".join(at.index[at["seeds_reached"] == 0])) or "none"
     per_bw = []
     for mb in st.tables["times"]["bandwidth_mbit"].unique():  # the config's order
         ok = _at(st, mb)
@@ -61,8 +91,25 @@ def numbers(st: Stats) -> dict[str, str]:
         if not ok.empty:
             per_bw.append(f"{fmt_num(mb)}\\,Mbit/s: {escape(ok['ttt_mean_s'].idxmin())}")
     if per_bw:
-        out["EFourBestPerMbit"] = "; ".join(per_bw)
+        out[f"{p}BestPerMbit"] = "; ".join(per_bw)
+    if st.meta["key"] == "e4lm":
+        out[f"{p}DenseLoss"] = goal.fmt(base)
+        out.update(_rank_numbers(p, st.tables.get("ranks")))
     return out
+
+
+def _rank_numbers(p: str, ranks) -> dict[str, str]:
+    """Spearman's rank correlation of the methods' times to target on the two workloads, and the fastest on
+    each (among the methods both measured to the target with every seed)."""
+    if ranks is None or len(ranks) < 3:
+        return {}
+    from scipy.stats import spearmanr
+
+    rho = float(spearmanr(ranks["ttt_lm_s"], ranks["ttt_mlp_s"]).statistic)
+    lm = ranks.loc[ranks["ttt_lm_s"].idxmin(), "method"]
+    mlp = ranks.loc[ranks["ttt_mlp_s"].idxmin(), "method"]
+    return {f"{p}RankCorr": fmt_num(rho, 2) if math.isfinite(rho) else "--", f"{p}RankMethods": str(len(ranks)),
+            f"{p}RankSame": "the same method" if lm == mlp else f"{escape(lm)} here but {escape(mlp)} on the MLP"}
 
 
 def _ttt_cell(r, n: int) -> str:
@@ -71,7 +118,7 @@ def _ttt_cell(r, n: int) -> str:
 
 
 def table(st: Stats) -> str:
-    acc = st.tables["accuracy"]
+    acc, goal, q = st.tables["accuracy"], st.meta["goal"], st.meta["metric"]
     n = st.meta["seeds"]
     mbits = list(st.tables["times"]["bandwidth_mbit"].unique())
     dense_bytes = acc.set_index("method").loc[BASELINE, "bytes_per_worker_step"]
@@ -79,22 +126,24 @@ def table(st: Stats) -> str:
     for _, r in acc.iterrows():
         sig = r"$^{*}$" if r["method"] != BASELINE and r["significant"] else ""
         rows.append([escape(r["method"]),
-                     fmt_num(100 * r["test_acc_mean"], 3) + r" $\pm$ " + fmt_num(100 * r["test_acc_std"], 2) + sig,
+                     goal.fmt(r[f"{q}_mean"]) + r" $\pm$ " + goal.fmt(r[f"{q}_std"], 2) + sig,
                      fmt_num(dense_bytes / max(r["bytes_per_worker_step"], 1), 3)]
                     + [_ttt_cell(_at(st, mb).loc[r["method"]], n) for mb in mbits])
-    header = ["Method", r"Test acc.\ (\%)", "Comp."] + [f"{fmt_num(m)} Mbit/s" for m in mbits]
+    header = ["Method", goal.label, "Comp."] + [f"{fmt_num(m)} Mbit/s" for m in mbits]
     return booktabs(rows, header,
-                    f"Compression in training (MLP on MNIST, {st.meta['workers']} workers, sim backend, {n} seeds): "
-                    f"final test accuracy (mean $\\pm$ std; $^*$: differs from dense, Welch $p<0.05$), compression "
-                    f"of the bytes sent per step, and virtual time to {fmt_num(100 * st.meta['target_acc'])}\\,\\% "
-                    "test accuracy at each bandwidth ((k/n): only k of n seeds reached it).", "tab:e4",
+                    f"Compression in training ({goal.workload}, {st.meta['workers']} workers, sim backend, {n} "
+                    f"seeds): final {goal.label.lower()} (mean $\\pm$ std; $^*$: differs from dense, Welch "
+                    f"$p<0.05$), compression of the bytes sent per step, and virtual time to {goal.words} at each "
+                    "bandwidth ((k/n): only k of n seeds reached it).", f"tab:{st.meta['key']}",
                     size=r"\scriptsize")
 
 
 def figure(st: Stats):
-    acc = st.tables["accuracy"]
-    return ttt_facets(st.tables["runs"], acc, "method", BASELINE, list(acc["method"]),
-                      fmt_num(100 * st.meta["target_acc"]))
+    acc, goal = st.tables["accuracy"], st.meta["goal"]
+    return ttt_facets(st.tables["runs"], acc, "method", BASELINE, list(acc["method"]), goal)
 
 
-E4 = Experiment("e4", "E4 compression in training", stats, numbers, table, figure, "no e4_compression runs")
+E4 = Experiment("e4", "E4 compression in training", partial(stats, key="e4"), numbers, table, figure,
+                "no e4_compression runs")
+E4LM = Experiment("e4lm", "E4 compression in training, language model", partial(stats, key="e4lm"), numbers,
+                  table, figure, "no e4_lm runs")

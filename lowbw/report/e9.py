@@ -1,7 +1,9 @@
-"""E9 -- communicate less often, or less per step? (``runs/e9_diloco``): the DiLoCo family (local SGD,
+"""E9 -- communicate less often, or less per step? (``runs/e9_diloco``: the MLP, key ``e9``; ``runs/e9_lm``: the
+character-level GPT, key ``e9lm``): the DiLoCo family (local SGD,
 DiLoCo at two periods, DiLoCo with 8- and 4-bit pseudo-gradients, SparseLoCo) against dense training and the
-best per-step compressors, for each number of workers: final accuracy, bytes each worker sent until the
-target accuracy, and virtual time to it on three links (each run re-timed, lowbw.report.training.retime).
+best per-step compressors, for each number of workers: final quality (test accuracy, or validation loss),
+bytes each worker sent until the target, and virtual time to it on three links (each run re-timed,
+lowbw.report.training.retime).
 
 A method is *rare* (it communicates every H steps) when its run's ``sync`` is ``local`` or ``diloco``, else
 *per step*; the two families are compared at each link by their fastest member.
@@ -10,13 +12,17 @@ A method is *rare* (it communicates every H steps) when its run's ``sync`` is ``
 from __future__ import annotations
 
 import math
+from functools import partial
 
-from lowbw.report.catalog import E9_LINKS
-from lowbw.report.common import fmt_duration, target_acc, training_runs
+from lowbw.report.catalog import E9_LINKS, PREFIX
+from lowbw.report.common import fmt_duration, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
+from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
 
-__all__ = ["E9", "LINKS", "BASELINE"]
+__all__ = ["E9", "E9LM", "LINKS", "BASELINE"]
+
+RUNS = {"e9": "e9_diloco", "e9lm": "e9_lm"}  # experiment key -> its runs
 
 BASELINE = "dense"  # the method every other is compared with
 RARE_SYNCS = ("local", "diloco")  # run.sync of the methods that communicate every H steps
@@ -28,7 +34,7 @@ def _link_label(mbit: float, lat: float) -> str:
     return f"{fmt_num(mbit)} Mbit/s, {fmt_num(lat)} ms"
 
 
-def _bytes_to_target(m, target: float, workers: int) -> float:
+def _bytes_to_target(m, target, workers: int) -> float:
     """Bytes sent per worker until the first evaluation at or above ``target`` (NaN if never)."""
     from lowbw.report.training import first_at_target
 
@@ -36,7 +42,7 @@ def _bytes_to_target(m, target: float, workers: int) -> float:
     return float(hit["bytes_sent"].iloc[0]) / workers if not hit.empty else math.nan
 
 
-def stats(ctx: Context) -> Stats | None:
+def stats(ctx: Context, key: str = "e9") -> Stats | None:
     """Tidy ``accuracy`` (per workers and method, Welch's test against dense with the same workers),
     ``runs`` (per run and link: ttt_s, NaN if never reached; bytes_to_target_per_worker) and ``times`` (per
     workers, method and link: mean and std over the seeds that reached the target)."""
@@ -44,12 +50,13 @@ def stats(ctx: Context) -> Stats | None:
 
     from lowbw.report.training import group_accuracy, group_times, time_to_target
 
-    runs, mets = training_runs(ctx, ["e9_diloco"])
+    runs, mets = training_runs(ctx, [RUNS[key]])
     if runs is None:
         return None
-    target = target_acc(ctx, runs)
+    goal = goal_of(ctx.config, runs)
+    target = goal.target
     runs = runs.assign(family=["rare" if s in RARE_SYNCS else "per step" for s in runs["sync"]])
-    acc = pd.concat([group_accuracy(g, ["method", "family"], {"method": BASELINE}).assign(workers=int(n))
+    acc = pd.concat([group_accuracy(g, ["method", "family"], {"method": BASELINE}, goal.metric).assign(workers=int(n))
                      for n, g in runs.groupby("workers", sort=True)], ignore_index=True)
     rows = []
     for _, r in runs.iterrows():
@@ -64,7 +71,8 @@ def stats(ctx: Context) -> Stats | None:
     btt = per_run.groupby(["workers", "method"], as_index=False, sort=False)["bytes_to_target_per_worker"].mean()
     acc = acc.merge(btt, on=["workers", "method"], how="left")
     return Stats({"accuracy": acc, "times": times, "runs": per_run},
-                 {"source": "runs/e9_diloco", "target_acc": target, "seeds": int(runs["seed"].nunique()),
+                 {"source": f"runs/{RUNS[key]}", "key": key, "goal": goal, "metric": goal.metric,
+                  "target": target.value, "seeds": int(runs["seed"].nunique()),
                   "workers": sorted(int(n) for n in runs["workers"].unique()), "baseline": BASELINE,
                   "links": [{"word": w, "bandwidth_mbit": b, "latency_ms": lat} for w, b, lat in LINKS]})
 
@@ -82,30 +90,32 @@ def _fastest(times, workers: int, link: str, family: str | None = None):
 
 def numbers(st: Stats) -> dict[str, str]:
     acc, times = st.tables["accuracy"], st.tables["times"]
+    p, goal, q = PREFIX[st.meta["key"]], st.meta["goal"], st.meta["metric"]
+    Q = "Acc" if goal.percent else "Loss"  # the quality's word in the macro names
     ns = st.meta["workers"]
     n = ns[0]  # the prose quotes the smallest world; the table has every one
     a = acc[acc["workers"] == n].set_index("method")
-    out = {"ENineTarget": fmt_num(100 * st.meta["target_acc"], 3), "ENineSeeds": str(st.meta["seeds"]),
-           "ENineWorkers": " and ".join(str(k) for k in ns), "ENineSmallN": str(n),
-           "ENineDenseAcc": fmt_num(100 * a.loc[BASELINE, "test_acc_mean"], 3)}
+    out = {f"{p}Target": goal.fmt(goal.target.value), f"{p}Seeds": str(st.meta["seeds"]),
+           f"{p}Workers": " and ".join(str(k) for k in ns), f"{p}SmallN": str(n),
+           f"{p}Dense{Q}": goal.fmt(a.loc[BASELINE, f"{q}_mean"])}
     rare = a[a["family"] == "rare"]
     if not rare.empty:
-        best_acc = rare["test_acc_mean"].idxmax()
-        out["ENineRareBestAcc"] = fmt_num(100 * rare.loc[best_acc, "test_acc_mean"], 3)
-        out["ENineRareBestAccMethod"] = escape(best_acc)
+        best_acc = rare[f"{q}_mean"].idxmax() if goal.higher_is_better else rare[f"{q}_mean"].idxmin()
+        out[f"{p}RareBest{Q}"] = goal.fmt(rare.loc[best_acc, f"{q}_mean"])
+        out[f"{p}RareBest{Q}Method"] = escape(best_acc)
         ratio = a.loc[BASELINE, "bytes_per_worker_step"] / rare["bytes_per_worker_step"].clip(lower=1)
-        out["ENineRareBytesMin"] = fmt_num(float(ratio.min()), 3)
-        out["ENineRareBytesMax"] = fmt_num(float(ratio.max()), 3)
+        out[f"{p}RareBytesMin"] = fmt_num(float(ratio.min()), 3)
+        out[f"{p}RareBytesMax"] = fmt_num(float(ratio.max()), 3)
     for word, mbit, lat in LINKS:
         dense = times[(times["workers"] == n) & (times["link"] == word) & (times["method"] == BASELINE)]
         dense_t = float(dense["ttt_mean_s"].iloc[0]) if not dense.empty else math.nan
-        out[f"ENine{word}Link"] = escape(_link_label(mbit, lat))
+        out[f"{p}{word}Link"] = escape(_link_label(mbit, lat))
         for fam, tag in (("per step", "Step"), ("rare", "Rare")):
             best = _fastest(times, n, word, fam)
             if best is not None:
-                out[f"ENine{word}{tag}Best"] = escape(best[0])
-                out[f"ENine{word}{tag}Ttt"] = fmt_duration(best[1])
-                out[f"ENine{word}{tag}Speedup"] = fmt_num(dense_t / best[1], 3) if math.isfinite(dense_t) else "--"
+                out[f"{p}{word}{tag}Best"] = escape(best[0])
+                out[f"{p}{word}{tag}Ttt"] = fmt_duration(best[1])
+                out[f"{p}{word}{tag}Speedup"] = fmt_num(dense_t / best[1], 3) if math.isfinite(dense_t) else "--"
     return out
 
 
@@ -116,6 +126,7 @@ def _ttt_cell(t, n_seeds: int) -> str:
 
 def table(st: Stats) -> str:
     acc, times = st.tables["accuracy"], st.tables["times"]
+    goal, q = st.meta["goal"], st.meta["metric"]
     n_seeds = st.meta["seeds"]
     t = times.set_index(["workers", "method", "link"])
     rows = []
@@ -123,17 +134,17 @@ def table(st: Stats) -> str:
         sig = r"$^{*}$" if r["method"] != BASELINE and r["significant"] else ""
         mb = r["bytes_to_target_per_worker"]
         rows.append([escape(r["method"]), str(int(r["workers"])), escape(r["family"]),
-                     fmt_num(100 * r["test_acc_mean"], 3) + r" $\pm$ " + fmt_num(100 * r["test_acc_std"], 2) + sig,
+                     goal.fmt(r[f"{q}_mean"]) + r" $\pm$ " + goal.fmt(r[f"{q}_std"], 2) + sig,
                      fmt_num(mb / 1e6, 3) if math.isfinite(mb) else "--"]
                     + [_ttt_cell(t.loc[(r["workers"], r["method"], w)], n_seeds) for w, _, _ in LINKS])
-    header = ["Method", "N", "Family", r"Test acc.\ (\%)", "MB to target"] + [
+    header = ["Method", "N", "Family", goal.label, "MB to target"] + [
         escape(_link_label(b, lat)) for _, b, lat in LINKS]
     return booktabs(rows, header,
-                    f"Communicate less often or less per step (MLP on MNIST, sim backend, {n_seeds} seeds): final "
-                    f"test accuracy (mean $\\pm$ std; $^*$: differs from dense with the same N, Welch $p<0.05$), "
-                    f"megabytes each worker sent until {fmt_num(100 * st.meta['target_acc'])}\\,\\% test accuracy "
-                    "(mean over the seeds that reached it), and virtual time to it on each link (bandwidth per "
-                    "worker, one-way latency; (k/n): only k of n seeds reached it).", "tab:e9", size=r"\scriptsize")
+                    f"Communicate less often or less per step ({goal.workload}, sim backend, {n_seeds} seeds): "
+                    f"final {goal.label.lower()} (mean $\\pm$ std; $^*$: differs from dense with the same N, Welch "
+                    f"$p<0.05$), megabytes each worker sent until {goal.words} (mean over the seeds that reached "
+                    "it), and virtual time to it on each link (bandwidth per worker, one-way latency; (k/n): only "
+                    f"k of n seeds reached it).", f"tab:{st.meta['key']}", size=r"\scriptsize")
 
 
 def _label_points(ax, xs, ys, labels) -> None:
@@ -182,5 +193,7 @@ def figure(st: Stats):
     return fig
 
 
-E9 = Experiment("e9", "E9 communicate less often or less per step", stats, numbers, table, figure,
-                "no e9_diloco runs")
+E9 = Experiment("e9", "E9 communicate less often or less per step", partial(stats, key="e9"), numbers, table,
+                figure, "no e9_diloco runs")
+E9LM = Experiment("e9lm", "E9 communicate less often or less per step, language model", partial(stats, key="e9lm"),
+                  numbers, table, figure, "no e9_lm runs")

@@ -38,15 +38,16 @@ def accuracy_curves(curves, xlabel: str, title: str, order: Sequence[str] | None
     return fig
 
 
-def ttt_facets(per_run, accuracy, by: str, baseline: str, order: Sequence[str], target_pct: str,
-               max_cols: int = 7):
+def ttt_facets(per_run, accuracy, by: str, baseline: str, order: Sequence[str], goal, max_cols: int = 7):
     """Small multiples, one panel per ``by`` value: virtual time to the target against the link bandwidth,
     mean +- std over the seeds that reached it (error bars), the ``baseline``'s curve in grey in every panel;
-    the panel's title gives the final test accuracy (mean +- std, %) and, where some seeds never reached the
-    target at some bandwidth, how many did.
+    the panel's title gives the final quality (mean +- std: test accuracy in %, or validation loss) and, where
+    some seeds never reached the target at some bandwidth, how many did.
 
-    ``per_run``: tidy (by, seed, bandwidth_mbit, ttt_s); ``accuracy``: (by, test_acc_mean, test_acc_std).
+    ``per_run``: tidy (by, seed, bandwidth_mbit, ttt_s); ``accuracy``: (by, <metric>_mean, <metric>_std);
+    ``goal``: the :class:`~lowbw.report.goal.Goal` (metric, target, units).
     """
+    q = goal.metric
     import numpy as np
 
     plt, sns = plotting()
@@ -70,15 +71,18 @@ def ttt_facets(per_run, accuracy, by: str, baseline: str, order: Sequence[str], 
         reached = per_run[per_run[by] == name].groupby("bandwidth_mbit")["ttt_s"].count()
         short = f", {int(reached.min())}/{seeds} reach" if reached.min() < seeds else ""
         a = acc.loc[name]
-        ax.set_title(f"{name}\n{fmt_num(100 * a['test_acc_mean'], 3)} ± "
-                     f"{fmt_num(100 * a['test_acc_std'], 2)} %{short}", fontsize=6.5, pad=2)
+        unit = " %" if goal.percent else ""
+        ax.set_title(f"{name}\n{goal.fmt(a[f'{q}_mean'])} ± {goal.fmt(a[f'{q}_std'], 2)}{unit}{short}",
+                     fontsize=6.5, pad=2)
         ax.set(xscale="log", yscale="log", xlabel="", ylabel="")
         ax.tick_params(labelsize=6, pad=1)
         ax.grid(True, which="major", lw=0.4)
     for ax in axes.flat[n:]:
         ax.axis("off")
     fig.supxlabel("link bandwidth per worker (Mbit/s)", fontsize=7, y=0.0)
-    fig.supylabel(f"virtual time to {target_pct} % test accuracy (s)", fontsize=7, x=0.0)
+    what = (f"{goal.fmt(goal.target.value)} % test accuracy" if goal.percent
+            else f"{goal.metric.replace('_', ' ')} {fmt_num(goal.target.value)}")
+    fig.supylabel(f"virtual time to {what} (s)", fontsize=7, x=0.0)
     fig.tight_layout(pad=0.3, h_pad=0.4, w_pad=0.2)
     return fig
 

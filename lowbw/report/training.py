@@ -16,6 +16,7 @@ import numpy as np
 import pandas as pd
 
 from lowbw.report.stats import mean_std, welch
+from lowbw.train.targets import Target, parse_target
 
 __all__ = ["retime", "time_to_target", "eval_lines", "run_times", "group_times", "group_accuracy"]
 
@@ -34,29 +35,37 @@ def retime(m: pd.DataFrame, mbit: float | None = None, latency_ms: float | None 
             + m["comm_alpha_terms"].astype(float) * alpha + m["comm_beta_bytes"].astype(float) * 8.0 / (mbit * 1e6))
 
 
-def eval_lines(m: pd.DataFrame) -> pd.DataFrame:
-    """The metrics lines that carry a test evaluation, in step order."""
-    if "test_acc" not in m:
+def eval_lines(m: pd.DataFrame, metric: str = "test_acc") -> pd.DataFrame:
+    """The metrics lines that carry an evaluation of ``metric``, in step order."""
+    if metric not in m:
         return m.iloc[0:0]
-    return m[m["test_acc"].notna()].sort_values("step")
+    return m[m[metric].notna()].sort_values("step")
 
 
-def first_at_target(m: pd.DataFrame, target: float) -> pd.DataFrame:
-    """The first metrics line whose test evaluation reached ``target`` (an empty frame if none did)."""
-    ev = eval_lines(m)
-    return ev[ev["test_acc"] >= target].iloc[:1]
+def _target(target: float | Target) -> Target:
+    """A bare number is a test accuracy to reach (as in the config's ``targets:``)."""
+    return target if isinstance(target, Target) else parse_target(float(target))
 
 
-def time_to_target(m: pd.DataFrame, target: float, mbit: float | None = None,
+def first_at_target(m: pd.DataFrame, target: float | Target) -> pd.DataFrame:
+    """The first metrics line whose evaluation reached ``target`` (a :class:`~lowbw.train.targets.Target`, or a
+    test accuracy); an empty frame if none did."""
+    t = _target(target)
+    ev = eval_lines(m, t.metric)
+    hit = ev[t.metric] >= t.value if t.op == ">=" else ev[t.metric] <= t.value
+    return ev[hit].iloc[:1]
+
+
+def time_to_target(m: pd.DataFrame, target: float | Target, mbit: float | None = None,
                    latency_ms: float | None = None) -> float:
-    """Virtual seconds until the first evaluation with test accuracy >= ``target`` (NaN if never)."""
+    """Virtual seconds until the first evaluation that reached ``target`` (NaN if never)."""
     hit = first_at_target(m, target)
     if hit.empty:
         return float("nan")
     return float(retime(hit, mbit, latency_ms).iloc[0])
 
 
-def run_times(runs: pd.DataFrame, metrics: pd.DataFrame, by: list[str], target: float, mbits: list[float],
+def run_times(runs: pd.DataFrame, metrics: pd.DataFrame, by: list[str], target: float | Target, mbits: list[float],
               latency_ms: float) -> pd.DataFrame:
     """Tidy: one row per run and bandwidth -- ``*by, seed, run, bandwidth_mbit, ttt_s`` (virtual seconds to
     ``target`` re-timed at that bandwidth; NaN: never reached)."""
@@ -82,23 +91,26 @@ def group_times(per_run: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
-def group_accuracy(runs: pd.DataFrame, by: list[str], baseline: dict[str, Any] | None = None) -> pd.DataFrame:
-    """Tidy: one row per group (over seeds) -- final ``test_acc_mean``/``test_acc_std`` (fractions),
-    ``seeds``, ``bytes_per_worker_step`` (bytes sent per worker and step, mean over seeds), and against the
-    ``baseline`` group Welch's ``p_vs_baseline`` and ``significant`` (p < 0.05)."""
+def group_accuracy(runs: pd.DataFrame, by: list[str], baseline: dict[str, Any] | None = None,
+                   metric: str = "test_acc") -> pd.DataFrame:
+    """Tidy: one row per group (over seeds) -- the final ``metric`` (``test_acc``: fractions; ``val_loss``:
+    nats/char) as ``<metric>_mean``/``<metric>_std``, ``seeds``, ``bytes_per_worker_step`` (bytes sent per
+    worker and step, mean over seeds), and against the ``baseline`` group Welch's ``p_vs_baseline`` and
+    ``significant`` (p < 0.05)."""
     rows = []
     base_acc = None
+    final = f"final_{metric}"
     if baseline is not None:
         sel = np.logical_and.reduce([runs[k] == v for k, v in baseline.items()])
-        base_acc = runs.loc[sel, "final_test_acc"].to_numpy(dtype=float)
+        base_acc = runs.loc[sel, final].to_numpy(dtype=float)
     for key, g in runs.groupby(by, sort=False):
         key = key if isinstance(key, tuple) else (key,)
-        acc = mean_std(g["final_test_acc"])
+        acc = mean_std(g[final])
         row: dict[str, Any] = dict(zip(by, key))
-        row.update(test_acc_mean=acc.mean, test_acc_std=acc.std, seeds=acc.n,
-                   bytes_per_worker_step=float((g["bytes_sent_per_worker"] / g["step"].clip(lower=1)).mean()))
+        row.update({f"{metric}_mean": acc.mean, f"{metric}_std": acc.std, "seeds": acc.n,
+                    "bytes_per_worker_step": float((g["bytes_sent_per_worker"] / g["step"].clip(lower=1)).mean())})
         if base_acc is not None:
-            t = welch(g["final_test_acc"].to_numpy(dtype=float), base_acc)
+            t = welch(g[final].to_numpy(dtype=float), base_acc)
             row.update(p_vs_baseline=t.p, significant=t.significant)
         rows.append(row)
     return pd.DataFrame(rows)

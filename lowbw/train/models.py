@@ -15,6 +15,8 @@ name                      reference                                   parameters
 ``vgg16_imagenet``        torchvision ``vgg16`` (no BN)                138,357,544 (1000)
 ``inception_v4``          Szegedy et al. 2017 (timm ``inception_v4``)  42,679,816 (1000)
 ``gpt-tiny``              character-level GPT for tests, 2 x 32 wide   27,840 (65, context 32)
+``gpt-mini``              2 layers, 4 heads, 64 wide, for the default  106,880 (65, context 64)
+                          profile's grid of many short CPU runs
 ``gpt-small``             nanoGPT's CPU Shakespeare configuration:     804,096 (65, context 64)
                           4 layers, 4 heads, 128 wide
 ``gpt-medium``            nanoGPT's GPU Shakespeare configuration:     10,745,088 (65, context 256)
@@ -358,6 +360,7 @@ class GPTSize:
 # sizes named by what they are for; nanoGPT's README (karpathy/nanoGPT @ 3adf61e) for small and medium
 GPT_SIZES: dict[str, GPTSize] = {
     "gpt-tiny": GPTSize(2, 2, 32, 32),  # unit tests: a step in milliseconds
+    "gpt-mini": GPTSize(2, 4, 64, 64),  # the default profile's many-run grid on a 2-core CPU
     "gpt-small": GPTSize(4, 4, 128, 64),  # nanoGPT's laptop-CPU configuration (1.88 val loss at 2k iters)
     "gpt-medium": GPTSize(6, 6, 384, 256),  # nanoGPT's GPU configuration (1.47 val loss at 5k iters)
 }
