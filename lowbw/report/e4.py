@@ -19,6 +19,8 @@ __all__ = ["E4", "E4LM"]
 
 BASELINE = "dense"  # the method every other is compared with
 RUNS = {"e4": "e4_compression", "e4lm": "e4_lm"}  # experiment key -> its runs
+# gpt-small dense at nanoGPT's CPU recipe (medium profile) and the validation loss nanoGPT's README reports for it
+ANCHOR_RUNS, ANCHOR_PUBLISHED, ANCHOR_TOLERANCE = "e4_lm_anchor", 1.88, 0.05
 
 
 def stats(ctx: Context, key: str = "e4") -> Stats | None:
@@ -39,6 +41,9 @@ def stats(ctx: Context, key: str = "e4") -> Stats | None:
         other = stats(ctx, "e4")
         if other is not None:
             tables["ranks"] = _ranks(tables["times"], other.tables["times"], focus)
+        anchor, _ = training_runs(ctx, [ANCHOR_RUNS])
+        if anchor is not None:
+            tables["anchor"] = anchor[["run", "seed", "model", "steps", "final_val_loss", "best_val_loss"]]
     return Stats(tables, {"source": f"runs/{RUNS[key]}", "key": key, "goal": goal, "target": goal.target.value,
                           "metric": goal.metric, "focus_mbit": focus, "latency_ms": lat,
                           "seeds": int(runs["seed"].nunique()), "workers": int(runs["workers"].iloc[0]),
@@ -95,7 +100,23 @@ def numbers(st: Stats) -> dict[str, str]:
     if st.meta["key"] == "e4lm":
         out[f"{p}DenseLoss"] = goal.fmt(base)
         out.update(_rank_numbers(p, st.tables.get("ranks")))
+        out.update(_anchor_numbers(p, st.tables.get("anchor")))
     return out
+
+
+def _anchor_numbers(p: str, anchor) -> dict[str, str]:
+    """The anchor's final validation loss over its seeds against nanoGPT's published one, and whether it lies
+    within the tolerance (words chosen here, so the prose cannot contradict the number)."""
+    if anchor is None or anchor.empty:
+        return {}
+    from lowbw.report.stats import mean_std
+
+    ms = mean_std(anchor["final_val_loss"])
+    gap = ms.mean - ANCHOR_PUBLISHED
+    within = abs(gap) <= ANCHOR_TOLERANCE
+    return {f"{p}AnchorLoss": fmt_num(ms.mean, 3) + (f" $\\pm$ {fmt_num(ms.std, 2)}" if ms.n > 1 else ""),
+            f"{p}AnchorSeeds": str(ms.n), f"{p}AnchorGap": f"{gap:+.3f}",
+            f"{p}AnchorVerdict": ("within" if within else "outside") + f" the {fmt_num(ANCHOR_TOLERANCE)} we allow"}
 
 
 def _rank_numbers(p: str, ranks) -> dict[str, str]:
