@@ -2,6 +2,7 @@
 #
 #   make          set up what is missing, then run every experiment and build paper/build/paper.pdf
 #   make test     set up what is missing, then ruff and the test suite
+#   make reference keep paper/build/paper.pdf as paper/reference/paper.pdf, with its provenance (BUILD.json)
 #
 # Set-up = a virtual environment in .venv with lowbw[dev] (torch 2.13.0: the local CPU wheel on CPU-only
 # machines), and LaTeX + iproute2 + poppler from apt when run as root (otherwise the missing commands are
@@ -12,7 +13,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := all
-.PHONY: all test setup system-packages clean-venv
+.PHONY: all test setup system-packages clean-venv reference
 
 PYTHON ?= python3
 VENV := .venv
@@ -33,6 +34,12 @@ all: setup
 	. $(VENV)/bin/activate && PYTHONPATH=$(CURDIR)/lowbw/snakemake_logger$${PYTHONPATH:+:$$PYTHONPATH} \
 	  snakemake --cores $(CORES) $(if $(PROFILE),--profile $(PROFILE)) $(PROGRESS) $(SMK)
 	@echo "paper: paper/build/paper.pdf   results: runs/"
+
+# keep the paper just built as the repository's reference build (paper/reference/: the PDF and BUILD.json with
+# the commit, date, profile, machine, load, jobs and wall time of the run); refuses an unfinished run. Commit it
+# only from a complete run of the default profile (make on a clean clone).
+reference: setup
+	. $(VENV)/bin/activate && python -m lowbw.reference save
 
 test: setup
 	. $(VENV)/bin/activate && ruff check . && pytest -q $(PYTEST)

@@ -75,6 +75,7 @@ rule all:
     input:
         f"{STORE}/index.json" if GPU else "paper/build/paper.pdf",
         [] if GPU else "paper/generated/stats/efficiency.csv",
+        [] if GPU else "paper/build/compare.txt",
 
 
 rule runs:
@@ -298,3 +299,22 @@ rule paper:
         "environment.yml"
     shell:
         "cd paper && latexmk -pdf -interaction=nonstopmode -halt-on-error paper.tex > ../{log} 2>&1"
+
+
+rule compare_reference:
+    """The built paper against the reference build kept in the repository (paper/reference/paper.pdf, kept with
+    its commit, date, profile and machine in BUILD.json by `make reference`): pages, and which sentences'
+    generated numbers changed (pdftotext; lowbw.reference). It reports; moved numbers never fail the build."""
+    input:
+        pdf="paper/build/paper.pdf",
+        reference=[p for p in ("paper/reference/paper.pdf", "paper/reference/BUILD.json") if os.path.exists(p)],
+    output:
+        "paper/build/compare.txt",
+    log:
+        "runs/report/compare.log",
+    threads: 1
+    resources:
+        mem_mb=1000,
+        runtime=5,
+    shell:
+        "python -m lowbw.reference compare paper/reference/paper.pdf {input.pdf} --out {output} > {log} 2>&1"

@@ -24,14 +24,17 @@ import os
 import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
 from pathlib import Path
 
 __all__ = ["Key", "Durations", "Progress", "estimate", "split_pending", "format_seconds", "expect", "expected",
-           "key_of", "HISTORY", "KEEP"]
+           "key_of", "HISTORY", "LAST_RUN", "KEEP"]
 
 #: (rule, group): group is the job's ``exp`` wildcard, "" for a rule without one
 Key = tuple[str, str]
 HISTORY = "runs/.progress/durations.json"
+#: the last workflow run that had jobs to do (its record, :meth:`Progress.record`), beside the durations
+LAST_RUN = "last_run.json"
 #: durations kept per key (the newest)
 KEEP = 50
 
@@ -145,6 +148,17 @@ def estimate(pending: Mapping[Key, int], running: Iterable[tuple[Key, float]],
     return sum(w / max(1, slots(rule)) for rule, w in work.items()), untimed
 
 
+def _utc(t: float) -> str:
+    return datetime.fromtimestamp(t, UTC).isoformat(timespec="seconds")
+
+
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except OSError:
+        return None
+
+
 def format_seconds(s: float) -> str:
     if s < 9.95:
         return f"{s:.1f} s"
@@ -159,7 +173,7 @@ class Progress:
     """One workflow run's state, fed by the logger plugin: its plan, the jobs started and finished."""
 
     def __init__(self, durations: Durations, declared: Mapping[str, Mapping[str, int]] | None = None,
-                 clock: Callable[[], float] = time.monotonic):
+                 clock: Callable[[], float] = time.time):
         self.durations = durations
         self.declared = declared if declared is not None else expected()
         self.clock = clock
@@ -171,18 +185,24 @@ class Progress:
         self.running: dict[int, tuple[Key, float]] = {}
         self.last: Key | None = None
         self.t0: float | None = None
+        self.started_at: str | None = None
+        self.loads: list[float | None] = []
 
-    def plan(self, stats: Mapping[str, int], cores: int | None = None, machine: int | None = None) -> None:
-        """Snakemake's job counts per rule (its RUN_INFO stats, with ``total``) and the cores it was given."""
+    def plan(self, stats: Mapping[str, int], cores: int | None = None, machine: int | None = None,
+             at: float | None = None) -> None:
+        """Snakemake's job counts per rule (its RUN_INFO stats, with ``total``) and the cores it was given.
+        ``at``: when it happened on the clock (a log record's time; default now), as for the other events."""
         counts = {r: int(n) for r, n in stats.items() if r != "total"}
         self.total = int(stats.get("total", sum(counts.values())))
         self.left = split_pending(counts, self.declared)
         self.cores = cores or self.cores
         self.machine = machine or self.machine
-        self.t0 = self.clock()
+        self.t0 = self.clock() if at is None else at
+        self.started_at = _utc(time.time())
+        self.loads.append(_load())
 
     def started(self, jobid: int, rule: str, wildcards: Mapping[str, str] | None, threads: int = 1,
-                machine: int = 0) -> None:
+                machine: int = 0, at: float | None = None) -> None:
         key = key_of(rule, wildcards)
         if jobid not in self.running:  # a retried job is not taken from the plan twice
             take = key if self.left[key] > 0 else (rule, "") if self.left[(rule, "")] > 0 else None
@@ -190,16 +210,18 @@ class Progress:
                 take = next((k for k in self.left if k[0] == rule and self.left[k] > 0), None)
             if take is not None:
                 self.left[take] -= 1
-        self.running[jobid] = (key, self.clock())
+        self.running[jobid] = (key, self.clock() if at is None else at)
+        self.loads.append(_load())
         self.durations.demand[rule] = {"threads": max(1, int(threads)), "machine": int(machine)}
         self.last = key
 
-    def finished(self, jobid: int) -> None:
+    def finished(self, jobid: int, at: float | None = None) -> None:
         if jobid in self.running:
             key, t0 = self.running.pop(jobid)
-            self.durations.add(key, self.clock() - t0)
+            self.durations.add(key, (self.clock() if at is None else at) - t0)
             self.durations.save()
         self.done += 1
+        self.loads.append(_load())
 
     def slots(self, rule: str) -> int:
         d = self.durations.demand.get(rule, {"threads": 1, "machine": 0})
@@ -208,11 +230,26 @@ class Progress:
             n = min(n, max(1, self.machine // d["machine"]))
         return n
 
+    def record(self, argv: list[str]) -> dict:
+        """What this run was, for ``runs/.progress/last_run.json`` (read by ``python -m lowbw.reference save``):
+        the command, when it started and ended, its wall time, jobs planned and done, cores, and the machine's
+        1-minute load at its start, highest at any job's start or end, and at its end."""
+        loads = [x for x in self.loads if x is not None]
+        return {"command": list(argv), "started": self.started_at, "finished": _utc(time.time()),
+                "wall_s": round(self.elapsed(), 1), "jobs": self.total, "done": self.done, "cores": self.cores,
+                "load_1min": {"start": self.loads[0] if self.loads else None, "max": max(loads, default=None),
+                              "end": _load()}}
+
+    def elapsed(self) -> float:
+        """Seconds since the plan (0 before it)."""
+        now = self.clock()
+        return now - (now if self.t0 is None else self.t0)
+
     def line(self) -> str:
         now = self.clock()
         left = max(self.total - self.done, 0)
         if self.total and not left:
-            return f"[lowbw] {self.done}/{self.total} jobs done in {format_seconds(now - (self.t0 or now))}"
+            return f"[lowbw] {self.done}/{self.total} jobs done in {format_seconds(self.elapsed())}"
         pending = {k: n for k, n in self.left.items() if n > 0}
         seconds, untimed = estimate(pending, [(k, now - t0) for k, t0 in self.running.values()],
                                     self.durations.per_job, self.slots)

@@ -8,22 +8,25 @@ handler writes to stderr in place of Snakemake's own stream handler: one progres
 terminal and printed as a plain line at most every ``--logger-lowbw-every`` seconds (and at each end) when
 stderr is not one (CI logs); warnings, errors and a failed job's message and log are printed in full as
 Snakemake formats them. Snakemake's complete log is still written to ``.snakemake/log/``. A dry run prints
-what Snakemake prints.
+what Snakemake prints. A run that had jobs to do leaves its record (command, times, jobs, load) in
+``last_run.json`` beside the durations, for the reference build's provenance (:mod:`lowbw.reference`).
 """
 
+import json
 import logging
 import shutil
 import sys
 import threading
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from snakemake_interface_logger_plugins.base import LogHandlerBase
 from snakemake_interface_logger_plugins.common import LogEvent
 from snakemake_interface_logger_plugins.settings import LogHandlerSettingsBase
 
-from lowbw.progress import HISTORY, Durations, Progress
+from lowbw.progress import HISTORY, LAST_RUN, Durations, Progress
 
 __all__ = ["LogHandler", "LogHandlerSettings"]
 
@@ -54,6 +57,7 @@ class LogHandler(LogHandlerBase):
         self.stream = sys.stderr
         self.tty = self.stream.isatty()
         self.dryrun = bool(getattr(self.common_settings, "dryrun", False))
+        self.history = settings.history
         self.progress = Progress(Durations(settings.history))
         self.planned = False
         self.drawn = ""  # the line on screen (tty), to be cleared before other output
@@ -114,17 +118,17 @@ class LogHandler(LogHandlerBase):
             p.cores = getattr(record, "cores", None) or p.cores
             p.machine = _get(provided, "machine", None) or p.machine
         elif event == LogEvent.RUN_INFO:
-            p.plan(getattr(record, "stats", {}) or {})
+            p.plan(getattr(record, "stats", {}) or {}, at=record.created)
             self.planned = True
             self._show(force=True)
         elif event == LogEvent.JOB_INFO:
             res = getattr(record, "resources", None) or {}
             p.started(int(record.jobid), record.rule_name, getattr(record, "wildcards", None),
                       threads=int(getattr(record, "threads", None) or _get(res, "_cores", 1) or 1),
-                      machine=int(_get(res, "machine", 0) or 0))
+                      machine=int(_get(res, "machine", 0) or 0), at=record.created)
             self._show(force=False)
         elif event == LogEvent.JOB_FINISHED:
-            p.finished(int(record.job_id))
+            p.finished(int(record.job_id), at=record.created)
         elif event == LogEvent.PROGRESS:
             p.done, p.total = int(record.done), int(record.total)
             self._show(force=p.done >= p.total)
@@ -137,6 +141,13 @@ class LogHandler(LogHandlerBase):
 
     def close(self) -> None:
         self.stop.set()
+        if self.planned and self.history:
+            try:
+                path = Path(self.history).with_name(LAST_RUN)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(json.dumps(self.progress.record(sys.argv), indent=1) + "\n")
+            except OSError:
+                pass
         with self.io:
             if self.drawn:
                 self.stream.write("\n")
