@@ -178,6 +178,7 @@ class Progress:
         self.declared = declared if declared is not None else expected()
         self.clock = clock
         self.cores: int | None = None
+        self.remote: int | None = None  # jobs at once on a cluster (Snakemake's --jobs), each with its own cores
         self.machine: int | None = None
         self.total = 0
         self.done = 0
@@ -225,7 +226,7 @@ class Progress:
 
     def slots(self, rule: str) -> int:
         d = self.durations.demand.get(rule, {"threads": 1, "machine": 0})
-        n = max(1, (self.cores or 1) // max(1, d.get("threads", 1)))
+        n = self.remote or max(1, (self.cores or 1) // max(1, d.get("threads", 1)))
         if d.get("machine") and self.machine:
             n = min(n, max(1, self.machine // d["machine"]))
         return n

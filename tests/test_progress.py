@@ -92,6 +92,9 @@ def test_progress_line_counts_times_and_learns(tmp_path):
     assert p.line() == "[lowbw] 2/5 jobs done, 3 left, ~12 s left + 1 job not timed yet (train e4_x ~4.0 s/job)"
     p.started(3, "bench_e2e", {}, threads=2, machine=100)
     assert p.slots("bench_e2e") == 1 and p.slots("train") == 2
+    p.remote = 64  # on a cluster: 64 jobs at once, but still one benchmark at a time
+    assert p.slots("bench_e2e") == 1 and p.slots("train") == 64
+    p.remote = None
     rec = p.record(["snakemake", "--cores", "2"])  # the run's record for the reference build's provenance
     assert (rec["jobs"], rec["done"], rec["wall_s"], rec["cores"]) == (5, 2, 20.0, 2)
     assert rec["command"] == ["snakemake", "--cores", "2"] and set(rec["load_1min"]) == {"start", "max", "end"}

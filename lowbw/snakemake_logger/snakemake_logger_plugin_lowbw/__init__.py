@@ -116,6 +116,8 @@ class LogHandler(LogHandlerBase):
         if event == LogEvent.RESOURCES_INFO:
             provided = getattr(record, "provided_resources", None) or {}
             p.cores = getattr(record, "cores", None) or p.cores
+            nodes = getattr(record, "nodes", None)  # a cluster executor: --jobs at once
+            p.remote = nodes if isinstance(nodes, int) and 0 < nodes < 2**31 else p.remote
             p.machine = _get(provided, "machine", None) or p.machine
         elif event == LogEvent.RUN_INFO:
             p.plan(getattr(record, "stats", {}) or {}, at=record.created)
