@@ -25,7 +25,7 @@ __all__ = ["E9", "E9LM", "LINKS", "BASELINE"]
 RUNS = {"e9": "e9_diloco", "e9lm": "e9_lm"}  # experiment key -> its runs
 
 BASELINE = "dense"  # the method every other is compared with
-RARE_SYNCS = ("local", "diloco")  # run.sync of the methods that communicate every H steps
+RARE_SYNCS = ("local", "diloco", "desloc")  # run.sync of the methods that communicate every H steps
 # the links every run is re-timed at: (word in the macro names, Mbit/s per worker, one-way latency in ms)
 LINKS = [(w, mbit, lat) for w, (mbit, lat) in E9_LINKS.items()]
 
