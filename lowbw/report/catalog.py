@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 __all__ = ["PREFIX", "MACROS", "E1_ALGS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS",
-           "E10_NETWORKS", "not_run_macro", "check_numbers", "word"]
+           "E10_NETWORKS", "CLAIMS", "not_run_macro", "check_numbers", "word"]
 
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
           "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen",
@@ -365,8 +365,35 @@ def word(mapping: Mapping, value, what: str) -> str:
     return mapping[value]
 
 
+# What the prose says about a number, where it types the direction: macro -> (the bound the number must respect,
+# the prose's words). A regenerated number on the wrong side fails the report (and so the paper rule) instead of
+# printing a sentence it contradicts; rewrite the sentence or let the report choose the word.
+CLAIMS: dict[str, tuple[float, str]] = {
+    "EFourBestSpeedup": (1.0, "times faster than dense"),
+    "ENineRareBytesMin": (1.0, "times fewer bytes per step than dense"),
+    "ENineLmRareBytesMin": (1.0, "times fewer bytes per step than dense"),
+    "EEightComputeScaleFour": (1.0, "times slower than alone"),
+    **{f"{p}{w}DenseRatio": (1.0, "dense training is ... times slower") for p in ("ETen", "ETenLm")
+       for w in E10_NETWORKS.values()},
+}
+
+
+def _value(text: str) -> float | None:
+    """The first number of a formatted macro value (``1{,}250``, ``2.5``, ``-0.3``), or None."""
+    import re
+
+    m = re.search(r"-?\d+(?:\.\d+)?", text.replace("{,}", ""))
+    return float(m.group()) if m else None
+
+
 def check_numbers(key: str, numbers: Mapping[str, str]) -> None:
-    """Every name is in the catalogue and carries experiment ``key``'s prefix."""
+    """Every name is in the catalogue and carries experiment ``key``'s prefix, and every number whose direction
+    the prose states (``CLAIMS``: at least the bound) respects it."""
     bad = sorted(n for n in numbers if n not in MACROS or not n.startswith(PREFIX[key]))
     if bad:
         raise ValueError(f"experiment {key} writes macros outside lowbw.report.catalog: {bad}")
+    for name, (bound, words) in CLAIMS.items():
+        v = _value(numbers[name]) if name in numbers else None
+        if v is not None and v < bound:
+            raise ValueError(f"{name} = {numbers[name]}, but the prose says '{words}' (needs >= {bound:g}): "
+                             f"rewrite its sentence in paper/sections or let the report choose the word")
