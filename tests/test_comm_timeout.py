@@ -14,7 +14,9 @@ from lowbw.comm import GroupAbortedError, PeerFailedError, PeerTimeoutError, Thr
 from lowbw.comm.testing import ProcsError, RankResult, run_procs
 
 TIMEOUT = 2.0
-SLACK = 4.0  # a survivor may first wait for another survivor that waits for the victim
+#: "did not hang" bound for a survivor's failed call (not a speed claim: generous on a busy machine): below the
+#: 30 s the stuck victim stays silent, after which its exit would end the call with a PeerFailedError anyway
+GAVE_UP_S = 25.0
 
 
 def _victim_worker(rank, world_size, mode, alg, flags):
@@ -44,16 +46,15 @@ def _victim_worker(rank, world_size, mode, alg, flags):
 @pytest.mark.parametrize(("mode", "alg"), [("die", "ring"), ("hang", "ring"), ("die", "ps"), ("hang", "butterfly")])
 def test_dead_or_stuck_peer_is_named(mode, alg, tmp_path):
     N = 3
-    t0 = time.monotonic()
+    # run_procs' timeout kills a hung world (its survivors then have no result, failing the asserts below)
     res: list[RankResult] = run_procs(_victim_worker, N, mode, alg, str(tmp_path), timeout=60, raise_errors=False)
-    assert time.monotonic() - t0 < 40
     victim = N - 1
     if mode == "die":
         assert res[victim].exitcode == 7 and not res[victim].ok
     survivors = [r.value for r in res[:victim]]
     for i, s in enumerate(survivors):
         assert s["type"] in ("PeerTimeoutError", "PeerFailedError"), (i, s)
-        assert s["elapsed"] < TIMEOUT + SLACK, (i, s)
+        assert s["elapsed"] < GAVE_UP_S, (i, s)  # did not hang (generous): the type says what ended it
         assert s["peer"] is not None and f"rank {s['peer']}" in s["msg"], s
         assert f"rank {i} " in s["msg"]  # who is reporting
     naming = [s for s in survivors if s["peer"] == victim]
@@ -61,8 +62,8 @@ def test_dead_or_stuck_peer_is_named(mode, alg, tmp_path):
     if mode == "hang":
         assert any(s["type"] == "PeerTimeoutError" and s["elapsed"] >= 0.9 * TIMEOUT for s in naming), naming
         assert all("timed out" in s["msg"] for s in naming if s["type"] == "PeerTimeoutError")
-    else:
-        assert any(s["type"] == "PeerFailedError" and s["elapsed"] < TIMEOUT for s in naming), naming
+    else:  # the victim's death was noticed as such (a closed connection), not as the peer timeout
+        assert any(s["type"] == "PeerFailedError" for s in naming), naming
 
 
 def _fails(rank, world_size):
@@ -99,13 +100,12 @@ def test_thread_peer_that_never_comes_is_named():
         except comm.CommError as e:
             errors[r] = e
 
-    ts = [threading.Thread(target=body, args=(r,)) for r in (0, 1)]  # rank 2 never calls
-    t0 = time.monotonic()
+    ts = [threading.Thread(target=body, args=(r,), daemon=True) for r in (0, 1)]  # rank 2 never calls
     for t in ts:
         t.start()
     for t in ts:
-        t.join(10)
-    assert time.monotonic() - t0 < 3
+        t.join(30)  # did not hang: a generous bound (the timeout is 0.5 s); the errors below say what ended them
+    assert not any(t.is_alive() for t in ts)
     assert isinstance(errors[0], PeerTimeoutError) and errors[0].peer == 2 and "rank 2" in str(errors[0])
     assert isinstance(errors[1], PeerTimeoutError) and errors[1].peer in (0, 2)
 
@@ -113,15 +113,21 @@ def test_thread_peer_that_never_comes_is_named():
 def test_run_threads_aborts_the_group_and_reraises_the_first_error():
     colls = ThreadCollective.group(4, "tree", timeout=30)
 
+    ended: dict[int, str] = {}
+
     def fn(r, c):
         if r == 2:
             raise KeyError("worker 2 broke")
-        return c.all_reduce(torch.ones(100))
+        try:
+            return c.all_reduce(torch.ones(100))
+        except comm.CommError as e:
+            ended[r] = type(e).__name__
+            raise
 
-    t0 = time.monotonic()
     with pytest.raises(KeyError, match="worker 2 broke"):
         run_threads(fn, colls)
-    assert time.monotonic() - t0 < 5  # not the 30 s timeout
+    # the others were aborted by the group, not ended by their 30 s timeout (a PeerTimeoutError)
+    assert ended == {0: "GroupAbortedError", 1: "GroupAbortedError", 3: "GroupAbortedError"}, ended
     with pytest.raises(GroupAbortedError):
         colls[0].all_reduce(torch.ones(3))  # the group stays aborted
 

@@ -27,6 +27,10 @@ TINY = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=6,
             train_limit=400, test_limit=100, clock="model", clock_sample_s=1e-3)
 LONG = dict(TINY, steps=4000, checkpoint_every=10)  # long enough to be interrupted anywhere
 RNG = random.Random(18)  # the random kill points are seeded: a failure reproduces
+#: "did not hang" bounds (generous, not speed claims: a busy machine must not fail them): a dead run's processes
+#: and lock must be gone within LINGER_S, a signalled or failing run must end within END_S
+LINGER_S = 30.0
+END_S = 90.0
 
 
 def one_line(err: str, launcher: bool = False) -> str:
@@ -104,13 +108,12 @@ def wait_for(cond, timeout: float, what: str):
     raise AssertionError(f"timed out after {timeout} s waiting for {what}")
 
 
-def gone(out: Path, timeout: float = 10.0) -> float:
-    """Seconds until no worker of ``out`` is left and nobody holds its lock (fails after ``timeout``); a
-    dying process loses its command line before its files are closed, so both are checked."""
-    t0 = time.time()
+def gone(out: Path, timeout: float = LINGER_S) -> None:
+    """Wait until no worker of ``out`` is left and nobody holds its lock (an AssertionError after ``timeout``,
+    a generous "did not linger" bound); a dying process loses its command line before its files are closed,
+    so both are checked."""
     wait_for(lambda: not workers_of(out) and not lock_holders(out / ".lock"), timeout,
              f"the workers of {out} to die")
-    return time.time() - t0
 
 
 def metrics_lines(out: Path) -> int:
@@ -307,7 +310,7 @@ def test_sigkill_of_the_launcher_kills_the_workers_and_the_rerun_resumes_identic
         assert len(pids) == 2 and set(pids) <= set(lock_holders(out / ".lock"))
         p.kill()
         p.wait()
-        assert gone(out, 5.0) < 5.0
+        gone(out)
     finally:
         p.kill()
     assert not (out / "summary.json").exists()
@@ -354,16 +357,15 @@ def test_a_stalled_or_killed_worker_ends_the_run_naming_its_rank(tmp_path, sig, 
         pids = workers_of(out)
         victim = pids[RNG.randrange(len(pids))]
         r = rank_of(victim)
-        t0 = time.time()
         os.kill(victim, sig)
-        rc = p.wait(timeout=timeout + 30)
-        took = time.time() - t0
+        rc = p.wait(timeout=END_S)
     finally:
         p.kill()
     line = one_line(p.err_path.read_text(), launcher=True)
     assert rc == 1 and needle.format(r=r) in line, line
-    assert took < timeout + 12, took  # stall: the peer timeout; kill: at once (+ the others' grace)
-    assert gone(out, 2.0) < 2.0
+    if sig == signal.SIGSTOP:  # ended by the run's own peer timeout (not the default one), as the line says
+        assert f"(peer timeout {timeout:g} s)" in line, line
+    gone(out)
 
 
 @pytest.mark.slow
@@ -376,13 +378,12 @@ def test_a_failing_workers_own_error_is_the_launchers(tmp_path):
         s.listen()
         port = s.getsockname()[1]
         out = tmp_path / "r"
-        t0 = time.time()
         p = start_train(tmp_path, {**TINY, "backend": "procs", "master_port": port}, str(out))
-        rc = p.wait(timeout=90)
+        rc = p.wait(timeout=END_S)
     line = one_line(p.err_path.read_text(), launcher=True)
     assert rc == 1 and "rank 0 failed (exit 1): lowbw worker rank 0:" in line and "address already in use" in \
         line.lower(), line
-    assert time.time() - t0 < 60 and gone(out, 2.0) < 2.0
+    gone(out)
 
 
 @pytest.mark.parametrize("sig,rc_want,needle", [(signal.SIGINT, 130, "interrupted"),
@@ -393,13 +394,12 @@ def test_sigint_or_sigterm_stops_a_background_run_that_ignored_sigint(tmp_path, 
     try:
         wait_for(lambda: metrics_lines(out) >= 1, 90, "the first metrics line")
         time.sleep(RNG.uniform(0.0, 0.5))
-        t0 = time.time()
         p.send_signal(sig)
-        rc = p.wait(timeout=20)
+        rc = p.wait(timeout=END_S)
     finally:
         p.kill()
-    assert rc == rc_want and needle in one_line(p.err_path.read_text(), launcher=True) and time.time() - t0 < 20
-    assert gone(out, 2.0) < 2.0
+    assert rc == rc_want and needle in one_line(p.err_path.read_text(), launcher=True)
+    gone(out)
 
 
 @pytest.mark.netns
@@ -426,10 +426,8 @@ def test_testbed_relative_out_then_sigkill_leaves_no_namespace(tmp_path):
         assert len(ours()) == 3 and len(workers_of(out)) == 2
         p.kill()
         p.wait()
-        t0 = time.time()
-        wait_for(lambda: not ours(), 15, "the guardian to delete the namespaces")
-        assert time.time() - t0 < 15
-        assert gone(out, 5.0) < 5.0
+        wait_for(lambda: not ours(), LINGER_S, "the guardian to delete the namespaces")
+        gone(out)
     finally:
         p.kill()
         subprocess.run([sys.executable, "-m", "lowbw", "testbed", "--cleanup"], capture_output=True, cwd=ROOT)

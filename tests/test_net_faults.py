@@ -8,7 +8,6 @@ import secrets
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -49,14 +48,26 @@ def test_timeline_merges_the_plan_in_time_order():
     assert (0.25, Action("kill", 0)) in list(itertools.islice(F.timeline(plan), 12))
 
 
-def test_a_failed_worker_is_killed_on_time_and_logged():
-    t = time.time()
+def _killed_at_half_a_second():
     with Testbed(2, emulation="loopback-ratelimit", faults=[Fail(1, 0.5)]) as tb:
         codes = tb.run(["sleep", "30"], grace=0.5, timeout=30)
-        log, desc = tb.faults.log, tb.describe()
-    assert codes[1] == -9 and codes[0] != 0 and time.time() - t < 10
-    assert [(k, r) for _, k, r in log] == [("kill", 1)] and 0.45 < log[0][0] < 1.5
+        return codes, tb.faults.log, tb.describe()
+
+
+def test_a_failed_worker_is_killed_and_logged():
+    codes, log, desc = _killed_at_half_a_second()
+    # the fault killed rank 1 (logged once, never early) and rank 0 was ended after the grace, both before
+    # the 30 s sleep and timeout: the fault's log, not a wall-clock bound, says what ended them
+    assert codes[1] == -9 and codes[0] != 0
+    assert [(k, r) for _, k, r in log] == [("kill", 1)] and 0.45 < log[0][0] < 30
     assert desc["faults"] == [{"rank": 1, "at_s": 0.5, "kind": "fail"}]
+
+
+@pytest.mark.timing
+def test_a_failed_worker_is_killed_on_time():
+    """The kill lands within a second of its time: a wall-clock bound a busy machine can break."""
+    codes, log, _ = _killed_at_half_a_second()
+    assert codes[1] == -9 and [(k, r) for _, k, r in log] == [("kill", 1)] and 0.45 < log[0][0] < 1.5, log
 
 
 # Each worker watches its own clock in a tight loop for 2 s and reports the share of that time it spent in

@@ -24,9 +24,6 @@ from lowbw.net.testbed import Testbed, TestbedUnavailable
 from tests.conftest import netns
 
 ROOT = Path(__file__).resolve().parents[1]
-#: wall-clock bounds a busy machine can break: out of the default run (LOWBW_TIMING_TESTS=1 runs them)
-timing = pytest.mark.skipif(os.environ.get("LOWBW_TIMING_TESTS") != "1",
-                            reason="a wall-clock bound (flaky on a busy machine); LOWBW_TIMING_TESTS=1 runs it")
 
 
 def _prefix() -> str:
@@ -149,9 +146,9 @@ def test_rate_is_really_limited(tmp_path):
 
 @pytest.mark.netns
 @netns
-@timing
+@pytest.mark.timing
 def test_rate_goodput_reaches_the_rate(tmp_path):
-    """A wall-clock lower bound: a busy machine can fail it (LOWBW_TIMING_TESTS=1 runs it)."""
+    """A wall-clock lower bound: a busy machine can fail it (pytest --timing or LOWBW_TIMING_TESTS=1 runs it)."""
     out = tmp_path / "out.txt"
     with Testbed(2, rate="40mbit", prefix=_prefix()) as tb, open(out, "w") as f:
         assert tb.run([sys.executable, "-c", RECV_SCRIPT, str(4_000_000)], timeout=60, stdout=f) == [0, 0]
