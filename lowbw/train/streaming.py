@@ -39,7 +39,7 @@ from typing import Any
 
 import torch
 
-from lowbw.comm.diloco import split_rows, sync_offsets
+from lowbw.comm.diloco import layer_runs, split_rows, sync_offsets
 from lowbw.train.world import Exchange
 
 __all__ = ["FragmentPlan", "layers", "InFlight", "Background", "landing_wait", "exchange_to_dict", "exchange_from_dict"]
@@ -49,18 +49,8 @@ def layers(layout) -> list[list[int]]:
     """The model's layers as lists of tensor indices of ``layout`` (name, offset, numel, shape), in order: a
     tensor's layer is its name up to the first numeric component (``blocks.3.attn.c_attn.weight`` ->
     ``blocks.3``: a repeated block), else its module (``fc1.weight`` -> ``fc1``); consecutive tensors of one
-    layer are one layer."""
-    out: list[list[int]] = []
-    last = None
-    for i, (name, _, _, _) in enumerate(layout):
-        parts = name.split(".")
-        num = next((j for j, q in enumerate(parts[:-1]) if q.isdigit()), None)
-        key = ".".join(parts[: num + 1]) if num is not None else ".".join(parts[:-1])
-        if key != last or not out:
-            out.append([])
-        out[-1].append(i)
-        last = key
-    return out
+    layer are one layer. The rule is :func:`lowbw.comm.diloco.layer_runs`, which the wrapper shares."""
+    return layer_runs([name for name, _, _, _ in layout])
 
 
 @dataclass

@@ -1,0 +1,181 @@
+"""lowbw.comm.diloco with overlap: Streaming DiLoCo's tau (background exchange), strided fragments and
+alpha, and one-step-delayed outer steps (PCCL's asynchronous DiLoCo), over gloo processes and threads.
+The engine comparison of tau/strided/alpha is in tests/test_diloco_wrapper_vs_engine.py."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from lowbw.comm import ThreadCollective, run_threads
+from lowbw.comm.diloco import DiLoCo, layer_runs, split_layers
+from lowbw.comm.meter import Meter
+from lowbw.comm.testing import run_procs
+
+H, STEPS = 3, 10
+
+
+def _model(seed: int) -> torch.nn.Module:
+    m = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 4), torch.nn.Tanh(),
+                            torch.nn.Linear(4, 2))
+    g = torch.Generator().manual_seed(seed)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
+    return m
+
+
+def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
+    g = torch.Generator().manual_seed(1000 * rank + step)
+    return torch.randn(8, 6, generator=g), torch.randn(8, 2, generator=g)
+
+
+def _train(rank: int, coll=None, steps: int = STEPS, period: int = H, finish: bool = True, **kw) -> dict:
+    torch.set_num_threads(1)
+    model = _model(seed=rank)  # different on purpose: sync_start makes them equal
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    outer = DiLoCo(model, opt, period, collective=coll, **kw)
+    losses, syncs = [], []
+    for t in range(steps):
+        x, y = _batch(rank, t)
+        loss = torch.nn.functional.mse_loss(model(x), y)
+        loss.backward()
+        losses.append(loss.item())
+        outer.step()
+        syncs.append(outer.counters.syncs)
+    before = [p.detach().clone() for p in model.parameters()]
+    if finish:
+        outer.finish()
+    return {"params": [p.detach().clone() for p in model.parameters()], "before_finish": before,
+            "losses": losses, "syncs": syncs, "bytes": outer.bytes_sent, "fragments": outer.fragments}
+
+
+def _proc_worker(rank: int, world_size: int, kw: dict) -> dict:
+    return _train(rank, **kw)
+
+
+def _threads(n: int, **kw) -> list[dict]:
+    colls = ThreadCollective.group(n, "ring", meters=[Meter() for _ in range(n)])
+    return run_threads(lambda r, c: _train(r, c, **kw), colls, timeout=120)
+
+
+def test_strided_fragments_are_whole_layers_in_turn():
+    names = [n for n, _ in _model(0).named_parameters()]  # 0.weight 0.bias 2.weight 2.bias 4.weight 4.bias
+    assert layer_runs(names) == [[0, 1], [2, 3], [4, 5]]
+    assert split_layers(names, 2) == [[0, 1, 4, 5], [2, 3]]
+    assert layer_runs(["blocks.0.attn.w", "blocks.0.mlp.w", "blocks.1.attn.w", "head.w"]) == [[0, 1], [2], [3]]
+    with pytest.raises(ValueError, match="4 strided fragments need as many layers; the model has 3"):
+        split_layers(names, 4)
+
+
+def test_streaming_with_delay_in_gloo_processes_matches_threads_and_lands_tau_steps_late():
+    """H = 4, F = 2 strided, tau = 2, alpha = 0.5: the exchange of a fragment started after its slot (steps
+    2, 4, 6, 8) lands two steps later (4, 6, 8, 10): the outer-step count rises at the landing steps only.
+    Gloo processes (the exchange on the wrapper's background thread over torch.distributed) and threads give
+    the same numbers bit for bit. With alpha > 0 the replicas are apart at the end of the loop; finish()
+    makes them equal."""
+    kw = {"period": 4, "fragments": 2, "fragment_layout": "strided", "delay": 2, "fragment_update_alpha": 0.5}
+    procs = run_procs(_proc_worker, 2, kw, timeout=120)
+    threads = _threads(2, **kw)
+    assert procs[0]["syncs"] == [0, 0, 0, 1, 1, 2, 2, 3, 3, 4]
+    for r in range(2):
+        assert procs[r]["losses"] == threads[r]["losses"]
+        assert procs[r]["bytes"] == threads[r]["bytes"] > 0
+        for a, b in zip(procs[r]["params"], threads[r]["params"]):
+            assert torch.equal(a, b)
+    assert any(not torch.equal(a, b) for a, b in zip(procs[0]["before_finish"], procs[1]["before_finish"]))
+    for a, b in zip(procs[0]["params"], procs[1]["params"]):
+        assert torch.equal(a, b)
+
+
+def test_delay_zero_alpha_zero_is_the_schedule_without_overlap():
+    """tau = 0 and alpha = 0 (the defaults) against tau = 1: the same schedule, different numbers (the
+    overlap changes the arithmetic: a fragment lands a step late); tau = 0 lands at the slot itself."""
+    base = _threads(2, period=4, fragments=2, fragment_layout="strided")
+    late = _threads(2, period=4, fragments=2, fragment_layout="strided", delay=1)
+    assert base[0]["syncs"] == [0, 1, 1, 2, 2, 3, 3, 4, 4, 5]
+    assert late[0]["syncs"] == [0, 0, 1, 1, 2, 2, 3, 3, 4, 4]
+    assert base[0]["losses"][:2] == late[0]["losses"][:2]  # identical until the first landing differs
+    assert base[0]["losses"][3] != late[0]["losses"][3]
+
+
+def _delayed_by_hand(n: int, steps: int) -> list[list[torch.Tensor]]:
+    """One-step-delayed DiLoCo written out for n workers in one process (the module doc's steps 1-4), SGD
+    inner steps, Nesterov outer steps, then finish's landing of the last exchange."""
+    models = [_model(seed=0) for _ in range(n)]  # sync_start: everybody starts from rank 0's parameters
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+    phi = [p.detach().clone() for p in models[0].parameters()]
+    outer = torch.optim.SGD(phi, lr=0.7, momentum=0.9, nesterov=True)
+    pending = None
+
+    def mean_delta():
+        out = []
+        for k, s in enumerate(phi):
+            ds = [s - list(m.parameters())[k] for m in models]
+            total = ds[0].clone()
+            for d in ds[1:]:
+                total += d
+            out.append(total / n)
+        return out
+
+    def apply(means):
+        for s, g in zip(phi, means):
+            s.grad = g
+        outer.step()
+
+    for t in range(steps):
+        for r, (m, o) in enumerate(zip(models, opts)):
+            x, y = _batch(r, t)
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            o.step()
+            o.zero_grad()
+        if (t + 1) % H == 0:
+            with torch.no_grad():
+                new = mean_delta()  # Delta_k = phi - theta, before phi moves
+                if pending is not None:
+                    apply(pending)  # phi <- OuterOpt(phi, Dbar_{k-1})
+                for m in models:
+                    for p, s in zip(m.parameters(), phi):
+                        p.copy_(s)
+                pending = new
+    with torch.no_grad():
+        apply(pending)
+        for m in models:
+            for p, s in zip(m.parameters(), phi):
+                p.copy_(s)
+    return [[p.detach() for p in m.parameters()] for m in models]
+
+
+def test_one_step_delayed_in_gloo_processes_matches_threads_and_the_algorithm_written_out():
+    """overlap='delayed': three boundaries (steps 3, 6, 9); the first only resets theta to phi_0, each
+    later one applies the previous boundary's averaged pseudo-gradient; finish() lands the last one. Gloo
+    processes (the all-reduce on the background thread during the next H inner steps), threads and the
+    algorithm by hand agree bit for bit."""
+    procs = run_procs(_proc_worker, 2, {"overlap": "delayed"}, timeout=120)
+    threads = _threads(2, overlap="delayed")
+    ref = _delayed_by_hand(2, STEPS)
+    assert procs[0]["syncs"] == [0, 0, 0, 0, 0, 1, 1, 1, 2, 2]  # outer steps land one boundary late
+    for r in range(2):
+        assert procs[r]["losses"] == threads[r]["losses"]
+        for a, b, c in zip(procs[r]["params"], threads[r]["params"], ref[r]):
+            assert torch.equal(a, b)
+            assert torch.equal(a, c)
+    plain = _threads(2)
+    assert plain[0]["losses"][3:] != procs[0]["losses"][3:]  # not plain DiLoCo
+
+
+@pytest.mark.parametrize(("kw", "match"), [
+    ({"delay": 4}, r"delay=4 must be an integer in \[0, period=4\)"),
+    ({"fragment_update_alpha": 1.0}, "fragment_update_alpha=1.0"),
+    ({"fragment_layout": "random"}, "fragment_layout='random'"),
+    ({"fragments": 4, "fragment_layout": "strided"}, "4 strided fragments need as many layers"),
+    ({"overlap": "eager"}, "overlap='eager' is not implemented"),
+    ({"overlap": "later"}, "overlap='later' is not known"),
+    ({"overlap": "delayed", "fragments": 2}, "needs fragments=1"),
+])
+def test_bad_overlap_settings_are_one_line_errors(kw, match):
+    model = _model(0)
+    coll = ThreadCollective.group(1)[0]
+    with pytest.raises(ValueError, match=match) as e:
+        DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, collective=coll, **kw)
+    assert "\n" not in str(e.value)
