@@ -1,41 +1,49 @@
-"""The names of the collective algorithms: one definition, torch-free.
+"""The names of the collective algorithms, for everyone who names one (config, benchmarks, report).
 
-The collectives (:mod:`lowbw.comm`), the cost model (:mod:`lowbw.net.costmodel`), the training config,
-the benchmarks and the report all name algorithms; they take the names from here, so that a new
-algorithm is added in one place and a misspelt one is rejected everywhere alike.
+Every all-reduce algorithm is one module of :mod:`lowbw.comm` registered in :mod:`lowbw.comm.registry` (what
+a collective is: :mod:`lowbw.collective`); ``ALLREDUCE_ALGORITHMS`` (the names, in the registry's order) and
+``BROADCAST_FOR`` (the broadcast each pairs with) are read from that table when first used, so a new
+algorithm is added in one place and a misspelt one is rejected everywhere alike. The broadcasts and DiLoCo's
+outer optimisers are named here. Importing this module imports no torch; reading the two names above does.
 """
 
 from __future__ import annotations
 
-__all__ = ["ALLREDUCE_ALGORITHMS", "BROADCASTS", "BROADCAST_ALIASES", "BROADCAST_FOR", "OUTER_OPTIMIZERS",
-           "check_algorithm"]
+from typing import Any
 
-# every all-reduce: ours over point-to-point messages, and "native" = torch.distributed.all_reduce
-ALLREDUCE_ALGORITHMS = ("ring", "tree", "ps", "butterfly", "alltoall", "roundrobin", "allgather", "native")
+# ALLREDUCE_ALGORITHMS and BROADCAST_FOR come from the module's __getattr__ (the registry, read when first used)
+__all__ = ["ALLREDUCE_ALGORITHMS", "BROADCASTS", "BROADCAST_ALIASES", "BROADCAST_FOR",  # noqa: F822
+           "OUTER_OPTIMIZERS", "check_algorithm"]
 
 # broadcasts: "pipeline" = chunked chain (bandwidth-optimal), "tree" = binomial tree (log2 N rounds),
 # "flat" = the source sends to every rank, "native" = torch.distributed.broadcast
 BROADCASTS = ("pipeline", "tree", "flat", "native")
 BROADCAST_ALIASES = {"chain": "pipeline", "binomial": "tree"}
 
-# the broadcast a collective pairs with each all-reduce algorithm (the same communication pattern)
-BROADCAST_FOR = {
-    "ring": "pipeline",
-    "allgather": "pipeline",
-    "tree": "tree",
-    "butterfly": "tree",
-    "ps": "flat",
-    "alltoall": "flat",
-    "roundrobin": "flat",
-    "native": "native",
-}
-
 # DiLoCo's outer optimisers (lowbw.comm.diloco and the engine's sync: diloco): SGD with Nesterov momentum, or plain
 OUTER_OPTIMIZERS = ("nesterov", "sgd")
 
 
-def check_algorithm(algorithm: str, allowed=ALLREDUCE_ALGORITHMS) -> str:
-    """``algorithm`` if it is one of ``allowed``, else a one-line ValueError naming it and the choices."""
+def check_algorithm(algorithm: str, allowed=None) -> str:
+    """``algorithm`` if it is one of ``allowed`` (default: ``ALLREDUCE_ALGORITHMS``), else a one-line
+    ValueError naming it and the choices."""
+    if allowed is None:
+        allowed = __getattr__("ALLREDUCE_ALGORITHMS")
     if algorithm not in allowed:
         raise ValueError(f"algorithm={algorithm!r} is not known; allowed: {', '.join(allowed)}")
     return algorithm
+
+
+def __getattr__(name: str) -> Any:
+    """``ALLREDUCE_ALGORITHMS`` (every registered all-reduce; ``native`` = torch.distributed.all_reduce) and
+    ``BROADCAST_FOR`` (algorithm -> its broadcast), from :mod:`lowbw.comm.registry`."""
+    if name in ("ALLREDUCE_ALGORITHMS", "BROADCAST_FOR"):
+        from lowbw.comm.registry import COLLECTIVES
+
+        if name == "ALLREDUCE_ALGORITHMS":
+            value: Any = tuple(COLLECTIVES)
+        else:
+            value = {a: spec.broadcast for a, spec in COLLECTIVES.items()}
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module 'lowbw.algorithms' has no attribute {name!r}")

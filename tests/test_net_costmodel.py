@@ -7,6 +7,8 @@ import random
 
 import pytest
 
+from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.comm.tree import HEAP_TREE_MAX_CHUNK_BYTES
 from lowbw.compress.collective import CallRecord
 from lowbw.net import costfit
 from lowbw.net import costmodel as cm
@@ -65,7 +67,7 @@ def test_non_power_of_two_and_edge_cases():
     assert cm.allreduce_time("butterfly", M, 3, L) == pytest.approx(4e-3 + 3.0)
     assert cm.allreduce_time("tree", M, 3, L) == pytest.approx(2e-3 + 4.0)  # root has two children, depth 1
     assert cm.allreduce_time("tree", M, 2, L) == pytest.approx(2e-3 + 2.0)
-    for alg in cm.ALLREDUCE_ALGORITHMS:
+    for alg in ALLREDUCE_ALGORITHMS:
         assert cm.allreduce_time(alg, M, 1, L) == 0.0
         assert cm.allreduce_time(alg, 0, 4, LinkParams(0.0, 1e6)) == 0.0
     with pytest.raises(ValueError, match="unknown"):
@@ -84,7 +86,7 @@ def test_lower_bound_is_a_lower_bound():
     for n in range(2, 9):
         lb = cm.lower_bound(M, n, L)
         assert lb == pytest.approx(2 * (n - 1) / n)
-        for alg in cm.ALLREDUCE_ALGORITHMS:
+        for alg in ALLREDUCE_ALGORITHMS:
             assert cm.allreduce_time(alg, M, n, L) >= lb - 1e-12
 
 
@@ -184,7 +186,7 @@ def test_fit_rejects_nonsense():
 
 def test_pipelined_tree_fill():
     # N=4 heap tree, one chunk (store-and-forward): reduce 2 M b, broadcast 2 M b + 1 M b down to rank 3
-    m = cm.HEAP_TREE_MAX_CHUNK_BYTES / 2
+    m = HEAP_TREE_MAX_CHUNK_BYTES / 2
     assert cm.allreduce_time("tree", m, 4, L, chunk_bytes=4 * m) == pytest.approx(4e-3 + 5 * m * 1e-6)
     # lowbw.comm's heap tree sends at most 256 KiB per message, so the fill is 262144 B x 1 us/B here
     assert cm.allreduce_time("tree", M, 4, L, chunk_bytes=4 * M) == pytest.approx(4e-3 + 4.0 + 0.262144)
@@ -196,9 +198,10 @@ def test_pipelined_tree_fill():
 
 
 def test_tree_chunk_cap_is_the_one_lowbw_comm_uses():
-    from lowbw.comm import tree
-
-    assert cm.HEAP_TREE_MAX_CHUNK_BYTES == tree.HEAP_TREE_MAX_CHUNK_BYTES
+    # N=8 (depth 3): two chunks of fill, each capped at lowbw.comm.tree's message size whatever chunk_bytes says
+    cap = HEAP_TREE_MAX_CHUNK_BYTES
+    fill = cm.allreduce_time("tree", 10 * cap, 8, L, chunk_bytes=4 * cap) - cm.allreduce_time("tree", 10 * cap, 8, L)
+    assert fill == pytest.approx(2 * cap * L.beta)
 
 
 def test_talk_crossover_ring_vs_tree():

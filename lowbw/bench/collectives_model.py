@@ -304,7 +304,7 @@ def tree_chain(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = Non
     All buckets full (N = 2, 3, or long gaps), this is the model's 2 idle starts for N = 2 and 3; for N = 4
     the chain frees up to 5 buckets where :func:`lowbw.net.costmodel.allreduce_time` credits 3 (its two
     idle starts and the fill chunk's)."""
-    from lowbw.net.costmodel import HEAP_TREE_MAX_CHUNK_BYTES
+    from lowbw.comm.tree import HEAP_TREE_MAX_CHUNK_BYTES
 
     wire = float(cal.get("shaper_burst_bytes") or 0.0)
     m = float(nbytes)
@@ -368,7 +368,7 @@ def window_wait(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: f
     c beta). It matters where the delay-bandwidth product
     exceeds the window (100 Mbit/s and 50 ms: ~1.3 MB against 1 MiB); the parameter server's chunks (4 MiB)
     and the ring's never reach it on this grid."""
-    from lowbw.net.costmodel import HEAP_TREE_MAX_CHUNK_BYTES
+    from lowbw.comm.tree import HEAP_TREE_MAX_CHUNK_BYTES
 
     if algorithm != "tree" or n < 2 or nbytes <= 0:
         return 0.0

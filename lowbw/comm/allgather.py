@@ -17,10 +17,11 @@ from collections import deque
 import torch
 from torch import Tensor
 
+from lowbw.collective import CollectiveSpec, Cost
 from lowbw.comm.numerics import Reducer, chunk_ranges
 from lowbw.comm.transport import Transport
 
-__all__ = ["ring_allgather_into", "count_ring_allgather", "allgather_allreduce", "clear_workspace"]
+__all__ = ["ring_allgather_into", "count_ring_allgather", "allgather_allreduce", "clear_workspace", "cost", "SPEC"]
 
 
 def ring_allgather_into(out: Tensor, offsets: list[int], tp: Transport, chunk: int, window: int = 4,
@@ -132,3 +133,16 @@ def allgather_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, wind
     ring_allgather_into(out, [j * n for j in range(N + 1)], tp, chunk, window, own=t)
     parts = out.view(N, n)
     red.reduce_ordered(t, [None if j == r else parts[j] for j in range(N)])
+
+
+# ------------------------------------------------------------------------------------------- cost
+def cost(n: int) -> Cost:
+    """A ring all-gather of the whole vectors, then a local sum: ``(N-1) a + (N-1) M b``, (N-1) M summed."""
+    return Cost(float(n - 1), float(n - 1), float(n - 1))
+
+
+
+SPEC = CollectiveSpec(
+    name="allgather",
+    run=lambda flat, tp, red, chunk, window, root=0: allgather_allreduce(flat, tp, red, chunk, window),
+    cost=cost, broadcast="pipeline")

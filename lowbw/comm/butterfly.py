@@ -12,13 +12,16 @@ Reduction order: a fixed binary tree over ranks, e.g. N=4: (x0 + x2) + (x1 + x3)
 
 from __future__ import annotations
 
+import math
+
 import torch
 from torch import Tensor
 
+from lowbw.collective import CollectiveSpec, Cost
 from lowbw.comm.numerics import Reducer
 from lowbw.comm.transport import Transport
 
-__all__ = ["butterfly_allreduce"]
+__all__ = ["butterfly_allreduce", "cost", "talk", "SPEC"]
 
 
 def _halves(lo: int, hi: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -81,3 +84,24 @@ def butterfly_allreduce(t: Tensor, tp: Transport, red: Reducer) -> None:
     # unfold
     if r < 2 * R:
         tp.wait(tp.send(t, r - 1))
+
+
+# ------------------------------------------------------------------------------------------- cost
+def cost(n: int) -> Cost:
+    """Recursive halving + doubling on P = the largest power of two <= N: ``2 log2 P`` steps and
+    ``2(P-1)/P M`` per link; the N - P extra ranks first fold their vector into a partner and get the result
+    back at the end: 2 more steps and 2 M more bytes (and M more summed)."""
+    p2 = 2 ** int(math.floor(math.log2(n)))
+    extra = 0 if n == p2 else 2
+    k = int(math.log2(p2))
+    return Cost(2.0 * k + extra, 2.0 * (p2 - 1) / p2 + extra, (p2 - 1) / p2 + (1 if extra else 0))
+
+
+def talk(n: int) -> tuple[float, float]:
+    """The talk's butterfly: ``2 logN a + 2(N-1)/N M b``, logN = ceil(log2 N)."""
+    return 2.0 * max(0, math.ceil(math.log2(n))), 2.0 * (n - 1) / n
+
+
+SPEC = CollectiveSpec(
+    name="butterfly", run=lambda flat, tp, red, chunk, window, root=0: butterfly_allreduce(flat, tp, red),
+    cost=cost, broadcast="tree", talk=talk)

@@ -1,11 +1,10 @@
-"""Direct (all-pairs) all-reduces: ``alltoall`` and ``roundrobin``, on a contention-free schedule.
+"""Direct (all-pairs) exchanges on a contention-free schedule, and the ``roundrobin`` all-reduce.
 
-* ``alltoall`` (naive): every rank sends its whole tensor to every other rank and reduces all N copies
-  itself in rank order (x_0 + x_1 + ... in the accumulator dtype, one rounding). (N-1)M bytes out per
-  rank; every rank computes the same bits. Chunked: at most N-1 chunks of the others are held.
 * ``roundrobin`` (sharded parameter server): segment j of the tensor is mastered by rank j; every rank
   sends segment j to rank j, rank j reduces it in rank order and sends the result to every rank. All
   masters work at the same time, so each rank sends 2(N-1)/N M bytes.
+* :func:`pairwise_rounds` and :func:`exchange`: the schedule ``roundrobin`` and ``alltoall``
+  (:mod:`lowbw.comm.alltoall`) move their messages in.
 
 Both move their messages in N-1 *pairwise-exchange* rounds (MPI's pairwise all-to-all): in round k rank r
 sends to (r+k) mod N and receives from (r-k) mod N, so every link carries one flow in each direction at a
@@ -18,10 +17,11 @@ from __future__ import annotations
 import torch
 from torch import Tensor
 
+from lowbw.collective import CollectiveSpec, Cost
 from lowbw.comm.numerics import Reducer, chunk_ranges, split
 from lowbw.comm.transport import Transport
 
-__all__ = ["alltoall_allreduce", "roundrobin_allreduce", "pairwise_rounds"]
+__all__ = ["roundrobin_allreduce", "pairwise_rounds", "exchange", "cost", "SPEC"]
 
 
 def pairwise_rounds(rank: int, world_size: int) -> list[tuple[int, int]]:
@@ -29,7 +29,7 @@ def pairwise_rounds(rank: int, world_size: int) -> list[tuple[int, int]]:
     return [((rank + k) % world_size, (rank - k) % world_size) for k in range(1, world_size)]
 
 
-def _exchange(tp: Transport, snd: list[tuple[Tensor, int]], rcv: list[tuple[Tensor, int]]) -> None:
+def exchange(tp: Transport, snd: list[tuple[Tensor, int]], rcv: list[tuple[Tensor, int]]) -> None:
     """One round: post the receives, then the sends (pairs chunk by chunk, lockstep-safe), wait for all."""
     ops = []
     for c in range(max(len(snd), len(rcv))):
@@ -38,22 +38,6 @@ def _exchange(tp: Transport, snd: list[tuple[Tensor, int]], rcv: list[tuple[Tens
         if c < len(snd):
             ops.append(("send", *snd[c]))
     tp.wait_all(tp.post(ops))
-
-
-def alltoall_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> None:
-    N, r = tp.world_size, tp.rank
-    if N == 1:
-        red.finish(t)
-        return
-    if t.numel() == 0:
-        return
-    rounds = pairwise_rounds(r, N)
-    slot_len = min(chunk, t.numel())
-    slots = {src: torch.empty(slot_len, dtype=t.dtype, device=t.device) for _, src in rounds}
-    for a, b in chunk_ranges(0, t.numel(), chunk):
-        for dst, src in rounds:
-            _exchange(tp, [(t[a:b], dst)], [(slots[src][: b - a], src)])
-        red.reduce_ordered(t[a:b], [None if q == r else slots[q][: b - a] for q in range(N)])
 
 
 def roundrobin_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> None:
@@ -73,10 +57,22 @@ def roundrobin_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> 
     # phase 1 (reduce-scatter): segment dst to its master; my segment from src
     recv = {src: torch.empty(hi - lo, dtype=t.dtype, device=t.device) for _, src in rounds}
     for dst, src in rounds:
-        _exchange(tp, pieces(t, *segs[dst], dst), pieces(recv[src], 0, hi - lo, src))
+        exchange(tp, pieces(t, *segs[dst], dst), pieces(recv[src], 0, hi - lo, src))
     red.reduce_ordered(t[lo:hi], [None if q == r else recv[q] for q in range(N)])
     del recv
 
     # phase 2 (all-gather): my finished segment to dst; segment src from its master, into place
     for dst, src in rounds:
-        _exchange(tp, pieces(t, lo, hi, dst), pieces(t, *segs[src], src))
+        exchange(tp, pieces(t, lo, hi, dst), pieces(t, *segs[src], src))
+
+
+# ------------------------------------------------------------------------------------------- cost
+def cost(n: int) -> Cost:
+    """roundrobin: rank r masters chunk r; everyone sends it chunk r, then it sends the reduced chunk to
+    everyone, each phase in N-1 pairwise rounds of M/N: ``2(N-1) a + 2(N-1)/N M b``, (N-1)/N M summed."""
+    return Cost(2.0 * (n - 1), 2.0 * (n - 1) / n, (n - 1) / n)
+
+
+SPEC = CollectiveSpec(
+    name="roundrobin", run=lambda flat, tp, red, chunk, window, root=0: roundrobin_allreduce(flat, tp, red, chunk),
+    cost=cost, broadcast="flat")

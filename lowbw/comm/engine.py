@@ -15,17 +15,14 @@ from datetime import timedelta
 import torch
 from torch import Tensor
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS as ALGORITHMS
-from lowbw.algorithms import BROADCAST_ALIASES, BROADCAST_FOR, BROADCASTS, check_algorithm
-from lowbw.comm.allgather import allgather_allreduce, ring_allgather_into
-from lowbw.comm.butterfly import butterfly_allreduce
-from lowbw.comm.direct import alltoall_allreduce, roundrobin_allreduce
+from lowbw.algorithms import BROADCAST_ALIASES, BROADCASTS, check_algorithm
+from lowbw.comm.allgather import ring_allgather_into
 from lowbw.comm.errors import CommError, PeerFailedError, PeerTimeoutError
 from lowbw.comm.meter import CallStats, Meter, active_meters
 from lowbw.comm.numerics import Reducer
-from lowbw.comm.ring import ring_allreduce
+from lowbw.comm.registry import COLLECTIVES
 from lowbw.comm.transport import DEFAULT_TIMEOUT, DistTransport, Transport
-from lowbw.comm.tree import TREES, bcast_from_root, tree_allreduce
+from lowbw.comm.tree import TREES, bcast_from_root
 
 __all__ = [
     "ALGORITHMS",
@@ -47,6 +44,8 @@ __all__ = [
     "wait_native",
 ]
 
+ALGORITHMS = tuple(COLLECTIVES)  # every all-reduce, in the registry's order (= lowbw.algorithms')
+BROADCAST_FOR = {a: spec.broadcast for a, spec in COLLECTIVES.items()}  # the broadcast each pairs with
 DEFAULT_CHUNK_BYTES = 1 << 22  # 4 MiB messages: large enough for loopback, small enough to stream
 DEFAULT_WINDOW = 4  # chunks in flight per receiving stream
 MAX_DIMS = 8  # the most dimensions an all-gathered tensor may have (its shape header has MAX_DIMS slots)
@@ -115,23 +114,12 @@ class FlatView:
 
 def run_allreduce(flat: Tensor, tp: Transport, algorithm: str, red: Reducer, chunk: int, window: int,
                   root: int = 0) -> None:
-    """Run one of our algorithms (not ``native``) on a contiguous 1-D tensor, in place."""
-    if algorithm == "ring":
-        ring_allreduce(flat, tp, red, chunk, window)
-    elif algorithm == "tree":
-        tree_allreduce(flat, tp, red, chunk, window, shape="heap", root=root)
-    elif algorithm == "ps":
-        tree_allreduce(flat, tp, red, chunk, window, shape="flat", root=root)
-    elif algorithm == "butterfly":
-        butterfly_allreduce(flat, tp, red)
-    elif algorithm == "alltoall":
-        alltoall_allreduce(flat, tp, red, chunk)
-    elif algorithm == "roundrobin":
-        roundrobin_allreduce(flat, tp, red, chunk)
-    elif algorithm == "allgather":
-        allgather_allreduce(flat, tp, red, chunk, window)
-    else:
+    """Run one of our algorithms (not ``native``) on a contiguous 1-D tensor, in place: the registry's
+    ``SPEC.run`` of ``algorithm`` (:mod:`lowbw.comm.registry`)."""
+    spec = COLLECTIVES.get(algorithm)
+    if spec is None or spec.run is None:
         raise ValueError(f"algorithm={algorithm!r} cannot run over a transport")
+    spec.run(flat, tp, red, chunk, window, root)
 
 
 def run_broadcast(flat: Tensor, tp: Transport, src: int, shape: str, chunk: int, window: int) -> None:

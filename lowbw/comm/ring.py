@@ -21,10 +21,11 @@ from collections import deque
 import torch
 from torch import Tensor
 
+from lowbw.collective import CollectiveSpec, Cost, message_time
 from lowbw.comm.numerics import Reducer, chunk_ranges, split
 from lowbw.comm.transport import Transport
 
-__all__ = ["ring_allreduce"]
+__all__ = ["ring_allreduce", "cost", "talk", "links_time", "SPEC"]
 
 
 def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: int = 4) -> None:
@@ -111,3 +112,31 @@ def _lockstep(t, tp, red, chunk, segs, rounds, right, left) -> None:
             if c < len(rcv) and g < N - 1:
                 a, b = rcv[c]
                 red.combine(t[a:b], tmp[: b - a], last=(g == N - 2))
+
+
+# ------------------------------------------------------------------------------------------- cost
+def cost(n: int) -> Cost:
+    """2(N-1) steps of M/N bytes on every link each way: ``2(N-1) a + 2(N-1)/N M b``; every rank sums
+    (N-1)/N M (its segment, once per other rank)."""
+    return Cost(2.0 * (n - 1), 2.0 * (n - 1) / n, (n - 1) / n)
+
+
+def talk(n: int) -> tuple[float, float]:
+    """The talk's ring: ``2(N-1) a + 2(N-1)/N M b`` (the same as :func:`cost`)."""
+    return 2.0 * (n - 1), 2.0 * (n - 1) / n
+
+
+def links_time(nbytes: float, links, root: int = 0) -> float:
+    """On per-worker links, in rank order: the 2(N-1) synchronous steps of M/N each last as long as the
+    slowest hop, ``2 (N-1) max_i t(i -> i+1 mod N, M/N)`` (``root`` is unused: a ring has none)."""
+    n = len(links)
+    if n == 1:
+        return 0.0
+    step = max(message_time(links[i], links[(i + 1) % n], nbytes / n) for i in range(n))
+    return 2 * (n - 1) * step
+
+
+
+SPEC = CollectiveSpec(
+    name="ring", run=lambda flat, tp, red, chunk, window, root=0: ring_allreduce(flat, tp, red, chunk, window),
+    cost=cost, broadcast="pipeline", links=links_time, talk=talk)

@@ -19,11 +19,13 @@ at 256 KiB the per-message cost is still negligible next to the bytes.
 
 from __future__ import annotations
 
+import math
 from collections import deque
 
 import torch
 from torch import Tensor
 
+from lowbw.collective import CollectiveSpec, Cost
 from lowbw.comm.numerics import Reducer, chunk_ranges
 from lowbw.comm.transport import Transport
 
@@ -37,10 +39,14 @@ __all__ = [
     "tree_allreduce",
     "reduce_to_root",
     "bcast_from_root",
+    "cost",
+    "talk",
+    "fill",
+    "SPEC",
 ]
 
 
-HEAP_TREE_MAX_CHUNK_BYTES = 256 << 10  # mirrored in lowbw.net.costmodel (a test checks they agree)
+HEAP_TREE_MAX_CHUNK_BYTES = 256 << 10  # the cost model reads it through SPEC.fill
 
 
 def _rel(rank: int, n: int, root: int) -> int:
@@ -176,3 +182,32 @@ def tree_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: i
         window = min(window, 2)
     deps = reduce_to_root(t, tp, red, parent, children, chunk, window)
     bcast_from_root(t, tp, parent, children, chunk, window, deps)
+
+
+# ------------------------------------------------------------------------------------------- cost
+def cost(n: int) -> Cost:
+    """The pipelined binary heap tree: the root's downlink takes one vector per child (reduce), its uplink
+    sends one per child (broadcast); latency: the tree's depth floor(log2 N) each way:
+    ``2 floor(log2 N) a + 2 min(2, N-1) M b`` (= the talk's ``2 logN (a + M b)`` for N <= 4)."""
+    kids = float(min(2, n - 1))
+    return Cost(2.0 * int(math.floor(math.log2(n))), 2.0 * kids, kids)
+
+
+def talk(n: int) -> tuple[float, float]:
+    """The talk's store-and-forward tree: ``2 logN a + 2 logN M b``, logN = ceil(log2 N)."""
+    lg = max(0, math.ceil(math.log2(n)))
+    return 2.0 * lg, 2.0 * lg
+
+
+def fill(n: int, nbytes: float, chunk_bytes: float) -> tuple[int, float]:
+    """The broadcast's pipeline fill: the deepest leaves get the last chunk (depth - 1) chunks after the
+    root's last send; a chunk is ``min(chunk_bytes, HEAP_TREE_MAX_CHUNK_BYTES, M)``."""
+    depth = int(math.floor(math.log2(n)))
+    return max(0, depth - 1), min(float(chunk_bytes), float(HEAP_TREE_MAX_CHUNK_BYTES), nbytes)
+
+
+
+SPEC = CollectiveSpec(
+    name="tree", run=lambda flat, tp, red, chunk, window, root=0: tree_allreduce(flat, tp, red, chunk, window,
+                                                                                 shape="heap", root=root),
+    cost=cost, broadcast="tree", idle_starts=2, talk=talk, fill=fill)

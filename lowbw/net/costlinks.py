@@ -19,6 +19,9 @@ max-min sharing; each flow is either capped by its other end or gets an equal sh
 * any other algorithm: :func:`lowbw.net.costmodel.allreduce_time` on the slowest link (the smallest
   bandwidth and the largest latency of all), an upper bound.
 
+Which algorithm is timed how is its module's ``SPEC.links`` (:mod:`lowbw.comm.registry`; ``None``: the
+slowest-link bound); the message primitives are :mod:`lowbw.collective`'s.
+
 All-gather and broadcast (:func:`allgather_time`, :func:`broadcast_time`) and a sequence of recorded calls
 (:func:`calls_time`, the sim's virtual clock) follow the same rules: a ring or chain hop ``i -> j`` carries
 its bytes at ``min(U_i, D_j)``, a star's centre shares its link, a tree is timed on the slowest link.
@@ -34,7 +37,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lowbw.net.costmodel import LinkParams, allreduce_time
+from lowbw.collective import message_time, shared_time
+from lowbw.net.costmodel import LinkParams, allreduce_time, broadcast_pattern, gather_pattern
 from lowbw.net.link import LinkSpec
 
 __all__ = ["WorkerLink", "message_time", "ring_time", "ps_time", "best_root", "links_allreduce_time",
@@ -68,19 +72,6 @@ class WorkerLink:
         return cls(spec.up_bps, spec.down_bps, spec.delay_s + alpha_s, spec.down_delay_s)
 
 
-def message_time(src: WorkerLink, dst: WorkerLink, nbytes: float) -> float:
-    """``a_src + d_dst + 8 m / min(U_src, D_dst)``."""
-    return src.up_alpha_s + dst.down_alpha_s + 8.0 * nbytes / min(src.up_bps, dst.down_bps)
-
-
-def _shared(nbytes: float, capacity_bps: float, caps_bps: Sequence[float]) -> float:
-    """Seconds until flows of ``nbytes`` each, sharing one link of ``capacity_bps``, each capped by
-    ``caps_bps`` at its other end, have all arrived."""
-    if not caps_bps:
-        return 0.0
-    return max(8.0 * nbytes * len(caps_bps) / capacity_bps, 8.0 * nbytes / min(caps_bps))
-
-
 def _check(nbytes: float, links: Sequence[WorkerLink]) -> None:
     if nbytes < 0:
         raise ValueError(f"nbytes must be >= 0, got {nbytes}")
@@ -88,34 +79,25 @@ def _check(nbytes: float, links: Sequence[WorkerLink]) -> None:
         raise ValueError("no links")
 
 
+def _links_spec(algorithm: str):
+    """``algorithm``'s ``SPEC.links`` from :mod:`lowbw.comm.registry` (imported when first needed), or None."""
+    from lowbw.comm.registry import COLLECTIVES
+
+    spec = COLLECTIVES.get(algorithm)
+    return spec.links if spec is not None else None
+
+
 def ring_time(nbytes: float, links: Sequence[WorkerLink]) -> float:
-    """Ring all-reduce in rank order: ``2 (N-1) max_i t(i -> i+1 mod N, M/N)``."""
+    """Ring all-reduce in rank order: ``2 (N-1) max_i t(i -> i+1 mod N, M/N)`` (:func:`lowbw.comm.ring.links_time`)."""
     _check(nbytes, links)
-    n = len(links)
-    if n == 1:
-        return 0.0
-    step = max(message_time(links[i], links[(i + 1) % n], nbytes / n) for i in range(n))
-    return 2 * (n - 1) * step
+    return _links_spec("ring")(nbytes, links, 0)
 
 
 def ps_time(nbytes: float, links: Sequence[WorkerLink], root: int = 0) -> float:
-    """Parameter-server all-reduce at ``root``:
-
-    1. gather: ``max_i (a_i) + d_root + shared(M, D_root, {U_i})`` -- every worker's vector into the root;
-    2. broadcast: ``a_root + max_i (d_i) + shared(M, U_root, {D_i})`` -- the result out to every worker.
-    """
+    """Parameter-server all-reduce at ``root`` (:func:`lowbw.comm.ps.links_time`): gather every worker's
+    vector into the root, then broadcast the result from it."""
     _check(nbytes, links)
-    if not 0 <= root < len(links):
-        raise ValueError(f"root {root} is not a rank of {len(links)} workers")
-    others = [w for i, w in enumerate(links) if i != root]
-    if not others:
-        return 0.0
-    r = links[root]
-    gather = max(w.up_alpha_s for w in others) + r.down_alpha_s + _shared(nbytes, r.down_bps,
-                                                                          [w.up_bps for w in others])
-    bcast = r.up_alpha_s + max(w.down_alpha_s for w in others) + _shared(nbytes, r.up_bps,
-                                                                         [w.down_bps for w in others])
-    return gather + bcast
+    return _links_spec("ps")(nbytes, links, root)
 
 
 def best_root(nbytes: float, links: Sequence[WorkerLink]) -> tuple[int, float]:
@@ -126,13 +108,12 @@ def best_root(nbytes: float, links: Sequence[WorkerLink]) -> tuple[int, float]:
 
 
 def links_allreduce_time(algorithm: str, nbytes: float, links: Sequence[WorkerLink], root: int = 0) -> float:
-    """All-reduce time on per-worker links: ring (and gloo's ``native`` ring) and ``ps`` (at ``root``)
-    per link as above; every other algorithm on the slowest link throughout (an upper bound)."""
+    """All-reduce time on per-worker links: the algorithm's ``SPEC.links`` where it has one (ring and gloo's
+    ``native`` ring; ``ps`` at ``root``), else the closed form on the slowest link throughout (an upper bound)."""
     _check(nbytes, links)
-    if algorithm in ("ring", "native"):
-        return ring_time(nbytes, links)
-    if algorithm == "ps":
-        return ps_time(nbytes, links, root)
+    per_link = _links_spec(algorithm)
+    if per_link is not None:
+        return per_link(nbytes, links, root)
     return allreduce_time(algorithm, nbytes, len(links), slowest_link(links))
 
 
@@ -199,7 +180,7 @@ def broadcast_time(nbytes: float, links: Sequence[WorkerLink], algorithm: str = 
     if algorithm == "flat":
         r = links[root]
         others = [w for i, w in enumerate(links) if i != root]
-        return r.up_alpha_s + max(w.down_alpha_s for w in others) + _shared(nbytes, r.up_bps,
+        return r.up_alpha_s + max(w.down_alpha_s for w in others) + shared_time(nbytes, r.up_bps,
                                                                             [w.down_bps for w in others])
     if algorithm == "tree":
         slow = slowest_link(links)
@@ -215,12 +196,11 @@ def collective_time(op: str, algorithm: str, nbytes: float, links: Sequence[Work
     if op in ("all_reduce", "allreduce"):
         return links_allreduce_time(algorithm, nbytes, links)
     if op in ("all_gather", "allgather"):
-        how = "direct" if algorithm in ("alltoall", "direct") else "ring"
+        how = gather_pattern(algorithm)
         header = allgather_time(0.0, links, how) if kw.get("exchange_sizes", True) else 0.0
         return header + allgather_time(kw.get("sizes", nbytes), links, how)
     if op == "broadcast":
-        alg = {"ring": "pipeline", "ps": "flat", "alltoall": "flat", "pipeline": "pipeline", "flat": "flat"}
-        return broadcast_time(nbytes, links, alg.get(algorithm, "tree"))
+        return broadcast_time(nbytes, links, broadcast_pattern(algorithm))
     if op in ("art_topk", "ar_topk"):
         density = kw["density"]
         if not 0 <= density <= 1:

@@ -20,6 +20,11 @@ Sizes are in bytes, times in seconds, ``log`` is ``ceil(log2 N)``. Formulas are 
 pattern of the corresponding :mod:`lowbw.comm` algorithm on that network (latency terms count sequential
 message steps on the critical path) and are what the testbed calibration (:func:`fit_alpha_beta`) checks.
 Unequal links (a bandwidth and latency per worker and direction): :mod:`lowbw.net.costlinks`.
+
+Each algorithm's terms come from its module's ``SPEC`` in :mod:`lowbw.comm.registry` (:mod:`lowbw.collective`:
+``Cost(steps, link_bytes, reduced)``, the talk's form, the idle starts, the pipeline fill, the broadcast and
+all-gather it pairs with); this module only evaluates them. The registry is read when first needed, so
+importing the cost model imports no torch.
 """
 
 from __future__ import annotations
@@ -29,12 +34,11 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.algorithms import BROADCAST_ALIASES
 from lowbw.net import units as _units
 
 __all__ = [
     "LinkParams",
-    "ALLREDUCE_ALGORITHMS",
     "parse_rate",
     "parse_time",
     "allreduce_time",
@@ -54,13 +58,9 @@ __all__ = [
     "crossover_nbytes",
     "ranking",
     "min_training_time",
-
-
+    "broadcast_pattern",
+    "gather_pattern",
 ]
-
-# lowbw.comm's heap tree caps its chunks at this (lowbw.comm.tree.HEAP_TREE_MAX_CHUNK_BYTES; kept here so the
-# model needs no torch)
-HEAP_TREE_MAX_CHUNK_BYTES = 256 << 10
 
 
 # ----------------------------------------------------------------------------------------------- units
@@ -121,40 +121,48 @@ def _allreduce_terms(algorithm: str, n: int) -> tuple[float, float, float]:
     """
     if n == 1:
         return 0.0, 0.0, 0.0
-    p2 = 2 ** int(math.floor(math.log2(n)))  # largest power of two <= n
-    a = algorithm
-    if a in ("ring", "native"):  # reduce-scatter + all-gather (gloo's CPU all-reduce is a ring too)
-        return 2.0 * (n - 1), 2.0 * (n - 1) / n, (n - 1) / n
-    if a == "ps":  # gather to root (root downlink: (N-1) M), reduce, broadcast (root uplink: (N-1) M)
-        return 2.0, 2.0 * (n - 1), float(n - 1)
-    if a == "tree":
-        # lowbw.comm's tree: a binary heap tree, chunked and pipelined. Reduce: the root's downlink takes
-        # one vector per child; broadcast (after the reduce): its uplink sends one per child. Latency: the
-        # tree's depth each way. For N <= 4 the bandwidth term equals the talk's 2 logN M b.
-        kids = float(min(2, n - 1))
-        return 2.0 * int(math.floor(math.log2(n))), 2.0 * kids, kids
-    if a == "butterfly":
-        # recursive halving (reduce-scatter) + recursive doubling (all-gather) on the largest power of two;
-        # the n - p2 extra ranks first fold their vector into a partner and get the result back at the end.
-        extra = 0 if n == p2 else 2
-        k = int(math.log2(p2))
-        return 2.0 * k + extra, 2.0 * (p2 - 1) / p2 + extra, (p2 - 1) / p2 + (1 if extra else 0)
-    if a == "alltoall":  # every rank sends its whole vector to every other rank (N-1 pairwise rounds), sums
-        return float(n - 1), float(n - 1), float(n - 1)
-    if a == "roundrobin":
-        # rank r masters chunk r: everyone sends it chunk r, then it sends the reduced chunk to everyone,
-        # each phase in N-1 pairwise rounds of M/N: 2 (N-1)/N M per link each way, 2(N-1) latency steps.
-        return 2.0 * (n - 1), 2.0 * (n - 1) / n, (n - 1) / n
-    if a == "allgather":  # all-gather the full vectors (ring), sum locally
-        return float(n - 1), float(n - 1), float(n - 1)
-    raise ValueError(f"unknown all-reduce algorithm {algorithm!r}; known: {', '.join(ALLREDUCE_ALGORITHMS)}")
+    return _spec(algorithm, "all-reduce algorithm").cost(n)
+
+
+def _collectives() -> dict:
+    """The registry of all-reduce algorithms (:mod:`lowbw.comm.registry`), imported when first needed."""
+    from lowbw.comm.registry import COLLECTIVES
+
+    return COLLECTIVES
+
+
+def _spec(algorithm: str, what: str):
+    """``algorithm``'s :class:`lowbw.collective.CollectiveSpec`; a ValueError naming the known ones if none."""
+    spec = _collectives().get(algorithm)
+    if spec is None:
+        raise ValueError(f"unknown {what} {algorithm!r}; known: {', '.join(_collectives())}")
+    return spec
+
+
+def gather_pattern(algorithm: str) -> str:
+    """The all-gather pattern of an all-reduce algorithm's shape (its ``SPEC.gather``); ``direct`` and
+    ``ring`` name themselves; anything else gathers round a ring."""
+    spec = _collectives().get(algorithm)
+    return spec.gather if spec is not None else ("direct" if algorithm == "direct" else "ring")
+
+
+def broadcast_pattern(algorithm: str) -> str:
+    """The broadcast an all-reduce algorithm pairs with (its ``SPEC.broadcast``) or a broadcast's own name
+    (aliases resolved), as timed here: ``pipeline``, ``flat``, else ``tree`` (torch's ``native`` broadcast
+    is gloo's binomial tree)."""
+    spec = _collectives().get(algorithm)
+    how = spec.broadcast if spec is not None else algorithm
+    how = BROADCAST_ALIASES.get(how, how)
+    return how if how in ("pipeline", "flat") else "tree"
 
 
 def _idle_starts(algorithm: str) -> int:
     """Times the busiest link starts sending on the critical path after having idled (each such start gets
     the shaper's burst free): ``ps`` and ``tree`` fill the root's downlink (reduce), then its uplink
-    (broadcast); every other algorithm streams on every link from the start of the call to its end."""
-    return 2 if algorithm in ("ps", "tree") else 1
+    (broadcast); every other algorithm streams on every link from the start of the call to its end
+    (``SPEC.idle_starts``; 1 for a name that is no all-reduce)."""
+    spec = _collectives().get(algorithm)
+    return spec.idle_starts if spec is not None else 1
 
 
 def allreduce_time(algorithm: str, nbytes: float, world_size: int, link: LinkParams,
@@ -182,10 +190,10 @@ def allreduce_time(algorithm: str, nbytes: float, world_size: int, link: LinkPar
     link_bytes = B * nbytes  # 0 for one worker
     link_bytes -= phases * min(link.burst_bytes, link_bytes / phases)
     t = A * link.alpha_s + link_bytes * link.beta + G * nbytes * link.gamma_s_per_byte
-    if chunk_bytes and algorithm == "tree" and world_size > 1:
-        depth = int(math.floor(math.log2(world_size)))
-        c = min(float(chunk_bytes), float(HEAP_TREE_MAX_CHUNK_BYTES), nbytes)
-        t += max(0, depth - 1) * max(0.0, c - link.burst_bytes) * link.beta
+    fill = _spec(algorithm, "all-reduce algorithm").fill if world_size > 1 else None
+    if chunk_bytes and fill is not None:
+        count, c = fill(world_size, nbytes, chunk_bytes)
+        t += count * max(0.0, c - link.burst_bytes) * link.beta
     return t
 
 
@@ -199,14 +207,14 @@ def talk_allreduce_time(algorithm: str, nbytes: float, world_size: int, link: Li
 
 
 def _talk_terms(algorithm: str, n: int) -> tuple[float, float]:
-    lg = _log2(n)
+    """(latency steps, byte multiplier) of the talk's formula: ``SPEC.talk``."""
     if n == 1:
         return 0.0, 0.0
-    f = {"ps": (2.0, 2.0 * (n - 1)), "ring": (2.0 * (n - 1), 2.0 * (n - 1) / n), "tree": (2.0 * lg, 2.0 * lg),
-         "butterfly": (2.0 * lg, 2.0 * (n - 1) / n)}
-    if algorithm not in f:
-        raise ValueError(f"the talk gives formulas for {sorted(f)}, not {algorithm!r}")
-    return f[algorithm]
+    spec = _collectives().get(algorithm)
+    if spec is None or spec.talk is None:
+        given = sorted(a for a, sp in _collectives().items() if sp.talk is not None)
+        raise ValueError(f"the talk gives formulas for {given}, not {algorithm!r}")
+    return spec.talk(n)
 
 
 def allreduce_volume(algorithm: str, nbytes: float, world_size: int) -> float:
@@ -307,14 +315,13 @@ def collective_time(op: str, algorithm: str, nbytes: float, world_size: int, lin
         return allreduce_time(algorithm, nbytes, world_size, link)
     if op in ("all_gather", "allgather"):
         sizes = kw.get("sizes", nbytes)
-        how = "direct" if algorithm in ("alltoall", "direct") else "ring"
+        how = gather_pattern(algorithm)
         # lowbw.comm's all_gather takes tensors of any size: it first all-gathers their sizes (one more pass
         # of the same pattern with 8-byte headers, i.e. latency only)
         header = allgather_time(0.0, world_size, link, how) if kw.get("exchange_sizes", True) else 0.0
         return header + allgather_time(sizes, world_size, link, how)
     if op == "broadcast":
-        alg = {"ring": "pipeline", "ps": "flat", "alltoall": "flat", "pipeline": "pipeline", "flat": "flat"}
-        return broadcast_time(nbytes, world_size, link, alg.get(algorithm, "tree"))
+        return broadcast_time(nbytes, world_size, link, broadcast_pattern(algorithm))
     if op in ("art_topk", "ar_topk"):
         return art_topk_time(nbytes, kw["density"], world_size, link, base=algorithm)
     raise ValueError(f"unknown collective op {op!r}")
@@ -456,10 +463,12 @@ def min_training_time(steps: int, compute_s: float, nbytes: float, world_size: i
 
 
 # ----------------------------------------------------------------------------------- crossovers
-def ranking(nbytes: float, world_size: int, link: LinkParams,
-            algorithms: Iterable[str] = ("ring", "tree", "ps", "butterfly", "alltoall", "roundrobin", "allgather")
+def ranking(nbytes: float, world_size: int, link: LinkParams, algorithms: Iterable[str] | None = None
             ) -> list[tuple[str, float]]:
-    """Algorithms sorted by modelled all-reduce time (fastest first)."""
+    """Algorithms (default: every registered one but ``native``, which is the ring) sorted by modelled
+    all-reduce time (fastest first; ties in the registry's order)."""
+    if algorithms is None:
+        algorithms = [a for a, spec in _collectives().items() if spec.run is not None]
     return sorted(((a, allreduce_time(a, nbytes, world_size, link)) for a in algorithms), key=lambda x: x[1])
 
 

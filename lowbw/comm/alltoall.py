@@ -1,0 +1,54 @@
+"""``alltoall`` all-reduce (naive): every rank sends its whole tensor to every other rank and sums all N.
+
+Every rank reduces the N copies itself in rank order (x_0 + x_1 + ... in the accumulator dtype, one
+rounding), so every rank computes the same bits. Schedule of one call, for each chunk of the tensor (at most
+``chunk`` elements, so at most N-1 chunks of the others are held):
+
+1. rounds k = 1 .. N-1 (:func:`lowbw.comm.direct.pairwise_rounds`): rank r sends the chunk to (r+k) mod N
+   and receives that peer's chunk from (r-k) mod N -- one flow per link and direction at a time;
+2. sum the N chunks in rank order into the tensor.
+
+Cost on N equal links: (N-1) pairwise rounds of M each: ``(N-1) a + (N-1) M b``, (N-1) M summed; every rank
+sends and receives (N-1) M bytes. Its all-gather is the same everyone-to-everyone pattern (``direct``), its
+broadcast the root sending N-1 copies (``flat``).
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import Tensor
+
+from lowbw.collective import CollectiveSpec, Cost
+from lowbw.comm.direct import exchange, pairwise_rounds
+from lowbw.comm.numerics import Reducer, chunk_ranges
+from lowbw.comm.transport import Transport
+
+__all__ = ["alltoall_allreduce", "cost", "SPEC"]
+
+
+def alltoall_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> None:
+    """All-reduce ``t`` in place: each chunk to every peer in N-1 pairwise rounds, then a rank-order sum."""
+    N, r = tp.world_size, tp.rank
+    if N == 1:
+        red.finish(t)
+        return
+    if t.numel() == 0:
+        return
+    rounds = pairwise_rounds(r, N)
+    slot_len = min(chunk, t.numel())
+    slots = {src: torch.empty(slot_len, dtype=t.dtype, device=t.device) for _, src in rounds}
+    for a, b in chunk_ranges(0, t.numel(), chunk):
+        for dst, src in rounds:
+            exchange(tp, [(t[a:b], dst)], [(slots[src][: b - a], src)])
+        red.reduce_ordered(t[a:b], [None if q == r else slots[q][: b - a] for q in range(N)])
+
+
+def cost(n: int) -> Cost:
+    """N-1 sequential rounds, each link carries M per round each way: ``(N-1) a + (N-1) M b``; (N-1) M summed."""
+    return Cost(float(n - 1), float(n - 1), float(n - 1))
+
+
+
+SPEC = CollectiveSpec(
+    name="alltoall", run=lambda flat, tp, red, chunk, window, root=0: alltoall_allreduce(flat, tp, red, chunk),
+    cost=cost, broadcast="flat", gather="direct")

@@ -1,0 +1,16 @@
+"""``native``: ``torch.distributed.all_reduce`` itself, the baseline (run by :mod:`lowbw.comm.collectives`).
+
+gloo's CPU all-reduce is a ring (reduce-scatter + all-gather), so its cost is the ring's
+(:func:`lowbw.comm.ring.cost`, on per-worker links :func:`lowbw.comm.ring.links_time`); its broadcast is
+``torch.distributed.broadcast`` (a binomial tree in gloo, which the cost models charge as ``tree``).
+The meter estimates native calls' bytes from :func:`lowbw.comm.meter.native_volume`.
+"""
+
+from __future__ import annotations
+
+from lowbw.collective import CollectiveSpec
+from lowbw.comm.ring import cost, links_time
+
+__all__ = ["SPEC"]
+
+SPEC = CollectiveSpec(name="native", run=None, cost=cost, broadcast="native", links=links_time)
