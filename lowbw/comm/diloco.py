@@ -320,7 +320,9 @@ class DiLoCo:
     @torch.no_grad()
     def sync(self, fragment: int = 0, alpha: float | None = None) -> None:
         """Steps 1-4 of the module doc for one fragment at once (call it directly to synchronise out of
-        schedule); step 4 mixes with ``alpha`` (default ``fragment_update_alpha``)."""
+        schedule, with no exchange in flight); step 4 mixes with ``alpha`` (default ``fragment_update_alpha``)."""
+        if self.inflight:
+            raise RuntimeError("DiLoCo.sync: exchanges are in flight on the background thread; call finish() first")
         self._apply(fragment, self._exchange(fragment, self._deltas(fragment)), alpha)
 
     @torch.no_grad()

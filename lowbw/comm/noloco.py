@@ -46,6 +46,7 @@ from __future__ import annotations
 import torch
 import torch.distributed as dist
 
+from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter
 from lowbw.comm.pairwise import pair_partners, swap
 
@@ -87,14 +88,12 @@ class NoLoCo:
         self.params = [p for p in model.parameters() if p.requires_grad]
         if not self.params:
             raise ValueError("NoLoCo: the model has no trainable parameters")
-        if sync_start:
+        self.meter = Meter()
+        if sync_start:  # lowbw's broadcast: every wait on a peer times out; its bytes are not bytes_sent
+            coll = DistCollective("ring", group=group, meter=Meter(), timeout=timeout)
             with torch.no_grad():
                 for p in self.params:
-                    src = 0 if group is None else dist.get_global_rank(group, 0)
-                    buf = p.detach().clone()
-                    dist.broadcast(buf, src, group=group)
-                    p.copy_(buf)
-        self.meter = Meter()
+                    p.copy_(coll.broadcast(p.detach(), 0))
         self.phi = self._flat()
         self.m = torch.zeros_like(self.phi)
         self.inner_steps = 0
