@@ -11,7 +11,7 @@ from lowbw.runio import read_jsonl
 from lowbw.train.launch import run
 from lowbw.train.loop import WALL_FIELDS, Trainer
 from lowbw.train.optim import FlatOptimizer
-from lowbw.train.synchroniser import ModelSync
+from lowbw.train.schemes.synchronous import ModelSync
 from lowbw.train.world import SimWorld
 from tests.test_train_diloco import cfg, trained
 from tests.test_train_loop import killed_run

@@ -1,5 +1,5 @@
 """Streaming DiLoCo as its paper states it: whole-layer strided fragments, the mixing factor alpha, and
-torchft's land-at-slot schedule (lowbw.train.streaming, lowbw.train.synchroniser)."""
+torchft's land-at-slot schedule (lowbw.train.streaming, lowbw.train.schemes.diloco)."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from lowbw.runio import read_jsonl
 from lowbw.train.config import ConfigError, RunConfig
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
+from lowbw.train.schemes.diloco import OuterSchedule
 from lowbw.train.streaming import FragmentPlan, layers
-from lowbw.train.sync import Scheme
 from lowbw.train.world import SimWorld
 
 BASE = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=7, log_every=1, progress=False,
@@ -100,7 +100,7 @@ def test_land_at_slot_starts_tau_steps_early():
     """H = 4, F = 2, tau = 1: start_at_slot starts fragments after steps 2 and 4 (land 3, 5); land_at_slot
     (torchft) after steps 1 and 3 (land 2, 4: on the slots)."""
     def starts(schedule):
-        s = Scheme(cfg(world_period=4, diloco_fragments=2, diloco_delay=1, diloco_schedule=schedule))
+        s = OuterSchedule(cfg(world_period=4, diloco_fragments=2, diloco_delay=1, diloco_schedule=schedule))
         return [(t, s.action(t, 0.0).fragment) for t in range(1, 9) if s.action(t, 0.0).avg is not None]
 
     assert starts("start_at_slot") == [(2, 0), (4, 1), (6, 0), (8, 1)]

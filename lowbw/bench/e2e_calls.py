@@ -37,7 +37,7 @@ def exchange_parts(rc, rep):
     """``(compressor, chunks, state)`` of the run config ``rc``'s gradient exchange on the replicas ``rep``, as
     the trainer aggregates (:class:`lowbw.train.synchroniser.Synchroniser`: per layer unless ``granularity``
     says otherwise); None without a compressor."""
-    from lowbw.train.sync import make_compressor, make_states
+    from lowbw.train.aggregate import make_compressor, make_states
 
     comp = make_compressor(rc)
     if comp is None:
@@ -93,7 +93,7 @@ def call_sequence(cfg: dict[str, Any], workers: int, data_shape: tuple[list[int]
 
     from lowbw.train.config import RunConfig
     from lowbw.train.replicas import Replicas
-    from lowbw.train.sync import aggregate_rank
+    from lowbw.train.aggregate import aggregate_rank
 
     rc = RunConfig.from_dict(cfg)
     threads = torch.get_num_threads()

@@ -1,6 +1,6 @@
-"""Per-step synchronisations that run after a scheme's own (:meth:`lowbw.train.synchroniser.Synchroniser.model_sync`):
-one class per method behind one small interface, registered in
-:data:`lowbw.train.synchroniser.ADDONS`.
+"""Per-step synchronisations that run after a synchronous scheme's own
+(:meth:`lowbw.train.schemes.synchronous.Synchronous.model_sync`): one class per method behind one small
+interface, registered in :data:`lowbw.train.schemes.synchronous.ADDONS`.
 
 An add-on is built from ``(cfg, world, rep, opt, direct)`` (the run's config, world, replicas, optimiser, and
 whether sim averages densely in one thread) and has
@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lowbw.train.sync import average_rank
+from lowbw.train.aggregate import average_rank
 
 __all__ = ["AddOnResult", "mean_rows"]
 

@@ -31,7 +31,7 @@ from torch import Tensor
 from lowbw.comm.engine import MAX_DIMS
 from lowbw.comm.numerics import split
 from lowbw.compress.collective import CallRecord
-from lowbw.train.sync import group_of
+from lowbw.train.aggregate import group_of
 from lowbw.train.world import Exchange, comm_cost, link_for
 
 __all__ = ["RowCollective", "ring_sum", "applies", "exchange"]

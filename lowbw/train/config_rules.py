@@ -323,7 +323,7 @@ def check_registries(cfg) -> None:
     from lowbw.data import available as datasets
     from lowbw.data.text import text_available
     from lowbw.train.models import MODELS
-    from lowbw.train.sync import make_compressor
+    from lowbw.train.aggregate import make_compressor
 
     if cfg.model not in MODELS and not cfg.model.startswith("torchvision:"):
         raise ConfigError("model", f"{cfg.model!r} is unknown; allowed: {', '.join(MODELS)}")

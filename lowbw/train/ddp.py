@@ -2,7 +2,7 @@
 communication hook (:func:`lowbw.comm.hooks.make_hook`), instead of our own per-tensor aggregation.
 
 The module's parameters are views into the replica's flat row, so the optimiser, checkpoints, evaluation
-and metrics are those of :class:`~lowbw.train.loop.Trainer`; only :meth:`DDPTrainer.gradients` differs
+and metrics are those of :class:`~lowbw.train.loop.Trainer`; only :meth:`DDPTrainer.local_step` differs
 (DDP's buckets, reverse parameter order, its own overlap of communication with the backward pass).
 BatchNorm buffers are not broadcast (``broadcast_buffers=False``): as in the other schemes each worker
 keeps its own. The hook returns at once and its exchange thread works while backward goes on, so the
@@ -24,9 +24,8 @@ from lowbw.comm.hooks import make_hook, timed_hook
 from lowbw.train.assign import seed_for
 from lowbw.train.loop import Trainer
 from lowbw.train.replicas import correct_samples
+from lowbw.train.schemes.base import LocalStep
 from lowbw.train.state import WorkerStats
-from lowbw.train.sync import Action
-from lowbw.train.world import Exchange
 
 __all__ = ["DDPTrainer"]
 
@@ -51,9 +50,9 @@ class DDPTrainer(Trainer):
         timed, self.hook_timer = timed_hook(hook)  # seconds inside hook calls this step
         self.ddp.register_comm_hook(self.hook_state, timed)
 
-    def gradients(self, b: int, act: Action) -> tuple[torch.Tensor, list[WorkerStats], list[Exchange]]:
+    def local_step(self, b: int) -> LocalStep:
         """This worker's gradient on its next ``b`` samples, averaged over the world by DDP and the hook
-        (``ddp_hook`` implies ``sync: sync``, so ``act`` is always a world gradient average)."""
+        (``ddp_hook`` implies ``sync: sync``, whose every step is a world gradient average)."""
         t0 = time.perf_counter()
         x, y = self.batches(0, b)
         coll, meter = self.hook_state.collective(), self.hook_state.meter
@@ -71,6 +70,7 @@ class DDPTrainer(Trainer):
         hook_s = self.hook_timer.seconds
         compute = max(0.0, time.perf_counter() - t0 - busy - hook_s)
         comm_s = sum(c.seconds for c in meter.calls[m0:])
-        ex = self.world.account(act.grad, coll, meter, n0, m0, None, max(0.0, busy + hook_s - comm_s), comm_s)
+        ex = self.world.account("world", coll, meter, n0, m0, None, max(0.0, busy + hook_s - comm_s), comm_s)
         correct = correct_samples(out.detach(), y)
-        return grads, [WorkerStats(loss=float(loss.detach()), correct=correct, count=b, t_compute=compute)], [ex]
+        return LocalStep(grads, [WorkerStats(loss=float(loss.detach()), correct=correct, count=b, t_compute=compute)],
+                         ex)

@@ -43,7 +43,7 @@ from lowbw.train.links import (  # noqa: F401  (re-exported: the world's API nam
     links_for,
     worker_links,
 )
-from lowbw.train.sync import TimedCollective, group_of
+from lowbw.train.aggregate import TimedCollective, group_of
 
 __all__ = ["Exchange", "SimWorld", "DistWorld", "WorkerLinks", "ShapedLink", "link_for", "links_for", "worker_links",
            "has_worker_links", "bandwidth_at", "bytes_sent_of", "comm_cost", "default_threads"]

@@ -19,13 +19,17 @@ holds the server's link for ``m / B_server`` only (cut-through; equal links give
 * ``ssp`` with bound s (Ho et al. 2013): a worker that has completed c pushes may start its next gradient only
   when every worker has completed at least c - s pushes; otherwise it waits (and pulls when released).
 
-A "step" in the metrics is M server updates (so steps, samples and epochs compare with synchronous runs).
+A "step" in the metrics is M server updates (so steps, samples and epochs compare with synchronous runs);
+the run's clock is the event time, split into the workers' mean compute and the rest (communication and
+waiting). The run is evaluated on the server's model.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from collections.abc import Callable
+from contextlib import contextmanager
 
 import torch
 
@@ -33,6 +37,7 @@ from lowbw.net.costlinks import WorkerLink
 from lowbw.net.costmodel import LinkParams
 from lowbw.train.optim import make_optimizer
 from lowbw.train.replicas import Replicas
+from lowbw.train.schemes.base import Scheme, StepContext
 from lowbw.train.state import WorkerStats
 from lowbw.train.world import bandwidth_at, has_worker_links, worker_links
 
@@ -46,14 +51,15 @@ def server_link(cfg) -> LinkParams:
                       bandwidth_bps=bandwidth_at(cfg, 0.0, per_worker=False) * 1e6 * cfg.link_goodput)
 
 
-class ParameterServer:
-    """The server and its M workers' event timeline. ``rep``: the M workers' replicas (their rows are the
-    workers' snapshots and gradients); ``batch(i, b)``: worker i's next batch of ``b`` samples;
-    ``local_batch``: b, the global batch / M."""
+class ParameterServer(Scheme):
+    """``ssp`` and ``async``: the server and its M workers' event timeline. ``rep``: the M workers' replicas
+    (their rows are the workers' snapshots and gradients); ``batches(i, b)``: worker i's next batch of ``b``
+    samples; each pushes gradients of b = the global batch / M samples. ``world`` and the replicas'
+    optimiser ``opt`` are unused (the server has its own)."""
 
-    def __init__(self, cfg, rep: Replicas, batch: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]],
-                 local_batch: int):
-        self.cfg, self.rep, self.batch, self.b = cfg, rep, batch, local_batch
+    def __init__(self, cfg, world, rep: Replicas, opt=None,
+                 batches: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]] | None = None):
+        self.cfg, self.rep, self.batch, self.b = cfg, rep, batches, cfg.global_batch // cfg.workers
         self.M = cfg.workers
         self.bound = cfg.staleness if cfg.sync == "ssp" else math.inf
         self.speeds = list(cfg.worker_speeds) or [1.0] * self.M
@@ -135,6 +141,35 @@ class ParameterServer:
             if self.arrival[j] is None and self._may_start(j):
                 self._start(j, self.now)
         return info
+
+    # --------------------------------------------------------------------------------------------- the scheme
+    def step(self, ctx: StepContext) -> None:
+        """One server update (:meth:`update`) charged to the run: samples, bytes, the event clock, the
+        statistics at 1/M of a step each; ``state.step`` advances every M updates."""
+        cfg, st = self.cfg, ctx.state
+        t0 = time.perf_counter()
+        info = self.update(ctx.lr)
+        st.samples += info.count
+        st.bytes_sent += info.bytes_sent
+        # event time; the split is per-worker average compute and the rest (communication and waiting)
+        st.clock["t_virtual"] = self.now
+        st.clock["t_virtual_compute"] += info.t_compute / cfg.workers
+        st.clock["t_virtual_comm"] = max(0.0, st.clock["t_virtual"] - st.clock["t_virtual_compute"])
+        st.meas["t_compute"] += info.t_compute if cfg.clock == "measured" else 0.0
+        st.meas["t_step"] += time.perf_counter() - t0
+        for iv in (st.interval, st.epoch_interval):
+            iv.loss += info.loss / cfg.workers
+            iv.correct += info.correct
+            iv.count += info.count
+            iv.n += 1 / cfg.workers
+        if self.updates % cfg.workers == 0:
+            st.step += 1
+        st.in_sync = True  # evaluation uses the server's model
+
+    @contextmanager
+    def evaluation_model(self):
+        """The server's model."""
+        yield self.server
 
     # --------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict:
