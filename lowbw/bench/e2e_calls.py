@@ -91,9 +91,9 @@ def call_sequence(cfg: dict[str, Any], workers: int, data_shape: tuple[list[int]
     compressor an exchange is one all-reduce with no work before it."""
     import torch
 
+    from lowbw.train.aggregate import aggregate_rank
     from lowbw.train.config import RunConfig
     from lowbw.train.replicas import Replicas
-    from lowbw.train.aggregate import aggregate_rank
 
     rc = RunConfig.from_dict(cfg)
     threads = torch.get_num_threads()

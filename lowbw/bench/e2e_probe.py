@@ -212,8 +212,8 @@ def _compress_reps(spec: dict[str, Any], rep, rank: int) -> tuple[list[float], l
     import torch
     import torch.distributed as dist
 
-    from lowbw.train.config import RunConfig
     from lowbw.train.aggregate import aggregate_rank
+    from lowbw.train.config import RunConfig
 
     parts = exchange_parts(RunConfig.from_dict(spec["twin"]), rep) if spec.get("twin") else None
     if parts is None:
@@ -264,9 +264,9 @@ def _ddp_step(cfg, spec: dict[str, Any], x, y):
     if method:  # the cell's compressor, as DDPTrainer builds it
         import torch.distributed as dist
 
+        from lowbw.train.aggregate import make_compressor
         from lowbw.train.assign import seed_for
         from lowbw.train.config import RunConfig
-        from lowbw.train.aggregate import make_compressor
 
         rc = RunConfig.from_dict({**spec["config"], **method, "ddp_hook": False})
         comp = make_compressor(rc)

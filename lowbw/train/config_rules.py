@@ -322,8 +322,8 @@ def check_registries(cfg) -> None:
     from lowbw.compress import registry
     from lowbw.data import available as datasets
     from lowbw.data.text import text_available
-    from lowbw.train.models import MODELS
     from lowbw.train.aggregate import make_compressor
+    from lowbw.train.models import MODELS
 
     if cfg.model not in MODELS and not cfg.model.startswith("torchvision:"):
         raise ConfigError("model", f"{cfg.model!r} is unknown; allowed: {', '.join(MODELS)}")

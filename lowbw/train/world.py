@@ -32,6 +32,7 @@ from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter, expected
 from lowbw.comm.threads import ThreadCollective, run_threads
 from lowbw.compress.collective import CallRecord
+from lowbw.train.aggregate import TimedCollective, group_of
 from lowbw.train.links import (  # noqa: F401  (re-exported: the world's API names its links)
     ShapedLink,
     WorkerLinks,
@@ -43,7 +44,6 @@ from lowbw.train.links import (  # noqa: F401  (re-exported: the world's API nam
     links_for,
     worker_links,
 )
-from lowbw.train.aggregate import TimedCollective, group_of
 
 __all__ = ["Exchange", "SimWorld", "DistWorld", "WorkerLinks", "ShapedLink", "link_for", "links_for", "worker_links",
            "has_worker_links", "bandwidth_at", "bytes_sent_of", "comm_cost", "default_threads"]
