@@ -56,7 +56,7 @@ def _wrapper_worker(rank: int, world_size: int, cd: dict) -> dict:
     outer = DiLoCo(model, opt, cfg.world_period, outer=cfg.outer_optimizer, outer_lr=cfg.outer_lr,
                    outer_momentum=cfg.outer_momentum, algorithm=cfg.collective, fragments=cfg.diloco_fragments,
                    fragment_layout=cfg.diloco_fragment_layout, delay=cfg.diloco_delay,
-                   fragment_update_alpha=cfg.diloco_alpha)
+                   fragment_update_alpha=cfg.diloco_alpha, overlap=cfg.diloco_overlap)
     losses = []
     model.train()
     for _ in range(cfg.steps):
@@ -132,3 +132,13 @@ def test_streaming_wrapper_with_overlap_strided_fragments_and_alpha_gives_the_en
         assert [w["losses"][step] for w in wrap] == eng_losses[step], step
     assert torch.equal(wrap[0]["params"], eng_params)
     assert not torch.equal(wrap[0]["params"], wrap[1]["params"])  # alpha > 0: the replicas stay apart
+
+
+def test_one_step_delayed_wrapper_gives_the_engines_losses():
+    """``overlap="delayed"`` against ``diloco_overlap: delayed`` (H = 3, nine steps: boundaries 3, 6, 9; the
+    first resets to theta_0, the later ones apply the previous boundary's average): every loss and the final
+    parameters equal, bit for bit."""
+    eng_losses, eng_params, wrap = _both(optimizer="sgd", lr=0.05, diloco_overlap="delayed")
+    for step in range(STEPS):
+        assert [w["losses"][step] for w in wrap] == eng_losses[step], step
+    assert torch.equal(wrap[0]["params"], eng_params) and torch.equal(wrap[1]["params"], eng_params)

@@ -240,9 +240,12 @@ def _check_new_schemes(cfg) -> None:
         raise ConfigError("sparta_density", f"only used with sync=sparta or sync=diloco (sync={s})")
     if s != "diloco":
         for k, v in (("diloco_fragment_layout", "contiguous"), ("diloco_alpha", 0.0),
-                     ("diloco_schedule", "start_at_slot")):
+                     ("diloco_schedule", "start_at_slot"), ("diloco_overlap", "none")):
             if getattr(cfg, k) != v:
                 raise ConfigError(k, f"only used with sync=diloco (sync={s})")
+    elif cfg.diloco_overlap == "delayed" and (cfg.diloco_fragments != 1 or cfg.diloco_delay or cfg.diloco_alpha):
+        raise ConfigError("diloco_overlap", "delayed overlaps whole outer steps: needs diloco_fragments 1, "
+                                            "diloco_delay 0 and diloco_alpha 0")
 
 
 def _check_backends_and_network(cfg) -> None:

@@ -35,6 +35,15 @@ with the world's peer timeout, at
 the landing step; sim runs it at once and applies it tau steps later (the same arithmetic). The virtual
 clock of the overlap is in :mod:`lowbw.train.streaming`. With F > 1 no step leaves the replicas equal: the
 run is evaluated on theta_start (the global model, equal on every worker, :attr:`DiLoCo.global_row`).
+
+``diloco_overlap: delayed`` (F = 1, tau = 0): one-step-delayed DiLoCo as PCCL's asynchronous DiLoCo runs it
+(Keiblinger et al. 2025, its example ``async_diloco.py``; the wrapper's ``overlap="delayed"``,
+:mod:`lowbw.comm.diloco`, has the equations). At boundary k (every H steps): Delta_k = theta_start - theta_i
+is taken first; the exchange started at boundary k - 1 lands (its outer step on theta_start, theta_i <-
+theta_start; at the first boundary theta_i <- theta_start only); then Delta_k's exchange starts, to land H
+steps later, so the virtual clock charges a boundary only what is left of an exchange that had the H inner
+steps to run (the same in-flight accounting as tau). The final synchronisation lands the last exchange;
+the run is evaluated on theta_start (at a boundary the replicas equal it).
 """
 
 from __future__ import annotations
@@ -111,9 +120,10 @@ class DiLoCo(Synchronous):
 
     @property
     def global_row(self) -> torch.Tensor | None:
-        """F > 1 or alpha > 0: theta_start (worker 0's copy; equal on every worker), the model to evaluate;
-        else the add-ons' (sparta: worker 0's) or None (the replicas are equal at outer steps)."""
-        if len(self.plan.ranges) > 1 or self.cfg.diloco_alpha > 0:
+        """F > 1, alpha > 0 or ``diloco_overlap: delayed``: theta_start (worker 0's copy; equal on every
+        worker), the model to evaluate; else the add-ons' (sparta: worker 0's) or None (the replicas are equal
+        at outer steps)."""
+        if len(self.plan.ranges) > 1 or self.cfg.diloco_alpha > 0 or self.cfg.diloco_overlap == "delayed":
             return self.start[0]
         return super().global_row
 
@@ -145,6 +155,8 @@ class DiLoCo(Synchronous):
         """The exchanges landing now, and the fragment exchange ``act`` starts (tau = 0: done at once)."""
         ms = ModelSync()
         self.dirty = [True] * len(self.dirty)
+        if self.cfg.diloco_overlap == "delayed":
+            return self._delayed_sync(step, act, ms)
         while self.inflight and self.inflight[0].land_step <= step:
             ms.landed.append(self._land(self.inflight.pop(0)))
         if act.avg is not None:
@@ -171,6 +183,21 @@ class DiLoCo(Synchronous):
                 self.mixed[f] = False
         ms.equal = True
         return ms
+
+    def _delayed_sync(self, step: int, act: Action, ms: ModelSync) -> ModelSync:
+        """``diloco_overlap: delayed`` at step ``step`` (module docstring): at a boundary, Delta_k before
+        theta_start moves, the landing of boundary k - 1's exchange, then the start of Delta_k's."""
+        if act.avg is None:
+            return ms
+        rows = self._delta(0)  # Delta_k = theta_start - theta_i (theta_start not yet moved)
+        if self.inflight:
+            ms.landed.append(self._land(self.inflight.pop(0)))  # theta_start <- OuterOpt; theta_i <- it
+        else:
+            self.plan.put(self.rep.params, 0, self.plan.take(self.start, 0))  # first boundary: theta_i <- phi_0
+            self.dirty[0] = False
+        self.inflight.append(self._start(act.avg, 0, step, step + self.cfg.world_period, rows))
+        ms.started.append(self.inflight[-1])
+        return ms  # not equal: the replicas agree, but an update is in flight (the final sync lands it)
 
     def close(self) -> None:
         if self.bg is not None:
@@ -220,11 +247,12 @@ class DiLoCo(Synchronous):
         self._apply(f, ex, alpha)
         return ex
 
-    def _start(self, level: str, f: int, step: int, land_step: int) -> InFlight:
+    def _start(self, level: str, f: int, step: int, land_step: int, rows: torch.Tensor | None = None) -> InFlight:
         """Steps 1-2 of fragment ``f`` after step ``step``, to land after ``land_step``: sim aggregates now;
-        procs hands the collective to the background thread (a copy of Delta_f, so training goes on)."""
+        procs hands the collective to the background thread (a copy of Delta_f, so training goes on).
+        ``rows``: Delta_f taken earlier (``diloco_overlap: delayed``), else taken now."""
         x = InFlight(f, step, land_step, now=self.world.now)
-        rows = self._delta(f)
+        rows = self._delta(f) if rows is None else rows
         if self.world.kind == "sim":
             with self._fragment_chunks(f):
                 x.exchange = self.aggregate(level, rows)

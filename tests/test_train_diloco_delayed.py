@@ -1,0 +1,64 @@
+"""One-step-delayed DiLoCo in the engine (``diloco_overlap: delayed``): its schedule, its clock and its
+config errors. The comparison with the wrapper is in tests/test_diloco_wrapper_vs_engine.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from lowbw.runio import read_jsonl
+from lowbw.train.config_rules import ConfigError
+from lowbw.train.launch import run
+from tests.test_train_diloco import cfg, trained
+from tests.test_train_diloco_streaming import per_step, step_lines
+
+KW = dict(sync="diloco", world_period=4, steps=12, model="mlp")
+COMPUTE_S = 1e-3 * 16  # clock_sample_s x local batch (32 / 2 workers)
+
+
+@pytest.mark.parametrize("mbit", [0.5, 1000.0])
+def test_delayed_outer_steps_hide_the_exchange_behind_the_next_inner_phase(tmp_path, mbit):
+    """H = 4, 12 steps: plain DiLoCo waits v_comm at steps 4, 8, 12; delayed starts the exchange after step
+    4 and lands it at step 8, which waits only max(0, v_comm - 4 steps of compute) (the link is free), and
+    so on; the last one lands at the final synchronisation. Same bytes; at 1 Gbit/s the exchange hides
+    entirely, at 0.5 Mbit/s only four steps' compute of it."""
+    _, base = trained(cfg(**KW, bandwidth_mbit=mbit), tmp_path / "plain")
+    _, over = trained(cfg(**KW, bandwidth_mbit=mbit, diloco_overlap="delayed"), tmp_path / "delayed")
+    v, w = per_step(base, "t_virtual_comm", 12), per_step(over, "t_virtual_comm", 12)
+    assert [s for s, x in enumerate(v, 1) if x] == [4, 8, 12]
+    assert w[3] == 0.0  # step 4 starts the exchange, waits for nothing
+    for s in (8, 12):
+        assert w[s - 1] == pytest.approx(max(0.0, v[s - 5] - 4 * COMPUTE_S), abs=1e-12)
+    assert (w[7] > 0) == (mbit < 1)
+    assert over[-1]["bytes_sent"] == base[-1]["bytes_sent"]
+    assert over[-1]["t_virtual"] < base[-1]["t_virtual"]
+    lb, lo = step_lines(base), step_lines(over)
+    assert lo[4]["loss"] == lb[4]["loss"] and lo[5]["loss"] != lb[5]["loss"]  # step 5: theta_0 again, not phi_1
+
+
+@pytest.mark.parametrize(("kw", "key"), [
+    (dict(sync="local", diloco_overlap="delayed"), "diloco_overlap"),
+    (dict(sync="diloco", world_period=4, diloco_fragments=2, diloco_overlap="delayed"), "diloco_overlap"),
+    (dict(sync="diloco", world_period=4, diloco_delay=1, diloco_overlap="delayed"), "diloco_overlap"),
+    (dict(sync="diloco", diloco_overlap="eager"), "diloco_overlap"),
+])
+def test_delayed_needs_plain_diloco(kw, key):
+    with pytest.raises(ConfigError) as e:
+        cfg(**kw)
+    assert key in str(e.value)
+
+
+@pytest.mark.slow
+def test_delayed_on_procs_matches_sim(tmp_path):
+    """The exchange on procs' background thread during the next H inner steps: sim's losses, bytes and
+    clock."""
+    kw = dict(KW, steps=9, bandwidth_mbit=1.0, diloco_overlap="delayed")
+    run(cfg(backend="sim", **kw), tmp_path / "sim", quiet=True)
+    run(cfg(backend="procs", **kw), tmp_path / "procs", quiet=True)
+    sim, procs = read_jsonl(tmp_path / "sim" / "metrics.jsonl"), read_jsonl(tmp_path / "procs" / "metrics.jsonl")
+    assert len(sim) == len(procs)
+    for a, b in zip(sim, procs):
+        assert a["step"] == b["step"] and a["bytes_sent"] == b["bytes_sent"]
+        for k in ("loss", "acc", "test_loss", "test_acc"):
+            if a.get(k) is not None:
+                assert b[k] == pytest.approx(a[k], abs=1e-5), (a["step"], k)
+        assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)
