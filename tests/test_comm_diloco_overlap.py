@@ -179,3 +179,20 @@ def test_bad_overlap_settings_are_one_line_errors(kw, match):
     with pytest.raises(ValueError, match=match) as e:
         DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, collective=coll, **kw)
     assert "\n" not in str(e.value)
+
+
+def test_the_wait_for_a_background_exchange_times_out():
+    """An exchange that never completes (a Future nobody resolves) is a PeerTimeoutError after the timeout
+    (scaled by the fragment's tensors, each collective call inside having the timeout itself)."""
+    import time
+    from concurrent.futures import Future
+
+    from lowbw.comm.errors import PeerTimeoutError
+
+    model = _model(0)
+    coll = ThreadCollective.group(1)[0]
+    outer = DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, collective=coll, delay=1, timeout=0.05)
+    t0 = time.monotonic()
+    with pytest.raises(PeerTimeoutError, match="fragment 0's exchange did not complete within 0.35 s"):
+        outer._wait(0, Future())  # the wait itself, with no peer to stall
+    assert time.monotonic() - t0 < 5.0
