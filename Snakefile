@@ -26,7 +26,9 @@ def check_config(cfg):
     a file it names or lowbw's code changed since the last check (lowbw.gridcache)."""
     from snakemake.utils import validate
     from lowbw.train.config import validate_grid
+    from lowbw.net.units import check_config_tree
 
+    check_config_tree(cfg)  # a misread rate or delay: one line naming its path, not jsonschema's long message
     validate(cfg, "config/schema.yaml")
     validate_grid(cfg)
 
