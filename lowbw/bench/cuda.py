@@ -1,10 +1,13 @@
 """GPU path checks: lowbw's collectives, compressed aggregation and DDP hooks on CUDA tensors.
 
 CI has no GPU, so this is what validates the CUDA/NCCL code paths where a GPU exists. It writes
-``runs/bench/cuda.json`` (with provenance and the device) and prints a table; it exits non-zero if any
-check fails.
+``runs/bench/cuda.json`` (with provenance, the device and the machine's conditions while it measured, also per
+world: :mod:`lowbw.bench.conditions`; ``--strict`` refuses to write it when the machine was busy) and prints a
+table; it exits non-zero if any check fails. ``--device cpu`` runs the same checks on host tensors (gloo worlds
+only), without a GPU.
 
     python -m lowbw.bench.cuda [--worlds nccl:1 gloo:2 gloo:4 nccl:2] [--time-mb 64] [--out runs/bench/cuda.json]
+        [--device cuda|cpu] [--strict]
 
 For every ``backend:N`` world (N processes on this machine; rank r uses GPU ``r mod #GPUs``):
 
@@ -199,19 +202,28 @@ def check_world(backend: str, world: int, algorithms: list[str], time_mb: float 
 
 
 def run(worlds: list[tuple[str, int]], algorithms: list[str] | None = None, time_mb: float = 64.0,
-        reps: int = 5) -> dict[str, Any]:
+        reps: int = 5, device_type: str = "cuda") -> dict[str, Any]:
+    """Every world's checks (``device_type="cpu"``: on host tensors); each world's row carries the machine's
+    conditions while it ran (``"conditions"``, without samples)."""
     import torch
 
-    if not torch.cuda.is_available():
-        raise RuntimeError("python -m lowbw.bench.cuda needs a CUDA device (torch.cuda.is_available() is False)")
+    from lowbw.bench import conditions
+
+    if device_type == "cuda" and not torch.cuda.is_available():
+        raise RuntimeError("python -m lowbw.bench.cuda needs a CUDA device (torch.cuda.is_available() is False; "
+                           "--device cpu runs the checks on host tensors)")
     algs = list(algorithms or ALLREDUCE_ALGORITHMS)
-    env = {"device_name": torch.cuda.get_device_name(0), "gpus": torch.cuda.device_count(),
-           "torch": torch.__version__, "cuda": torch.version.cuda,
-           "nccl": ".".join(map(str, torch.cuda.nccl.version())) if torch.distributed.is_nccl_available() else None}
+    gpu = device_type == "cuda"
+    env = {"device_type": device_type, "device_name": torch.cuda.get_device_name(0) if gpu else "cpu (host tensors)",
+           "gpus": torch.cuda.device_count(), "torch": torch.__version__, "cuda": torch.version.cuda,
+           "nccl": ".".join(map(str, torch.cuda.nccl.version()))
+           if gpu and torch.distributed.is_nccl_available() else None}
     results = []
     for backend, n in worlds:
         print(f"[cuda] {backend} x{n} ...", file=sys.stderr, flush=True)
-        results.append(check_world(backend, n, algs, time_mb, reps))
+        with conditions.record(interval_s=0) as cell:  # this world's own conditions: its row's mark
+            row = check_world(backend, n, algs, time_mb, reps, device_type=device_type)
+        results.append({**row, "conditions": cell.conditions.to_json(samples=False)})
     ok = all(r["ok"] or r.get("expected_failure") for r in results)
     return {"env": env, "worlds": results, "algorithms": algs, "ok": ok}
 
@@ -237,6 +249,7 @@ def table(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from lowbw.bench import conditions
     from lowbw.runio import atomic_write_json, provenance
 
     ap = argparse.ArgumentParser(prog="python -m lowbw.bench.cuda", description=__doc__.splitlines()[0])
@@ -246,15 +259,24 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--time-mb", type=float, default=64.0)
     ap.add_argument("--reps", type=int, default=5)
     ap.add_argument("--out", default="runs/bench/cuda.json")
+    ap.add_argument("--device", choices=("cuda", "cpu"), default="cuda",
+                    help="cpu: the same checks on host tensors (gloo worlds only; no GPU needed)")
+    conditions.add_strict_flag(ap)
     a = ap.parse_args(argv)
     worlds = []
     for w in a.worlds:
         b, _, n = w.partition(":")
         if b not in ("nccl", "gloo") or not n.isdigit() or int(n) < 1:
             ap.error(f"--worlds {w!r}: expected nccl:N or gloo:N with N >= 1")
+        if a.device == "cpu" and b == "nccl":
+            ap.error(f"--worlds {w}: NCCL needs GPUs; --device cpu takes gloo:N worlds")
         worlds.append((b, int(n)))
-    res = run(worlds, a.algorithms, a.time_mb, a.reps)
+    with conditions.record() as whole:
+        res = run(worlds, a.algorithms, a.time_mb, a.reps, device_type=a.device)
     res["provenance"] = provenance()
+    res["conditions"] = whole.conditions.to_json()
+    if not conditions.check(whole.conditions, "python -m lowbw.bench.cuda", a.out, a.strict):
+        return 1
     atomic_write_json(a.out, res)
     print(table(res))
     print(f"wrote {a.out}")

@@ -27,7 +27,10 @@ measured on a testbed like the cell's (see :mod:`lowbw.bench.e2e` for how the ce
   compressor through a stand-in collective (no communication), N at once against one alone.
 
     python -m lowbw bench e2e_probe --workers 2 --rate 100 [--gaps 0 0.5 1 2] [--calls 9] [--ddp] \\
-        [--method topk1 [--compute-ms 5]]   # root
+        [--method topk1 [--compute-ms 5]] [--strict]   # root
+
+Its JSON carries the machine's conditions while it measured (``"conditions"``, :mod:`lowbw.bench.conditions`);
+``--strict`` refuses to write it when the machine was busy.
 """
 
 from __future__ import annotations
@@ -389,7 +392,7 @@ def main(argv: list[str] | None = None) -> int:
     CPU gap and the compute slow-down, as the E8 cells see them (MLP on synthetic data for the compute)."""
     import argparse
 
-    from lowbw.bench import bench_provenance
+    from lowbw.bench import bench_provenance, conditions
     from lowbw.runio import atomic_write_json
 
     ap = argparse.ArgumentParser(prog="python -m lowbw bench e2e_probe", description=main.__doc__.split(".")[0])
@@ -403,6 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--compute-ms", type=float, default=5.0,
                     help="with --method: CPU work before the exchange's first call (a step's compute), ms")
     ap.add_argument("--out", default="runs/bench/e2e_probe.json")
+    conditions.add_strict_flag(ap)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
     if a.worker:
@@ -429,11 +433,14 @@ def main(argv: list[str] | None = None) -> int:
         twin = {**cfg, **methods[a.method]}
         sequence = call_sequence(twin, a.workers, shape)
         sequence[0] = (sequence[0][0], sequence[0][1] + a.compute_ms)
-    res = probe(cfg, a.workers, a.rate, shape, gaps_ms=a.gaps, calls_per_step=a.calls, ddp=a.ddp,
-                sequence=sequence, twin=twin)
+    with conditions.record() as rec:
+        res = probe(cfg, a.workers, a.rate, shape, gaps_ms=a.gaps, calls_per_step=a.calls, ddp=a.ddp,
+                    sequence=sequence, twin=twin)
     pr = probe_summary([res], a.workers)
-    atomic_write_json(Path(a.out), {"provenance": bench_provenance(), "workers": a.workers, "rate_mbit": a.rate,
-                                    "emulation": res["emulation"], **pr})
+    if not conditions.check(rec.conditions, "lowbw bench e2e_probe", a.out, a.strict):
+        return 1
+    atomic_write_json(Path(a.out), {"provenance": bench_provenance(), "conditions": rec.conditions.to_json(),
+                                    "workers": a.workers, "rate_mbit": a.rate, "emulation": res["emulation"], **pr})
     print(f"{'gap ms':>8} {'ms/message':>11}")
     for g, o in pr["overhead_curve"]:
         print(f"{g:8.2f} {o:11.3f}")
