@@ -173,8 +173,10 @@ def check_world(backend: str, world: int, algorithms: list[str], time_mb: float 
 
     ngpu = torch.cuda.device_count()
     t0 = time.perf_counter()
+    # one torch thread per rank: with torch's default (every core) a rank forked from run_procs' forkserver can
+    # deadlock in its first CPU op (seen on a 2-core machine: both ranks blocked in _inputs until killed)
     res = run_procs(_world_worker, world, algorithms, time_mb, reps, device_type, backend=backend,
-                    timeout=timeout, dist_timeout=120.0, threads=0, raise_errors=False)
+                    timeout=timeout, dist_timeout=120.0, threads=1, raise_errors=False)
     summary: dict[str, Any] = {"backend": backend, "world_size": world, "gpus": ngpu, "device_type": device_type,
                                "seconds": time.perf_counter() - t0}
     bad = [r for r in res if not r.ok]
