@@ -5,7 +5,7 @@ per worker, every byte through that worker's own tc-shaped uplink and downlink, 
     sudo python -m lowbw bench e10check --networks even,oneslow,asym,trace --methods dense,topk1,local16 \\
         --steps 20 --scale 10 --out runs/bench/e10check.json
 
-A network is E10's experiment ``e10_<network>`` of ``config/config.yaml``: its per-worker keys
+A network is E10's experiment ``e10_<network>`` of ``config/medium.yaml`` (the MLP's E10): its per-worker keys
 (``worker_bandwidth_mbit``, ``worker_uplink_mbit``, ``worker_latency_ms``, ``bandwidth_trace``,
 ``worker_speeds``) on the base rate ``bandwidth_mbit``. ``--scale`` multiplies every rate (a trace's too: the
 cell's trace is the network's with its rates x scale, written beside the cells, its time axis unchanged), so
@@ -224,7 +224,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--steps", type=int, default=20,
                     help=f"training steps per run (> {e2e.WARMUP_STEPS}: the first {e2e.WARMUP_STEPS} are warm-up)")
     ap.add_argument("--scale", type=float, default=10.0, help="every rate of the networks x this factor")
-    ap.add_argument("--config", default="config/config.yaml", help="the workflow config holding e10_* and methods")
+    ap.add_argument("--config", default="config/medium.yaml", help="the workflow config holding e10_* and methods")
     ap.add_argument("--model", default="mlp")
     ap.add_argument("--dataset", default="mnist")
     ap.add_argument("--batch-size", type=int, default=64, help="global batch (E10's)")
