@@ -69,7 +69,7 @@ def ttt_facets(per_run, accuracy, by: str, baseline: str, order: Sequence[str], 
                          markersize=3.5, lw=1.1, color="C0" if name != baseline else "k",
                          err_kws={"capsize": 2, "elinewidth": 0.8}, ax=ax)
         reached = per_run[per_run[by] == name].groupby("bandwidth_mbit")["ttt_s"].count()
-        short = f", {int(reached.min())}/{seeds} reach" if reached.min() < seeds else ""
+        short = f"\n{int(reached.min())}/{seeds} seeds reach it" if reached.min() < seeds else ""
         a = acc.loc[name]
         unit = " %" if goal.percent else ""
         ax.set_title(f"{name}\n{goal.fmt(a[f'{q}_mean'])} ± {goal.fmt(a[f'{q}_std'], 2)}{unit}{short}",

@@ -28,6 +28,7 @@ TARGET = 0.91  # ResNet-20 on CIFAR-10: He et al. 2016's 91.25% (the thesis' Tab
 # dataset -> (the target of the GPU table, how its quality is read); the language model: 1.6 nats/char, between
 # nanoGPT's 1.47 (5,000 steps, dropout 0.2) and where gpt-medium without dropout starts to overfit
 GOALS = {"cifar10": (TARGET, "test_acc"), "shakespeare": ("val_loss<=1.6", "val_loss")}
+DATASET_WORDS = {"shakespeare": "Tiny Shakespeare", "cifar10": "CIFAR-10"}  # datasets as captions name them
 _OUT_FILES = ("gpu.tex", "stats/gpu_runs.csv", "stats/gpu_methods.csv")
 
 
@@ -102,7 +103,8 @@ def table(st: Stats) -> str:
         t = parse_target(GOALS.get(ds, (TARGET, ""))[0] if ds != "cifar10" else st.meta["target_acc"])
         goal = (f"test accuracy in \\% (epochs to {fmt_num(100 * t.value, 3)}\\%)" if t.metric == "test_acc"
                 else f"validation loss in nats/char (steps to {fmt_num(t.value)})")
-        parts.append(f"{escape(model)} on {escape(ds)}, {int(first['workers'])} simulated workers, global batch "
+        parts.append(f"{escape(model)} on {escape(DATASET_WORDS.get(ds, ds))}, {int(first['workers'])} simulated "
+                     f"workers, global batch "
                      f"{int(first['batch_size'])}: {goal}")
     caption = (f"GPU runs kept in the repository ({'; '.join(parts)}), {measured_on(st)}, commit "
                f"{escape(', '.join(st.meta['commits']))}. Final value (mean $\\pm$ std over seeds), the best "
