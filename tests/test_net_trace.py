@@ -122,7 +122,8 @@ def test_a_trace_changes_each_workers_rate_and_delay_while_running(tmp_path):
     before, after, lost = map(float, out.read_text().split()[1:4])
     assert lost <= 2
     # RTT = rank 1's uplink delay + rank 0's: 10 + 10 ms, then 10 + 30 ms (plus ~1 ms for the emulator)
-    assert 19 < before < 23.5 and 39 < after < 44, (before, after)
+    # the configured delays are a floor; the trace's +20 ms shows as the difference (a busy machine adds to both)
+    assert before > 19 and after > 39 and 17 < after - before < 24, (before, after)
     assert early.count("rate 40Mbit") == 2 and early.count("rate 10Mbit") == 2
     assert late.count("rate 20Mbit") == 2 and late.count("rate 10Mbit") == 2
     assert d["trace"].endswith("t.csv") and [link["delay_s"] for link in d["links"]] == [0.03, 0.01]
