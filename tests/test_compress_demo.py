@@ -214,7 +214,9 @@ def test_trains_in_the_engine_with_plain_sgd(tmp_path):
     from lowbw.train.launch import run
     from lowbw.train.models import build_model
 
-    cfg = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=120, log_every=20, progress=False,
+    # two epochs: after one, the accuracy depends on this CPU's rounding (0.34-0.4); after two it is far from chance
+    steps = 240
+    cfg = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=steps, log_every=20, progress=False,
                train_limit=3840, test_limit=200, eval_every=1.0, compressor="demo", optimizer="sgd", momentum=0.0,
                weight_decay=0.0, lr=0.002, lr_schedule="constant", seed=0)
     run(cfg, tmp_path / "demo", quiet=True)
@@ -228,7 +230,7 @@ def test_trains_in_the_engine_with_plain_sgd(tmp_path):
     params = list(build_model("mlp", 10, 3, 16).parameters())
     data = sum(make("demo").compress(torch.zeros(p.shape)).data_nbytes for p in params)
     assert data < 4 * sum(p.numel() for p in params) / 50
-    assert rows[-1]["bytes_sent"] == 120 * 2 * (data + 2 * len(params) * 8 * (MAX_DIMS + 2))
+    assert rows[-1]["bytes_sent"] == steps * 2 * (data + 2 * len(params) * 8 * (MAX_DIMS + 2))
 
 
 @pytest.mark.slow
