@@ -37,6 +37,28 @@ E9_LINKS = {"Slow": (1.0, 0.5), "Mid": (10.0, 0.5), "Far": (10.0, 50.0)}
 # E10's networks (experiment e10_<network>) other than "even" -> their words
 E10_NETWORKS = {"oneslow": "OneSlow", "asym": "Asym", "trace": "Trace", "straggler": "Straggler"}
 
+
+def _per_link(prefix: str) -> dict[str, str]:
+    """E9's numbers for each re-timing link (``E9_LINKS``): the fastest per-step and every-H method to the target."""
+    return {f"{prefix}{w}{k}": f"{what} ({w.lower()} link)" for w in E9_LINKS for k, what in (
+        ("Link", "the link (bandwidth, latency)"),
+        ("StepBest", "fastest per-step method to the target"), ("StepTtt", "its mean time (duration)"),
+        ("StepSpeedup", "dense time / its time"),
+        ("RareBest", "fastest every-H-steps method to the target"), ("RareTtt", "its mean time (duration)"),
+        ("RareSpeedup", "dense time / its time"))}
+
+
+def _per_network(prefix: str) -> dict[str, str]:
+    """E10's numbers for each network but the even one (``E10_NETWORKS``): slow-downs against the even network."""
+    return {f"{prefix}{w}{k}": f"{what} ({net} network)" for net, w in E10_NETWORKS.items() for k, what in (
+        ("Links", "the network's links (words)"),
+        ("Best", "the method slowed least (time to target there / on the even network)"),
+        ("BestRatio", "its slow-down (ratio)"), ("Worst", "the method slowed most"),
+        ("WorstRatio", "its slow-down (ratio)"), ("DenseRatio", "dense training's slow-down (ratio)"),
+        ("RunBest", "the method whose whole run (the same samples) slowed least"),
+        ("RunBestRatio", "that slow-down (ratio)"))}
+
+
 _SCHEMES = {  # E5 and E6 share their summary (lowbw.report.schemes)
     "Target": "target test accuracy (%)",
     "Focus": "the bandwidth time-to-accuracy is quoted at (Mbit/s)",
@@ -232,12 +254,7 @@ MACROS: dict[str, str] = {
     "ENineRareBestAccMethod": "its method",
     "ENineRareBytesMin": "dense bytes per step / those methods' bytes per step, smallest",
     "ENineRareBytesMax": "the same ratio, largest",
-    **{f"ENine{w}{k}": f"{what} ({w.lower()} link)" for w in E9_LINKS for k, what in (
-        ("Link", "the link (bandwidth, latency)"),
-        ("StepBest", "fastest per-step method to the target"), ("StepTtt", "its mean time (duration)"),
-        ("StepSpeedup", "dense time / its time"),
-        ("RareBest", "fastest every-H-steps method to the target"), ("RareTtt", "its mean time (duration)"),
-        ("RareSpeedup", "dense time / its time"))},
+    **_per_link("ENine"),
     # E10 unequal and unsteady networks
     "ETenTarget": "target test accuracy (%)",
     "ETenSeeds": "seeds per configuration",
@@ -246,13 +263,7 @@ MACROS: dict[str, str] = {
     "ETenEvenFastest": "fastest method to the target on the even network",
     "ETenEvenFastestTtt": "its mean virtual time (duration)",
     "ETenEvenLinks": "the even network's links (words)",
-    **{f"ETen{w}{k}": f"{what} ({net} network)" for net, w in E10_NETWORKS.items() for k, what in (
-        ("Links", "the network's links (words)"),
-        ("Best", "the method slowed least (time to target there / on the even network)"),
-        ("BestRatio", "its slow-down (ratio)"), ("Worst", "the method slowed most"),
-        ("WorstRatio", "its slow-down (ratio)"), ("DenseRatio", "dense training's slow-down (ratio)"),
-        ("RunBest", "the method whose whole run (the same samples) slowed least"),
-        ("RunBestRatio", "that slow-down (ratio)"))},
+    **_per_network("ETen"),
     "ETenAutoChoice": "the collective(s) the cost model chose for top-k on the networks (words)",
     "ETenAutoMethod": "the method whose collective the cost model chooses",
     "ETenAutoFixed": "the same top-k without the choice",
@@ -306,12 +317,7 @@ MACROS.update({
     "ENineLmRareBestLossMethod": "its method",
     "ENineLmRareBytesMin": "dense bytes per step / those methods' bytes per step, smallest",
     "ENineLmRareBytesMax": "the same ratio, largest",
-    **{f"ENineLm{w}{k}": f"{what} ({w.lower()} link)" for w in E9_LINKS for k, what in (
-        ("Link", "the link (bandwidth, latency)"),
-        ("StepBest", "fastest per-step method to the target"), ("StepTtt", "its mean time (duration)"),
-        ("StepSpeedup", "dense time / its time"),
-        ("RareBest", "fastest every-H-steps method to the target"), ("RareTtt", "its mean time (duration)"),
-        ("RareSpeedup", "dense time / its time"))},
+    **_per_link("ENineLm"),
     "ETenLmTarget": "target validation loss (nats/char)",
     "ETenLmSeeds": "seeds per configuration",
     "ETenLmWorkers": "the number of workers",
@@ -319,13 +325,7 @@ MACROS.update({
     "ETenLmEvenFastest": "fastest method to the target on the even network",
     "ETenLmEvenFastestTtt": "its mean virtual time (duration)",
     "ETenLmEvenLinks": "the even network's links (words)",
-    **{f"ETenLm{w}{k}": f"{what} ({net} network)" for net, w in E10_NETWORKS.items() for k, what in (
-        ("Links", "the network's links (words)"),
-        ("Best", "the method slowed least (time to target there / on the even network)"),
-        ("BestRatio", "its slow-down (ratio)"), ("Worst", "the method slowed most"),
-        ("WorstRatio", "its slow-down (ratio)"), ("DenseRatio", "dense training's slow-down (ratio)"),
-        ("RunBest", "the method whose whole run (the same samples) slowed least"),
-        ("RunBestRatio", "that slow-down (ratio)"))},
+    **_per_network("ETenLm"),
 })
 # E11 how good is the advisor (leave-one-setting-out; lowbw.report.e11)
 MACROS.update({
