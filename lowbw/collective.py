@@ -2,7 +2,8 @@
 per-link message primitives both cost models time messages with.
 
 Each all-reduce algorithm is one module of :mod:`lowbw.comm` (``ring.py``, ``tree.py``, ``ps.py``,
-``butterfly.py``, ``alltoall.py``, ``direct.py`` (roundrobin), ``allgather.py``, ``native.py``) that defines
+``butterfly.py``, ``alltoall.py``, ``direct.py`` (roundrobin), ``gather.py`` (allgather), ``native.py``)
+that defines
 ``SPEC = CollectiveSpec(...)``: the algorithm over a transport, its cost and the broadcast it pairs with.
 :mod:`lowbw.comm.registry` lists the modules once; the engine (:func:`lowbw.comm.engine.run_allreduce`), the
 uniform-link model (:mod:`lowbw.net.costmodel`), the per-worker-link model (:mod:`lowbw.net.costlinks`), the

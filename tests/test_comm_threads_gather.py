@@ -61,7 +61,7 @@ def test_bad_gather_mode():
 
 
 def test_allgather_allreduce_reuses_its_buffer_across_sizes_and_dtypes():
-    from lowbw.comm.allgather import clear_workspace
+    from lowbw.comm.gather import clear_workspace
 
     colls = ThreadCollective.group(3, "allgather", timeout=20, chunk_bytes=64)
 

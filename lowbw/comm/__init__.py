@@ -5,7 +5,8 @@
 * :class:`DistCollective` / :class:`ThreadCollective`: the ``lowbw.compress.collective.Collective``
   protocol over real processes / over threads of one process (bit-identical numbers), ``run_threads``.
 * :class:`Meter`, :func:`metering`: bytes and messages per rank per call.
-* :func:`aggregate`: a compressor's aggregation over a collective; :mod:`lowbw.comm.hooks`: DDP hooks.
+* :func:`aggregate` (:mod:`lowbw.comm.aggregation`): a compressor's aggregation over a collective;
+  :mod:`lowbw.comm.hooks`: DDP hooks.
 * :class:`DiLoCo` (:mod:`lowbw.comm.diloco`): DiLoCo's outer loop around a user's model and optimiser.
 * :mod:`lowbw.comm.testing`: ``run_procs`` spawns N gloo processes on 127.0.0.1 (for tests).
 """
@@ -14,21 +15,6 @@ from __future__ import annotations
 
 import importlib
 from typing import Any
-
-# the function shadows its module's name on purpose: lowbw.comm.aggregate(...) is the function
-from lowbw.comm.aggregate import aggregate, aggregate_many
-from lowbw.comm.collectives import (
-    ALGORITHMS,
-    BROADCAST_FOR,
-    BROADCASTS,
-    DEFAULT_CHUNK_BYTES,
-    allgather,
-    allreduce,
-    broadcast,
-)
-from lowbw.comm.errors import CommError, GroupAbortedError, PeerFailedError, PeerTimeoutError
-from lowbw.comm.meter import CallStats, Meter, metering
-from lowbw.comm.numerics import OPS
 
 __all__ = [
     "ALGORITHMS",
@@ -56,7 +42,26 @@ __all__ = [
     "DiLoCo",
 ]
 
+# every export is resolved on first use: importing one collective's module for its cost formula (the
+# registry, read by `lowbw advise` and the Snakefile's config check) must not import torch
 _LAZY = {
+    "aggregate": "lowbw.comm.aggregation",
+    "aggregate_many": "lowbw.comm.aggregation",
+    "ALGORITHMS": "lowbw.comm.collectives",
+    "BROADCAST_FOR": "lowbw.comm.collectives",
+    "BROADCASTS": "lowbw.comm.collectives",
+    "DEFAULT_CHUNK_BYTES": "lowbw.comm.collectives",
+    "allgather": "lowbw.comm.collectives",
+    "allreduce": "lowbw.comm.collectives",
+    "broadcast": "lowbw.comm.collectives",
+    "CommError": "lowbw.comm.errors",
+    "GroupAbortedError": "lowbw.comm.errors",
+    "PeerFailedError": "lowbw.comm.errors",
+    "PeerTimeoutError": "lowbw.comm.errors",
+    "CallStats": "lowbw.comm.meter",
+    "Meter": "lowbw.comm.meter",
+    "metering": "lowbw.comm.meter",
+    "OPS": "lowbw.comm.numerics",
     "DistCollective": "lowbw.comm.distributed",
     "ThreadCollective": "lowbw.comm.threads",
     "run_threads": "lowbw.comm.threads",
@@ -68,5 +73,10 @@ _LAZY = {
 
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        value = globals()[name] = getattr(importlib.import_module(_LAZY[name]), name)
+        return value
     raise AttributeError(f"module 'lowbw.comm' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(_LAZY))

@@ -15,13 +15,17 @@ broadcast the root sending N-1 copies (``flat``).
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from lowbw.collective import CollectiveSpec, Cost
 from lowbw.comm.direct import exchange, pairwise_rounds
-from lowbw.comm.numerics import Reducer, chunk_ranges
-from lowbw.comm.transport import Transport
+from lowbw.comm.partition import chunk_ranges
+
+if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula
+    from torch import Tensor
+
+    from lowbw.comm.numerics import Reducer
+    from lowbw.comm.transport import Transport
 
 __all__ = ["alltoall_allreduce", "cost", "SPEC"]
 
@@ -36,7 +40,7 @@ def alltoall_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> No
         return
     rounds = pairwise_rounds(r, N)
     slot_len = min(chunk, t.numel())
-    slots = {src: torch.empty(slot_len, dtype=t.dtype, device=t.device) for _, src in rounds}
+    slots = {src: t.new_empty(slot_len) for _, src in rounds}
     for a, b in chunk_ranges(0, t.numel(), chunk):
         for dst, src in rounds:
             exchange(tp, [(t[a:b], dst)], [(slots[src][: b - a], src)])

@@ -13,13 +13,15 @@ Reduction order: a fixed binary tree over ranks, e.g. N=4: (x0 + x2) + (x1 + x3)
 from __future__ import annotations
 
 import math
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from lowbw.collective import CollectiveSpec, Cost
-from lowbw.comm.numerics import Reducer
-from lowbw.comm.transport import Transport
+
+if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula
+    from torch import Tensor
+
+    from lowbw.comm.numerics import Reducer
+    from lowbw.comm.transport import Transport
 
 __all__ = ["butterfly_allreduce", "cost", "talk", "SPEC"]
 
@@ -46,7 +48,7 @@ def butterfly_allreduce(t: Tensor, tp: Transport, red: Reducer) -> None:
             tp.wait(tp.send(t, r + 1))
             tp.wait(tp.recv(t, r + 1))  # the finished result, at the end
             return
-        tmp = torch.empty_like(t)
+        tmp = t.new_empty(t.shape)
         tp.wait(tp.recv(tmp, r - 1))
         red.combine(t, tmp, last=(P == 1))
         v = r // 2
@@ -61,7 +63,7 @@ def butterfly_allreduce(t: Tensor, tp: Transport, red: Reducer) -> None:
     steps = []  # (partner, kept range, given range)
     sends = []
     d = P // 2
-    tmp = torch.empty((n + 1) // 2, dtype=t.dtype, device=t.device) if P > 1 else None
+    tmp = t.new_empty((n + 1) // 2) if P > 1 else None
     while d >= 1:
         partner = real(v ^ d)
         low, high = _halves(lo, hi)

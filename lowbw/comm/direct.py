@@ -14,12 +14,16 @@ which on a shaped link costs retransmissions and makes the time erratic.
 
 from __future__ import annotations
 
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from lowbw.collective import CollectiveSpec, Cost
-from lowbw.comm.numerics import Reducer, chunk_ranges, split
-from lowbw.comm.transport import Transport
+from lowbw.comm.partition import chunk_ranges, split
+
+if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula
+    from torch import Tensor
+
+    from lowbw.comm.numerics import Reducer
+    from lowbw.comm.transport import Transport
 
 __all__ = ["roundrobin_allreduce", "pairwise_rounds", "exchange", "cost", "SPEC"]
 
@@ -55,7 +59,7 @@ def roundrobin_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> 
         return [(x[i:j], peer) for i, j in chunk_ranges(a, b, chunk)]
 
     # phase 1 (reduce-scatter): segment dst to its master; my segment from src
-    recv = {src: torch.empty(hi - lo, dtype=t.dtype, device=t.device) for _, src in rounds}
+    recv = {src: t.new_empty(hi - lo) for _, src in rounds}
     for dst, src in rounds:
         exchange(tp, pieces(t, *segs[dst], dst), pieces(recv[src], 0, hi - lo, src))
     red.reduce_ordered(t[lo:hi], [None if q == r else recv[q] for q in range(N)])

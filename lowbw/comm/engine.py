@@ -16,8 +16,8 @@ import torch
 from torch import Tensor
 
 from lowbw.algorithms import BROADCAST_ALIASES, BROADCASTS, check_algorithm
-from lowbw.comm.allgather import ring_allgather_into
 from lowbw.comm.errors import CommError, PeerFailedError, PeerTimeoutError
+from lowbw.comm.gather import ring_allgather_into
 from lowbw.comm.meter import CallStats, Meter, active_meters
 from lowbw.comm.numerics import Reducer
 from lowbw.comm.registry import COLLECTIVES

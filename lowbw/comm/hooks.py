@@ -44,7 +44,7 @@ from dataclasses import dataclass, field, replace
 import torch
 
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS, check_algorithm
-from lowbw.comm.aggregate import resolve
+from lowbw.comm.aggregation import resolve
 from lowbw.comm.collectives import allreduce
 from lowbw.comm.meter import Meter, active_meters, estimate_native, metering
 from lowbw.compress.base import Compressor, NonFiniteError, State

@@ -1,4 +1,4 @@
-"""Reduction arithmetic shared by every algorithm, and how tensors are split into segments and chunks.
+"""Reduction arithmetic shared by every algorithm (how a tensor is cut: :mod:`lowbw.comm.partition`).
 
 Half precision (documented contract, identical for DistCollective and ThreadCollective):
 
@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-__all__ = ["OPS", "Reducer", "split", "chunk_ranges", "normalize_op"]
+__all__ = ["OPS", "Reducer", "normalize_op"]
 
 OPS = ("sum", "avg", "prod", "max", "min")
 _ALIASES = {"mean": "avg", "product": "prod"}
@@ -41,22 +41,6 @@ def normalize_op(op) -> str:
     if name not in OPS:
         raise ValueError(f"op={op!r} is not supported; allowed: {', '.join(OPS)}")
     return name
-
-
-def split(n: int, parts: int) -> list[tuple[int, int]]:
-    """``parts`` contiguous ranges covering ``range(n)``; the first ``n % parts`` are one longer."""
-    base, rem = divmod(n, parts)
-    out, lo = [], 0
-    for i in range(parts):
-        hi = lo + base + (1 if i < rem else 0)
-        out.append((lo, hi))
-        lo = hi
-    return out
-
-
-def chunk_ranges(lo: int, hi: int, chunk: int) -> list[tuple[int, int]]:
-    """``[lo, hi)`` cut into pieces of at most ``chunk`` elements (no pieces if empty)."""
-    return [(a, min(a + chunk, hi)) for a in range(lo, hi, chunk)]
 
 
 class Reducer:

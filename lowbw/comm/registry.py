@@ -22,7 +22,7 @@ COLLECTIVES: dict[str, CollectiveSpec] = {spec.name: spec for spec in (
     importlib.import_module("lowbw.comm.butterfly").SPEC,
     importlib.import_module("lowbw.comm.alltoall").SPEC,
     importlib.import_module("lowbw.comm.direct").SPEC,  # roundrobin
-    importlib.import_module("lowbw.comm.allgather").SPEC,
+    importlib.import_module("lowbw.comm.gather").SPEC,  # allgather
     importlib.import_module("lowbw.comm.native").SPEC,
 )}
 

@@ -17,13 +17,16 @@ at step g-1.
 from __future__ import annotations
 
 from collections import deque
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from lowbw.collective import CollectiveSpec, Cost, message_time
-from lowbw.comm.numerics import Reducer, chunk_ranges, split
-from lowbw.comm.transport import Transport
+from lowbw.comm.partition import chunk_ranges, split
+
+if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula
+    from torch import Tensor
+
+    from lowbw.comm.numerics import Reducer
+    from lowbw.comm.transport import Transport
 
 __all__ = ["ring_allreduce", "cost", "talk", "links_time", "SPEC"]
 
@@ -49,7 +52,7 @@ def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: i
     n_rs = sum(1 for g, _, _ in rounds if g < N - 1)  # reduce-scatter rounds land in scratch slots
     slot_len = min(chunk, max((b - a for g, a, b in rounds if g < N - 1), default=0))
     nslots = min(window, n_rs)
-    slab = torch.empty(nslots * slot_len, dtype=t.dtype, device=t.device)
+    slab = t.new_empty(nslots * slot_len)
     slots = [slab[i * slot_len:(i + 1) * slot_len] for i in range(nslots)]
     pending: deque = deque()
     nxt = 0
@@ -94,7 +97,7 @@ def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: i
 def _lockstep(t, tp, red, chunk, segs, rounds, right, left) -> None:
     """Same schedule, one (send, recv) pair per post: safe where a pair of ranks shares one stream (NCCL)."""
     N, r = tp.world_size, tp.rank
-    tmp = torch.empty(min(chunk, t.numel()), dtype=t.dtype, device=t.device)
+    tmp = t.new_empty(min(chunk, t.numel()))
     for g in range(2 * (N - 1)):
         snd = chunk_ranges(*segs[(r - g) % N], chunk)
         rcv = chunk_ranges(*segs[(r - g - 1) % N], chunk)

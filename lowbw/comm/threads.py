@@ -21,9 +21,9 @@ import torch
 from torch import Tensor
 
 from lowbw.comm import engine as E
-from lowbw.comm.allgather import count_ring_allgather
 from lowbw.comm.engine import ALGORITHMS, BROADCAST_FOR, DEFAULT_WINDOW, MAX_DIMS
 from lowbw.comm.errors import CommError, GroupAbortedError, PeerTimeoutError
+from lowbw.comm.gather import count_ring_allgather
 from lowbw.comm.meter import Meter
 from lowbw.comm.numerics import Reducer
 from lowbw.comm.transport import ThreadHub, ThreadTransport

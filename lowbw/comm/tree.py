@@ -21,13 +21,16 @@ from __future__ import annotations
 
 import math
 from collections import deque
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from lowbw.collective import CollectiveSpec, Cost
-from lowbw.comm.numerics import Reducer, chunk_ranges
-from lowbw.comm.transport import Transport
+from lowbw.comm.partition import chunk_ranges
+
+if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula
+    from torch import Tensor
+
+    from lowbw.comm.numerics import Reducer
+    from lowbw.comm.transport import Transport
 
 __all__ = [
     "HEAP_TREE_MAX_CHUNK_BYTES",
@@ -105,7 +108,7 @@ def reduce_to_root(t: Tensor, tp: Transport, red: Reducer, parent, children, chu
     window = max(1, window)
     slot_len = min(chunk, t.numel())
     nslot = min(window, len(ranges))
-    slots = [[torch.empty(slot_len, dtype=t.dtype, device=t.device) for _ in children] for _ in range(nslot)]
+    slots = [[t.new_empty(slot_len) for _ in children] for _ in range(nslot)]
     pending: deque = deque()
     nxt = 0
 

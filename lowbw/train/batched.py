@@ -29,7 +29,7 @@ import torch
 from torch import Tensor
 
 from lowbw.comm.engine import MAX_DIMS
-from lowbw.comm.numerics import split
+from lowbw.comm.partition import split
 from lowbw.compress.collective import CallRecord
 from lowbw.train.aggregate import group_of
 from lowbw.train.world import Exchange, comm_cost, link_for

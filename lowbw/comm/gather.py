@@ -13,13 +13,16 @@ from __future__ import annotations
 
 import threading
 from collections import deque
-
-import torch
-from torch import Tensor
+from typing import TYPE_CHECKING
 
 from lowbw.collective import CollectiveSpec, Cost
-from lowbw.comm.numerics import Reducer, chunk_ranges
-from lowbw.comm.transport import Transport
+from lowbw.comm.partition import chunk_ranges
+
+if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula
+    from torch import Tensor
+
+    from lowbw.comm.numerics import Reducer
+    from lowbw.comm.transport import Transport
 
 __all__ = ["ring_allgather_into", "count_ring_allgather", "allgather_allreduce", "clear_workspace", "cost", "SPEC"]
 
@@ -100,17 +103,18 @@ def count_ring_allgather(tp: Transport, offsets: list[int], elem_bytes: int, chu
 _local = threading.local()
 
 
-def _workspace(numel: int, dtype: torch.dtype, device: torch.device) -> Tensor:
-    """A gather buffer of ``numel`` elements, reused across calls (per thread, dtype and device).
+def _workspace(numel: int, like: Tensor) -> Tensor:
+    """A gather buffer of ``numel`` elements of ``like``'s dtype and device, reused across calls (per thread,
+    dtype and device).
 
     A fresh N*M buffer per call costs a first touch of every page, on the critical path on fast links; the
     buffer only grows, and :func:`clear_workspace` frees it.
     """
     cache = _local.__dict__.setdefault("bufs", {})
-    key = (dtype, str(device))
+    key = (like.dtype, str(like.device))
     buf = cache.get(key)
     if buf is None or buf.numel() < numel:
-        buf = cache[key] = torch.empty(numel, dtype=dtype, device=device)
+        buf = cache[key] = like.new_empty(numel)
     return buf[:numel]
 
 
@@ -127,7 +131,7 @@ def allgather_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, wind
     n = t.numel()
     if n == 0:
         return
-    out = _workspace(N * n, t.dtype, t.device)
+    out = _workspace(N * n, t)
     # this rank's block is sent straight from t and reduced from t (its slot in out stays unused): no copy
     # in or out of the gather buffer (which would be 2 M-sized passes on the critical path)
     ring_allgather_into(out, [j * n for j in range(N + 1)], tp, chunk, window, own=t)
