@@ -52,6 +52,10 @@ $(STAMP): pyproject.toml
 	@# torch must stay the pinned CPU wheel on CPU machines: no dependency may pull a CUDA build
 	@if [ ! -e /dev/nvidia0 ] && . $(VENV)/bin/activate && pip list 2>/dev/null | grep -qiE '^nvidia-|^torch .*\+cu'; then \
 	  echo "make setup: a CUDA torch or nvidia-* package was pulled in on a machine without a GPU" >&2; exit 1; fi
+	@# fill the advisor's cache (parameter shapes, payload sizes per compressor; ~/.cache/lowbw) for the README's
+	@# models, so that `lowbw advise` answers without importing torch from its first call
+	. $(VENV)/bin/activate && for m in mlp resnet20 gpt-small; do \
+	  python -m lowbw advise --model $$m --workers 2 --rate 1gbit >/dev/null; done
 	touch $@
 
 system-packages:

@@ -44,6 +44,13 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "built, else the one shipped with lowbw)")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--top", type=int, default=0, help="rows to print (default all)")
+    p.add_argument("--validate", action="store_true",
+                   help="train the top three and dense for a short horizon on the testbed (root) and print "
+                   "predicted against measured step time")
+    p.add_argument("--validate-steps", type=int, default=24,
+                   help="--validate: steps measured per method, rounded up to whole periods (default 24)")
+    p.add_argument("--validate-dir", default="runs/advise_validate",
+                   help="--validate: where the testbed runs go (default runs/advise_validate)")
     p.add_argument("--build-efficiency", nargs=2, metavar=("RUNS", "OUT"),
                    help="write the efficiency table from the run directories under RUNS to OUT, and exit")
     return p
@@ -123,6 +130,12 @@ def advise(args) -> dict[str, Any]:
     from lowbw.advise.rank import rank, reasons
 
     links = _links(args)  # cheap checks first: bad input fails before torch is imported
+    if args.validate:
+        from lowbw.advise.validate import check_inputs
+
+        check_inputs(args.model)
+        if args.validate_steps < 1:
+            raise ValueError(f"--validate-steps {args.validate_steps}: must be >= 1")
     if args.target is not None and not 0 < args.target <= 1:
         raise ValueError(f"--target {args.target}: an accuracy is a fraction in (0, 1]")
     rows = efficiency.read(args.efficiency)
@@ -157,9 +170,7 @@ def main(args) -> int:
         return 2
     ranking = out.pop("_ranking")
     out.pop("_links")
-    if args.json:
-        print(json.dumps(out, indent=1))
-    else:
+    if not args.json:
         i = out["inputs"]
         print(f"{i['model']} ({i['params']:,} parameters), {i['workers']} workers; compute "
               f"{_fmt_s(i['compute_s'])} per step: {i['compute_basis']}")
@@ -168,5 +179,26 @@ def main(args) -> int:
               f"efficiency: {i['efficiency_table']}")
         print(format_table(ranking, args.top))
         print("\nwhy:")
-        print("\n".join("  " + r for r in out["reasons"]))
+        print("\n".join("  " + r for r in out["reasons"]), flush=True)
+    if args.validate:
+        out.update(_validate(args, ranking, out["inputs"]))
+    if args.json:
+        print(json.dumps(out, indent=1))
     return 0
+
+
+def _validate(args, ranking: list, inputs: dict[str, Any]) -> dict[str, Any]:
+    """--validate after the ranking: the checks (printed as a table unless --json) and the machine's
+    conditions while they ran, as --json's ``validation`` and ``validation_conditions``."""
+    from lowbw.advise.validate import format_checks, validate
+    from lowbw.bench import conditions
+
+    with conditions.record() as rec:
+        checks = validate(ranking, inputs, args.validate_dir, args.validate_steps)
+    cond = rec.stop()
+    conditions.check(cond, "lowbw advise --validate")
+    if not args.json:
+        print(f"\nvalidate: {len(checks)} methods on the testbed, {inputs['workers']} processes on "
+              f"{cond.cores} cores ({conditions.describe(cond)}); 'rest' = step - compute")
+        print(format_checks(checks))
+    return {"validation": [c.as_dict() for c in checks], "validation_conditions": cond.to_json(samples=False)}
