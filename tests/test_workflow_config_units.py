@@ -8,6 +8,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -25,3 +26,13 @@ def test_snakemake_names_a_misread_rate_in_one_line(tmp_path):
     line = next((x for x in out.splitlines() if x.startswith("bench.collectives.rates_mbit: ")), None)
     assert line is not None and "'100mbps' is ambiguous" in line and "rates_mbit: 100 for 100 Mbit/s" in line, out
     assert "Failed validating" not in out and "jsonschema" not in out.lower(), out  # the schema never ran
+
+
+@pytest.mark.parametrize("name", sorted(p.name for p in (Path(__file__).resolve().parents[1] / "config").glob("*.yaml")
+                                        if p.name != "schema.yaml"))
+def test_every_profile_config_passes_the_workflow_schema(name):
+    """Snakemake validates the config file against config/schema.yaml before planning: a profile whose config
+    fails it (a profile name the schema does not list) cannot run at all."""
+    jsonschema = pytest.importorskip("jsonschema")
+    root = Path(__file__).resolve().parents[1] / "config"
+    jsonschema.validate(yaml.safe_load((root / name).read_text()), yaml.safe_load((root / "schema.yaml").read_text()))
