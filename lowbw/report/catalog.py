@@ -349,6 +349,10 @@ MACROS.update({
     "EElevenAdvisorStepErrMax": "its largest (%)",
     "EElevenAnalyticStepErr": "the analytic form's median |step-time error| (%)",
     "EElevenAnalyticStepErrMax": "its largest (%)",
+    "EElevenCharlesPoints": "grid points of the comparison with Charles et al.'s wall-clock model",
+    "EElevenCharlesDilocoDev": "largest |advisor / Charles - 1| of a DiLoCo step (H > 1) on that grid (%)",
+    "EElevenCharlesDpDev": "largest |advisor / Charles - 1| of a data-parallel step on that grid (%)",
+    "EElevenCharlesSpeedupDev": "largest difference of DiLoCo's speed-up over data-parallel between the two (%)",
 })
 MACROS.update({f"{p}NotRun": "why the experiment has no data in this profile" for p in PREFIX.values()})
 

@@ -29,7 +29,8 @@ The step-time comparison: for every dense and DiLoCo/local-SGD run (every H step
 seconds per step at the setting's network against the advisor's prediction and against the analytic form
 (ours, a ring all-reduce on the slowest link, no overlap):
 ``T = C + (2 (M-1)/M * 4P * 8 / r + 2 (M-1) alpha) / H`` with compute C per step, M workers, P parameters,
-r bits/s, alpha one-way latency, H = 1 for data-parallel training.
+r bits/s, alpha one-way latency, H = 1 for data-parallel training. Beside it, on a grid without runs, the
+advisor's step model against the wall-clock model of the DiLoCo scaling-law paper (:mod:`lowbw.report.walltime`).
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ import math
 from pathlib import Path
 from typing import Any
 
+from lowbw.report import walltime
 from lowbw.report.catalog import E9_LINKS
 from lowbw.report.common import PRETTY
 from lowbw.report.experiment import Context, Experiment, Stats
@@ -383,10 +385,45 @@ def numbers(st: Stats) -> dict[str, str]:
         "EElevenStepRows": str(len(sp)),
         "EElevenAdvisorStepErr": err("advisor_step_s"), "EElevenAdvisorStepErrMax": errmax("advisor_step_s"),
         "EElevenAnalyticStepErr": err("analytic_step_s"), "EElevenAnalyticStepErrMax": errmax("analytic_step_s"),
+        **_walltime_numbers(),
     }
 
 
+def _walltime_numbers() -> dict[str, str]:
+    """The macros of the comparison with the scaling-law paper's wall-clock model (:mod:`lowbw.report.walltime`)."""
+    t = walltime.rows()
+    sm = walltime.summary(t)
+    return {"EElevenCharlesPoints": str(len(t)),
+            "EElevenCharlesDilocoDev": fmt_num(100 * sm["diloco_max_dev"], 2),
+            "EElevenCharlesDpDev": fmt_num(100 * sm["dp_max_dev"], 2),
+            "EElevenCharlesSpeedupDev": fmt_num(100 * sm["speedup_max_dev"], 2)}
+
+
+def walltime_table() -> str:
+    """The grid of :mod:`lowbw.report.walltime`: both models' seconds per step and DiLoCo's speed-up over
+    data-parallel training in each."""
+    rows = []
+    for r in walltime.rows():
+        rows.append([f"{r['params'] / 1e9:g}B", str(r["replicas"]), f"{r['gbit_s']:g}",
+                     "DP" if r["period"] == 1 else str(r["period"]), fmt_num(r["compute_s"], 3),
+                     fmt_num(r["charles_s"], 3), fmt_num(r["advisor_s"], 3), escape(r["algorithm"]),
+                     fmt_num(r["ratio"], 3), fmt_num(r["speedup_charles"], 3), fmt_num(r["speedup_advisor"], 3)])
+    return booktabs(rows, ["$N$", "$M$", "Gbit/s", "$H$", "$C$ (s)", "Charles (s)", "Advisor (s)", "All-reduce",
+                           "Ratio", "Speed-up (Charles)", "Speed-up (advisor)"],
+                    "Seconds per step of data-parallel training (DP) and DiLoCo every $H$ steps in the analytic "
+                    r"wall-clock model of Charles et al.\ (2025, Appendix A, as restated by the public DiLoCo "
+                    "calculator) and in the advisor's model, at one accelerator per replica, bf16 parameters, "
+                    f"$2^{{20}}$ tokens per step at {walltime.FLOPS_PER_ACCELERATOR / 1e12:g} TFLOP/s per "
+                    f"accelerator and {1e3 * walltime.LATENCY_S:g} ms latency (our choices). Ratio = advisor / "
+                    "Charles; speed-up = DP's step / DiLoCo's in each model.", "tab:e11-walltime",
+                    size=r"\scriptsize")
+
+
 def table(st: Stats) -> str:
+    return _settings_table(st) + "\n" + walltime_table()
+
+
+def _settings_table(st: Stats) -> str:
     t = st.tables["settings"]
     left = sorted({m for x in t["left_out"] for m in str(x).split(", ") if m})
     rows = []
