@@ -148,3 +148,41 @@ def test_efficiency_rows_read_loss_targets_and_only_configured_ones():
     assert {(r["method"], r["metric"], r["direction"], r["target"], r["steps_ratio"]) for r in lm} == {
         ("dense", "val_loss", "down", 2.0, 1.0), ("diloco16", "val_loss", "down", 2.0, 1.5)}
     assert [(r["metric"], r["target"]) for r in rows if r["experiment"] == "e9_diloco"] == [("test_acc", 0.9)]
+
+
+def _row(exp, method, target, seeds, reached, steps_mean, dense_mean, steps_max, model="gpt-mini", workers=4):
+    ratio = steps_mean / dense_mean if reached and dense_mean == dense_mean else math.nan
+    return {"experiment": exp, "dataset": "shakespeare", "model": model, "kind": "lm", "metric": "val_loss",
+            "direction": "down", "target": target, "workers": workers, "method": method, "seeds": seeds,
+            "seeds_reached": reached, "steps_mean": steps_mean, "dense_steps_mean": dense_mean,
+            "steps_ratio": ratio, "steps_max": steps_max}
+
+
+def test_a_short_run_that_missed_the_target_bounds_the_ratio_it_does_not_end_it():
+    """DiLoCo missed 2.4 in 250-step runs (dense took 200) but measured 1.5x at 2.5: the ratio at 2.4 is the
+    1.5x raised to the bound the short runs give, (250 x 3) / 3 / 200 = 1.25 -> 1.5; not 'never'."""
+    rows = [_row("e10", "diloco16", 2.4, 3, 0, math.nan, 200.0, 250.0),
+            _row("e10", "diloco16", 2.5, 3, 3, 150.0, 100.0, 250.0)]
+    e = lookup(rows, "diloco16", "gpt-mini", "lm", 4, "val_loss", 2.4)
+    assert e.ratio == pytest.approx(1.5) and e.confidence == "extrapolated" and "within 250 steps" in e.basis
+    assert e.failed_within == 250.0  # the user's own model and workers: a 250-step budget is not enough
+    rows[0]["steps_max"] = 1000.0  # a long run that missed: the bound (1000 / 200 = 5x) wins
+    assert lookup(rows, "diloco16", "gpt-mini", "lm", 4, "val_loss", 2.4).ratio == pytest.approx(5.0)
+    # one seed of three missed within 400 steps, two took 300: at least (600 + 400) / 3 / 200
+    rows = [_row("e9", "topk1", 2.4, 3, 2, 300.0, 200.0, 400.0), _row("e4", "topk1", 2.6, 3, 3, 240.0, 200.0, 400.0)]
+    assert lookup(rows, "topk1", "gpt-mini", "lm", 4, "val_loss", 2.4).ratio == pytest.approx(1000 / 3 / 200)
+    # no row of the method reached any target: never
+    assert lookup(rows[:1], "topk1", "gpt-mini", "lm", 4, "val_loss", 2.4).ratio == math.inf
+
+
+def test_a_budget_ranks_methods_that_need_more_steps_after_those_that_fit(tmp_path):
+    from lowbw.advise.rank import rank
+    from lowbw.net.costlinks import WorkerLink
+
+    rows = [_row("e", "dense", 2.4, 3, 3, 200.0, 200.0, 400.0), _row("e", "diloco64", 2.4, 3, 3, 500.0, 200.0, 600.0)]
+    w = from_model("gpt-mini", 16, step_ms=30)
+    links = tuple(WorkerLink(1e6, 1e6, 0.0, 0.0) for _ in range(4))
+    free = rank(w, links, rows, "val_loss", 2.4, only=("dense", "diloco64"))
+    assert [a.candidate.name for a in free][0] == "diloco64"  # 1 Mbit/s: 64x fewer bytes at 2.5x the steps
+    tight = rank(w, links, rows, "val_loss", 2.4, only=("dense", "diloco64"), budget=400)
+    assert [a.candidate.name for a in tight] == ["dense", "diloco64"] and not tight[1].reaches

@@ -16,7 +16,7 @@ from lowbw.advise import validate as V
 
 def _advice(name: str, ratio: float, period: int = 1):
     return SimpleNamespace(candidate=SimpleNamespace(name=name, period=period),
-                           efficiency=SimpleNamespace(ratio=ratio))
+                           efficiency=SimpleNamespace(ratio=ratio), reaches=math.isfinite(ratio))
 
 
 def test_plan_takes_the_top_three_that_reach_the_target_and_dense():

@@ -42,6 +42,8 @@ def add_parser(sub) -> argparse.ArgumentParser:
                    "on a like workload, else 1000)")
     p.add_argument("--efficiency", help="efficiency table (default: paper/generated/stats/efficiency.csv if "
                    "built, else the one shipped with lowbw)")
+    p.add_argument("--max-steps", type=float,
+                   help="your training budget in steps: a method predicted to need more ranks after those that fit")
     p.add_argument("--json", action="store_true", help="machine-readable output")
     p.add_argument("--top", type=int, default=0, help="rows to print (default all)")
     p.add_argument("--validate", action="store_true",
@@ -118,9 +120,10 @@ def format_table(ranking: list, top: int = 0) -> str:
         d = a.as_dict()
         r = d["predicted_steps_ratio"]
         what = d["what"] if len(d["what"]) <= 20 else d["what"][:19] + "~"
+        ttt = _fmt_s(d["predicted_ttt_s"]) if d["reaches"] or r is None else "> budget"
         lines.append(f"{i:>2} {d['method']:<13}{what:<21}{d['collective']:<11}{_fmt_b(d['bytes_per_step']):>10}"
                      f"{_fmt_s(d['predicted_step_s']):>9}{f'{r:.2f}x' if r is not None else 'never':>7}"
-                     f"{_fmt_s(d['predicted_ttt_s']):>11}  {d['confidence']}")
+                     f"{ttt:>11}  {d['confidence']}")
     return "\n".join(ln[:WIDTH] for ln in lines)
 
 
@@ -136,6 +139,8 @@ def advise(args) -> dict[str, Any]:
         check_inputs(args.model)
         if args.validate_steps < 1:
             raise ValueError(f"--validate-steps {args.validate_steps}: must be >= 1")
+    if args.max_steps is not None and not args.max_steps > 0:
+        raise ValueError(f"--max-steps {args.max_steps:g}: a budget is a positive number of steps")
     if args.target is not None and not 0 < args.target <= 1:
         raise ValueError(f"--target {args.target}: an accuracy is a fraction in (0, 1]")
     rows = efficiency.read(args.efficiency)
@@ -146,11 +151,11 @@ def advise(args) -> dict[str, Any]:
     if target is None:  # the middle of the targets measured for this metric
         have = sorted({r["target"] for r in rows if r["metric"] == metric})
         target = have[len(have) // 2] if have else None
-    ranking = rank(w, links, rows, metric, target, args.dense_steps)
+    ranking = rank(w, links, rows, metric, target, args.dense_steps, budget=args.max_steps)
     inputs = {"model": w.model, "params": w.params, "kind": w.kind, "workers": len(links),
               "rates_bps": [x.up_bps for x in links], "latency_s": links[0].up_alpha_s, "metric": metric,
               "target": target, "compute_s": w.compute_s, "compute_basis": w.compute_basis, "batch": args.batch,
-              "dense_steps": ranking[0].dense_steps if ranking else None,
+              "dense_steps": ranking[0].dense_steps if ranking else None, "max_steps": args.max_steps,
               "efficiency_table": str(args.efficiency or efficiency.default_path())}
     return {"ranking": [a.as_dict() for a in ranking], "inputs": inputs,
             "reasons": reasons(ranking, links), "_ranking": ranking, "_links": links}

@@ -32,7 +32,7 @@ SHIPPED = Path(__file__).with_name("efficiency.csv")
 GENERATED = Path("paper/generated/stats/efficiency.csv")
 BASELINES = ("dense", "sync")  # the method each experiment's ratios are taken against (the first it has)
 COLUMNS = ["experiment", "dataset", "model", "kind", "metric", "direction", "target", "workers", "method",
-           "seeds", "seeds_reached", "steps_mean", "dense_steps_mean", "steps_ratio"]
+           "seeds", "seeds_reached", "steps_mean", "dense_steps_mean", "steps_ratio", "steps_max"]
 LM_DATASETS = ("shakespeare",)  # text datasets: their models are language models, their target a loss
 
 
@@ -44,6 +44,9 @@ class Efficiency:
     confidence: str  # "measured" | "extrapolated" | "bytes only"
     basis: str  # the measurement it rests on, in words
     dense_steps: float  # dense's measured steps to the target there (nan: none)
+    # runs of the user's own model and workers as long as this where some seed missed the target (nan: none):
+    # a training budget of at most this many steps is not enough for every seed
+    failed_within: float = math.nan
 
 
 def _kind(dataset: str) -> str:
@@ -110,7 +113,8 @@ def rows_from_runs(runs) -> list[dict[str, Any]]:
                              "metric": metric, "direction": direction, "target": target, "workers": int(n),
                              "method": "dense" if method == base else method, "seeds": int(len(gm)),
                              "seeds_reached": int(len(steps)), "steps_mean": mean,
-                             "dense_steps_mean": dense_mean, "steps_ratio": ratio})
+                             "dense_steps_mean": dense_mean, "steps_ratio": ratio,
+                             "steps_max": float(gm["step"].max()) if "step" in gm else math.nan})
     return rows
 
 
@@ -141,7 +145,8 @@ def write(rows: list[dict[str, Any]], prov: dict[str, Any], out: str | Path) -> 
     w = csv.DictWriter(buf, COLUMNS, lineterminator="\n")
     w.writeheader()
     for r in rows:
-        w.writerow({k: ("" if isinstance(r[k], float) and math.isnan(r[k]) else r[k]) for k in COLUMNS})
+        w.writerow({k: ("" if isinstance(v, float) and math.isnan(v) else v)
+                    for k in COLUMNS for v in [r.get(k, math.nan)]})
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(out, buf.getvalue())
@@ -160,10 +165,11 @@ def read(path: str | Path | None = None) -> list[dict[str, Any]]:
     lines = [ln for ln in p.read_text().splitlines() if not ln.startswith("#")]
     out = []
     for r in csv.DictReader(lines):
-        missing = [c for c in COLUMNS if c not in r]
+        missing = [c for c in COLUMNS if c not in r and c != "steps_max"]
         if missing:
             raise ValueError(f"efficiency table {p}: missing column(s) {', '.join(missing)}")
-        for k in ("target", "steps_mean", "dense_steps_mean", "steps_ratio"):
+        r.setdefault("steps_max", "")  # tables written before the horizon was recorded: unknown
+        for k in ("target", "steps_mean", "dense_steps_mean", "steps_ratio", "steps_max"):
             r[k] = float(r[k]) if r[k] != "" else math.nan
         for k in ("workers", "seeds", "seeds_reached"):
             r[k] = int(r[k])
@@ -179,23 +185,69 @@ def _distance(r: dict[str, Any], model: str, kind: str, workers: int, metric: st
     return tier + (0 if r["metric"] == metric else 3), abs(math.log2(r["workers"] / workers)), tgap
 
 
+def complete(r: dict[str, Any]) -> bool:
+    """Whether a row measures its ratio: every seed reached the target (a table without ``steps_max``, which
+    cannot tell a short run from a failed one: any seed)."""
+    if not math.isfinite(r["steps_ratio"]) or r["seeds_reached"] == 0:
+        return False
+    return r["seeds_reached"] == r["seeds"] or not math.isfinite(r.get("steps_max", math.nan))
+
+
+def lower_bound(r: dict[str, Any]) -> float:
+    """The least steps ratio an incomplete row allows: its seeds that missed the target would have needed more
+    than the run's ``steps_max`` steps, so the mean over all seeds is at least
+    (sum of the reached seeds' steps + missed seeds x steps_max) / seeds, over dense's mean. 0 where the horizon
+    is not recorded (no bound)."""
+    if not (math.isfinite(r.get("steps_max", math.nan)) and r["dense_steps_mean"] > 0):
+        return 0.0
+    reached = r["seeds_reached"] * r["steps_mean"] if r["seeds_reached"] else 0.0
+    return (reached + (r["seeds"] - r["seeds_reached"]) * r["steps_max"]) / r["seeds"] / r["dense_steps_mean"]
+
+
+def _where(r: dict[str, Any]) -> str:
+    return f"{r['model']}/{r['dataset']}, {r['workers']} workers, target {r['target']:g} ({r['experiment']})"
+
+
 def lookup(rows: list[dict[str, Any]], method: str, model: str, kind: str, workers: int, metric: str = "test_acc",
            target: float | None = None) -> Efficiency:
     """The steps ratio of ``method`` for the user's setting from the nearest measured rows (module docstring).
-    Rows of the nearest setting are combined by their median ratio; a method that reached the target in none
-    of them gets ``inf``."""
+
+    A row where every seed reached the target measures the ratio; a row where some seed did not is censored by
+    its horizon: it only bounds the ratio from below (:func:`lower_bound`; a short run says nothing about a
+    longer one). Rows of the nearest setting that measure it are combined by their median ratio; where the
+    nearest rows are all censored, the nearest rows that measure it (another target, model or number of
+    workers) give the ratio, raised to the nearest rows' bound; ``inf`` only where no row of the method
+    measures it (it never reached a target anywhere)."""
     mine = [r for r in rows if r["method"] == method and r["seeds"] > 0]
     if not mine:
         return Efficiency(1.0, "bytes only", "no measured run of this method: steps assumed as dense's", math.nan)
-    best = min(_distance(r, model, kind, workers, metric, target) for r in mine)
-    near = [r for r in mine if _distance(r, model, kind, workers, metric, target) == best]
-    reached = [r for r in near if r["seeds_reached"] > 0 and math.isfinite(r["steps_ratio"])]
+
+    def dist(r):
+        return _distance(r, model, kind, workers, metric, target)
+
+    best = min(dist(r) for r in mine)
+    near = [r for r in mine if dist(r) == best]
     r0 = near[0]
-    where = f"{r0['model']}/{r0['dataset']}, {r0['workers']} workers, target {r0['target']:g} ({r0['experiment']})"
     same = r0["model"] == model and r0["workers"] == workers
-    conf = "measured" if same else "extrapolated"
-    dense = statistics.median([r["dense_steps_mean"] for r in near]) if near else math.nan
-    if not reached:
-        return Efficiency(math.inf, conf, f"did not reach the target in {where}", dense)
-    ratio = statistics.median(r["steps_ratio"] for r in reached)
-    return Efficiency(ratio, conf, f"{ratio:.2f}x dense's steps in {where}", dense)
+    finite = [r["dense_steps_mean"] for r in near if math.isfinite(r["dense_steps_mean"])]
+    dense = statistics.median(finite) if finite else math.nan  # dense missed the target in short runs: unknown
+    measured = [r for r in near if complete(r)]
+    horizon = max((r["steps_max"] for r in near if math.isfinite(r.get("steps_max", math.nan))), default=math.nan)
+    if measured:
+        ratio = statistics.median(r["steps_ratio"] for r in measured)
+        return Efficiency(ratio, "measured" if same else "extrapolated", f"{ratio:.2f}x dense's steps in {_where(r0)}",
+                          dense)
+    bound = max(lower_bound(r) for r in near)
+    failed = horizon if same else math.nan  # the user's own setting: some seed missed within this many steps
+    within = f"not every seed reached the target within {horizon:g} steps in {_where(r0)}" \
+        if math.isfinite(horizon) else f"did not reach the target in {_where(r0)}"
+    farther = [r for r in mine if complete(r)]
+    if not farther:
+        return Efficiency(math.inf, "measured" if same else "extrapolated", within, dense, failed)
+    nxt = min(dist(r) for r in farther)
+    ratio = statistics.median(r["steps_ratio"] for r in farther if dist(r) == nxt)
+    src = next(r for r in farther if dist(r) == nxt)
+    ratio = max(ratio, bound)
+    at_least = f" (at least {bound:.2f}x)" if bound > 0 else ""
+    return Efficiency(ratio, "extrapolated", f"{ratio:.2f}x dense's steps: {within}{at_least}, "
+                      f"{src['steps_ratio']:.2f}x in {_where(src)}", dense, failed)

@@ -33,6 +33,21 @@ class Advice:
     efficiency: Efficiency  # its predicted steps to the target relative to dense, and what that rests on
     dense_steps: float  # dense's steps to the target the times assume
     exact_bytes: bool  # False where a shape was extrapolated or the bytes depend on the values
+    budget: float | None = None  # the user's training budget in steps (None: unlimited)
+
+    @property
+    def predicted_steps(self) -> float:
+        """Steps to the target: the ratio x dense's steps."""
+        return self.efficiency.ratio * self.dense_steps
+
+    @property
+    def reaches(self) -> bool:
+        """Predicted to reach the target, within the budget where one is given."""
+        if not math.isfinite(self.efficiency.ratio):
+            return False
+        if self.budget is None:
+            return True
+        return self.predicted_steps <= self.budget and not self.budget <= self.efficiency.failed_within
 
     @property
     def ttt_s(self) -> float:
@@ -48,20 +63,24 @@ class Advice:
         return {"method": self.candidate.name, "family": self.candidate.family, "what": self.candidate.label,
                 "collective": s.collective, "bytes_per_step": s.bytes_per_step, "predicted_step_s": s.step_s,
                 "compute_s": s.compute_s, "compress_s": s.compress_s, "comm_s": s.comm_s,
-                "predicted_steps_ratio": fin(e.ratio), "predicted_ttt_s": fin(self.ttt_s),
+                "predicted_steps_ratio": fin(e.ratio), "predicted_ttt_s": fin(self.ttt_s), "reaches": self.reaches,
                 "confidence": e.confidence, "basis": e.basis, "exact_bytes": self.exact_bytes}
 
 
 def _order(a: Advice) -> tuple[int, float]:
-    tier = 2 if not math.isfinite(a.efficiency.ratio) else 1 if a.efficiency.confidence == "bytes only" else 0
+    """Methods predicted to reach the target (within the budget) by predicted time, those whose steps rest on
+    bytes only after them, then those predicted not to reach it."""
+    tier = 2 if not a.reaches else 1 if a.efficiency.confidence == "bytes only" else 0
     return tier, a.ttt_s if math.isfinite(a.ttt_s) else math.inf
 
 
 def rank(w: Workload, links: tuple[WorkerLink, ...], rows: list[dict[str, Any]], metric: str = "test_acc",
          target: float | None = None, dense_steps: float | None = None,
-         only: tuple[str, ...] | None = None, cands: tuple[Candidate, ...] | None = None) -> list[Advice]:
+         only: tuple[str, ...] | None = None, cands: tuple[Candidate, ...] | None = None,
+         budget: float | None = None) -> list[Advice]:
     """Every candidate (or those named in ``only``; or exactly ``cands``) for workload ``w`` on ``links`` (one
-    per worker), best first; ``rows``: the efficiency table."""
+    per worker), best first; ``rows``: the efficiency table; ``budget``: the most steps the user trains (a
+    method predicted to need more ranks with those predicted not to reach the target)."""
     n = len(links)
     cands = list(cands) if cands is not None else [c for c in candidates() if only is None or c.name in only]
     base = model_key(w)
@@ -72,7 +91,7 @@ def rank(w: Workload, links: tuple[WorkerLink, ...], rows: list[dict[str, Any]],
         ex = exchange(c, w.shapes)
         hh = exchange(DENSE, w.shapes) if c.households else None  # the household's dense average
         step = predict(c, ex, w.compute_s, w.grad_bytes, links, hh)
-        out.append(Advice(c, step, lookup(rows, c.name, base, w.kind, n, metric, target), steps, ex.exact))
+        out.append(Advice(c, step, lookup(rows, c.name, base, w.kind, n, metric, target), steps, ex.exact, budget))
     return sorted(out, key=_order)
 
 

@@ -78,7 +78,7 @@ def check_inputs(model: str | None, kind: str | None = None) -> None:
 
 def plan(ranking: list, top: int = EXTRA) -> list[tuple[int, Any]]:
     """(rank, advice) of the ``top`` best methods that reach the target, and dense if it is not among them."""
-    ok = [(i, a) for i, a in enumerate(ranking, 1) if math.isfinite(a.efficiency.ratio)]
+    ok = [(i, a) for i, a in enumerate(ranking, 1) if a.reaches]
     chosen = ok[:top]
     if not any(a.candidate.name == "dense" for _, a in chosen):
         chosen += [(i, a) for i, a in enumerate(ranking, 1) if a.candidate.name == "dense"]

@@ -249,7 +249,8 @@ def _evaluate(s: dict, runs, cfgs, holdout: str) -> dict[str, Any] | None:
     compute = statistics.median(float(r["t_virtual_compute"]) / max(1, int(r["step"])) for _, r in mine.iterrows())
     batch = int(mine["batch_size"].iloc[0]) if "batch_size" in mine else 32
     w = from_model(s["model"], batch, step_ms=compute * 1e3)
-    ranking = rank(w, s["links"], rows_from_runs(rest), metric, value, cands=tuple(cands))
+    budget = float(mine["step"].max())  # the held-out runs' length: what a user would give as --max-steps
+    ranking = rank(w, s["links"], rows_from_runs(rest), metric, value, cands=tuple(cands), budget=budget)
     order = [a.candidate.name for a in ranking]
     pick = order[0]
     reached = {m: v for m, v in measured.items() if v["reached"] and m in order}
