@@ -171,8 +171,12 @@ def test_a_short_run_that_missed_the_target_bounds_the_ratio_it_does_not_end_it(
     # one seed of three missed within 400 steps, two took 300: at least (600 + 400) / 3 / 200
     rows = [_row("e9", "topk1", 2.4, 3, 2, 300.0, 200.0, 400.0), _row("e4", "topk1", 2.6, 3, 3, 240.0, 200.0, 400.0)]
     assert lookup(rows, "topk1", "gpt-mini", "lm", 4, "val_loss", 2.4).ratio == pytest.approx(1000 / 3 / 200)
-    # no row of the method reached any target: never
-    assert lookup(rows[:1], "topk1", "gpt-mini", "lm", 4, "val_loss", 2.4).ratio == math.inf
+    # no row measures it, but two seeds reached: the bound itself, said to be one
+    e = lookup(rows[:1], "topk1", "gpt-mini", "lm", 4, "val_loss", 2.4)
+    assert e.ratio == pytest.approx(1000 / 3 / 200) and e.basis.startswith("at least")
+    # no seed of the method reached any target: never
+    none = [_row("e9", "topk1", 2.4, 3, 0, math.nan, 200.0, 400.0)]
+    assert lookup(none, "topk1", "gpt-mini", "lm", 4, "val_loss", 2.4).ratio == math.inf
 
 
 def test_a_budget_ranks_methods_that_need_more_steps_after_those_that_fit(tmp_path):

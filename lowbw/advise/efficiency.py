@@ -216,8 +216,8 @@ def lookup(rows: list[dict[str, Any]], method: str, model: str, kind: str, worke
     its horizon: it only bounds the ratio from below (:func:`lower_bound`; a short run says nothing about a
     longer one). Rows of the nearest setting that measure it are combined by their median ratio; where the
     nearest rows are all censored, the nearest rows that measure it (another target, model or number of
-    workers) give the ratio, raised to the nearest rows' bound; ``inf`` only where no row of the method
-    measures it (it never reached a target anywhere)."""
+    workers) give the ratio, raised to the nearest rows' bound; where no row measures it, the bound itself (some
+    seed reached some target); ``inf`` where no seed of the method reached any target."""
     mine = [r for r in rows if r["method"] == method and r["seeds"] > 0]
     if not mine:
         return Efficiency(1.0, "bytes only", "no measured run of this method: steps assumed as dense's", math.nan)
@@ -242,7 +242,9 @@ def lookup(rows: list[dict[str, Any]], method: str, model: str, kind: str, worke
     within = f"not every seed reached the target within {horizon:g} steps in {_where(r0)}" \
         if math.isfinite(horizon) else f"did not reach the target in {_where(r0)}"
     farther = [r for r in mine if complete(r)]
-    if not farther:
+    if not farther:  # no row measures it: the bound is all there is, and without a horizon not even that
+        if bound > 0 and any(r["seeds_reached"] for r in mine):
+            return Efficiency(bound, "extrapolated", f"at least {bound:.2f}x dense's steps: {within}", dense, failed)
         return Efficiency(math.inf, "measured" if same else "extrapolated", within, dense, failed)
     nxt = min(dist(r) for r in farther)
     ratio = statistics.median(r["steps_ratio"] for r in farther if dist(r) == nxt)
