@@ -207,8 +207,10 @@ class RunConfig:
                               group="sync")
     diloco_overlap: str = _f("none", "diloco: delayed = one-step-delayed outer steps (PCCL's asynchronous "
                              "DiLoCo): the exchange of boundary k runs during the next H inner steps and its outer "
-                             "step lands at boundary k + 1; needs diloco_fragments 1, diloco_delay 0, diloco_alpha 0",
-                             enum=["none", "delayed"], group="sync")
+                             "step lands at boundary k + 1; eager = eager updates (Kale et al. 2025): the same "
+                             "overlap, each worker's own fresh pseudo-gradient replacing its stale share of the "
+                             "delayed average at once; both need diloco_fragments 1, diloco_delay 0, diloco_alpha 0",
+                             enum=["none", "delayed", "eager"], group="sync")
     desloc_m1_period: int = _f(0, "desloc: K_u, steps between averages of Adam's first moment (DES-LOC, Iacob et "
                                "al. 2025); 0: 3 x world_period (their recommendation)", minimum=0, group="sync")
     desloc_m2_period: int = _f(0, "desloc: K_v, steps between averages of Adam's second moment; 0: 6 x "

@@ -243,9 +243,9 @@ def _check_new_schemes(cfg) -> None:
                      ("diloco_schedule", "start_at_slot"), ("diloco_overlap", "none")):
             if getattr(cfg, k) != v:
                 raise ConfigError(k, f"only used with sync=diloco (sync={s})")
-    elif cfg.diloco_overlap == "delayed" and (cfg.diloco_fragments != 1 or cfg.diloco_delay or cfg.diloco_alpha):
-        raise ConfigError("diloco_overlap", "delayed overlaps whole outer steps: needs diloco_fragments 1, "
-                                            "diloco_delay 0 and diloco_alpha 0")
+    elif cfg.diloco_overlap != "none" and (cfg.diloco_fragments != 1 or cfg.diloco_delay or cfg.diloco_alpha):
+        raise ConfigError("diloco_overlap", f"{cfg.diloco_overlap} overlaps whole outer steps: needs "
+                                            "diloco_fragments 1, diloco_delay 0 and diloco_alpha 0")
 
 
 def _check_backends_and_network(cfg) -> None:
