@@ -195,14 +195,18 @@ def _check_sync(cfg) -> None:
                 raise ConfigError(k, f"only used with sync=hierarchical (sync={s})")
     if s != "diloco":
         for f in fields(cfg):
-            if f.name.startswith("outer_") and getattr(cfg, f.name) != f.default:
-                raise ConfigError(f.name, f"only used with sync=diloco (sync={s})")
+            if (f.name.startswith("outer_") and getattr(cfg, f.name) != f.default
+                    and not (s == "noloco" and f.name in ("outer_lr", "outer_momentum"))):
+                raise ConfigError(f.name, f"only used with sync=diloco (noloco: outer_lr, outer_momentum; "
+                                          f"sync={s})")
+    if s == "noloco" and (M < 2 or M % 2):
+        raise ConfigError("workers", f"noloco pairs the workers: needs an even number >= 2, got {M}")
     _check_new_schemes(cfg)
     if s in ("sync", "ssp", "async", "sparta") and cfg.world_period != 1:
         raise ConfigError("world_period", f"not used with sync={s}")
     if s in ("ssp", "async") and cfg.backend != "sim":
         raise ConfigError("backend", f"sync={s} runs on the sim backend only")
-    if s in ("ssp", "async", "local", "desloc", "sparta") and cfg.compressor != "none":
+    if s in ("ssp", "async", "local", "desloc", "sparta", "noloco") and cfg.compressor != "none":
         raise ConfigError("compressor", f"sync={s} averages models / pushes to a parameter server densely; "
                                         "compressors apply to gradient synchronisation (sync, post_local, "
                                         "hierarchical with household_period=1)")
