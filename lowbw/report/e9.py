@@ -123,7 +123,7 @@ def numbers(st: Stats) -> dict[str, str]:
 
 
 def _per_method(st: Stats, n: int, Q: str) -> dict[str, str]:
-    """The numbers of each method of ``E9_METHODS`` in the data (``n`` workers): final quality (mean over
+    """The numbers of each method of ``E9_METHODS[key]`` in the data (``n`` workers): final quality (mean over
     seeds), MB each worker sent until the target and the mean time to it on the 10 Mbit/s (mid) link, ``--``
     where not every seed reached the target."""
     acc, times = st.tables["accuracy"], st.tables["times"]
@@ -131,7 +131,7 @@ def _per_method(st: Stats, n: int, Q: str) -> dict[str, str]:
     a = acc[acc["workers"] == n].set_index("method")
     t = times[(times["workers"] == n) & (times["link"] == "Mid")].set_index("method")
     out = {}
-    for method, w in E9_METHODS.items():
+    for method, w in E9_METHODS.get(st.meta["key"], {}).items():
         if method not in a.index:
             continue
         mb = a.loc[method, "bytes_to_target_per_worker"]
