@@ -164,12 +164,84 @@ def test_one_step_delayed_in_gloo_processes_matches_threads_and_the_algorithm_wr
     assert plain[0]["losses"][3:] != procs[0]["losses"][3:]  # not plain DiLoCo
 
 
+def _eager_by_hand(steps: int, lr: float, mu: float) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+    """Eager updates (module doc, steps 1-5) written out for 2 workers: SGD inner steps (lr 0.1), outer SGD
+    with heavy-ball momentum mu (buf <- mu buf + g; phi <- phi - lr buf), each worker its own phi_i and
+    buf_i; a boundary every H steps, then finish's last boundary (Delta = phi - theta, no new exchange).
+    Returns each worker's flat parameters before and after finish."""
+    n = 2
+    models = [_model(seed=0) for _ in range(n)]
+    opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
+
+    def flat(m):
+        return torch.cat([p.detach().reshape(-1) for p in m.parameters()])
+
+    phi = [flat(m).clone() for m in models]
+    buf = [torch.zeros_like(phi[0]) for _ in range(n)]
+    prev = None  # every worker's Delta of the exchange in flight
+
+    def boundary(start: bool):
+        nonlocal prev
+        d = [phi[i] - flat(models[i]) for i in range(n)]
+        for i in range(n):
+            if prev is None:
+                g = d[i] / n  # the first boundary: only the own share
+            else:  # own fresh share + the others' delayed shares
+                g = d[i] / n + sum(prev[j] for j in range(n) if j != i) / n
+            buf[i] = mu * buf[i] + g
+            phi[i] = phi[i] - lr * buf[i]
+            with torch.no_grad():
+                torch.nn.utils.vector_to_parameters(phi[i].clone(), models[i].parameters())
+        prev = d if start else None
+
+    for t in range(steps):
+        for r, (m, o) in enumerate(zip(models, opts)):
+            x, y = _batch(r, t)
+            torch.nn.functional.mse_loss(m(x), y).backward()
+            o.step()
+            o.zero_grad()
+        if (t + 1) % H == 0:
+            boundary(True)
+    before = [flat(m) for m in models]
+    boundary(False)
+    return before, [flat(m) for m in models]
+
+
+def test_eager_updates_in_two_workers_follow_the_formula_written_out():
+    """overlap='eager', two workers, H = 3, six steps (two outer steps) and finish: at boundary 1 each worker
+    steps with its own Delta / 2, at boundary 2 with Delta_i,2 / 2 + Delta_j,1 / 2 (its fresh share and the
+    other's delayed one), finish adds the other's Delta_j,2 / 2. Each worker's parameters agree with the
+    formula written out (up to the rounding of the rewritten sum), the workers' models differ before finish
+    (each applied its own share first), and the run is not one-step-delayed DiLoCo."""
+    kw = dict(steps=6, outer="sgd", outer_lr=0.7, outer_momentum=0.5)
+    res = _threads(2, overlap="eager", **kw)
+    before, after = _eager_by_hand(6, 0.7, 0.5)
+    for r in range(2):
+        torch.testing.assert_close(torch.cat([p.reshape(-1) for p in res[r]["before_finish"]]), before[r],
+                                   rtol=0, atol=1e-6)
+        torch.testing.assert_close(torch.cat([p.reshape(-1) for p in res[r]["params"]]), after[r], rtol=0, atol=1e-6)
+    assert not torch.equal(before[0], before[1])
+    assert res[0]["losses"][3] != res[1]["losses"][3]
+    delayed = _threads(2, overlap="delayed", **kw)
+    assert delayed[0]["losses"][3:] != res[0]["losses"][3:]
+
+
+def test_eager_updates_with_one_worker_are_plain_diloco():
+    """N = 1: g_k = Dbar_{k-1} - Delta_{k-1} + Delta_k = Delta_k exactly, so every loss and the final
+    parameters equal plain DiLoCo's bit for bit (ten steps, H = 3: finish takes the outer step of step 10)."""
+    plain = _threads(1)
+    eager = _threads(1, overlap="eager")
+    assert eager[0]["losses"] == plain[0]["losses"]
+    for a, b in zip(eager[0]["params"], plain[0]["params"]):
+        assert torch.equal(a, b)
+
+
 @pytest.mark.parametrize(("kw", "match"), [
     ({"delay": 4}, r"delay=4 must be an integer in \[0, period=4\)"),
     ({"fragment_update_alpha": 1.0}, "fragment_update_alpha=1.0"),
     ({"fragment_layout": "random"}, "fragment_layout='random'"),
     ({"fragments": 4, "fragment_layout": "strided"}, "4 strided fragments need as many layers"),
-    ({"overlap": "eager"}, "overlap='eager' is not implemented"),
+    ({"overlap": "eager", "delay": 1}, "needs fragments=1, delay=0"),
     ({"overlap": "later"}, "overlap='later' is not known"),
     ({"overlap": "delayed", "fragments": 2}, "needs fragments=1"),
 ])

@@ -142,3 +142,15 @@ def test_one_step_delayed_wrapper_gives_the_engines_losses():
     for step in range(STEPS):
         assert [w["losses"][step] for w in wrap] == eng_losses[step], step
     assert torch.equal(wrap[0]["params"], eng_params) and torch.equal(wrap[1]["params"], eng_params)
+
+
+def test_eager_updates_wrapper_gives_the_engines_losses():
+    """``overlap="eager"`` against ``diloco_overlap: eager`` (H = 3, nine steps: boundaries 3, 6, 9, each
+    worker stepping its own theta_start with its fresh share and the other's delayed one): every loss of
+    every worker and worker 0's final parameters equal, bit for bit (both call
+    lowbw.comm.diloco.eager_gradient); the workers' models differ (each applied its own share first)."""
+    eng_losses, eng_params, wrap = _both(optimizer="sgd", lr=0.05, diloco_overlap="eager")
+    for step in range(STEPS):
+        assert [w["losses"][step] for w in wrap] == eng_losses[step], step
+    assert torch.equal(wrap[0]["params"], eng_params)
+    assert not torch.equal(wrap[0]["params"], wrap[1]["params"])

@@ -1,5 +1,6 @@
-"""One-step-delayed DiLoCo in the engine (``diloco_overlap: delayed``): its schedule, its clock and its
-config errors. The comparison with the wrapper is in tests/test_diloco_wrapper_vs_engine.py."""
+"""One-step-delayed DiLoCo and eager updates in the engine (``diloco_overlap: delayed | eager``): their
+schedule, their clock and their config errors.
+The comparison with the wrapper is in tests/test_diloco_wrapper_vs_engine.py."""
 
 from __future__ import annotations
 
@@ -39,12 +40,60 @@ def test_delayed_outer_steps_hide_the_exchange_behind_the_next_inner_phase(tmp_p
     (dict(sync="local", diloco_overlap="delayed"), "diloco_overlap"),
     (dict(sync="diloco", world_period=4, diloco_fragments=2, diloco_overlap="delayed"), "diloco_overlap"),
     (dict(sync="diloco", world_period=4, diloco_delay=1, diloco_overlap="delayed"), "diloco_overlap"),
-    (dict(sync="diloco", diloco_overlap="eager"), "diloco_overlap"),
+    (dict(sync="diloco", world_period=4, diloco_fragments=2, diloco_overlap="eager"), "diloco_overlap"),
 ])
 def test_delayed_needs_plain_diloco(kw, key):
     with pytest.raises(ConfigError) as e:
         cfg(**kw)
     assert key in str(e.value)
+
+
+def test_eager_updates_have_the_delayed_clock_and_bytes_but_their_own_numbers(tmp_path):
+    """Eager updates overlap the exchange exactly as one-step-delayed DiLoCo does: per step the same virtual
+    communication time and bytes (0.5 Mbit/s: the landing waits what the H inner steps did not hide); their
+    outer steps differ: step 5 already starts from phi_1 (the own share applied at boundary 4), not theta_0."""
+    kw = dict(KW, bandwidth_mbit=0.5)
+    _, de = trained(cfg(**kw, diloco_overlap="delayed"), tmp_path / "delayed")
+    _, ea = trained(cfg(**kw, diloco_overlap="eager"), tmp_path / "eager")
+    assert per_step(ea, "t_virtual_comm", 12) == per_step(de, "t_virtual_comm", 12)
+    assert per_step(ea, "bytes_sent", 12) == per_step(de, "bytes_sent", 12)
+    assert ea[-1]["bytes_sent"] == de[-1]["bytes_sent"] > 0
+    ld, le = step_lines(de), step_lines(ea)
+    assert le[4]["loss"] == ld[4]["loss"] and le[5]["loss"] != ld[5]["loss"]
+
+
+def test_eager_updates_with_one_worker_are_plain_diloco(tmp_path):
+    """M = 1: g_k = Dbar_{k-1} - Delta_{k-1} + Delta_k = Delta_k exactly: every step's loss, accuracy and
+    bytes and the final evaluation equal plain DiLoCo's (14 steps, H = 4: the final synchronisation takes the
+    outer step of steps 13-14 in both). Mid-run evaluations differ in timing only: eager evaluates theta_start
+    at once, plain DiLoCo waits for a boundary."""
+    kw = dict(KW, workers=1, steps=14)
+    _, plain = trained(cfg(**kw), tmp_path / "plain")
+    _, eager = trained(cfg(**kw, diloco_overlap="eager"), tmp_path / "eager")
+    lp, le = step_lines(plain), step_lines(eager)
+    assert sorted(lp) == sorted(le) == list(range(15))
+    for s in lp:
+        for k in ("loss", "acc", "bytes_sent"):
+            assert lp[s][k] == le[s][k], (s, k)
+    for k in ("test_loss", "test_acc"):
+        assert plain[-1][k] == eager[-1][k] is not None
+
+
+@pytest.mark.slow
+def test_eager_on_procs_matches_sim(tmp_path):
+    """Eager updates on procs (the exchange on the background thread, each process its own theta_start):
+    sim's losses, bytes and clock."""
+    kw = dict(KW, steps=9, bandwidth_mbit=1.0, diloco_overlap="eager")
+    run(cfg(backend="sim", **kw), tmp_path / "sim", quiet=True)
+    run(cfg(backend="procs", **kw), tmp_path / "procs", quiet=True)
+    sim, procs = read_jsonl(tmp_path / "sim" / "metrics.jsonl"), read_jsonl(tmp_path / "procs" / "metrics.jsonl")
+    assert len(sim) == len(procs)
+    for a, b in zip(sim, procs):
+        assert a["step"] == b["step"] and a["bytes_sent"] == b["bytes_sent"]
+        for k in ("loss", "acc", "test_loss", "test_acc"):
+            if a.get(k) is not None:
+                assert b[k] == pytest.approx(a[k], abs=1e-5), (a["step"], k)
+        assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)
 
 
 @pytest.mark.slow

@@ -16,6 +16,7 @@ from lowbw.train.loop import Trainer
 from lowbw.train.schemes import SCHEMES
 from lowbw.train.schemes.base import Scheme
 from lowbw.train.schemes.diloco import DiLoCo
+from lowbw.train.schemes.noloco import NoLoCo
 from lowbw.train.schemes.parameter_server import ParameterServer
 from lowbw.train.schemes.synchronous import Hierarchical, LocalOnly, LocalSGD, PostLocalSGD, SyncSGD
 from lowbw.train.world import SimWorld
@@ -41,7 +42,8 @@ def test_the_loop_never_asks_which_scheme():
 
 @pytest.mark.parametrize("sync,cls", [("sync", SyncSGD), ("local", LocalSGD), ("post_local", PostLocalSGD),
                                       ("hierarchical", Hierarchical), ("sparta", LocalOnly),
-                                      ("diloco", DiLoCo), ("ssp", ParameterServer), ("async", ParameterServer)])
+                                      ("diloco", DiLoCo), ("ssp", ParameterServer), ("async", ParameterServer),
+                                      ("noloco", NoLoCo)])
 def test_the_trainer_holds_the_registered_class(sync, cls):
     kw = dict(dataset="synthetic", model="mlp", workers=4, batch_size=32, steps=2, progress=False, sync=sync)
     if sync == "hierarchical":

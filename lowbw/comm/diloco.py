@@ -57,10 +57,33 @@ inner steps), with phi the outer parameters (theta_start) and theta_i the worker
 So every pseudo-gradient is applied one outer step late, to a phi it was not computed from (PCCL's "1-step
 behind"); the exchange has H inner steps to complete. :meth:`DiLoCo.finish` lands the last exchange
 (lowbw's choice: phi <- OuterOpt(phi, Dbar_K), theta_i <- phi; the inner steps after the last boundary are
-dropped). The eager variant of Kale, Douillard & Donchev 2025 ("Eager Updates For Overlapped Communication
-and Computation in DiLoCo") is not implemented: its update rule (their Algorithm 3, the local outer
-gradient mixed with the other workers' delayed ones) could not be read from a source here, and lowbw does
-not implement an equation it cannot cite.
+dropped).
+
+Eager updates (``overlap="eager"``; F = 1, tau = 0): Kale, Douillard & Donchev 2025, "Eager Updates For
+Overlapped Communication and Computation in DiLoCo" (arXiv 2502.12996). The exchange overlaps the next
+inner phase as in ``delayed``, but the outer step does not wait for the average: worker i uses its own fresh
+pseudo-gradient at once in place of its stale share of the delayed average. Source of the rule: the paper's
+text (its Algorithm) could not be read here; its abstract says only that "a particular variant, dubbed eager
+updates" overlaps the outer step with the inner phase. Third-party summaries of the paper describe the rule as
+applying "a mixture of the current local outer gradient with the delayed mixture of all other replicas' outer
+gradients" (liner.com's review) and mixing "current local outer gradients with delayed non-local gradients"
+(sciencestack.ai's summary); lowbw reads the mixture with the weights of an average over the N workers. At
+outer boundary k, with phi_i worker i's outer parameters (they start equal) and theta_i its inner ones:
+
+1. Delta_i,k = phi_i - theta_i;
+2. wait for the exchange started at boundary k - 1 (if any): Dbar_{k-1} = (1/N) sum_j Delta_j,k-1;
+3. g_i,k = (1/N) Delta_i,k + (1/N) sum_{j != i} Delta_j,k-1 = Dbar_{k-1} - (1/N) Delta_i,k-1 + (1/N) Delta_i,k
+   (at the first boundary g_i,1 = (1/N) Delta_i,1: no earlier exchange; :func:`eager_gradient`);
+4. phi_i <- OuterOpt(phi_i, g_i,k); theta_i <- phi_i;
+5. start the exchange of Delta_i,k in the background (it lands at boundary k + 1).
+
+The workers' phi_i differ (each has applied its own fresh share): the replicas are apart, and worker i's
+pseudo-gradient is taken from its own phi_i. Summed over boundaries the g_i telescope, so without outer
+momentum phi_i - phi_j = -outer_lr (Delta_i,K - Delta_j,K) / N after boundary K: the workers stay one local
+share apart. With a compressor Dbar holds the decoded compressed own share, which step 3 removes uncompressed.
+:meth:`DiLoCo.finish` is a last boundary that starts no exchange: step 3 with Delta_i,K+1 = phi_i - theta_i
+(0 when the run ends on a boundary) and the landed Dbar_K. With N = 1, g_k = Delta_k exactly (Dbar_{k-1} =
+Delta_{k-1}), and eager updates are plain DiLoCo.
 
 The outer step is deterministic given the same inputs on every rank, so the replicas stay identical.
 Buffers (batch-norm statistics) are not synchronised; average them yourself if your model has any.
@@ -85,10 +108,12 @@ from lowbw.comm.meter import Meter
 from lowbw.compress.base import State
 
 __all__ = ["DiLoCo", "DiLoCoCounters", "OUTER_OPTIMIZERS", "OVERLAPS", "FRAGMENT_LAYOUTS", "outer_sgd",
-           "check_outer", "split_fragments", "split_layers", "layer_runs", "split_rows", "sync_offsets"]
+           "check_outer", "eager_gradient", "split_fragments", "split_layers", "layer_runs", "split_rows",
+           "sync_offsets"]
 
-#: ``overlap=`` values: none (plain or Streaming DiLoCo), delayed (one-step-delayed outer steps, PCCL's)
-OVERLAPS = ("none", "delayed")
+#: ``overlap=`` values: none (plain or Streaming DiLoCo), delayed (one-step-delayed outer steps, PCCL's),
+#: eager (Kale et al. 2025's eager updates)
+OVERLAPS = ("none", "delayed", "eager")
 FRAGMENT_LAYOUTS = ("contiguous", "strided")
 
 
@@ -102,6 +127,16 @@ def outer_sgd(params: list[Tensor], kind: str, lr: float, momentum: float) -> to
     """The outer optimiser over the fp32 copies theta_start: SGD, with Nesterov momentum if ``kind`` says."""
     check_outer(kind, lr, momentum)
     return torch.optim.SGD(params, lr=lr, momentum=momentum, nesterov=kind == "nesterov")
+
+
+def eager_gradient(mean: Tensor | None, prev: Tensor | None, delta: Tensor, n: int) -> Tensor:
+    """Step 3 of eager updates (module doc): g = Dbar_{k-1} - Delta_i,k-1 / n + Delta_i,k / n, with ``mean``
+    = Dbar_{k-1} and ``prev`` = Delta_i,k-1 (None before the first exchange landed: g = Delta_i,k / n); ``n``
+    workers. The engine (``diloco_overlap: eager``) calls it too, so both compute the same floats."""
+    own = delta / n
+    if mean is None:
+        return own
+    return (mean - prev / n) + own
 
 
 def check_outer(kind: str, lr: float, momentum: float) -> None:
@@ -210,7 +245,8 @@ class DiLoCo:
     optimiser. ``compressor``: a ``lowbw.compress`` name or object for Delta (``None``: dense fp32), with
     ``compressor_args`` for a name. ``algorithm``: the all-reduce (``lowbw.comm.ALGORITHMS``). ``fragments``:
     Streaming DiLoCo's F, ``fragment_layout`` (``contiguous`` | ``strided``), ``delay`` (tau) and
-    ``fragment_update_alpha`` (alpha). ``overlap``: ``none`` or ``delayed`` (one-step-delayed outer steps).
+    ``fragment_update_alpha`` (alpha). ``overlap``: ``none``, ``delayed`` (one-step-delayed outer steps) or
+    ``eager`` (eager updates).
     ``seed``: this worker's compressor state seed (stochastic compressors). ``timeout``: seconds per wait on
     a peer (also bounds the wait for a background exchange). ``sync_start``: broadcast rank 0's parameters
     first, so every replica starts equal (as DDP does). ``collective``: a ``lowbw`` collective to use instead
@@ -236,9 +272,6 @@ class DiLoCo:
                              "lands before its next exchange)")
         if not 0 <= fragment_update_alpha < 1:
             raise ValueError(f"fragment_update_alpha={fragment_update_alpha!r} must be in [0, 1)")
-        if overlap == "eager":
-            raise ValueError("overlap='eager' is not implemented: Kale et al. 2025's update rule could not be "
-                             "read from a source (see the module doc)")
         if overlap not in OVERLAPS:
             raise ValueError(f"overlap={overlap!r} is not known; allowed: {', '.join(OVERLAPS)}")
         if overlap != "none" and (fragments != 1 or delay or fragment_update_alpha):
@@ -286,6 +319,7 @@ class DiLoCo:
         self.dirty = [False] * len(groups)  # inner steps since the fragment's last update
         self.mixed = [False] * len(groups)  # its last update was mixed (alpha > 0): replicas apart
         self._pool: ThreadPoolExecutor | None = None
+        self._own: list[Tensor] | None = None  # eager: this worker's Delta_i,k-1, its share of the exchange in flight
 
     @property
     def bytes_sent(self) -> int:
@@ -309,7 +343,7 @@ class DiLoCo:
             landed = True
         due = [f for f, off in enumerate(self.offsets) if t % self.period == off]
         for f in due:
-            if self.overlap == "delayed":
+            if self.overlap != "none":
                 self._delayed_boundary()
             elif self.delay == 0:
                 self.sync(f)
@@ -329,12 +363,15 @@ class DiLoCo:
     def finish(self) -> None:
         """The run's last synchronisation: land every exchange in flight, then the outer step (unmixed) of
         every fragment with inner steps since its last update; a fragment whose mixed update was the last
-        thing to touch it is set to theta_start. ``overlap="delayed"``: land the last exchange (module doc).
+        thing to touch it is set to theta_start. ``overlap="delayed"``: land the last exchange; ``"eager"``: the
+        last boundary, which starts no exchange (module doc).
         Afterwards the replicas are equal; the background thread is shut down."""
+        if self.overlap == "eager":
+            self._eager_boundary(start=False)
         while self.inflight:
             self._land(*self.inflight.pop(0))
-        if self.overlap == "delayed":
-            pass  # _land applied phi's outer step and theta <- phi
+        if self.overlap != "none":
+            pass  # the landing applied phi's outer step and theta <- phi
         else:
             for f, d in enumerate(self.dirty):
                 if d:
@@ -396,7 +433,11 @@ class DiLoCo:
 
     @torch.no_grad()
     def _delayed_boundary(self) -> None:
-        """Steps 1-4 of one-step-delayed DiLoCo (module doc) at an outer boundary."""
+        """Steps 1-4 of one-step-delayed DiLoCo (module doc) at an outer boundary (eager: steps 1-5 of eager
+        updates)."""
+        if self.overlap == "eager":
+            self._eager_boundary(start=True)
+            return
         pending = self.inflight.pop(0) if self.inflight else None
         means = self._wait(0, pending[2]) if pending else None  # 1. Dbar_{k-1}
         deltas = self._deltas(0)  # 2. Delta_k = phi - theta (phi not yet moved by Dbar_{k-1})
@@ -410,3 +451,21 @@ class DiLoCo:
             self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lowbw-diloco-exchange")
         # 4. Delta_k's exchange in the background; it lands at the next boundary (or in finish)
         self.inflight.append((0, math.inf, self._pool.submit(torch.no_grad()(self._exchange), 0, deltas)))
+
+    @torch.no_grad()
+    def _eager_boundary(self, start: bool) -> None:
+        """Steps 1-5 of eager updates (module doc) at an outer boundary; ``start``: start Delta_k's exchange
+        (False: :meth:`finish`'s last boundary)."""
+        deltas = self._deltas(0)  # 1. Delta_i,k = phi_i - theta_i
+        pending = self.inflight.pop(0) if self.inflight else None
+        means = self._wait(0, pending[2]) if pending else [None] * len(deltas)  # 2. Dbar_{k-1}
+        prev = self._own or [None] * len(deltas)
+        n = self.coll.world_size
+        self._apply(0, [eager_gradient(m, p, d, n) for m, p, d in zip(means, prev, deltas)])  # 3.-4.
+        self._own = None
+        if start:
+            if self._pool is None:
+                self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="lowbw-diloco-exchange")
+            # 5. the exchange of Delta_i,k (kept: its own share); it lands at the next boundary (or in finish)
+            self._own = [d.clone() for d in deltas]
+            self.inflight.append((0, math.inf, self._pool.submit(torch.no_grad()(self._exchange), 0, deltas)))

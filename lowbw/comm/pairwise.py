@@ -17,7 +17,7 @@ Three pieces:
 
 This is the first communication pattern in lowbw that is not a collective: the cost model's collective
 registry (``lowbw.net.costmodel``) does not cover it; :func:`pairwise_time` is the function to register
-there.
+there. The engine's ``sync: noloco`` (:mod:`lowbw.train.schemes.noloco`) charges its rounds with it.
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 __all__ = ["PREFIX", "MACROS", "E1_ALGS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS",
-           "E10_NETWORKS", "CLAIMS", "not_run_macro", "check_numbers", "word"]
+           "E9_METHODS", "E10_NETWORKS", "CLAIMS", "not_run_macro", "check_numbers", "word"]
 
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
           "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen",
@@ -34,6 +34,10 @@ E8_WORKERS = {2: "Two", 4: "Four"}
 # E9's links, each run re-timed at them: word -> (Mbit/s per worker, one-way latency in ms). "Far" is a
 # cross-continent link (tens of ms one way, as Mumbai - San Francisco)
 E9_LINKS = {"Slow": (1.0, 0.5), "Mid": (10.0, 0.5), "Far": (10.0, 50.0)}
+# E9's methods with numbers of their own (lowbw.report.e9), per experiment key: method -> its word in the macro
+# names (the language model's overlapped and gossip DiLoCo variants and the diloco16 they are placed against)
+E9_METHODS = {"e9lm": {"diloco16": "Diloco", "diloco16_delayed": "Delayed", "diloco16_eager": "Eager",
+                       "noloco16": "Noloco"}}
 # E10's networks (experiment e10_<network>) other than "even" -> their words
 E10_NETWORKS = {"oneslow": "OneSlow", "asym": "Asym", "trace": "Trace", "straggler": "Straggler"}
 
@@ -46,6 +50,14 @@ def _per_link(prefix: str) -> dict[str, str]:
         ("StepSpeedup", "dense time / its time"),
         ("RareBest", "fastest every-H-steps method to the target"), ("RareTtt", "its mean time (duration)"),
         ("RareSpeedup", "dense time / its time"))}
+
+
+def _per_method(key: str, quality: str) -> dict[str, str]:
+    """E9's numbers for each method of ``E9_METHODS[key]``: its final quality (word ``quality``), MB to target, time
+    to it on the mid (10 Mbit/s) link."""
+    return {f"{PREFIX[key]}{w}{k}": f"{m}: {what}" for m, w in E9_METHODS[key].items() for k, what in (
+        (quality, "final quality, mean over seeds"), ("MB", "MB each worker sent until the target"),
+        ("Ttt", "mean time to the target on the 10 Mbit/s link (duration; -- unless every seed reached it)"))}
 
 
 def _per_network(prefix: str) -> dict[str, str]:
@@ -318,6 +330,7 @@ MACROS.update({
     "ENineLmRareBytesMin": "dense bytes per step / those methods' bytes per step, smallest",
     "ENineLmRareBytesMax": "the same ratio, largest",
     **_per_link("ENineLm"),
+    **_per_method("e9lm", "Loss"),
     "ETenLmTarget": "target validation loss (nats/char)",
     "ETenLmSeeds": "seeds per configuration",
     "ETenLmWorkers": "the number of workers",

@@ -5,8 +5,10 @@ best per-step compressors, for each number of workers: final quality (test accur
 bytes each worker sent until the target, and virtual time to it on three links (each run re-timed,
 lowbw.report.training.retime).
 
-A method is *rare* (it communicates every H steps) when its run's ``sync`` is ``local`` or ``diloco``, else
-*per step*; the two families are compared at each link by their fastest member.
+A method is *rare* (it communicates every H steps) when its run's ``sync`` is ``local``, ``diloco``,
+``desloc`` or ``noloco``, else *per step*; the two families are compared at each link by their fastest member.
+The methods of ``E9_METHODS`` (the overlapped and gossip variants of DiLoCo, and diloco16 they are placed
+against) get their own numbers: final quality, MB to target and time to target on the 10 Mbit/s link.
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ from __future__ import annotations
 import math
 from functools import partial
 
-from lowbw.report.catalog import E9_LINKS, PREFIX
+from lowbw.report.catalog import E9_LINKS, E9_METHODS, PREFIX
 from lowbw.report.common import fmt_duration, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.goal import goal_of
@@ -25,7 +27,7 @@ __all__ = ["E9", "E9LM", "LINKS", "BASELINE"]
 RUNS = {"e9": "e9_diloco", "e9lm": "e9_lm"}  # experiment key -> its runs
 
 BASELINE = "dense"  # the method every other is compared with
-RARE_SYNCS = ("local", "diloco", "desloc")  # run.sync of the methods that communicate every H steps
+RARE_SYNCS = ("local", "diloco", "desloc", "noloco")  # run.sync of the methods that communicate every H steps
 # the links every run is re-timed at: (word in the macro names, Mbit/s per worker, one-way latency in ms)
 LINKS = [(w, mbit, lat) for w, (mbit, lat) in E9_LINKS.items()]
 
@@ -106,6 +108,7 @@ def numbers(st: Stats) -> dict[str, str]:
         ratio = a.loc[BASELINE, "bytes_per_worker_step"] / rare["bytes_per_worker_step"].clip(lower=1)
         out[f"{p}RareBytesMin"] = fmt_num(float(ratio.min()), 3)
         out[f"{p}RareBytesMax"] = fmt_num(float(ratio.max()), 3)
+    out.update(_per_method(st, n, Q))
     for word, mbit, lat in LINKS:
         dense = times[(times["workers"] == n) & (times["link"] == word) & (times["method"] == BASELINE)]
         dense_t = float(dense["ttt_mean_s"].iloc[0]) if not dense.empty else math.nan
@@ -116,6 +119,27 @@ def numbers(st: Stats) -> dict[str, str]:
                 out[f"{p}{word}{tag}Best"] = escape(best[0])
                 out[f"{p}{word}{tag}Ttt"] = fmt_duration(best[1])
                 out[f"{p}{word}{tag}Speedup"] = fmt_num(dense_t / best[1], 3) if math.isfinite(dense_t) else "--"
+    return out
+
+
+def _per_method(st: Stats, n: int, Q: str) -> dict[str, str]:
+    """The numbers of each method of ``E9_METHODS[key]`` in the data (``n`` workers): final quality (mean over
+    seeds), MB each worker sent until the target and the mean time to it on the 10 Mbit/s (mid) link, ``--``
+    where not every seed reached the target."""
+    acc, times = st.tables["accuracy"], st.tables["times"]
+    p, goal, q = PREFIX[st.meta["key"]], st.meta["goal"], st.meta["metric"]
+    a = acc[acc["workers"] == n].set_index("method")
+    t = times[(times["workers"] == n) & (times["link"] == "Mid")].set_index("method")
+    out = {}
+    for method, w in E9_METHODS.get(st.meta["key"], {}).items():
+        if method not in a.index:
+            continue
+        mb = a.loc[method, "bytes_to_target_per_worker"]
+        out[f"{p}{w}{Q}"] = goal.fmt(a.loc[method, f"{q}_mean"])
+        out[f"{p}{w}MB"] = fmt_num(mb / 1e6, 3) if math.isfinite(mb) else "--"
+        r = t.loc[method] if method in t.index else None
+        ok = r is not None and int(r["seeds_reached"]) == int(r["seeds"])
+        out[f"{p}{w}Ttt"] = fmt_duration(r["ttt_mean_s"]) if ok else "--"
     return out
 
 

@@ -29,7 +29,8 @@ def _f(default: Any, help: str, *, enum: list[str] | None = None, minimum: float
     return field(default=default, metadata=meta)
 
 
-SYNC_SCHEMES = ["sync", "local", "post_local", "hierarchical", "ssp", "async", "diloco", "desloc", "sparta"]
+SYNC_SCHEMES = ["sync", "local", "post_local", "hierarchical", "ssp", "async", "diloco", "desloc", "sparta",
+                "noloco"]
 ASSIGNMENTS = ["disjoint", "full", "coarse", "medium", "fine", "household"]
 
 
@@ -163,7 +164,9 @@ class RunConfig:
                    "compressor, compressed) pseudo-gradient (Douillard et al. 2023); desloc: local adam, "
                    "parameters averaged every world_period steps and Adam's moments every desloc_m1_period / "
                    "desloc_m2_period (Iacob et al. 2025); sparta: local steps, sparta_density of the "
-                   "parameters averaged every step (Beton et al. 2025)",
+                   "parameters averaged every step (Beton et al. 2025); noloco: world_period local steps, then "
+                   "each worker averages with one seeded peer and takes NoLoCo's momentum step (Kolehmainen et al. "
+                   "2025; outer_lr, outer_momentum; an even number of workers)",
                    enum=SYNC_SCHEMES, group="sync")
     collective: str = _f("ring", "collective algorithm (lowbw.comm: ring, tree, ps, butterfly, native, ...)",
                          group="sync")
@@ -178,13 +181,13 @@ class RunConfig:
     ddp_hook: bool = _f(False, "procs/torchrun: torch DDP with the compressor as a communication hook",
                         group="sync")
     world_period: int = _f(1, "L_W: steps between world synchronisations (local, post_local, hierarchical; "
-                           "diloco: H, inner steps per outer step)", minimum=1, group="sync")
+                           "diloco, noloco: H, inner steps per outer step)", minimum=1, group="sync")
     outer_optimizer: str = _f("nesterov", "diloco: the outer optimiser on the pseudo-gradient, SGD with Nesterov "
                               "momentum (the paper's) or plain SGD with momentum", enum=list(OUTER_OPTIMIZERS),
                               group="sync")
-    outer_lr: float = _f(0.7, "diloco: outer learning rate (sgd, outer_lr 1, outer_momentum 0 = local SGD)",
+    outer_lr: float = _f(0.7, "diloco, noloco: outer learning rate (sgd, outer_lr 1, outer_momentum 0 = local SGD)",
                          exclusive_minimum=0, group="sync")
-    outer_momentum: float = _f(0.9, "diloco: outer momentum", minimum=0, maximum=0.999999, group="sync")
+    outer_momentum: float = _f(0.9, "diloco, noloco: outer momentum", minimum=0, maximum=0.999999, group="sync")
     diloco_fragments: int = _f(1, "diloco: F fragments of the model (consecutive parameter tensors of near-equal "
                                "size); fragment f has its outer step at inner steps t with t = (f + 1) H / F "
                                "(mod H), so the link carries one fragment every H/F steps instead of the whole "
@@ -207,8 +210,10 @@ class RunConfig:
                               group="sync")
     diloco_overlap: str = _f("none", "diloco: delayed = one-step-delayed outer steps (PCCL's asynchronous "
                              "DiLoCo): the exchange of boundary k runs during the next H inner steps and its outer "
-                             "step lands at boundary k + 1; needs diloco_fragments 1, diloco_delay 0, diloco_alpha 0",
-                             enum=["none", "delayed"], group="sync")
+                             "step lands at boundary k + 1; eager = eager updates (Kale et al. 2025): the same "
+                             "overlap, each worker's own fresh pseudo-gradient replacing its stale share of the "
+                             "delayed average at once; both need diloco_fragments 1, diloco_delay 0, diloco_alpha 0",
+                             enum=["none", "delayed", "eager"], group="sync")
     desloc_m1_period: int = _f(0, "desloc: K_u, steps between averages of Adam's first moment (DES-LOC, Iacob et "
                                "al. 2025); 0: 3 x world_period (their recommendation)", minimum=0, group="sync")
     desloc_m2_period: int = _f(0, "desloc: K_v, steps between averages of Adam's second moment; 0: 6 x "

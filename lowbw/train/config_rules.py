@@ -195,14 +195,18 @@ def _check_sync(cfg) -> None:
                 raise ConfigError(k, f"only used with sync=hierarchical (sync={s})")
     if s != "diloco":
         for f in fields(cfg):
-            if f.name.startswith("outer_") and getattr(cfg, f.name) != f.default:
-                raise ConfigError(f.name, f"only used with sync=diloco (sync={s})")
+            if (f.name.startswith("outer_") and getattr(cfg, f.name) != f.default
+                    and not (s == "noloco" and f.name in ("outer_lr", "outer_momentum"))):
+                raise ConfigError(f.name, f"only used with sync=diloco (noloco: outer_lr, outer_momentum; "
+                                          f"sync={s})")
+    if s == "noloco" and (M < 2 or M % 2):
+        raise ConfigError("workers", f"noloco pairs the workers: needs an even number >= 2, got {M}")
     _check_new_schemes(cfg)
     if s in ("sync", "ssp", "async", "sparta") and cfg.world_period != 1:
         raise ConfigError("world_period", f"not used with sync={s}")
     if s in ("ssp", "async") and cfg.backend != "sim":
         raise ConfigError("backend", f"sync={s} runs on the sim backend only")
-    if s in ("ssp", "async", "local", "desloc", "sparta") and cfg.compressor != "none":
+    if s in ("ssp", "async", "local", "desloc", "sparta", "noloco") and cfg.compressor != "none":
         raise ConfigError("compressor", f"sync={s} averages models / pushes to a parameter server densely; "
                                         "compressors apply to gradient synchronisation (sync, post_local, "
                                         "hierarchical with household_period=1)")
@@ -243,9 +247,9 @@ def _check_new_schemes(cfg) -> None:
                      ("diloco_schedule", "start_at_slot"), ("diloco_overlap", "none")):
             if getattr(cfg, k) != v:
                 raise ConfigError(k, f"only used with sync=diloco (sync={s})")
-    elif cfg.diloco_overlap == "delayed" and (cfg.diloco_fragments != 1 or cfg.diloco_delay or cfg.diloco_alpha):
-        raise ConfigError("diloco_overlap", "delayed overlaps whole outer steps: needs diloco_fragments 1, "
-                                            "diloco_delay 0 and diloco_alpha 0")
+    elif cfg.diloco_overlap != "none" and (cfg.diloco_fragments != 1 or cfg.diloco_delay or cfg.diloco_alpha):
+        raise ConfigError("diloco_overlap", f"{cfg.diloco_overlap} overlaps whole outer steps: needs "
+                                            "diloco_fragments 1, diloco_delay 0 and diloco_alpha 0")
 
 
 def _check_backends_and_network(cfg) -> None:

@@ -4,6 +4,7 @@ module docstring says how to add one), and the registry of ``cfg.sync`` names.
 - :mod:`.base`: the interface, :class:`~.base.StepContext` (what a step gets) and :class:`~.base.LocalStep`;
 - :mod:`.synchronous`: local step, then communicate (sync, local, post_local, hierarchical, desloc, sparta);
 - :mod:`.diloco`: the DiLoCo family (outer steps, fragments, overlapped exchanges);
+- :mod:`.noloco`: NoLoCo (pairwise outer steps with one peer, no collective);
 - :mod:`.parameter_server`: ssp and async (an event simulation on the virtual clock, sim only);
 - :mod:`.charge`: what a synchronous step charges to the run's clock and records.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 
 from lowbw.train.schemes.base import Scheme
 from lowbw.train.schemes.diloco import DiLoCo
+from lowbw.train.schemes.noloco import NoLoCo
 from lowbw.train.schemes.parameter_server import ParameterServer
 from lowbw.train.schemes.synchronous import Hierarchical, LocalOnly, LocalSGD, PostLocalSGD, SyncSGD
 
@@ -28,6 +30,7 @@ SCHEMES: dict[str, type[Scheme]] = {
     "diloco": DiLoCo,
     "desloc": LocalSGD,  # + the DesLoc add-on (lowbw.train.desloc) on the moments
     "sparta": LocalOnly,  # + the Sparta add-on (lowbw.train.sparta)
+    "noloco": NoLoCo,
 }
 
 

@@ -44,6 +44,16 @@ theta_start; at the first boundary theta_i <- theta_start only); then Delta_k's 
 steps later, so the virtual clock charges a boundary only what is left of an exchange that had the H inner
 steps to run (the same in-flight accounting as tau). The final synchronisation lands the last exchange;
 the run is evaluated on theta_start (at a boundary the replicas equal it).
+
+``diloco_overlap: eager`` (F = 1, tau = 0): eager updates (Kale, Douillard & Donchev 2025; the wrapper's
+``overlap="eager"``, :mod:`lowbw.comm.diloco`, has the equations and their source). The exchange overlaps the
+next H inner steps as with ``delayed``, but at boundary k worker i steps its own theta_start_i at once with
+g_i,k = Dbar_{k-1} - Delta_i,k-1 / M + Delta_i,k / M (:func:`lowbw.comm.diloco.eager_gradient`; at the first
+boundary Delta_i,1 / M): its fresh pseudo-gradient in place of its stale share of the delayed average. The
+workers' theta_start_i differ (by about one local share), so the replicas are never equal: the run is
+evaluated on worker 0's theta_start. The clock is the delayed one's (the exchange lands H steps after it
+started); the final synchronisation is a last boundary that starts no exchange. With M = 1 it is plain
+DiLoCo.
 """
 
 from __future__ import annotations
@@ -53,7 +63,7 @@ from contextlib import contextmanager
 
 import torch
 
-from lowbw.comm.diloco import sync_offsets
+from lowbw.comm.diloco import eager_gradient, sync_offsets
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter
 from lowbw.train.aggregate import TimedCollective, aggregate_rank
@@ -104,6 +114,7 @@ class DiLoCo(Synchronous):
                       for f in range(F)]
         self.dirty = [False] * F  # per fragment: inner steps since its last outer update landed
         self.mixed = [False] * F  # per fragment: alpha > 0 left the replicas apart from theta_start
+        self.own: torch.Tensor | None = None  # eager: Delta_i,k-1 of every local replica, [R, P] (in flight)
 
     def action(self, step: int, progress: float) -> Action:
         return self.schedule.action(step, progress)
@@ -120,10 +131,10 @@ class DiLoCo(Synchronous):
 
     @property
     def global_row(self) -> torch.Tensor | None:
-        """F > 1, alpha > 0 or ``diloco_overlap: delayed``: theta_start (worker 0's copy; equal on every
-        worker), the model to evaluate; else the add-ons' (sparta: worker 0's) or None (the replicas are equal
-        at outer steps)."""
-        if len(self.plan.ranges) > 1 or self.cfg.diloco_alpha > 0 or self.cfg.diloco_overlap == "delayed":
+        """F > 1, alpha > 0 or ``diloco_overlap``: theta_start (worker 0's copy; equal on every worker except
+        with ``eager``, where it is worker 0's own), the model to evaluate; else the add-ons' (sparta: worker
+        0's) or None (the replicas are equal at outer steps)."""
+        if len(self.plan.ranges) > 1 or self.cfg.diloco_alpha > 0 or self.cfg.diloco_overlap != "none":
             return self.start[0]
         return super().global_row
 
@@ -135,7 +146,7 @@ class DiLoCo(Synchronous):
         s = super().state_dict()
         s.update(start=self.start.clone(), outer=[o.state_dict() for o in self.outer],
                  inflight=[x.to_dict() for x in self.inflight], link_free=self.link_free,
-                 dirty=list(self.dirty), mixed=list(self.mixed))
+                 dirty=list(self.dirty), mixed=list(self.mixed), own=self.own)
         return s
 
     def load_state_dict(self, s: dict) -> None:
@@ -150,11 +161,14 @@ class DiLoCo(Synchronous):
         self.link_free = float(s.get("link_free", 0.0))
         self.dirty = list(s.get("dirty", self.dirty))
         self.mixed = list(s.get("mixed", self.mixed))
+        self.own = s.get("own")
 
     def scheme_sync(self, step: int, act: Action) -> ModelSync:
         """The exchanges landing now, and the fragment exchange ``act`` starts (tau = 0: done at once)."""
         ms = ModelSync()
         self.dirty = [True] * len(self.dirty)
+        if self.cfg.diloco_overlap == "eager":
+            return self._eager_sync(step, act.avg is not None, ms)
         if self.cfg.diloco_overlap == "delayed":
             return self._delayed_sync(step, act, ms)
         while self.inflight and self.inflight[0].land_step <= step:
@@ -173,6 +187,8 @@ class DiLoCo(Synchronous):
         """The run's last synchronisation: land every exchange in flight, then the outer step of every
         fragment with local steps since its last update."""
         ms = ModelSync()
+        if self.cfg.diloco_overlap == "eager":
+            self._eager_sync(0, False, ms, start=False)
         while self.inflight:
             ms.landed.append(self._land(self.inflight.pop(0)))
         for f, d in enumerate(self.dirty):
@@ -198,6 +214,27 @@ class DiLoCo(Synchronous):
         self.inflight.append(self._start(act.avg, 0, step, step + self.cfg.world_period, rows))
         ms.started.append(self.inflight[-1])
         return ms  # not equal: the replicas agree, but an update is in flight (the final sync lands it)
+
+    def _eager_sync(self, step: int, boundary: bool, ms: ModelSync, start: bool = True) -> ModelSync:
+        """``diloco_overlap: eager`` after step ``step`` (module docstring): at a ``boundary`` (or the final one,
+        ``start`` false: no new exchange), Delta_k, the landing of boundary k - 1's exchange, the outer step of
+        every local replica on its own g_i,k, and the start of Delta_k's exchange."""
+        if not boundary and start:
+            return ms
+        rows = self._delta(0)  # Delta_i,k = theta_start_i - theta_i
+        mean = None
+        if self.inflight:
+            x = self.inflight.pop(0)
+            self._complete(x)
+            ms.landed.append(x)
+            mean = torch.stack(x.exchange.outputs)  # Dbar_{k-1}, on every local replica's row
+        self._outer(0, eager_gradient(mean, self.own, rows, self.cfg.workers))
+        self.own = None
+        if start:
+            self.own = rows.clone()  # this worker's share of the exchange now in flight
+            self.inflight.append(self._start("world", 0, step, step + self.cfg.world_period, rows))
+            ms.started.append(self.inflight[-1])
+        return ms
 
     def close(self) -> None:
         if self.bg is not None:
@@ -228,8 +265,12 @@ class DiLoCo(Synchronous):
         """Steps 3-4 for fragment ``f`` with the averaged Delta_f of ``ex``; step 4 mixes with ``alpha``
         (default ``diloco_alpha``): theta_f <- alpha theta_f + (1 - alpha) theta_start_f, as torchft's
         ``lerp_(global, 1 - alpha)``."""
+        self._outer(f, torch.stack(ex.outputs), alpha)
+
+    def _outer(self, f: int, grad: torch.Tensor, alpha: float | None = None) -> None:
+        """Steps 3-4 for fragment ``f`` with outer gradient rows ``grad`` ``[R, n_f]`` (see :meth:`_apply`)."""
         start = self.plan.take(self.start, f)
-        self.outer[f].step(start, torch.stack(ex.outputs), self.cfg.outer_lr)
+        self.outer[f].step(start, grad, self.cfg.outer_lr)
         self.plan.put(self.start, f, start)
         a = self.cfg.diloco_alpha if alpha is None else alpha
         if a:

@@ -17,6 +17,8 @@ Per step a scheme's :meth:`Synchronous.action` is a pair (gradient level, model-
 ``sparta``        :class:`LocalOnly`: local steps; a random p of the parameters averaged after every step
                   (Beton et al. 2025; the add-on :mod:`lowbw.train.sparta`)
 ``diloco``        :class:`lowbw.train.schemes.diloco.DiLoCo`: outer steps on the pseudo-gradient
+``noloco``        :class:`lowbw.train.schemes.noloco.NoLoCo`: every L_W steps a pairwise outer step with one
+                  seeded peer, no collective (Kolehmainen et al. 2025)
 ================  =======================================================================================
 
 A :class:`Synchronous` scheme owns the run's compressor, one compressor State per local replica

@@ -1,0 +1,48 @@
+"""E9's report on the language model: the methods with numbers of their own (catalog.E9_METHODS: diloco16 and
+its overlapped and gossip variants) get their final loss, MB to target and time to target at 10 Mbit/s."""
+
+from __future__ import annotations
+
+from lowbw.report.catalog import check_numbers
+
+
+def _run(root, method, sync, seed, step_s, step_bytes, final_loss):
+    """A completed language-model run: evaluations at steps 10 (val_loss 3.0) and 20 (2.4); every step
+    ``step_s`` virtual seconds of communication-free compute and ``step_bytes`` bytes in all."""
+    from lowbw.runio import append_jsonl, atomic_write_json
+
+    d = root / "e9_lm" / f"method~{method}" / f"seed~{seed}"
+    d.mkdir(parents=True)
+    atomic_write_json(d / "config.json", {"config": {"dataset": "shakespeare", "model": "gpt-mini", "workers": 4,
+                                                     "seed": seed, "sync": sync, "bandwidth_mbit": 10.0}})
+    for step, loss in ((10, 3.0), (20, 2.4)):
+        append_jsonl(d / "metrics.jsonl", {"step": step, "val_loss": loss, "t_virtual": step * step_s,
+                                           "t_virtual_compute": step * step_s, "t_virtual_compress": 0.0,
+                                           "comm_alpha_terms": 0.0, "comm_beta_bytes": 0.0,
+                                           "bytes_sent": step * step_bytes})
+    atomic_write_json(d / "summary.json", {"complete": True, "final_val_loss": final_loss, "step": 20,
+                                           "t_virtual": 20 * step_s, "bytes_sent_total": 20 * step_bytes,
+                                           "bytes_sent_per_worker": 20 * step_bytes / 4})
+
+
+def test_the_overlapped_and_gossip_methods_have_their_own_numbers(tmp_path):
+    from lowbw.report.build import Context
+    from lowbw.report.e9 import E9LM
+
+    for seed in (0, 1):
+        _run(tmp_path, "dense", "sync", seed, 1.0, 4e6, 2.30)
+        _run(tmp_path, "diloco16", "diloco", seed, 1.0, 4e6 / 16, 2.35)
+        _run(tmp_path, "diloco16_eager", "diloco", seed, 1.0, 4e6 / 16, 2.36 + 0.02 * seed)
+        _run(tmp_path, "noloco16", "noloco", seed, 1.0, 4e6 / 32, 2.45)
+    st = E9LM.stats(Context({"targets": {"shakespeare": "val_loss<=2.5"}}, tmp_path, tmp_path / "out"))
+    fam = st.tables["accuracy"].set_index("method")["family"]
+    assert fam["noloco16"] == fam["diloco16_eager"] == "rare" and fam["dense"] == "per step"
+    n = E9LM.numbers(st)
+    check_numbers("e9lm", n)
+    assert n["ENineLmEagerLoss"] == "2.37" and n["ENineLmNolocoLoss"] == "2.45"
+    assert n["ENineLmNolocoMB"] == "0.625"  # 20 steps x 125 kB in all, over 4 workers, until step 20
+    assert n["ENineLmDilocoMB"] == "1.25"
+    assert n["ENineLmEagerTtt"] == n["ENineLmDilocoTtt"] != "--"
+    assert "ENineLmDelayedLoss" not in n  # a method the grid did not run writes nothing
+    tab = E9LM.table(st)
+    assert r"noloco16" in tab and r"diloco16\_eager" in tab
