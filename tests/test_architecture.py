@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import ast
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -377,3 +378,39 @@ def test_no_module_is_over_500_lines():
     assert not unexplained, f"modules over {MAX_LINES} lines: {unexplained}"
     stale = sorted(set(LONG_MODULES) - set(long))
     assert not stale, f"LONG_MODULES lists modules no longer over {MAX_LINES} lines: {stale}"
+
+
+# --- history comments ----------------------------------------------------------------------------------------
+
+# Phrases that narrate a measurement or a past version rather than state an invariant, a unit or a reason
+# (issue 33: `grep -rniE "<HISTORY>" lowbw` finds at most MAX_HISTORY lines).
+HISTORY = re.compile(r"(instead of|was [0-9.]+ ?(ms|s)\b|an earlier version|took [0-9.]+)", re.IGNORECASE)
+MAX_HISTORY = 5
+
+
+def history_lines(root: Path) -> list[str]:
+    """Every line of every file under ``root`` (as ``grep -r`` reads them) that matches ``HISTORY``."""
+    out = []
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
+        for n, line in enumerate(path.read_text(errors="replace").splitlines(), 1):
+            if HISTORY.search(line):
+                out.append(f"{path.relative_to(root.parent)}:{n}: {line.strip()}")
+    return out
+
+
+def test_at_most_five_comments_narrate_history():
+    found = history_lines(PKG)
+    assert len(found) <= MAX_HISTORY, (
+        f"{len(found)} lines narrate history or compare with the past (at most {MAX_HISTORY}); state the "
+        "invariant, unit or reason instead:\n" + "\n".join(found)
+    )
+
+
+def test_the_history_check_finds_each_phrase(tmp_path):
+    pkg = tmp_path / "lowbw"
+    pkg.mkdir()
+    (pkg / "a.py").write_text(
+        "# uses a ring instead of a tree\nx = 1  # was 3 ms\n# was 2s\n# An earlier version sorted\n"
+        "# took 1.7 s\n# was 3 messages\n# rather than a tree\n"
+    )
+    assert [line.split(":")[1] for line in history_lines(pkg)] == ["1", "2", "3", "4", "5"]

@@ -110,7 +110,7 @@ def run_procs(fn, world_size: int, *args, timeout: float = 120.0, backend: str =
     still running then are killed. ``init``: "file" (a rendezvous file, no port race) or "tcp" (a TCP store
     on 127.0.0.1 and a free port). ``threads``: torch threads per child (0: torch's default).
     ``raise_errors``: raise :class:`ProcsError` if any rank failed; if False, return
-    :class:`RankResult` objects instead of values.
+    :class:`RankResult` objects (value or error per rank).
     """
     if world_size < 1:
         raise ValueError(f"world_size={world_size} must be >= 1")

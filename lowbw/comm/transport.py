@@ -269,7 +269,7 @@ class ThreadHub:
     def meet(self, rank: int, seq: int, item, timeout: float) -> list:
         """Every rank's ``item`` of its ``seq``-th meeting, in rank order, once all ranks have posted theirs.
 
-        One wait instead of a message exchange (for collectives whose result is a copy of what every rank
+        One wait, no message exchange (for collectives whose result is a copy of what every rank
         holds). Raises ``TimeoutError`` naming the missing ranks after ``timeout`` seconds, ``RuntimeError``
         with the reason when the group was aborted. The items must not change afterwards (post copies).
         """

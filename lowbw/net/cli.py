@@ -53,7 +53,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 def _strict(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """``p``, made to refuse unknown options with its own usage line (a subcommand's parser otherwise hands
-    them to the top-level one, which prints ``lowbw``'s usage instead of the testbed's)."""
+    them to the top-level one, which would print ``lowbw``'s usage, not the testbed's)."""
 
     class Strict(type(p)):  # type: ignore[misc]
         def parse_known_args(self, args=None, namespace=None):

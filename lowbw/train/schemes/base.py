@@ -1,4 +1,4 @@
-"""The interface of a sync scheme: what a run does after (or instead of) each local step.
+"""The interface of a sync scheme: what a run does after (or in place of) each local step.
 
 The :class:`~lowbw.train.loop.Trainer` holds one :class:`Scheme` object, built by
 :func:`lowbw.train.schemes.make_scheme` from ``cfg.sync``, and never asks which kind it is. Per training step
