@@ -16,6 +16,7 @@ from typing import Any
 
 from lowbw.algorithms import OUTER_OPTIMIZERS
 from lowbw.train.config_rules import ConfigError, check, coerce
+from lowbw.train.schemes.registry import SCHEMES
 
 __all__ = ["RunConfig", "SYNC_SCHEMES", "ASSIGNMENTS", "OUTER_OPTIMIZERS"]
 
@@ -29,7 +30,7 @@ def _f(default: Any, help: str, *, enum: list[str] | None = None, minimum: float
     return field(default=default, metadata=meta)
 
 
-SYNC_SCHEMES = ["sync", "local", "post_local", "hierarchical", "ssp", "async", "diloco", "desloc", "sparta"]
+SYNC_SCHEMES = list(SCHEMES)  # the choices of ``sync``: the scheme registry's names, in its order
 ASSIGNMENTS = ["disjoint", "full", "coarse", "medium", "fine", "household"]
 
 
