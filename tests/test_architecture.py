@@ -22,7 +22,6 @@ MAX_LINES = 500
 
 # Modules still over MAX_LINES, each with why it is not split yet (remove an entry once its module is split).
 LONG_MODULES: dict[str, str] = {
-    "lowbw.net.testbed": "being reworked by its owner (issue 33 leaves its split to that change)",
 }
 
 
