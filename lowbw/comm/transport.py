@@ -23,6 +23,7 @@ from collections import defaultdict, deque
 from datetime import timedelta
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from lowbw.comm.errors import CommError, GroupAbortedError, PeerFailedError, PeerTimeoutError
@@ -154,8 +155,6 @@ class DistTransport(Transport):
     """``torch.distributed`` point-to-point over ``group`` (ranks are group ranks)."""
 
     def __init__(self, group=None, timeout: float | None = None, stats=None, context: str = "") -> None:
-        import torch.distributed as dist
-
         super().__init__(timeout, stats, context)
         self.dist = dist
         self.group = group

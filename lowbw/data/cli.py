@@ -24,6 +24,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _verify(names: list[str], root) -> int:
+    # lazy: keeps `lowbw --help` free of torch
     from lowbw.data import available, cache_dir
     from lowbw.data.loader import verify_cache
 
@@ -50,7 +51,7 @@ def _verify(names: list[str], root) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lowbw.data import available, cache_dir, load
+    from lowbw.data import available, cache_dir, load  # lazy: keeps `lowbw --help` free of torch
 
     if args.names and args.names[0] == "verify":
         return _verify(args.names[1:], args.root)

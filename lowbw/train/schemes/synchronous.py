@@ -37,6 +37,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lowbw.adaptive import AdaptiveTopK, ChosenTopK, candidate_densities
+from lowbw.train import batched
 from lowbw.train.aggregate import aggregate_rank, average_rank, make_compressor, make_states
 from lowbw.train.desloc import DesLoc
 from lowbw.train.optim import clip_rows
@@ -253,7 +254,6 @@ class Synchronous(Scheme):
         rows, comp = self.rep.grads if rows is None else rows, self.comp
         if comp is None and self.direct:
             return self.world.dense_mean(level, list(rows), [k * 4 for _, _, k, _ in self.chunks])
-        from lowbw.train import batched  # sim: all replicas' layers at once (same records, bytes, outputs)
 
         if batched.applies(self.world, self.cfg, comp):
             return batched.exchange(self.world, level, rows, self.chunks, comp, self.states)
