@@ -32,7 +32,10 @@ from lowbw.compress.artopk import ARTopK
 from lowbw.compress.base import ErrorFeedback, State
 from lowbw.compress.collective import CallRecord
 from lowbw.compress.sparsify import TopK, topk_count
+from lowbw.data.specs import SPECS
 from lowbw.net.costmodel import LinkParams
+from lowbw.train.links import comm_cost, link_for
+from lowbw.train.models import build_model
 
 __all__ = ["COLLECTIVES", "candidate_densities", "option_calls", "option_time", "collective_for", "Choice",
            "AdaptiveTopK", "ChosenTopK", "model_numels", "run_collective"]
@@ -79,8 +82,6 @@ def option_time(numels: Sequence[int], density: float, world_size: int, link: Li
     (:func:`lowbw.train.links.comm_cost`): on every worker's own link where ``link`` carries them
     (``link.workers``, one per rank), as one exchange on the shapers' token bucket where it has one
     (``link.bucket_bytes``), else on the plain link."""
-    from lowbw.train.links import comm_cost
-
     workers = tuple(getattr(link, "workers", ()) or ())
     if workers and len(workers) != world_size:
         raise ValueError(f"{len(workers)} per-worker links for {world_size} workers")
@@ -117,9 +118,6 @@ def _link_moved(new: LinkParams, old: LinkParams, trigger: float) -> bool:
 def model_numels(model: str, dataset: str) -> list[int]:
     """Entries of every trainable tensor of ``model`` on ``dataset`` (what a run aggregates tensor by tensor),
     counted on the meta device."""
-    from lowbw.data.specs import SPECS
-    from lowbw.train.models import build_model
-
     if dataset not in SPECS:
         raise ValueError(f"dataset={dataset!r}: no shape known (known: {', '.join(sorted(SPECS))})")
     spec = SPECS[dataset]
@@ -133,8 +131,6 @@ def run_collective(cfg, t_virtual: float = 0.0, density: float | None = None) ->
     virtual time ``t_virtual`` for ``density`` (default: its configured ratio): its model's tensors on the
     world link the run's virtual clock has then (:func:`lowbw.train.links.link_for`: per-worker links, a
     trace's rates at that time)."""
-    from lowbw.train.links import link_for
-
     c = float(density if density is not None else cfg.compressor_args.get("ratio", 0.01))
     numels = model_numels(cfg.model, cfg.dataset)
     return collective_for(4.0 * sum(numels), c, cfg.workers, link_for(cfg, "world", t_virtual), numels)

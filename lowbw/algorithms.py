@@ -38,7 +38,7 @@ def __getattr__(name: str) -> Any:
     """``ALLREDUCE_ALGORITHMS`` (every registered all-reduce; ``native`` = torch.distributed.all_reduce) and
     ``BROADCAST_FOR`` (algorithm -> its broadcast), from :mod:`lowbw.comm.registry`."""
     if name in ("ALLREDUCE_ALGORITHMS", "BROADCAST_FOR"):
-        from lowbw.comm.registry import COLLECTIVES
+        from lowbw.comm.registry import COLLECTIVES  # lazy: keeps the Snakefile's planning free of torch
 
         if name == "ALLREDUCE_ALGORITHMS":
             value: Any = tuple(COLLECTIVES)

@@ -29,6 +29,11 @@ import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from lowbw.net.namespaces import delete_namespaces, ns_processes
+from lowbw.net.probe import run_command
+from lowbw.net.testbed import list_leftovers, netns_missing
+from lowbw.runio import lock_holders
+
 __all__ = ["Findings", "SlurmTestCluster", "scan", "clean", "add_parser", "main", "guard", "slurm_test_cluster",
            "stop_slurm_test_cluster", "process_start", "SLURM_CONF", "SLURM_MARKER", "SLURM_CLUSTER_NAME"]
 
@@ -220,8 +225,6 @@ def _zombie(pid: int) -> bool:
 
 def _locks(runs: Path, orphans: list[int]) -> tuple[list[Path], dict[Path, list[int]]]:
     """(locks held only by orphans, locks held by live runs -> holder PIDs)."""
-    from lowbw.runio import lock_holders
-
     stale, held = [], {}
     if not runs.is_dir():
         return stale, held
@@ -238,9 +241,6 @@ def scan(runs: str | Path = "runs", prefix: str = "lbw", all_: bool = False,
          slurm_conf: str | Path = SLURM_CONF) -> Findings:
     """Look for leftovers; removes nothing."""
     f = Findings()
-    from lowbw.net.namespaces import ns_processes
-    from lowbw.net.testbed import list_leftovers, netns_missing
-
     missing = netns_missing()
     if missing:
         f.notes.append("namespaces not checked: " + "; ".join(missing))
@@ -261,8 +261,6 @@ def scan(runs: str | Path = "runs", prefix: str = "lbw", all_: bool = False,
 def clean(f: Findings) -> None:
     """Remove what ``f`` lists: kill orphans (which releases their locks), delete namespaces (killing what
     runs in them) and stop test SLURM clusters."""
-    from lowbw.net.namespaces import delete_namespaces
-
     for pid in f.orphans:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.kill(pid, signal.SIGKILL)
@@ -278,9 +276,6 @@ def guard(tag: str) -> int:
         signal.signal(signal.SIGHUP, signal.SIG_IGN)
         while sys.stdin.buffer.read(65536):
             pass
-    from lowbw.net.namespaces import delete_namespaces
-    from lowbw.net.probe import run_command
-
     p = run_command(["ip", "netns", "list"], check=False)
     names = [line.split()[0] for line in p.stdout.splitlines() if line.split()]
     delete_namespaces(n for n in names if n.startswith(tag + "-"))

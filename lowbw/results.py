@@ -23,6 +23,8 @@ import json
 from pathlib import Path
 from typing import Any
 
+from lowbw.runio import check_steps, metrics_digest, read_jsonl
+
 __all__ = ["RunError", "find_runs", "load_run", "load_runs", "load_metrics"]
 
 _FILES = ("config.json", "metrics.jsonl", "summary.json")
@@ -86,8 +88,6 @@ def _path_params(run: Path, root: Path) -> tuple[str, dict[str, Any]]:
 def _check_metrics_digest(run: Path, summ: dict[str, Any]) -> None:
     """A complete run's metrics.jsonl must have monotonic steps and be the file its summary.json sealed
     (line count and sha256; summaries written before the seal existed carry neither)."""
-    from lowbw.runio import check_steps, metrics_digest, read_jsonl
-
     mp = run / "metrics.jsonl"
     if mp.exists():
         try:
@@ -155,7 +155,7 @@ def load_run(run: str | Path, root: str | Path | None = None, incomplete: str = 
 
 def load_runs(root: str | Path = "runs", incomplete: str = "error"):
     """All runs below ``root`` as a DataFrame, one row per run (see the module docstring)."""
-    import pandas as pd
+    import pandas as pd  # lazy: keeps `lowbw --help` free of pandas
 
     if incomplete not in ("error", "skip", "include"):
         raise ValueError(f"incomplete={incomplete!r}: use error, skip or include")
@@ -167,9 +167,7 @@ def load_runs(root: str | Path = "runs", incomplete: str = "error"):
 def load_metrics(root: str | Path = "runs", incomplete: str = "error", id_columns: tuple[str, ...] = ()):
     """Every metrics.jsonl line below ``root`` as a DataFrame with ``run``, ``experiment``, the path's grid
     parameters and ``id_columns`` taken from each run's config (e.g. ``("compressor", "workers")``)."""
-    import pandas as pd
-
-    from lowbw.runio import check_steps, read_jsonl
+    import pandas as pd  # lazy: keeps `lowbw --help` free of pandas
 
     root = Path(root)
     frames = []

@@ -18,6 +18,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from lowbw import __version__
+
 __all__ = ["atomic_write", "atomic_write_json", "atomic_write_text", "append_jsonl", "read_jsonl", "provenance",
            "git_commit", "metrics_digest", "seal_summary", "check_steps", "lock_holders", "set_parent_death_signal"]
 
@@ -116,9 +118,7 @@ def git_commit(repo: str | os.PathLike | None = None) -> str:
 def provenance() -> dict[str, Any]:
     """Versions, host and commit to store with every result (the machine it ran on)."""
     import numpy
-    import torch
-
-    from lowbw import __version__
+    import torch  # lazy: keeps `lowbw --help` free of torch
 
     cpu = platform.processor() or platform.machine()
     try:

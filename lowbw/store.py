@@ -181,7 +181,7 @@ def load_store(root: str | Path = DEFAULT_STORE):
     """The stored runs as :func:`lowbw.results.load_runs` loads ``runs/`` (one row per run), plus ``gpu``,
     ``cuda_version``, ``measured_date`` and ``source_run`` from each run's provenance.json. An absent or empty
     store gives an empty DataFrame."""
-    import pandas as pd
+    import pandas as pd  # lazy: keeps `lowbw --help` free of pandas
 
     root = Path(root)
     if not root.is_dir() or not find_runs(root):

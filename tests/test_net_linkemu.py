@@ -163,7 +163,7 @@ def test_testbed_records_the_emulator_and_leaves_nothing_behind():
     # whose frames all fitted before it lost none
     with Testbed(2, rate="10mbit", delay="5ms", jitter="1ms", loss="3%", prefix=prefix,
                  link_emulator="userspace") as tb:
-        emu = tb._emulator.proc
+        emu = tb.net.emulator.proc
         d = tb.describe()
         assert d["impairment"] == "userspace" and tb.loss_method == "userspace"
         assert d["links"][0]["delay_s"] == 0.005 and "netem" not in tb.qdiscs() and "tbf" in tb.qdiscs()

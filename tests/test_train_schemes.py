@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import ast
 import inspect
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -13,7 +15,7 @@ from lowbw.train import loop
 from lowbw.train.config import RunConfig
 from lowbw.train.config_fields import SYNC_SCHEMES
 from lowbw.train.loop import Trainer
-from lowbw.train.schemes import SCHEMES
+from lowbw.train.schemes import SCHEMES, scheme_class
 from lowbw.train.schemes.base import Scheme
 from lowbw.train.schemes.diloco import DiLoCo
 from lowbw.train.schemes.noloco import NoLoCo
@@ -23,10 +25,21 @@ from lowbw.train.world import SimWorld
 
 
 def test_every_configurable_sync_has_one_registered_scheme_class():
-    assert sorted(SCHEMES) == sorted(SYNC_SCHEMES)
-    for name, cls in SCHEMES.items():
+    assert list(SCHEMES) == SYNC_SCHEMES
+    for name in SCHEMES:
+        cls = scheme_class(name)
         assert inspect.isclass(cls) and issubclass(cls, Scheme), name
         assert not inspect.isabstract(cls), name
+    with pytest.raises(ValueError, match="sync='gossip'"):
+        scheme_class("gossip")
+
+
+def test_the_run_config_reads_the_scheme_names_without_torch():
+    """The registry is data: a fresh interpreter imports it (and the schemes package) without torch."""
+    code = ("import sys, lowbw.train.schemes, lowbw.train.schemes.registry as r; "
+            "assert 'torch' not in sys.modules, 'torch imported'; print(len(r.SCHEMES))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert int(out.stdout) == len(SCHEMES)
 
 
 def test_the_loop_never_asks_which_scheme():
@@ -66,7 +79,7 @@ def test_schedules():
                                         progress=False, **kw))
 
     def acts(c, progress=0.5):
-        cls = SCHEMES[c.sync]
+        cls = scheme_class(c.sync)
         obj = cls.__new__(cls)  # the schedule reads only the config: no replicas needed
         obj.cfg = c
         return [(a.grad, a.avg) for a in (obj.action(t, progress) for t in range(1, 9))]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from lowbw.runio import provenance
+
 __all__ = ["bench_provenance"]
 
 
 def bench_provenance() -> dict[str, Any]:
     """Where and when a benchmark measured: host, cores, CPU, torch, commit, UTC date (ISO 8601), Python and
     platform -- the ``provenance`` record of every runs/bench/*.json."""
-    from lowbw.runio import provenance
-
     p = provenance()
     return {"host": p["host"], "cores": p["cpu_count"], "cpu": p["cpu"], "torch": p["torch_version"],
             "commit": p["git_commit"], "date": p["date"],

@@ -23,7 +23,8 @@ import torch.distributed as dist
 
 import lowbw.comm as comm
 from lowbw.bench.collectives_plan import FULL_WARMUP_MAX_S
-from lowbw.comm.engine import DEFAULT_CHUNK_BYTES
+from lowbw.comm.engine import DEFAULT_CHUNK_BYTES, DEFAULT_WINDOW, chunk_elems, run_allreduce
+from lowbw.comm.numerics import Reducer
 from lowbw.comm.transport import DistTransport
 from lowbw.net.ratelimit import install_from_env
 
@@ -229,9 +230,6 @@ def _trace(spec: dict, timed, rank: int, n: int, chunk_bytes: int) -> list | Non
     """Per-message timings of ``spec["reps"]`` calls of ``spec["algorithm"]`` on ``spec["nbytes"]``, started as
     the grid's calls are: rank 0 gets, per call, every rank's messages with their posting and completion
     times in seconds from the call's start (the others None)."""
-    from lowbw.comm.engine import DEFAULT_WINDOW, chunk_elems, run_allreduce
-    from lowbw.comm.numerics import Reducer
-
     alg, reps = spec["algorithm"], int(spec["reps"])
     calls: list[list] = []
     starts: list[float] = []

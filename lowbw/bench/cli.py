@@ -13,6 +13,8 @@ import importlib
 import pkgutil
 import sys
 
+import lowbw.bench as pkg
+
 __all__ = ["add_parser", "main", "benchmarks"]
 
 # modules of lowbw.bench that are not benchmarks (the dispatcher; E1's plan, model and its results' helpers;
@@ -23,8 +25,6 @@ _NOT_BENCHMARKS = {"cli", "__main__", "collectives_plan", "collectives_model", "
 
 def benchmarks() -> list[str]:
     """Names of the benchmark modules (``lowbw/bench/<name>.py`` with a ``main``), sorted."""
-    import lowbw.bench as pkg
-
     return sorted(m.name for m in pkgutil.iter_modules(pkg.__path__)
                   if not m.name.startswith("_") and m.name not in _NOT_BENCHMARKS)
 

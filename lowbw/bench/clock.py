@@ -21,7 +21,16 @@ import time
 from pathlib import Path
 from typing import Any
 
+import torch
+
+from lowbw.bench import bench_provenance, conditions
+from lowbw.grid import decode, run_config, run_dirs
+from lowbw.runio import atomic_write_json
+from lowbw.train.allocator import steady_allocator
 from lowbw.train.clock_table import KEY_FIELDS, TEXT_KEY_FIELDS, clock_key
+from lowbw.train.config import RunConfig
+from lowbw.train.loop import Trainer
+from lowbw.train.world import SimWorld
 
 __all__ = ["clock_key", "calibrate_one", "main", "KEY_FIELDS", "TEXT_KEY_FIELDS"]
 
@@ -37,13 +46,6 @@ def _compute_key(key: str) -> tuple:
 
 def calibrate_one(cfg: dict[str, Any], steps: int = 20, warmup: int = 3) -> dict[str, float]:
     """Per-step compute and (de)compression seconds of one worker of ``cfg`` (sim, measured clock)."""
-    import torch
-
-    from lowbw.train.allocator import steady_allocator
-    from lowbw.train.config import RunConfig
-    from lowbw.train.loop import Trainer
-    from lowbw.train.world import SimWorld
-
     over = {"backend": "sim", "clock": "measured", "clock_compute_scale": 1.0, "steps": 10**6, "progress": False,
             "bandwidth_schedule": [], "adaptive": "off", "dynamic_batch": "off", "sync": "sync", "workers": 2,
             "batch_size": 0, "effective_batch_size": 0,
@@ -69,8 +71,6 @@ def calibrate_one(cfg: dict[str, Any], steps: int = 20, warmup: int = 3) -> dict
 
 def grid_configs(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
     """clock key -> one run config of the grid that has it (every run whose clock is ``model``)."""
-    from lowbw.grid import decode, run_config, run_dirs
-
     out: dict[str, dict[str, Any]] = {}
     for d in run_dirs(config):
         _, exp, rest = d.split("/", 2)
@@ -82,9 +82,6 @@ def grid_configs(config: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
 def main(argv: list[str] | None = None) -> int:
     import yaml
-
-    from lowbw.bench import bench_provenance, conditions
-    from lowbw.runio import atomic_write_json
 
     ap = argparse.ArgumentParser(prog="python -m lowbw bench clock", description=__doc__.splitlines()[0])
     ap.add_argument("--config", default="config/config.yaml", help="workflow config (its grid)")

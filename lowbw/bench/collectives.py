@@ -30,6 +30,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from lowbw.bench import conditions
+from lowbw.bench._collectives_worker import main as worker_main
 from lowbw.bench.collectives_model import (
     SOFTWARE_BYTES,
     calibrate,
@@ -63,6 +65,10 @@ from lowbw.bench.collectives_results import (
     targets,
     trace_model,
 )
+from lowbw.bench.conditions import add_strict_flag
+from lowbw.net.costmodel import LinkParams, allreduce_time, lower_bound
+from lowbw.net.testbed import Testbed, realtime_available
+from lowbw.runio import atomic_write_json, provenance
 
 __all__ = ["DEFAULTS", "QUICK", "run", "plan_grid", "merge_software", "emulator_refusal", "calibration_key",
            "predicted_seconds", "pingpong_sizes", "IDLE_MIN_S", "MIN_SOFTWARE_REPS",
@@ -80,10 +86,6 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
     The machine's conditions (:mod:`lowbw.bench.conditions`) are recorded over the whole grid (``conditions``)
     and per testbed (``testbeds[].conditions``); a busy machine gets a warning, and with ``strict`` nothing is
     written (not even the progress after each testbed)."""
-    from lowbw.bench import conditions
-    from lowbw.net.costmodel import LinkParams, allreduce_time, lower_bound
-    from lowbw.runio import atomic_write_json, provenance
-
     cfg = dict(DEFAULTS)
     if quick:
         cfg.update(QUICK)
@@ -167,8 +169,6 @@ def _result(cfg, rows, skipped, calibration, testbeds, t_start, traces=None) -> 
 
 def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[dict], timeout: float
                  ) -> tuple[dict, dict]:
-    from lowbw.net.testbed import Testbed, realtime_available
-
     with tempfile.TemporaryDirectory(prefix="lowbw-bench-") as tmp:
         plan_path = Path(tmp, "plan.json")
         res_path = Path(tmp, "result.json")
@@ -176,7 +176,6 @@ def _run_testbed(n: int, rate_bps: float, delay_s: float, cfg: dict, plan: list[
         env = dict(os.environ)
         root = str(Path(__file__).resolve().parents[2])
         env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
-        from lowbw.bench import conditions
 
         load0 = os.getloadavg()
         bed_conditions = conditions.record(interval_s=0).start()
@@ -278,18 +277,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge-start-lag-into", metavar="FILE",
                     help="then give FILE's testbeds this run's start lag per call only (FILE's tiny calls kept)")
     ap.add_argument("--from-run", metavar="RUN",
-                    help="with a --merge-* option: merge RUN (an earlier run's JSON) instead of measuring")
+                    help="with a --merge-* option: merge RUN (a previous run's JSON) and measure nothing")
     ap.add_argument("--merge-into", metavar="FILE",
                     help="then replace FILE's testbeds that this run measured (rows tagged with this run) and remodel")
     ap.add_argument("--config-json", help="bench.collectives config as JSON (keys as in config/schema.yaml)")
     ap.add_argument("--out", default="runs/bench/collectives.json")
-    from lowbw.bench.conditions import add_strict_flag
 
     add_strict_flag(ap)
     a = ap.parse_args(argv)
     if a.worker:
-        # the controller does not import torch; only a worker process does
-        from lowbw.bench._collectives_worker import main as worker_main
 
         return worker_main(a.worker)
     cfg = json.loads(a.config_json) if a.config_json else {}
@@ -318,22 +314,16 @@ def main(argv: list[str] | None = None) -> int:
         if a.strict and result["conditions"]["busy"]:
             return 1  # run() printed why and wrote nothing
     if a.merge_start_lag_into:
-        from lowbw.runio import atomic_write_json
-
         target = json.loads(Path(a.merge_start_lag_into).read_text())
         keys = merge_start_lag(target, result, a.out)
         atomic_write_json(a.merge_start_lag_into, target)
         print(f"[collectives] start lag merged into {a.merge_start_lag_into}: {keys}", file=sys.stderr)
     if a.merge_software_into:
-        from lowbw.runio import atomic_write_json
-
         target = json.loads(Path(a.merge_software_into).read_text())
         keys = merge_software(target, result, a.out)
         atomic_write_json(a.merge_software_into, target)
         print(f"[collectives] software cost merged into {a.merge_software_into}: {keys}", file=sys.stderr)
     if a.merge_into:
-        from lowbw.runio import atomic_write_json
-
         target = json.loads(Path(a.merge_into).read_text())
         keys = merge_testbeds(target, result, a.out)
         atomic_write_json(a.merge_into, target)

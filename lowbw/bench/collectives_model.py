@@ -28,6 +28,10 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from lowbw.comm.tree import HEAP_TREE_MAX_CHUNK_BYTES
+from lowbw.net.costfit import fit_alpha_beta
+from lowbw.net.costmodel import LinkParams, allreduce_time
+
 __all__ = ["FIT_MIN_BYTES", "BUCKET_FIT_FACTOR", "WINDOW", "TCP_PAYLOAD_PER_FRAME", "DUPLEX_ALGORITHMS",
            "SOFTWARE_BYTES", "calibrate", "model_link", "handshake_steps", "step_messages", "refilled_burst_bytes",
            "software_steps", "software_calibration", "software_step_s", "software_start_s", "start_lag",
@@ -88,8 +92,6 @@ def calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None = 
     loss-recovery round trip once TCP's window overruns the shaper's queue, and a fitted intercept would
     absorb that as a burst several times the bucket's (it grew with the delay), overcharging every
     message of a few buckets."""
-    from lowbw.net.costfit import fit_alpha_beta
-
     alpha = min(p["one_way_s"] for p in pp)
     if bucket_bytes:
         burst = float(bucket_bytes) * TCP_PAYLOAD_PER_FRAME
@@ -119,8 +121,6 @@ def calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None = 
 def model_link(cal: dict, algorithm: str):
     """The calibrated link for ``algorithm``: the ping-pong's alpha (one-way), the beta of its traffic
     pattern (duplex or one direction at a time) and that fit's burst."""
-    from lowbw.net.costmodel import LinkParams
-
     f = cal.get("fit_duplex") if algorithm in DUPLEX_ALGORITHMS and cal.get("fit_duplex") else cal["fit"]
     return LinkParams(alpha_s=cal["fit"]["alpha_s"], bandwidth_bps=f["bandwidth_bps"],
                       gamma_s_per_byte=float(cal.get("gamma_s_per_byte") or 0.0),
@@ -131,8 +131,6 @@ def software_steps(algorithm: str, n: int) -> int:
     """The latency steps of ``algorithm`` on N = ``n`` (the alpha-beta model's coefficient of alpha: ring
     2(N-1), tree 2 floor(log2 N), ps 2, butterfly 2 log2 P + 2 for a fold): the message steps each of
     which pays the software cost once on the critical path."""
-    from lowbw.net.costmodel import LinkParams, allreduce_time
-
     return int(round(allreduce_time(algorithm, 1.0, n, LinkParams(alpha_s=1.0, bandwidth_bps=1e30))))
 
 
@@ -304,8 +302,6 @@ def tree_chain(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = Non
     All buckets full (N = 2, 3, or long gaps), this is the model's 2 idle starts for N = 2 and 3; for N = 4
     the chain frees up to 5 buckets where :func:`lowbw.net.costmodel.allreduce_time` credits 3 (its two
     idle starts and the fill chunk's)."""
-    from lowbw.comm.tree import HEAP_TREE_MAX_CHUNK_BYTES
-
     wire = float(cal.get("shaper_burst_bytes") or 0.0)
     m = float(nbytes)
     c = min(float(chunk_bytes or 4 << 20), float(HEAP_TREE_MAX_CHUNK_BYTES))
@@ -350,8 +346,6 @@ def tree_chain_paced_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float 
 def _tree_refilled_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float | None) -> float:
     """The bytes :func:`lowbw.net.costmodel.allreduce_time` charges the tree at the shaped rate (its byte and
     fill terms, with the calibrated burst) less :func:`tree_chain_paced_bytes`; 0 where that is None."""
-    from lowbw.net.costmodel import LinkParams, allreduce_time
-
     paced = tree_chain_paced_bytes(cal, nbytes, n, chunk_bytes)
     if paced is None:
         return 0.0
@@ -368,8 +362,6 @@ def window_wait(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: f
     c beta). It matters where the delay-bandwidth product
     exceeds the window (100 Mbit/s and 50 ms: ~1.3 MB against 1 MiB); the parameter server's chunks (4 MiB)
     and the ring's never reach it on this grid."""
-    from lowbw.comm.tree import HEAP_TREE_MAX_CHUNK_BYTES
-
     if algorithm != "tree" or n < 2 or nbytes <= 0:
         return 0.0
     link = model_link(cal, algorithm)
@@ -389,8 +381,6 @@ def calibrated_time(cal: dict, algorithm: str, nbytes: float, n: int, chunk_byte
     (:func:`window_wait`), the software cost of every latency step (:func:`software_steps` x
     :func:`software_step_s`) and the call's start lag once (:func:`software_start_s`), where ``cal`` has
     them."""
-    from lowbw.net.costmodel import allreduce_time
-
     link = model_link(cal, algorithm)
     t = allreduce_time(algorithm, nbytes, n, link, chunk_bytes)
     t += (handshake_steps(algorithm, n) or 0) * float(cal.get("handshake_s") or 0.0)

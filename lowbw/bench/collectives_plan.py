@@ -16,6 +16,10 @@ from typing import Any
 
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.bench.collectives_model import FIT_MIN_BYTES, SOFTWARE_BYTES
+from lowbw.net import linkemu
+from lowbw.net.costmodel import LinkParams, allreduce_time
+from lowbw.net.link import LinkSpec
+from lowbw.net.probe import TestbedUnavailable, has_netem, netns_missing
 
 __all__ = ["ALGORITHMS", "DEFAULTS", "QUICK", "IDLE_MIN_S", "FULL_WARMUP_MAX_S", "MIN_SOFTWARE_REPS",
            "nominal_time", "pingpong_sizes", "emulator_refusal", "plan_grid", "predicted_seconds", "software_plan",
@@ -64,8 +68,6 @@ QUICK: dict[str, Any] = {
 
 
 def nominal_time(alg: str, nbytes: float, n: int, rate_bps: float, delay_s: float) -> float:
-    from lowbw.net.costmodel import LinkParams, allreduce_time
-
     return allreduce_time(alg, nbytes, n, LinkParams(alpha_s=delay_s, bandwidth_bps=rate_bps))
 
 
@@ -88,10 +90,6 @@ def emulator_refusal(n: int, rate_bps: float, delay_s: float, queue_s: float, ne
     the kernel has no netem, delay comes from the userspace link emulator, which carries at most
     :data:`lowbw.net.linkemu.MAX_TOTAL_BPS` of summed uplinks (:func:`lowbw.net.linkemu.method` decides,
     exactly as :class:`lowbw.net.testbed.Testbed` does when it starts)."""
-    from lowbw.net import linkemu
-    from lowbw.net.link import LinkSpec
-    from lowbw.net.probe import TestbedUnavailable
-
     link = LinkSpec.parse(rate_bps, delay_s or None, queue=queue_s)
     try:
         linkemu.method([link] * n, "auto", netem)
@@ -116,12 +114,8 @@ def plan_grid(cfg: dict, netem: bool | None = None, netns: bool | None = None) -
         raise ValueError(f"delay_ms {delays_ms}: delays must be >= 0")
     delayed = any(float(d) > 0 for d in delays_ms)
     if netns is None and delayed:
-        from lowbw.net.probe import netns_missing
-
         netns = cfg.get("emulation", "auto") != "loopback-ratelimit" and not netns_missing()
     if netem is None and delayed and netns:
-        from lowbw.net.probe import has_netem
-
         netem = has_netem()
     queue_s = float(cfg.get("queue_ms") or 100) / 1e3
     cells: list[dict] = []

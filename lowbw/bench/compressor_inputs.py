@@ -10,6 +10,9 @@ from pathlib import Path
 
 import torch
 
+from lowbw.data import load
+from lowbw.train.models import build_model
+
 __all__ = ["INPUTS", "make_input"]
 
 INPUTS = ["gaussian", "resnet20", "student_t3"]
@@ -17,13 +20,9 @@ INPUTS = ["gaussian", "resnet20", "student_t3"]
 
 def _resnet_gradients(numel: int, seed: int, batch: int = 64) -> tuple[torch.Tensor, str]:
     """Concatenated real ResNet-20 gradients of successive SGD steps on CIFAR-10 (random images if absent)."""
-    from lowbw.train.models import build_model
-
     g = torch.Generator().manual_seed(seed)
     source = "cifar10"
     try:
-        from lowbw.data import load
-
         mirror = os.environ.get("LOWBW_DATA_MIRROR")
         shared = Path(__file__).resolve().parents[3] / "shared" / "data"
         if not mirror and shared.is_dir():

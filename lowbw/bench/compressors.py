@@ -44,9 +44,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import pandas as pd
 import torch
+import torch.distributed as dist
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ph
+from torch.profiler import ProfilerActivity, profile
 
+from lowbw.bench import conditions
 from lowbw.bench.compressor_inputs import INPUTS, make_input
+from lowbw.bench.conditions import add_strict_flag
+from lowbw.compress import State, make
+from lowbw.runio import atomic_write_json, provenance
 
 __all__ = ["METHODS", "BASELINES", "INPUTS", "run_benchmark", "make_input", "targets", "table", "main"]
 
@@ -132,17 +140,12 @@ class _Runner:
         elif m == "torch.powerSGD_hook":
             self._torch_powersgd(p["rank"])
         else:
-            from lowbw.compress import State, make
-
             comp, state = make(m, **p), State(seed=0)
             self.encode = lambda x: comp.compress(x.view(self.shape), "x", state)
             self.decode = comp.decompress
             self.nbytes = lambda pl: pl.nbytes
 
     def _torch_powersgd(self, rank: int) -> None:
-        import torch.distributed as dist
-        from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ph
-
         if not dist.is_initialized():
             dist.init_process_group("gloo", store=dist.HashStore(), rank=0, world_size=1)
 
@@ -209,7 +212,6 @@ def _peak_extra_memory(fn: Callable[[], Any], device: torch.device) -> int | Non
         fn()
         torch.cuda.synchronize()
         return torch.cuda.max_memory_allocated() - base
-    from torch.profiler import ProfilerActivity, profile
 
     with tempfile.TemporaryDirectory() as d, warnings.catch_warnings(), _quiet_stderr_fd():
         warnings.simplefilter("ignore")
@@ -284,11 +286,6 @@ def run_benchmark(numel: int = 1_000_000, methods: list[str] | None = None, inpu
     machine's conditions (:mod:`lowbw.bench.conditions`) are recorded for the run (``conditions``,
     ``df.attrs["conditions"]``) and per row; a busy machine gets a warning, and with ``strict`` no file.
     """
-    import pandas as pd
-
-    from lowbw.bench import conditions
-    from lowbw.runio import atomic_write_json, provenance
-
     if threads:
         torch.set_num_threads(threads)
     log = log or (lambda s: None)
@@ -339,8 +336,6 @@ def run_benchmark(numel: int = 1_000_000, methods: list[str] | None = None, inpu
 
 
 def _cleanup_dist() -> None:
-    import torch.distributed as dist
-
     if dist.is_available() and dist.is_initialized():
         with contextlib.suppress(Exception):
             dist.destroy_process_group()
@@ -350,8 +345,6 @@ def _head_to_head(x: torch.Tensor, reps: int) -> dict[str, float]:
     """Our 8-bit non-linear blockwise and bitsandbytes' quantize+dequantize_blockwise (block 2048), called in
     alternation so that both see the same machine load; seconds of the fastest and the median call."""
     import bitsandbytes.functional as bnbf
-
-    from lowbw.compress import make
 
     ours = make("blockwise", bits=8, block_size=2048, codebook="nonlinear")
     t_ours, t_bnb = [], []
@@ -435,7 +428,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-baselines", action="store_true")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", default="runs/bench/compressors.json")
-    from lowbw.bench.conditions import add_strict_flag
 
     add_strict_flag(ap)
     a = ap.parse_args(argv)

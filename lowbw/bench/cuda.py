@@ -32,7 +32,18 @@ import sys
 import time
 from typing import Any
 
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import lowbw.comm as comm
+import lowbw.compress as C
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.bench import conditions
+from lowbw.comm.distributed import DistCollective
+from lowbw.comm.hooks import make_hook
+from lowbw.comm.testing import run_procs
+from lowbw.runio import atomic_write_json, provenance
 
 __all__ = ["check_world", "run", "main"]
 
@@ -43,8 +54,6 @@ AGG_COMPRESSORS = (("none", {}), ("fp16", {}), ("blockwise", {"bits": 8}), ("top
 
 
 def _inputs(rank: int, n: int, seed: int = 0):
-    import torch
-
     return torch.randn(n, generator=torch.Generator().manual_seed(seed * 1_000_003 + rank * 7919 + n))
 
 
@@ -52,12 +61,6 @@ def _world_worker(rank: int, world: int, algorithms: list[str], time_mb: float, 
                   device_type: str = "cuda") -> dict[str, Any]:
     """Runs in each rank (module level: child processes import it). ``device_type="cpu"`` runs the same
     checks on host tensors (so that CI exercises this script)."""
-    import torch
-    import torch.distributed as dist
-
-    import lowbw.comm as comm
-    from lowbw.comm.distributed import DistCollective
-
     if device_type == "cuda":
         dev = torch.device("cuda", rank % torch.cuda.device_count())
         torch.cuda.set_device(dev)
@@ -91,7 +94,6 @@ def _world_worker(rank: int, world: int, algorithms: list[str], time_mb: float, 
                                          "ok": e <= tol})
 
     # --- compressed aggregation over our ring on CUDA
-    import lowbw.compress as C
 
     for name, kw in AGG_COMPRESSORS:
         comp = C.make(name, **kw)
@@ -122,9 +124,6 @@ def _world_worker(rank: int, world: int, algorithms: list[str], time_mb: float, 
         out["aggregate"].append(row)
 
     # --- DDP with our hook (fp16 payloads over our ring) on the GPU
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
-    from lowbw.comm.hooks import make_hook
 
     torch.manual_seed(0)
     net = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 10)).to(dev)
@@ -167,10 +166,6 @@ def _world_worker(rank: int, world: int, algorithms: list[str], time_mb: float, 
 def check_world(backend: str, world: int, algorithms: list[str], time_mb: float = 64.0, reps: int = 5,
                 timeout: float = 600.0, device_type: str = "cuda") -> dict[str, Any]:
     """Run the checks in ``world`` processes on ``backend``; one summary dict (``ok``, rows, times)."""
-    import torch
-
-    from lowbw.comm.testing import run_procs
-
     ngpu = torch.cuda.device_count()
     t0 = time.perf_counter()
     # one torch thread per rank: with torch's default (every core) a rank forked from run_procs' forkserver can
@@ -207,10 +202,6 @@ def run(worlds: list[tuple[str, int]], algorithms: list[str] | None = None, time
         reps: int = 5, device_type: str = "cuda") -> dict[str, Any]:
     """Every world's checks (``device_type="cpu"``: on host tensors); each world's row carries the machine's
     conditions while it ran (``"conditions"``, without samples)."""
-    import torch
-
-    from lowbw.bench import conditions
-
     if device_type == "cuda" and not torch.cuda.is_available():
         raise RuntimeError("python -m lowbw.bench.cuda needs a CUDA device (torch.cuda.is_available() is False; "
                            "--device cpu runs the checks on host tensors)")
@@ -251,9 +242,6 @@ def table(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lowbw.bench import conditions
-    from lowbw.runio import atomic_write_json, provenance
-
     ap = argparse.ArgumentParser(prog="python -m lowbw.bench.cuda", description=__doc__.splitlines()[0])
     ap.add_argument("--worlds", nargs="+", default=["nccl:1", "gloo:2", "gloo:4", "nccl:2"],
                     help="backend:N pairs (N processes)")

@@ -28,7 +28,21 @@ import tempfile
 import time
 from pathlib import Path
 
-from lowbw.bench import bench_provenance
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch import nn
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import lowbw.compress as C
+from lowbw.bench import bench_provenance, conditions
+from lowbw.bench.conditions import add_strict_flag
+from lowbw.comm.hooks import HookTimer, make_hook, timed_hook
+from lowbw.compress.artopk import index_dtype, topk_count
+from lowbw.net.ratelimit import install_from_env
+from lowbw.net.testbed import Testbed
+from lowbw.runio import atomic_write_json
 
 TORCH_HOOKS = ("torch-none", "torch-fp16", "torch-bf16")
 RATES_MBIT = (10, 100, 1000)
@@ -38,8 +52,6 @@ WORLD = 2
 def all_hooks() -> list[str]:
     """torch's hooks each next to ours of the same kind (a drifting machine load hits both alike), then the
     other lowbw compressors, then block-wise over gloo's all_gather."""
-    import lowbw.compress as C
-
     pairs = ["torch-none", "none", "torch-fp16", "fp16", "torch-bf16", "bf16"]
     return [*pairs, *(n for n in C.available() if n not in pairs), "blockwise@native"]
 
@@ -47,9 +59,6 @@ def all_hooks() -> list[str]:
 # ------------------------------------------------------------------------------------------------ worker
 def _model(params: float):
     """An MLP of about ``params`` parameters: 512 -> h -> h -> 10."""
-    import torch
-    from torch import nn
-
     # 512h + h^2 + 10h ~= params
     h = int((-522 + math.sqrt(522**2 + 4 * params)) / 2)
     torch.manual_seed(0)
@@ -58,8 +67,6 @@ def _model(params: float):
 
 def _expected_bytes(name: str, comp, model, rec: dict, buckets: int) -> int | None:
     """Bytes rank 0 sends per step, from the payloads and the pattern (2 workers; ring or gloo's ring)."""
-    import torch
-
     dense = sum(p.numel() for p in model.parameters()) * 4
     if name in ("torch-none", "none"):
         return dense
@@ -72,7 +79,6 @@ def _expected_bytes(name: str, comp, model, rec: dict, buckets: int) -> int | No
             total += 4 * ((ms[0] + ms[1]) * ms[2] if ms else p.numel())
         return total
     if name == "artopk":  # values all-reduced; the leader (step mod 2) also sends count + indices
-        from lowbw.compress.artopk import index_dtype, topk_count
 
         lead = rec["lead"]  # fraction of the timed steps rank 0 led
         total = 0.0
@@ -86,11 +92,6 @@ def _expected_bytes(name: str, comp, model, rec: dict, buckets: int) -> int | No
 
 
 def _run_hook(name: str, spec: dict, dist, rank: int) -> dict:
-    import torch
-    import torch.nn.functional as F
-    from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
-    from torch.nn.parallel import DistributedDataParallel as DDP
-
     model = _model(spec["params"])
     ddp = DDP(model)
     state, comp = None, None
@@ -100,8 +101,6 @@ def _run_hook(name: str, spec: dict, dist, rank: int) -> dict:
                 "torch-bf16": default_hooks.bf16_compress_hook}[name]
         st = None
     else:
-        from lowbw.comm.hooks import make_hook
-
         base, _, gather = name.partition("@")
         state, hook = make_hook(base, module=model, seed=rank, gather=gather or "auto", timeout=600,
                                 **spec["params_of"].get(base, {}))
@@ -117,7 +116,6 @@ def _run_hook(name: str, spec: dict, dist, rank: int) -> dict:
 
         comp.compress = compress
         st = state
-    from lowbw.comm.hooks import HookTimer, timed_hook
 
     timer = HookTimer()
     if hook is not None:
@@ -164,11 +162,6 @@ def _run_hook(name: str, spec: dict, dist, rank: int) -> dict:
 def _worker(spec_path: str) -> int:
     from datetime import timedelta
 
-    import torch
-    import torch.distributed as dist
-
-    from lowbw.net.ratelimit import install_from_env
-
     spec = json.loads(Path(spec_path).read_text())
     install_from_env()  # loopback-ratelimit only; the kernel shapes netns-tc links
     dist.init_process_group("gloo", timeout=timedelta(seconds=600))
@@ -189,9 +182,6 @@ def _worker(spec_path: str) -> int:
 def run(rates=RATES_MBIT, hooks=None, steps: int = 5, params: float = 5e6, batch: int = 32,
         emulation: str = "auto", out: str | None = "runs/bench/hooks.json", timeout: float = 3000,
         strict: bool = False) -> dict:
-    from lowbw.bench import conditions
-    from lowbw.net.testbed import Testbed
-
     hooks = list(hooks or all_hooks())
     rows, testbeds = [], []
     whole = conditions.record().start()
@@ -229,8 +219,6 @@ def run(rates=RATES_MBIT, hooks=None, steps: int = 5, params: float = 5e6, batch
         "conditions": whole.stop().to_json(),
     }
     if conditions.check(whole.conditions, "lowbw bench hooks", out, strict) and out:
-        from lowbw.runio import atomic_write_json
-
         Path(out).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_json(out, result)
     return result
@@ -288,7 +276,6 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--emulation", default="auto", choices=["auto", "netns-tc", "loopback-ratelimit"])
     ap.add_argument("--timeout", type=float, default=3000, help="seconds per link rate before the workers are killed")
     ap.add_argument("--out", default="runs/bench/hooks.json")
-    from lowbw.bench.conditions import add_strict_flag
 
     add_strict_flag(ap)
     a = ap.parse_args(argv)

@@ -17,9 +17,13 @@ import statistics
 import time
 from typing import Any
 
+import pandas as pd
 import torch
 
+from lowbw.bench import conditions
+from lowbw.bench.conditions import add_strict_flag
 from lowbw.runio import atomic_write_json, provenance
+from lowbw.train.models import build_model, grad_bytes, param_count
 
 __all__ = ["SCHEDULES", "measure_model", "run_benchmark", "main"]
 
@@ -39,8 +43,6 @@ SCHEDULES: dict[str, tuple[str, tuple[int, int, int], int, int, int]] = {
 
 def measure_model(name: str, batch: int, reps: int = 3, device: str = "cpu") -> dict[str, Any]:
     """Time one SGD step (forward, backward, update) of ``name`` at ``batch`` samples; seconds per step."""
-    from lowbw.train.models import build_model, grad_bytes, param_count
-
     dataset, (c, h, w), classes, gbatch, steps = SCHEDULES[name]
     torch.manual_seed(0)
     model = build_model(name, num_classes=classes, in_channels=c, image_size=h, device=device)
@@ -72,10 +74,6 @@ def run_benchmark(models: list[str] | None = None, batch: int = 16, imagenet_bat
                   device: str = "cpu", out: str | None = "runs/bench/models.json", strict: bool = False):
     """Measure every model; returns a DataFrame and writes JSON (with provenance and the machine's conditions,
     per model too) to ``out`` (with ``strict``: not when the machine was busy; ``df.attrs["conditions"]``)."""
-    import pandas as pd
-
-    from lowbw.bench import conditions
-
     rows = []
     with conditions.record() as whole:
         for name in models or list(SCHEDULES):
@@ -99,7 +97,6 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--reps", type=int, default=3)
     p.add_argument("--device", default="cuda" if torch.cuda.is_available() else "cpu")
     p.add_argument("--out", default="runs/bench/models.json")
-    from lowbw.bench.conditions import add_strict_flag
 
     add_strict_flag(p)
     a = p.parse_args(argv)

@@ -19,16 +19,27 @@ import time
 from pathlib import Path
 from typing import Any
 
+import matplotlib
+import matplotlib.pyplot as plt
+import torch
+import torch.nn.functional as F
+
+from lowbw.bench import conditions
+from lowbw.runio import atomic_write_json, provenance, read_jsonl
+from lowbw.train.assign import TrainData
+from lowbw.train.augment import Augmenter
+from lowbw.train.config import RunConfig
+from lowbw.train.launch import run
+from lowbw.train.loop import Trainer
+from lowbw.train.models import build_model
+from lowbw.train.world import SimWorld
+
 __all__ = ["throughput", "compression", "resnet20", "steptime", "exchange", "interleaved", "main"]
 
 OUT = Path("runs/bench")
 
 
 def _cifar_like(n: int = 4096, seed: int = 0, device: str = "cpu"):
-    import torch
-
-    from lowbw.train.assign import TrainData
-
     g = torch.Generator().manual_seed(seed)
     x = torch.randint(0, 256, (n, 3, 32, 32), dtype=torch.uint8, generator=g).to(device)
     y = torch.randint(0, 10, (n,), generator=g).to(device)
@@ -39,8 +50,6 @@ def _cifar_like(n: int = 4096, seed: int = 0, device: str = "cpu"):
 def interleaved(variants: dict[str, Any], reps: int, steps: int, dev) -> dict[str, list[float]]:
     """Seconds per call of every variant (a no-argument function): ``reps`` rounds, each timing ``steps``
     calls of every variant in turn, so that background load hits them alike; CUDA work is waited for."""
-    import torch
-
     def sync():
         if dev.type == "cuda":
             torch.cuda.synchronize(dev)
@@ -65,15 +74,6 @@ def throughput(model: str = "cnn", workers: int = 4, local_batch: int = 32, step
     (our Trainer with one worker at the big batch), ``sim_<engine>`` (M replicas at b each). ``device``: cpu or
     cuda (timings then end with ``torch.cuda.synchronize``).
     """
-    import torch
-    import torch.nn.functional as F
-
-    from lowbw.train.augment import Augmenter
-    from lowbw.train.config import RunConfig
-    from lowbw.train.loop import Trainer
-    from lowbw.train.models import build_model
-    from lowbw.train.world import SimWorld
-
     if threads:
         torch.set_num_threads(threads)
     dev = torch.device(device)
@@ -142,14 +142,8 @@ def steptime(model: str = "resnet20", workers: int = 4, local_batch: int = 32, s
     (dense: one value, the direct rank-ordered sum). Variants are interleaved (blocks of ``steps`` steps,
     ``reps`` times) so that background load hits them alike; medians. ``exchange_s``: the seconds inside the
     gradient exchange. ``threads``: torch intra-op threads (0: torch's default)."""
-    import torch
-
     if threads:
         torch.set_num_threads(threads)
-
-    from lowbw.train.config import RunConfig
-    from lowbw.train.loop import Trainer
-    from lowbw.train.world import SimWorld
 
     bad = [m for m in methods if m not in STEPTIME_METHODS]
     if bad or "dense" not in methods:
@@ -199,14 +193,8 @@ def exchange(model: str = "resnet20", workers: int = 4, reps: int = 20,
     ``model``, ``workers`` sim replicas, ring): each compressor ``threads`` vs ``batched``, dense the direct sum.
     Without the training compute in between, background load disturbs it less than :func:`steptime`.
     Interleaved ``reps`` times; medians. ``threads``: torch intra-op threads (0: torch's default)."""
-    import torch
-
     if threads:
         torch.set_num_threads(threads)
-
-    from lowbw.train.config import RunConfig
-    from lowbw.train.loop import Trainer
-    from lowbw.train.world import SimWorld
 
     dev = torch.device(device)
     data = _cifar_like(n=64, device=device)
@@ -237,9 +225,6 @@ def exchange(model: str = "resnet20", workers: int = 4, reps: int = 20,
 
 def _train(cfg: dict[str, Any], out: Path) -> dict[str, Any]:
     import json
-
-    from lowbw.runio import read_jsonl
-    from lowbw.train.launch import run
 
     if (out / "summary.json").exists():
         summ = json.loads((out / "summary.json").read_text())
@@ -285,10 +270,7 @@ def compression(dataset: str = "cifar10_small", epochs: float = 15, bandwidth_mb
 
 def plot_compression(res: dict[str, Any], path: Path) -> Path:
     """Test accuracy against virtual time (log) and against epochs, one line per method."""
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(1, 2, figsize=(10, 3.4))
     for m, rr in res["runs"].items():
@@ -309,10 +291,6 @@ def plot_compression(res: dict[str, Any], path: Path) -> Path:
 
 def _step_seconds(cfg: dict[str, Any], steps: int = 6) -> float:
     """Measured wall seconds per training step of ``cfg`` (after 2 warm-up steps), on the real data."""
-    from lowbw.train.config import RunConfig
-    from lowbw.train.loop import Trainer
-    from lowbw.train.world import SimWorld
-
     c = RunConfig.from_dict({**cfg, "progress": False, "max_wall_s": 0})
     tr = Trainer(c, SimWorld(c), None)
     tr.train_step()
@@ -349,8 +327,6 @@ def resnet20(max_wall_s: float = 900.0, epochs: float = 0, workers: int = 4, roo
 
 def main(argv: list[str] | None = None) -> int:
     import json
-
-    from lowbw.runio import atomic_write_json, provenance
 
     ap = argparse.ArgumentParser(prog="python -m lowbw.bench.train", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="what", required=True)
@@ -391,7 +367,6 @@ def main(argv: list[str] | None = None) -> int:
     ex.add_argument("--modes", default="threads,batched", help="sim_compress values")
     ex.add_argument("--device", default="cpu", help="cpu | cuda")
     ex.add_argument("--threads", type=int, default=0, help="torch intra-op threads (0: torch's default)")
-    from lowbw.bench import conditions
 
     for p in (t, c, r, st, ex):
         p.add_argument("--out", default=None, help="JSON path (default runs/bench/train_<what>.json)")

@@ -39,6 +39,18 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+import torch
+import torch.nn.functional as F
+
+from lowbw.bench import conditions
+from lowbw.bench.train import interleaved
+from lowbw.runio import atomic_write_json, provenance
+from lowbw.train.config import RunConfig
+from lowbw.train.loop import Trainer
+from lowbw.train.models import GPT_SIZES, build_model
+from lowbw.train.workload import load_workload
+from lowbw.train.world import SimWorld
+
 __all__ = ["SETUPS", "TARGET_VS_NANOGPT", "TARGET_SIM", "NanoGPTMissing", "default_nanogpt_path", "load_nanogpt",
            "measure", "main"]
 
@@ -77,8 +89,6 @@ def load_nanogpt(path: str | Path) -> ModuleType:
 
 def _adamw(module, lr: float):
     """nanoGPT's ``configure_optimizers``: decay on parameters of >= 2 dimensions, torch's AdamW, not fused."""
-    import torch
-
     ps = [p for p in module.parameters() if p.requires_grad]
     groups = [{"params": [p for p in ps if p.dim() >= 2], "weight_decay": WEIGHT_DECAY},
               {"params": [p for p in ps if p.dim() < 2], "weight_decay": 0.0}]
@@ -92,16 +102,6 @@ def measure(nanogpt: str | Path | None = None, device: str = "cpu", model: str |
 
     ``model``/``batch``: default :data:`SETUPS` of ``device``; ``workers``: the M of the sim variants;
     ``threads``: torch intra-op threads (0: torch's default; ignored on CUDA)."""
-    import torch
-    import torch.nn.functional as F
-
-    from lowbw.bench.train import interleaved
-    from lowbw.train.config import RunConfig
-    from lowbw.train.loop import Trainer
-    from lowbw.train.models import GPT_SIZES, build_model
-    from lowbw.train.workload import load_workload
-    from lowbw.train.world import SimWorld
-
     if device not in SETUPS:
         raise ValueError(f"device={device!r}: choose cpu or cuda")
     if device == "cuda" and not torch.cuda.is_available():
@@ -225,9 +225,6 @@ def _table(res: dict[str, Any]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from lowbw.bench import conditions
-    from lowbw.runio import atomic_write_json, provenance
-
     ap = argparse.ArgumentParser(prog="python -m lowbw bench train_lm", description=__doc__.splitlines()[0])
     ap.add_argument("--nanogpt", default=None,
                     help=f"nanoGPT's model.py to import (default {default_nanogpt_path()})")

@@ -26,6 +26,7 @@ naming it.
 from __future__ import annotations
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from lowbw.comm.engine import (
@@ -92,8 +93,6 @@ def allreduce(tensor: Tensor, algorithm: str = "ring", op="sum", group=None, tim
 
 
 def _native_allreduce(tensor: Tensor, opn: str, group, to: float, meter) -> Tensor:
-    import torch.distributed as dist
-
     rank, N = dist.get_rank(group), dist.get_world_size(group)
     rop = {"sum": dist.ReduceOp.SUM, "avg": dist.ReduceOp.SUM, "prod": dist.ReduceOp.PRODUCT,
            "max": dist.ReduceOp.MAX, "min": dist.ReduceOp.MIN}[opn]
@@ -126,8 +125,6 @@ def broadcast(tensor: Tensor, src: int = 0, algorithm: str = "pipeline", group=N
     ``algorithm``: "pipeline" (chunked chain; bandwidth-optimal), "tree" (binomial, log2 N rounds), "flat"
     (the source sends to each rank) or "native" (``dist.broadcast``); "chain"/"binomial" are aliases.
     """
-    import torch.distributed as dist
-
     algorithm = BROADCAST_ALIASES.get(algorithm, algorithm)
     check_algorithm(algorithm, BROADCASTS)
     to = as_seconds(timeout)

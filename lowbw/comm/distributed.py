@@ -14,6 +14,7 @@ from __future__ import annotations
 from datetime import timedelta
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from lowbw.comm.collectives import allgather, allreduce, broadcast
@@ -39,8 +40,6 @@ class DistCollective:
 
     def __init__(self, algorithm: str = "ring", group=None, meter: Meter | None = None, timeout=None,
                  chunk_bytes: int | None = None, window: int = DEFAULT_WINDOW) -> None:
-        import torch.distributed as dist
-
         if not dist.is_initialized():
             raise RuntimeError("DistCollective needs torch.distributed.init_process_group(...) first")
         self.algorithm = check_algorithm(algorithm, ALGORITHMS)
@@ -85,8 +84,6 @@ class DistCollective:
 
     def barrier(self) -> None:
         """All ranks meet; a rank that does not come within the timeout is named (gloo: monitored)."""
-        import torch.distributed as dist
-
         to = timedelta(seconds=self.timeout)
         try:
             if "gloo" in str(dist.get_backend(self.group)):
@@ -101,8 +98,6 @@ class DistCollective:
 
     def _native_all_gather(self, tensor: Tensor) -> list[Tensor]:
         """dist.all_gather needs equal sizes: exchange headers, pad to the largest, trim."""
-        import torch.distributed as dist
-
         N = self.world_size
         with metered(self.meter, op="all_gather", algorithm="native", rank=self.rank, world_size=N, tensor=tensor,
                      measured=False):

@@ -23,4 +23,4 @@ class PeerFailedError(CommError):
 
 
 class GroupAbortedError(CommError):
-    """Another worker of an in-process (thread) group failed; this one stops instead of waiting."""
+    """Another worker of an in-process (thread) group failed; this one stops rather than wait for it."""

@@ -46,6 +46,7 @@ import torch
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS, check_algorithm
 from lowbw.comm.aggregation import resolve
 from lowbw.comm.collectives import allreduce
+from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter, active_meters, estimate_native, metering
 from lowbw.compress.base import Compressor, NonFiniteError, State
 from lowbw.compress.collective import CallRecord
@@ -182,8 +183,6 @@ class HookState:
 
     def collective(self):
         if self.coll is None:
-            from lowbw.comm.distributed import DistCollective
-
             main = gather = DistCollective(self.algorithm, self.group, self.meter, self.timeout, self.chunk_bytes)
             ring = self.gather == "ring" or (self.gather == "auto" and self.algorithm == "native")
             if ring and self.algorithm == "native":

@@ -16,6 +16,7 @@ pickled; a child that fails, dies or outlives ``timeout`` is reported with its r
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing as mp
 import os
 import pickle
@@ -29,6 +30,9 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
+
+import torch
+import torch.distributed as dist
 
 __all__ = ["RankResult", "ProcsError", "run_procs", "free_port"]
 
@@ -68,9 +72,6 @@ def _child(fn, rank: int, world_size: int, args, kwargs, init_method: str, backe
     t0 = time.perf_counter()
     ok, value, err, tb = False, None, "", ""
     try:
-        import torch
-        import torch.distributed as dist
-
         if threads:
             torch.set_num_threads(threads)
         dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
@@ -91,12 +92,8 @@ def _child(fn, rank: int, world_size: int, args, kwargs, init_method: str, backe
     sys.stdout.flush()
     sys.stderr.flush()
     if ok:
-        try:
-            import torch.distributed as dist
-
+        with contextlib.suppress(Exception):
             dist.destroy_process_group()
-        except Exception:
-            pass
     os._exit(0 if ok else 1)  # no interpreter teardown: gloo threads of a broken group must not hang it
 
 
@@ -110,7 +107,7 @@ def run_procs(fn, world_size: int, *args, timeout: float = 120.0, backend: str =
     still running then are killed. ``init``: "file" (a rendezvous file, no port race) or "tcp" (a TCP store
     on 127.0.0.1 and a free port). ``threads``: torch threads per child (0: torch's default).
     ``raise_errors``: raise :class:`ProcsError` if any rank failed; if False, return
-    :class:`RankResult` objects instead of values.
+    :class:`RankResult` objects (value or error per rank).
     """
     if world_size < 1:
         raise ValueError(f"world_size={world_size} must be >= 1")

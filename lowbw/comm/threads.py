@@ -1,7 +1,7 @@
 """``ThreadCollective``: M workers as threads of one process (the ``sim`` training backend).
 
 It runs the very same per-rank algorithm code as :class:`~lowbw.comm.DistCollective`, over in-process
-mailboxes instead of sockets, so its results are bit-for-bit those of real processes on gloo (same
+mailboxes in place of sockets, so its results are bit-for-bit those of real processes on gloo (same
 reduction order, same fp32-then-round arithmetic for half types) and its byte/message counts are those a
 real run would send. ``all_gather`` by default skips the ring's message exchange (one meeting of the
 threads hands out copies; the meters count the messages the ring would post), as a copy has no order to
@@ -117,7 +117,7 @@ class ThreadCollective:
         return out
 
     def _direct_all_gather(self, tensor: Tensor, tp: ThreadTransport) -> list[Tensor]:
-        """The ring all-gather's result and meter counts, with one meeting of the threads instead of its
+        """The ring all-gather's result and meter counts, from one meeting of the threads, not its
         2(N-1) x chunks messages (a copy has no reduction order: the outputs are the ring's, bit for bit)."""
         if tensor.dim() > MAX_DIMS:
             raise ValueError(f"all_gather supports tensors of at most {MAX_DIMS} dims, got {tensor.dim()}")
@@ -180,7 +180,7 @@ class ThreadCollective:
 def run_threads(fn, colls: list[ThreadCollective], timeout: float | None = None) -> list:
     """Run ``fn(rank, coll)`` for every rank in its own thread; return the results in rank order.
 
-    If a worker raises, the group is aborted (the others fail fast instead of waiting for their timeout)
+    If a worker raises, the group is aborted (the others fail at once rather than wait for their timeout)
     and the first real exception (not a consequent abort) is re-raised here. ``timeout``: seconds for the
     whole run (default: none beyond the collectives' own).
     """

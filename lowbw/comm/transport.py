@@ -23,6 +23,7 @@ from collections import defaultdict, deque
 from datetime import timedelta
 
 import torch
+import torch.distributed as dist
 from torch import Tensor
 
 from lowbw.comm.errors import CommError, GroupAbortedError, PeerFailedError, PeerTimeoutError
@@ -154,8 +155,6 @@ class DistTransport(Transport):
     """``torch.distributed`` point-to-point over ``group`` (ranks are group ranks)."""
 
     def __init__(self, group=None, timeout: float | None = None, stats=None, context: str = "") -> None:
-        import torch.distributed as dist
-
         super().__init__(timeout, stats, context)
         self.dist = dist
         self.group = group
@@ -269,7 +268,7 @@ class ThreadHub:
     def meet(self, rank: int, seq: int, item, timeout: float) -> list:
         """Every rank's ``item`` of its ``seq``-th meeting, in rank order, once all ranks have posted theirs.
 
-        One wait instead of a message exchange (for collectives whose result is a copy of what every rank
+        One wait, no message exchange (for collectives whose result is a copy of what every rank
         holds). Raises ``TimeoutError`` naming the missing ranks after ``timeout`` seconds, ``RuntimeError``
         with the reason when the group was aborted. The items must not change afterwards (post copies).
         """

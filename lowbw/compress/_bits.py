@@ -2,7 +2,7 @@
 
 Codes are packed little-end first: code ``i`` of a byte sits at bits ``[i*w, (i+1)*w)``. Packing views groups
 of codes as one wider integer and folds them with shift-or steps (log2(8/w) of them), so it runs as a few
-vectorised integer passes over ``n/8`` words instead of per-bit work. Assumes a little-endian host (x86, ARM,
+vectorised integer passes over ``n/8`` words with no per-bit loop. Assumes a little-endian host (x86, ARM,
 CUDA), which ``torch.Tensor.view(dtype)`` makes observable.
 """
 

@@ -74,7 +74,7 @@ def _raise_nonfinite(x: Tensor) -> None:
 class Cast(Compressor):
     """Send the tensor in another float format: ``none`` (fp32), ``fp16``, ``bf16``. Summable.
 
-    ``fp16``: a finite input beyond fp16's range (|x| > 65504) raises ValueError instead of silently becoming
+    ``fp16``: a finite input beyond fp16's range (|x| > 65504) raises ValueError, so it never becomes a silent
     Inf. ``aggregate`` divides by N before the cast (as torch's fp16 hook does), so the all-reduced sum of N
     fp16 values cannot overflow either.
     """

@@ -20,10 +20,11 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
     p.add_argument("names", nargs="*", help="dataset names (default: list them), or: verify [NAMES]")
     p.add_argument("--root", help="cache directory (default $LOWBW_DATA_DIR or ~/.cache/lowbw/data)")
     p.add_argument("--mirror", help="mirror directory or URL (default $LOWBW_DATA_MIRROR)")
-    p.add_argument("--no-download", action="store_true", help="fail instead of downloading")
+    p.add_argument("--no-download", action="store_true", help="never download: fail on a file not cached or mirrored")
 
 
 def _verify(names: list[str], root) -> int:
+    # lazy: keeps `lowbw --help` free of torch
     from lowbw.data import available, cache_dir
     from lowbw.data.loader import verify_cache
 
@@ -50,7 +51,7 @@ def _verify(names: list[str], root) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lowbw.data import available, cache_dir, load
+    from lowbw.data import available, cache_dir, load  # lazy: keeps `lowbw --help` free of torch
 
     if args.names and args.names[0] == "verify":
         return _verify(args.names[1:], args.root)

@@ -24,7 +24,7 @@ class ArchiveFile:
 class DatasetSpec:
     """A dataset: how to fetch and parse it, and what a correct copy looks like.
 
-    ``npz_sha256`` pins the sha256 of a pre-converted ``<name>.npz`` that a mirror may hold instead of
+    ``npz_sha256`` pins the sha256 of a pre-converted ``<name>.npz`` that a mirror may hold in place of
     the archives (arrays ``x_train, y_train, x_test, y_test``; uint8, channel-last).
     ``train_size``/``test_size``/``image_shape`` are checked after every load.
     """

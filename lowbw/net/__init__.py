@@ -5,7 +5,8 @@
 * :mod:`lowbw.net.testbed` -- N network namespaces behind a bridge, each worker's link shaped with ``tc``
   (``Testbed`` context manager; ``python -m lowbw testbed``), rate schedules, guaranteed teardown; built
   from :mod:`~lowbw.net.link` (``LinkSpec``), :mod:`~lowbw.net.tc` (the ip/tc commands),
-  :mod:`~lowbw.net.probe`, :mod:`~lowbw.net.namespaces`, :mod:`~lowbw.net.runner` and
+  :mod:`~lowbw.net.network` (the namespaces, links and shapers), :mod:`~lowbw.net.probe`,
+  :mod:`~lowbw.net.namespaces`, :mod:`~lowbw.net.runner` and
   :mod:`~lowbw.net.linkemu` (delay, jitter and loss in userspace where the kernel has no netem),
   :mod:`~lowbw.net.trace` (bandwidth/delay traces) and :mod:`~lowbw.net.faults` (stragglers, failures,
   partitions); :mod:`~lowbw.net.costlinks` is the cost model on per-worker links;

@@ -38,6 +38,11 @@ import signal
 import sys
 import time
 
+from lowbw.net import linkstats
+from lowbw.net.faults import parse_fail, parse_partition, parse_straggle
+from lowbw.net.link import links_from_values
+from lowbw.net.testbed import RealtimeUnavailable, Testbed, TestbedUnavailable, cleanup, netns_missing, torchrun_argv
+
 
 class _Formatter(argparse.RawDescriptionHelpFormatter):
     """The module docstring as written, and every option's default in its help unless it says it already."""
@@ -53,7 +58,7 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
 
 def _strict(p: argparse.ArgumentParser) -> argparse.ArgumentParser:
     """``p``, made to refuse unknown options with its own usage line (a subcommand's parser otherwise hands
-    them to the top-level one, which prints ``lowbw``'s usage instead of the testbed's)."""
+    them to the top-level one, which would print ``lowbw``'s usage, not the testbed's)."""
 
     class Strict(type(p)):  # type: ignore[misc]
         def parse_known_args(self, args=None, namespace=None):
@@ -129,17 +134,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lowbw.net.faults import parse_fail, parse_partition, parse_straggle
-    from lowbw.net.link import links_from_values
-    from lowbw.net.testbed import (
-        RealtimeUnavailable,
-        Testbed,
-        TestbedUnavailable,
-        cleanup,
-        netns_missing,
-        torchrun_argv,
-    )
-
     if args.cleanup:
         missing = netns_missing()
         if missing:
@@ -233,8 +227,6 @@ def main(args: argparse.Namespace) -> int:
 def _report_links(usage, seconds: float, codes: list[int], tb, path: str | None) -> bool:
     """Print what crossed each worker's link (and write it to ``path`` as JSON); then, if every worker
     succeeded but the links stayed (almost) idle, a loud warning. Returns whether it warned."""
-    from lowbw.net import linkstats
-
     if usage is not None:
         for line in linkstats.report_lines(usage, seconds):
             print(f"lowbw testbed: {line}" if not line.startswith(" ") else line, file=sys.stderr)

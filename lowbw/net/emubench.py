@@ -18,6 +18,10 @@ import sys
 import tempfile
 import textwrap
 
+from lowbw.net import linkemu
+from lowbw.net.testbed import Testbed
+from lowbw.net.units import keyed_number
+
 __all__ = ["main", "measure"]
 
 LOAD = textwrap.dedent("""
@@ -83,9 +87,6 @@ LOAD = textwrap.dedent("""
 
 def measure(rate_mbit: float, delay: str = "20ms", mode: str = "duplex", seconds: float = 8.0) -> dict:
     """One measurement (see the module docstring) as a dict."""
-    from lowbw.net import linkemu
-    from lowbw.net.testbed import Testbed
-
     limit, linkemu.MAX_TOTAL_BPS = linkemu.MAX_TOTAL_BPS, float("inf")
     try:
         with tempfile.TemporaryFile("w+") as f:
@@ -107,8 +108,6 @@ def measure(rate_mbit: float, delay: str = "20ms", mode: str = "duplex", seconds
 
 def _mbit(text: str) -> float:
     """A rate in Mbit/s: a number, or text in that unit (lowbw.net.units)."""
-    from lowbw.net.units import keyed_number
-
     try:
         return float(keyed_number("mbit", text, "rate"))
     except ValueError as e:

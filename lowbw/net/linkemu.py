@@ -1,6 +1,6 @@
 """A userspace link emulator: delay, jitter and loss on the testbed's links where the kernel has no netem.
 
-Each worker's link becomes a pair of TAP devices instead of a veth pair: ``lbw0`` in the worker's namespace
+Each worker's link becomes a pair of TAP devices in place of the veth pair: ``lbw0`` in the worker's namespace
 and ``p<r>`` in the bridge namespace (a bridge port like the veth end it replaces). This process holds both
 ends and moves every Ethernet frame from one to the other through a :class:`DelayLine` per direction:
 

@@ -18,6 +18,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass
 
 from lowbw.net.probe import run_command
+from lowbw.net.units import format_rate
 
 __all__ = ["LinkUsage", "LinkMeter", "port_counters", "format_bytes", "report_lines", "idle",
            "MIN_EXCHANGE_BYTES_PER_WORKER", "IDLE_FRACTION"]
@@ -138,8 +139,6 @@ def _busy(s: float | None) -> str:
 
 def report_lines(usage: Sequence[LinkUsage], seconds: float) -> list[str]:
     """What crossed each worker's link, one line per worker (the testbed prints them at the end of a run)."""
-    from lowbw.net.units import format_rate
-
     out = [f"what crossed each worker's link in {seconds:.3g} s (bytes on the wire; busy: the time the link's "
            "rate needed for them):"]
     for u in usage:

@@ -26,6 +26,11 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+import torch.distributed as dist
+import torch.distributed.distributed_c10d as c10d
+
+from lowbw.net.costmodel import LinkParams, allgather_time, allreduce_time, broadcast_time
+
 __all__ = ["LinkLimiter", "install", "install_from_env", "uninstall", "current", "emulation_from_env"]
 
 
@@ -128,11 +133,6 @@ class _RecvWork:
 
 def install(limiter: LinkLimiter, model_world_size: int | None = None) -> LinkLimiter:
     """Wrap torch.distributed's isend/irecv (and pad its built-in collectives to the cost model)."""
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-
-    from lowbw.net.costmodel import LinkParams, allgather_time, allreduce_time, broadcast_time
-
     uninstall()
     # send/recv are not wrapped: torch implements them with the module's isend/irecv (wrapped below)
     orig = {n: getattr(c10d, n) for n in ("isend", "irecv", "all_reduce", "broadcast", "all_gather")}
@@ -196,9 +196,6 @@ def uninstall() -> None:
     _STATE.pop("limiter", None)
     if not orig:
         return
-    import torch.distributed as dist
-    import torch.distributed.distributed_c10d as c10d
-
     for name, fn in orig.items():
         setattr(c10d, name, fn)
         setattr(dist, name, fn)

@@ -20,7 +20,8 @@ for long stretches under SCHED_RR delays everything else on its core.
 Names are ``<prefix>-<pid>-<random>-...`` so parallel testbeds do not collide; teardown (kill the workers,
 delete the namespaces, which deletes their veths, the bridge and every qdisc) runs on normal exit,
 exceptions, SIGINT/SIGTERM and atexit, and ``cleanup()`` removes leftovers of dead testbeds
-(:mod:`lowbw.net.namespaces`). Kernel probes: :mod:`lowbw.net.probe`; processes: :mod:`lowbw.net.runner`.
+(:mod:`lowbw.net.namespaces`). The namespaces, links and shapers: :mod:`lowbw.net.network`; kernel probes:
+:mod:`lowbw.net.probe`; processes: :mod:`lowbw.net.runner`.
 
 Without root, ``ip`` or ``tc`` the same API runs the workers on loopback with
 ``emulation="loopback-ratelimit"``: nothing is shaped by the kernel; programs that call
@@ -36,29 +37,26 @@ import dataclasses
 import math
 import os
 import secrets
-import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import weakref
 from collections.abc import Sequence
 from typing import Any
 
-from lowbw.net import linkemu, tc
+from lowbw.net import linkemu
 from lowbw.net.faults import FaultInjector, Partition
 from lowbw.net.link import DEFAULT_QUEUE_S, MIN_QUEUE_BYTES, LinkSpec, parse_schedule
-from lowbw.net.linkstats import LinkMeter, port_counters
+from lowbw.net.linkstats import LinkMeter
 from lowbw.net.namespaces import (
     cleanup,
-    delete_namespaces,
     kill_ns_pids,
     list_leftovers,
     make_tag,
-    write_hosts,
 )
-from lowbw.net.options import EMULATIONS, LinkShapers, TestbedOptions, WorkerInfo, worker_env
+from lowbw.net.network import Network
+from lowbw.net.options import EMULATIONS, TestbedOptions, WorkerInfo, worker_env
 from lowbw.net.probe import (
     RealtimeUnavailable,
     TestbedUnavailable,
@@ -165,11 +163,10 @@ class Testbed:
             raise ValueError(f"faults {faults}: every rank must be below {workers}")
         self.tag = make_tag(self.options.prefix, secrets.token_hex(3))
         self.emulation: str | None = None  # chosen by start()
-        self.namespaces: list[str] = []  # created so far (deleted by close())
+        self.net = Network(self.tag, workers, self.options)  # built by start() under netns-tc
         self.info: list[WorkerInfo] = []
         self.loss_method: str | None = None
         self.rate_log: list[tuple[float, float]] = []  # (seconds since launch, bits/s) as applied
-        self._shapers: list[LinkShapers] = []
         self._procs: list[subprocess.Popen] = []
         self._lock = threading.RLock()
         self._started = False
@@ -179,8 +176,6 @@ class Testbed:
         self._t0: float | None = None  # launch time (time.time()) of the current job
         self._signals = SignalGuard()
         self.impairment: str | None = None  # what adds delay/jitter/loss: "netem", "userspace" or None
-        self._emulator: linkemu.Emulator | None = None
-        self._workdir: str | None = None  # the emulator's spec and statistics
         self.emulator_stats: dict | None = None  # the emulator's statistics, once closed (lowbw.net.linkemu)
 
     # ----------------------------------------------------------------- link parameters (every worker's)
@@ -211,10 +206,10 @@ class Testbed:
     # ------------------------------------------------------------------ set-up / teardown
     @property
     def bridge_ns(self) -> str:
-        return f"{self.tag}-br"
+        return self.net.bridge_ns
 
     def worker_ns(self, rank: int) -> str:
-        return f"{self.tag}-w{rank}"
+        return self.net.worker_ns(rank)
 
     def start(self) -> Testbed:
         with self._lock:
@@ -251,59 +246,12 @@ class Testbed:
             self._started = True
             _LIVE.add(self)
             try:
-                self._build()
+                self.net.build(self.links, self.impairment)
+                self.info, self.loss_method = self.net.info, self.net.loss_method
             except BaseException:
                 self.close()
                 raise
             return self
-
-    def _execute(self, commands: Sequence[tc.Command]) -> None:
-        for c in commands:
-            run_command(c.argv, input=c.stdin, timeout=60 if c.stdin else 30)
-
-    def _build(self) -> None:
-        """Create the bridge, then each worker's namespace and link (a veth pair, or TAP devices held by the
-        userspace emulator), then the shapers."""
-        opts, userspace = self.options, self.impairment == "userspace"
-        self.namespaces.append(self.bridge_ns)
-        self._execute(tc.bridge_commands(self.bridge_ns))
-        if userspace:
-            self.namespaces += [self.worker_ns(r) for r in range(self.workers)]
-            self._execute([tc.Command(("ip", "netns", "add", ns)) for ns in self.namespaces[1:]])
-            self._workdir = tempfile.mkdtemp(prefix=f"{self.tag}-")
-            self._emulator = linkemu.Emulator(
-                [linkemu.link_ends(link, r, self.worker_ns(r), self.bridge_ns, WORKER_IF, tc.port_name(r))
-                 for r, link in enumerate(self.links)], self._workdir)
-            self._emulator.start()
-        for r, link in enumerate(self.links):
-            ns = self.worker_ns(r)
-            if not userspace:
-                self.namespaces.append(ns)
-            self._execute(tc.worker_commands(self.bridge_ns, ns, r, lossy=link.loss > 0 and not userspace,
-                                             congestion_control=opts.congestion_control, tap=userspace))
-            self.info.append(WorkerInfo(r, ns, tc.worker_address(r), WORKER_IF))
-        names = {w.address: w.namespace for w in self.info}  # every worker's address resolves to a name
-        for w in self.info:
-            write_hosts(w.namespace, names)
-        for r, link in enumerate(self.links):
-            shaping = tc_link(link) if userspace else link
-            up_cmds, up, loss_method = tc.uplink_commands(self.worker_ns(r), shaping, self.workers,
-                                                          opts.ack_priority, self.impairment == "netem")
-            self.loss_method = "userspace" if userspace and link.loss else loss_method
-            self._execute(up_cmds)
-            down_cmds, down = tc.downlink_commands(self.bridge_ns, r, link, self.workers, opts.ack_priority)
-            if opts.shape_ingress:
-                self._execute(down_cmds)
-            self._shapers.append(LinkShapers(up, down))
-
-    def _reshape(self, rank: int, link: LinkSpec) -> None:
-        """Apply ``link``'s rates to worker ``rank``'s running shapers."""
-        shapers = self._shapers[rank]
-        self._execute(tc.change_shaper_commands(self.worker_ns(rank), WORKER_IF, shapers.up, link.up_bps, link,
-                                                self.workers))
-        if self.options.shape_ingress:
-            self._execute(tc.change_shaper_commands(self.bridge_ns, tc.port_name(rank), shapers.down,
-                                                    link.down_bps, link, self.workers))
 
     def set_rate(self, rate: str | float, ranks: Sequence[int] | None = None) -> None:
         """Change the rate of every link (or of ``ranks``' links), both directions, now, while workers run."""
@@ -317,21 +265,13 @@ class Testbed:
             for r in targets:
                 new = self.links[r].with_rate(bps)
                 if self.emulation == "netns-tc":
-                    self._reshape(r, new)
+                    self.net.reshape(r, new)
                 self.links[r] = new
             self.rate_log.append((time.time() - (self._t0 or time.time()), bps))
 
     def qdiscs(self) -> str:
         """``tc qdisc show`` of every link (for logs and tests)."""
-        if self.emulation != "netns-tc":
-            return ""
-        out = []
-        for r in range(self.workers):
-            out.append(f"# rank {r} uplink\n" + run_command(["ip", "netns", "exec", self.worker_ns(r), "tc", "qdisc",
-                                                             "show", "dev", WORKER_IF]).stdout)
-            out.append(f"# rank {r} downlink\n" + run_command(["ip", "netns", "exec", self.bridge_ns, "tc", "qdisc",
-                                                               "show", "dev", tc.port_name(r)]).stdout)
-        return "".join(out)
+        return self.net.qdiscs() if self.emulation == "netns-tc" else ""
 
     def close(self) -> None:
         """Kill the workers and delete every namespace (idempotent; safe from signal handlers/atexit)."""
@@ -342,13 +282,7 @@ class Testbed:
             self._scheduler.stop()
             self.faults.stop()
             stop_all(self._procs)
-            if self._emulator is not None:  # before the namespaces: its TAP devices keep them alive
-                self.emulator_stats = self._emulator.stop()
-                self._emulator = None
-            delete_namespaces(reversed(self.namespaces))
-            if self._workdir is not None:
-                shutil.rmtree(self._workdir, ignore_errors=True)
-            self.namespaces = []
+            self.emulator_stats = self.net.close()
             _LIVE.discard(self)
 
     def __enter__(self) -> Testbed:
@@ -403,16 +337,12 @@ class Testbed:
                 p = start_process(full, e, worker_dir(cwd, r), stdout, stderr, self.options.realtime)
                 procs.append(p)
                 self._procs.append(p)
-            self.faults.start(procs, self._t0, self._set_link)
+            self.faults.start(procs, self._t0, self.net.set_port)
             if self.trace is not None:
                 self._scheduler.start(((s.t_s, s) for s in expand(self.trace, math.inf)), self._t0, self._trace_step)
             elif self.schedule:
                 self._scheduler.start(self.schedule, self._t0, self._scheduled_rate)
             return procs
-
-    def _set_link(self, rank: int, up: bool) -> None:
-        """Worker ``rank``'s link up or down (its bridge port: every packet to or from it is dropped)."""
-        run_command(["ip", "-n", self.bridge_ns, "link", "set", tc.port_name(rank), "up" if up else "down"])
 
     def _scheduled_rate(self, bps: float) -> None:
         if not self._closed:
@@ -431,10 +361,10 @@ class Testbed:
         delay_s = parse_delay(delay)
         with self._lock:
             self._require_started()
-            if self._emulator is None:
+            if self.net.emulator is None:
                 raise ValueError("changing delays while running needs the userspace link emulator")
             for r in range(self.workers) if ranks is None else ranks:
-                self._emulator.set_delay(r, delay_s)
+                self.net.set_delay(r, delay_s)
                 self.links[r] = dataclasses.replace(self.links[r], delay_s=delay_s)
 
     def wait(self, procs: Sequence[subprocess.Popen] | None = None, timeout: float | None = None,
@@ -460,9 +390,7 @@ class Testbed:
     def link_counters(self) -> list[tuple[int, int]] | None:
         """``(sent, received)`` bytes each worker's shaped link has carried so far (its bridge port's
         counters, Ethernet frames), or None without netns + tc (loopback has no per-worker link)."""
-        if self.emulation != "netns-tc" or not self.namespaces:
-            return None
-        return port_counters(self.bridge_ns, self.workers)
+        return self.net.counters() if self.emulation == "netns-tc" else None
 
     def link_bytes(self) -> list[int] | None:
         """Bytes each worker's shaped link has carried so far (sent + received), or None on loopback."""
@@ -496,7 +424,3 @@ class Testbed:
             "links": [dataclasses.asdict(link) for link in self.links],
         }
 
-
-def tc_link(link: LinkSpec) -> LinkSpec:
-    """What the kernel does of ``link`` when the userspace emulator adds its delay, jitter and loss."""
-    return dataclasses.replace(link, delay_s=0.0, down_delay_s=0.0, jitter_s=0.0, loss=0.0)

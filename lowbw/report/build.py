@@ -19,6 +19,7 @@ from typing import Any
 
 from lowbw.report.catalog import PREFIX, check_numbers, not_run_macro
 from lowbw.report.experiment import Context, Experiment, Stats
+from lowbw.report.gpu import write as write_gpu
 from lowbw.report.latex import booktabs, escape, numbers_tex
 from lowbw.runio import atomic_write_text, provenance
 
@@ -43,7 +44,7 @@ class BuildResult:
     files: list[Path]
 
     def summary(self) -> Any:
-        import pandas as pd
+        import pandas as pd  # lazy: keeps `lowbw --help` free of pandas
 
         return pd.DataFrame([{"experiment": s.key, "ran": s.stats is not None, "numbers": len(s.numbers),
                               "stats_rows": sum(len(t) for t in s.stats.tables.values()) if s.stats else 0}
@@ -53,7 +54,7 @@ class BuildResult:
 def not_run(exp: Experiment) -> Section:
     """An experiment without data in this profile: the paper says so (the ``...NotRun`` macro) rather than
     fake it."""
-    from lowbw.report.figures import note_figure
+    from lowbw.report.figures import note_figure  # lazy: keeps `lowbw --help` free of matplotlib, pandas, seaborn
 
     table = booktabs([[escape(exp.missing)]], [escape(exp.title)], f"{escape(exp.title)}: no results in this "
                      "profile.", f"tab:{exp.key}", align="l")
@@ -84,7 +85,7 @@ def _setup_tex(prov: dict[str, Any], config: dict[str, Any]) -> str:
 
 
 def _save_figure(fig: Any, out: Path, key: str) -> list[Path]:
-    import matplotlib.pyplot as plt
+    import matplotlib.pyplot as plt  # lazy: keeps `lowbw --help` free of matplotlib
 
     paths = []
     for ext in ("pdf", "png"):
@@ -118,9 +119,10 @@ def _kept_numbers(path: Path, rebuilt: list[str]) -> dict[str, str]:
 def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path = "paper/generated",
           only: list[str] | None = None) -> BuildResult:
     """Write every generated file of the paper. ``only`` limits to some experiment keys (e.g. ["e1"])."""
-    import matplotlib
+    import matplotlib  # lazy: keeps `lowbw --help` free of matplotlib
 
     matplotlib.use("Agg")
+    # lazy: keeps `lowbw --help` free of matplotlib, pandas, scipy, seaborn, torch
     from lowbw.report.experiments import ALL
 
     unknown = sorted(set(only or []) - {e.key for e in ALL})
@@ -142,7 +144,6 @@ def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path
         if sec.stats is not None:
             files.extend(_stats_csv(sec.stats, exp.key, ctx.out))
     if not only:  # GPU runs kept in the repository (lowbw.store), labelled with their GPU and date; none: no file
-        from lowbw.report.gpu import write as write_gpu
 
         files.extend(write_gpu(ctx.out))
     prov = provenance()

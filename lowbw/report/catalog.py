@@ -5,7 +5,7 @@ settings (inputs, models, densities) to the words in those names.
 Names never derive from grid values or preset names, so renaming a preset cannot silently drop a
 sentence: a setting outside the maps below is an error naming it, and ``tests/test_paper_sources.py``
 checks that the prose of ``paper/sections`` uses exactly these names. Every experiment also has a
-``<Prefix>NotRun`` macro (why it has no data) that the report writes instead of its numbers when the
+``<Prefix>NotRun`` macro (why it has no data) that the report writes in place of its numbers when the
 profile did not run it; ``paper/paper.tex``'s ``\\ifmeasured`` prints a sentence only where its macro exists.
 """
 
@@ -383,8 +383,8 @@ def word(mapping: Mapping, value, what: str) -> str:
 
 
 # What the prose says about a number, where it types the direction: macro -> (the bound the number must respect,
-# the prose's words). A regenerated number on the wrong side fails the report (and so the paper rule) instead of
-# printing a sentence it contradicts; rewrite the sentence or let the report choose the word.
+# the prose's words). A regenerated number on the wrong side fails the report (and so the paper rule), so the
+# paper never prints a sentence its number contradicts; rewrite the sentence or let the report choose the word.
 CLAIMS: dict[str, tuple[float, str]] = {
     "EFourBestSpeedup": (1.0, "times faster than dense"),
     "ENineRareBytesMin": (1.0, "times fewer bytes per step than dense"),

@@ -11,6 +11,8 @@ import argparse
 import sys
 from pathlib import Path
 
+from lowbw.report import build
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("report", help="runs/ -> paper/generated/ (tables, figures, numbers.tex, tidy stats)",
@@ -24,7 +26,7 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 def main(args: argparse.Namespace) -> int:
     import yaml
 
-    from lowbw.report import build
+    # lazy: keeps `lowbw --help` free of matplotlib, pandas, scipy, seaborn, torch
     from lowbw.report.experiments import BY_KEY
 
     cfg = Path(args.config)

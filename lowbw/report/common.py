@@ -3,8 +3,14 @@ experiment, the report's link settings, the models' printed names."""
 
 from __future__ import annotations
 
+import matplotlib
+import matplotlib.pyplot as plt
+import pandas as pd
+import seaborn as sns
+
 from lowbw.report.experiment import Context
 from lowbw.report.latex import fmt_num
+from lowbw.results import load_metrics, load_runs
 
 __all__ = ["fmt_duration", "plotting", "training_runs", "report_links", "target_acc", "PRETTY"]
 
@@ -24,22 +30,13 @@ def fmt_duration(seconds: float) -> str:
 
 def plotting():
     """matplotlib (Agg) and seaborn in the paper's style."""
-    import matplotlib
-
     matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-    import seaborn as sns
-
     sns.set_theme(context="paper", style="whitegrid", font_scale=0.9)
     return plt, sns
 
 
 def training_runs(ctx: Context, experiments: list[str]):
     """(runs, metrics) DataFrames of the named experiments' completed runs, or (None, None)."""
-    import pandas as pd
-
-    from lowbw.results import load_metrics, load_runs
-
     runs, mets = [], []
     for e in experiments:
         d = ctx.runs_dir / e

@@ -7,7 +7,11 @@ algorithms. Either file alone is enough; the paper says which is missing (``EOne
 
 from __future__ import annotations
 
+import pandas as pd
+from matplotlib.ticker import NullFormatter
+
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.net.linkemu import MAX_TOTAL_BPS
 from lowbw.report import e1_latency as lat
 from lowbw.report.common import plotting
 from lowbw.report.conditions import MARK, busy_testbeds, caption
@@ -26,10 +30,6 @@ SETTING = ["workers", "rate_mbit", "size_mb"]
 def stats(ctx: Context) -> Stats | None:
     """Tidy ``settings``: one row per measured (algorithm, workers, rate, size), median over repetitions; and
     the latency axis' tables (``latency``, ``latency_cells``, ``latency_skipped``) where it was measured."""
-    import pandas as pd
-
-    from lowbw.net.linkemu import MAX_TOTAL_BPS
-
     b = ctx.bench("collectives")
     lb = ctx.bench(lat.SOURCE)
     lt = lat.latency_tables(lb) if lb else None
@@ -176,7 +176,6 @@ def _rate_axes(st: Stats, ax0, ax1, sns) -> None:
     ax1.plot(lim, lim, "k--", lw=0.8)
     ax1.set(xscale="log", yscale="log", xlabel="measured (s)", ylabel="calibrated model (s)",
             title="model vs measurement, all settings")
-    from matplotlib.ticker import NullFormatter
 
     for ax in (ax0, ax1):
         ax.xaxis.set_minor_formatter(NullFormatter())

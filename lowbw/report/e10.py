@@ -29,11 +29,16 @@ import json
 import math
 from functools import partial
 
+import pandas as pd
+
+from lowbw.adaptive import run_collective
 from lowbw.report.catalog import E10_NETWORKS, PREFIX, word
-from lowbw.report.common import fmt_duration, training_runs
+from lowbw.report.common import fmt_duration, plotting, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.report.training import time_to_target
+from lowbw.train.config import RunConfig
 
 __all__ = ["E10", "E10LM", "NETWORKS", "BASELINE_NETWORK", "EXPERIMENTS", "TARGET", "RUNS_PREFIX"]
 
@@ -91,9 +96,6 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
     same method and seed on ``even``) and ``slowdown`` (per network and method: means and standard deviations
     over seeds, ``seeds_reached``: seeds with a finite ``ttt_ratio``)."""
     import numpy as np
-    import pandas as pd
-
-    from lowbw.report.training import time_to_target
 
     pre = RUNS_PREFIX[key]
     runs, mets = training_runs(ctx, [f"{pre}{n}" for n in NETWORKS])
@@ -159,11 +161,6 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
 def _auto_choices(ctx: Context, runs, mets, pre: str):
     """Per adaptive run and logged step: the collective its policy chooses at that step's virtual time on the
     run's links (:func:`lowbw.adaptive.run_collective` on the run's ``config.json``); None without such runs."""
-    import pandas as pd
-
-    from lowbw.adaptive import run_collective
-    from lowbw.train.config import RunConfig
-
     if "adaptive" not in runs:
         return None
     rows = []
@@ -182,8 +179,6 @@ def _auto_choices(ctx: Context, runs, mets, pre: str):
 def _check_table(check: dict):
     """One row per cell of ``runs/bench/e10check.json``: network, method, predicted and measured seconds per
     step and of communication, the errors."""
-    import pandas as pd
-
     keep = ("network", "method", "rate_mbit", "predicted_step_s", "measured_step_s", "err_step",
             "predicted_comm_s", "measured_comm_s", "err_comm", "predicted_compute_s", "measured_compute_s",
             "compute_scale", "overhead_ms")
@@ -388,8 +383,6 @@ def figure(st: Stats):
     """Small multiples: one panel per network other than ``even``, each the slow-down (time to target there /
     on even) of every method, mean and standard deviation over seeds (bars), the whole run's (diamonds); a
     dashed line at 1 (no slow-down)."""
-    from lowbw.report.common import plotting
-
     plt, sns = plotting()
     sd = st.tables["slowdown"]
     nets = [n for n in st.meta["networks"] if n != BASELINE_NETWORK]

@@ -21,6 +21,15 @@ from __future__ import annotations
 import math
 from typing import Any
 
+import matplotlib.pyplot as plt
+import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.ticker import NullFormatter
+
+from lowbw.bench.collectives import calibration_key
+from lowbw.bench.collectives_model import TCP_PAYLOAD_PER_FRAME, calibrated_time, model_link
+from lowbw.net.costmodel import LinkParams, crossover_nbytes
+from lowbw.report.catalog import E1_ALGS
 from lowbw.report.conditions import MARK, busy_testbeds, caption
 from lowbw.report.latex import booktabs, escape, fmt_num
 
@@ -41,8 +50,6 @@ def predicted_crossover(cal: dict, a: str, b: str, n: int, lo: float, hi: float,
                         ) -> float | None:
     """Bytes in [lo, hi] where the calibrated model's times of ``a`` and ``b`` are equal (None: no sign change
     of their difference at the ends of the range)."""
-    from lowbw.bench.collectives_model import calibrated_time
-
     def d(m: float) -> float:
         return calibrated_time(cal, a, m, n, chunk) - calibrated_time(cal, b, m, n, chunk)
 
@@ -96,12 +103,6 @@ def latency_tables(b: dict) -> dict[str, Any] | None:
     """Tidy tables of the latency bench ``b``: ``latency`` (one row per measured algorithm x setting),
     ``latency_cells`` (one row per testbed: the model's and the measured fastest algorithm at the smallest
     and the largest size, their crossover), ``latency_skipped`` (testbeds not built, and why)."""
-    import pandas as pd
-
-    from lowbw.bench.collectives import calibration_key
-    from lowbw.bench.collectives_model import calibrated_time
-    from lowbw.net.costmodel import LinkParams, crossover_nbytes
-
     if not b or not b.get("rows"):
         return None
     df = pd.DataFrame(b["rows"])
@@ -158,8 +159,6 @@ def software_table(b: dict):
     the tiny calls, seconds), the steps, the calls, the call's start lag (median and quartiles over the
     traced tiny calls, and what the model charges of it, seconds; NaN where not traced) and where it was
     measured (``source``: this run, or the calibration-only run merged in)."""
-    import pandas as pd
-
     rows = []
     for key, cal in (b.get("calibration") or {}).items():
         for alg, e in (cal.get("software") or {}).items():
@@ -185,11 +184,6 @@ def trace_table(b: dict):
     p = (arrival - send - alpha) / beta paced bytes of m, w = 2m - b - p (clipped to [b, m]; m: all of it
     before the second stream, b: the bucket only; for m >= 2 b only, where the two differ clearly)."""
     import statistics
-
-    import pandas as pd
-
-    from lowbw.bench.collectives import calibration_key
-    from lowbw.bench.collectives_model import TCP_PAYLOAD_PER_FRAME, model_link
 
     rows = []
     for t in b.get("traces") or []:
@@ -222,8 +216,6 @@ def trace_table(b: dict):
 
 def latency_numbers(tables: dict[str, Any], meta: dict[str, Any]) -> dict[str, str]:
     """The ``EOneLat*`` macros (lowbw.report.catalog)."""
-    from lowbw.report.catalog import E1_ALGS
-
     df, cells, skipped = tables["latency"], tables["latency_cells"], tables["latency_skipped"]
     delayed = df[df["delay_ms"] > 0]
     by_alg = df.groupby("algorithm")["abs_err"].max()
@@ -284,8 +276,6 @@ def latency_numbers(tables: dict[str, Any], meta: dict[str, Any]) -> dict[str, s
 def _per_algorithm_ms(df, col: str, name: str, list_name: str) -> dict[str, str]:
     """``df[col]`` (seconds) per algorithm: ``list_name``, the median over testbeds of each (ms, a list);
     ``<name>Min``/``<name>Max``, the range of all (ms); ``<name>Testbeds``, on how many testbeds."""
-    from lowbw.report.catalog import E1_ALGS
-
     med = df.groupby("algorithm")[col].median()
     return {list_name: ", ".join(f"{E1_ALGS[a]} {fmt_num(1e3 * float(med[a]), 2)}\\,ms" for a in E1_ALGS if a in med),
             f"{name}Min": fmt_num(1e3 * float(df[col].min()), 2),
@@ -372,8 +362,6 @@ def latency_table(tables: dict[str, Any], conditions: dict[str, Any] | None = No
 def latency_axes(fig, grid_spec, tables: dict[str, Any]) -> None:
     """Small multiples (rows: link rates; columns: worker counts) of time against message size: measured as
     markers, the calibrated model as lines, one colour per delay, one marker and line style per algorithm."""
-    import matplotlib.pyplot as plt
-
     df = tables["latency"]
     rates = sorted(df["rate_mbit"].unique())
     workers = sorted(df["workers"].unique())
@@ -406,8 +394,6 @@ def latency_axes(fig, grid_spec, tables: dict[str, Any]) -> None:
             if j == 0:
                 ax.set_ylabel("all-reduce time (s)", fontsize=7)
             if i == 0 and j == len(workers) - 1:
-                from matplotlib.lines import Line2D
-
                 hs = [Line2D([], [], color=colours[k], lw=1.5, label=f"{fmt_num(float(dl))} ms")
                       for k, dl in enumerate(delays)]
                 hs += [Line2D([], [], color="k", ls=styles[a], marker=markers[a], ms=3, mfc="none", lw=0.8, label=a)
@@ -437,7 +423,5 @@ def crossover_axis(ax, tables: dict[str, Any]) -> None:
 
 def _plain_log_ticks(ax) -> None:
     """Decades only on log axes (minor labels like 3x10^0 overlap in small panels)."""
-    from matplotlib.ticker import NullFormatter
-
     ax.xaxis.set_minor_formatter(NullFormatter())
     ax.yaxis.set_minor_formatter(NullFormatter())

@@ -3,6 +3,8 @@ bias and throughput of every compressor, with bitsandbytes and torch's DDP hooks
 
 from __future__ import annotations
 
+import pandas as pd
+
 from lowbw.report.catalog import E2_INPUTS, word
 from lowbw.report.conditions import MARK, caption
 from lowbw.report.experiment import Context, Experiment, Stats
@@ -19,8 +21,6 @@ OURS, REFERENCE = "lowbw", "reference (bitsandbytes, torch hooks)"
 def stats(ctx: Context) -> Stats | None:
     """Tidy ``compressors``: one row per (input, configuration): ratio, rel_l2_error and bias (fractions),
     throughput_gbps (encode + decode), ``source`` (lowbw or the reference implementation)."""
-    import pandas as pd
-
     b = ctx.bench("compressors")
     if not b or not b.get("rows"):
         return None

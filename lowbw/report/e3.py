@@ -4,11 +4,15 @@ dense runs (``runs/e3_dense``)."""
 
 from __future__ import annotations
 
+import pandas as pd
+
+from lowbw.net.costmodel import LinkParams, min_training_time
 from lowbw.report.catalog import E3_RUN_MODELS, word
 from lowbw.report.common import PRETTY, fmt_duration, plotting, report_links, training_runs
 from lowbw.report.conditions import MARK, caption
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.report.training import retime
 
 __all__ = ["E3", "accel_sample_s", "ACCEL_REF"]
 
@@ -33,10 +37,6 @@ def _minimum(bench: dict, n: int, bws: list[float]):
     """Tidy: one row per (model, bandwidth): the minimum training time ``min_s`` of the reference schedule
     with ``n`` workers (compute at accelerator speed, all-reduce at the bandwidth-optimal bound, fully
     overlapped), what bounds it, and the pure compute times on the accelerator and on this CPU."""
-    import pandas as pd
-
-    from lowbw.net.costmodel import LinkParams, min_training_time
-
     accel = accel_sample_s(bench["rows"])
     recs = []
     for r in bench["rows"]:
@@ -57,10 +57,6 @@ def _minimum(bench: dict, n: int, bws: list[float]):
 def _dense_split(ctx: Context, mbits: list[float], lat: float):
     """Tidy: one row per (model, bandwidth): the share of a step spent communicating (%) and the step time
     (ms) of the measured dense runs re-timed at that bandwidth, mean over seeds; None without runs."""
-    import pandas as pd
-
-    from lowbw.report.training import retime
-
     runs, mets = training_runs(ctx, ["e3_dense"])
     if runs is None:
         return None, None

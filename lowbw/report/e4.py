@@ -8,12 +8,17 @@ from __future__ import annotations
 import math
 from functools import partial
 
+import pandas as pd
+from scipy.stats import spearmanr
+
 from lowbw.report.catalog import PREFIX
 from lowbw.report.common import fmt_duration, report_links, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import ttt_facets
 from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.report.stats import mean_std
+from lowbw.report.training import group_accuracy, group_times, run_times
 
 __all__ = ["E4", "E4LM"]
 
@@ -27,8 +32,6 @@ def stats(ctx: Context, key: str = "e4") -> Stats | None:
     """Tidy ``accuracy`` (one row per method: the final quality), ``times`` (per method and bandwidth) and
     ``runs`` (per run and bandwidth: ttt_s, NaN where the run never reached the target); for the language model
     also ``ranks`` (per method present in both workloads: its time to target at the focus bandwidth on each)."""
-    from lowbw.report.training import group_accuracy, group_times, run_times
-
     runs, mets = training_runs(ctx, [RUNS[key]])
     if runs is None:
         return None
@@ -52,8 +55,6 @@ def stats(ctx: Context, key: str = "e4") -> Stats | None:
 
 def _ranks(lm, mlp, focus: float):
     """Methods whose every seed reached the target on both workloads at ``focus`` Mbit/s: mean ttt on each."""
-    import pandas as pd
-
     def at(t):
         t = t[(t["bandwidth_mbit"] == focus) & (t["seeds_reached"] == t["seeds"])]
         return t.set_index("method")["ttt_mean_s"]
@@ -109,7 +110,6 @@ def _anchor_numbers(p: str, anchor) -> dict[str, str]:
     within the tolerance (words chosen here, so the prose cannot contradict the number)."""
     if anchor is None or anchor.empty:
         return {}
-    from lowbw.report.stats import mean_std
 
     ms = mean_std(anchor["final_val_loss"])
     gap = ms.mean - ANCHOR_PUBLISHED
@@ -124,7 +124,6 @@ def _rank_numbers(p: str, ranks) -> dict[str, str]:
     each (among the methods both measured to the target with every seed)."""
     if ranks is None or len(ranks) < 3:
         return {}
-    from scipy.stats import spearmanr
 
     rho = float(spearmanr(ranks["ttt_lm_s"], ranks["ttt_mlp_s"]).statistic)
     lm = ranks.loc[ranks["ttt_lm_s"].idxmin(), "method"]

@@ -3,10 +3,14 @@
 
 from __future__ import annotations
 
+import pandas as pd
+
 from lowbw.report.catalog import E7_DENSITIES, word
 from lowbw.report.common import fmt_duration, plotting, target_acc, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.report.stats import mean_std, welch
+from lowbw.report.training import eval_lines, time_to_target
 
 __all__ = ["E7"]
 
@@ -18,11 +22,6 @@ def stats(ctx: Context) -> Stats | None:
     link, final accuracy, mean chosen density), ``methods`` (the same over seeds), ``curves`` (test accuracy
     against virtual time) and ``schedule`` (bandwidth and chosen density of the adaptive method's first
     seed, per metrics line)."""
-    import pandas as pd
-
-    from lowbw.report.stats import mean_std
-    from lowbw.report.training import eval_lines, time_to_target
-
     runs, mets = training_runs(ctx, ["e7_fluctuating"])
     if runs is None:
         return None
@@ -62,8 +61,6 @@ def stats(ctx: Context) -> Stats | None:
 
 
 def numbers(st: Stats) -> dict[str, str]:
-    from lowbw.report.stats import welch
-
     g = st.tables["methods"].set_index("method")
     per_run = st.tables["runs"]
     out = {"ESevenTarget": fmt_num(100 * st.meta["target_acc"], 3)}

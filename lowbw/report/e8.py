@@ -3,7 +3,12 @@ the paper's figure (predicted vs measured step time and time-to-accuracy), table
 
 from __future__ import annotations
 
+import pandas as pd
+from matplotlib.lines import Line2D
+
+from lowbw.bench.e2e import cells
 from lowbw.report.catalog import E8_WORKERS
+from lowbw.report.common import plotting
 from lowbw.report.conditions import MARK, caption, mark
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
@@ -57,8 +62,6 @@ def _table(df, rates: list[float], workers: list[int], conditions: dict | None =
 
 
 def _figure(df):
-    from lowbw.report.common import plotting
-
     plt, _ = plotting()
     methods = list(dict.fromkeys(df["method"]))
     rates = sorted(df["rate_mbit"].unique())
@@ -86,7 +89,6 @@ def _figure(df):
                         zorder=0, lw=0)
         ax.set(xscale="log", yscale="log", xlim=xs, ylim=xs, xlabel=f"measured {what}",
                ylabel=f"simulated {what}")
-    from matplotlib.lines import Line2D
 
     handles = [Line2D([], [], ls="", marker=markers[m], color="k", label=m, markerfacecolor="none") for m in methods]
     handles += [Line2D([], [], ls="", marker="s", color=colours[r], label=f"{r:g} Mbit/s") for r in rates]
@@ -104,10 +106,6 @@ def _figure(df):
 def _median_runs(rows: list[dict]):
     """One row per cell (method x rate x workers): the run of its median repeat (:func:`lowbw.bench.e2e.cells`),
     with the repeats' count and range."""
-    import pandas as pd
-
-    from lowbw.bench.e2e import cells
-
     return pd.DataFrame([{**c["run"], **{k: c[k] for k in ("repeats", "err_step_min", "err_step_max")}}
                          for c in cells(rows)])
 
@@ -116,8 +114,6 @@ def stats(ctx: Context) -> Stats | None:
     """Tidy ``runs`` (one row per measured cell and repeat, as ``python -m lowbw bench e2e`` wrote them),
     ``cells`` (one per method x rate x workers: its median repeat, see :func:`_median_runs`) and ``probes``
     (per cell, or per (rate, N) group in older files: per-message overhead and compute slow-down)."""
-    import pandas as pd
-
     b = ctx.bench("e2e")
     if not b or not b.get("rows"):
         return None

@@ -16,11 +16,14 @@ from __future__ import annotations
 import math
 from functools import partial
 
+import pandas as pd
+
 from lowbw.report.catalog import E9_LINKS, E9_METHODS, PREFIX
-from lowbw.report.common import fmt_duration, training_runs
+from lowbw.report.common import fmt_duration, plotting, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.report.training import first_at_target, group_accuracy, group_times, time_to_target
 
 __all__ = ["E9", "E9LM", "LINKS", "BASELINE"]
 
@@ -38,8 +41,6 @@ def _link_label(mbit: float, lat: float) -> str:
 
 def _bytes_to_target(m, target, workers: int) -> float:
     """Bytes sent per worker until the first evaluation at or above ``target`` (NaN if never)."""
-    from lowbw.report.training import first_at_target
-
     hit = first_at_target(m, target)
     return float(hit["bytes_sent"].iloc[0]) / workers if not hit.empty else math.nan
 
@@ -48,10 +49,6 @@ def stats(ctx: Context, key: str = "e9") -> Stats | None:
     """Tidy ``accuracy`` (per workers and method, Welch's test against dense with the same workers),
     ``runs`` (per run and link: ttt_s, NaN if never reached; bytes_to_target_per_worker) and ``times`` (per
     workers, method and link: mean and std over the seeds that reached the target)."""
-    import pandas as pd
-
-    from lowbw.report.training import group_accuracy, group_times, time_to_target
-
     runs, mets = training_runs(ctx, [RUNS[key]])
     if runs is None:
         return None
@@ -196,8 +193,6 @@ def _label_points(ax, xs, ys, labels) -> None:
 def figure(st: Stats):
     """Per number of workers: virtual time to the target on the middle link against the bytes each worker
     sent until then, one point per method (mean over the seeds that reached it), by family."""
-    from lowbw.report.common import plotting
-
     plt, sns = plotting()
     d = st.tables["runs"]
     d = d[(d["link"] == LINKS[1][0]) & d["ttt_s"].notna()]

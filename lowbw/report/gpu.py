@@ -41,7 +41,7 @@ def stats(store: str | Path = DEFAULT_STORE, target: float = TARGET) -> Stats | 
     store). A run's quality is its dataset's (``GOALS``): final and best test accuracy (images) or validation
     loss (text); ``steps_to_target``/``epochs_to_target``: its first evaluation at the target (NaN: never)."""
     import numpy as np
-    import pandas as pd
+    import pandas as pd  # lazy: keeps `lowbw --help` free of pandas
 
     df = load_store(store)
     if df.empty:

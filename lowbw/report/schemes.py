@@ -6,11 +6,14 @@ from __future__ import annotations
 from functools import partial
 from typing import Any
 
+import pandas as pd
+
 from lowbw.report.catalog import PREFIX
 from lowbw.report.common import fmt_duration, report_links, target_acc, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import accuracy_curves
 from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.report.training import eval_lines, group_accuracy, group_times, retime, run_times
 
 __all__ = ["E5", "E6"]
 
@@ -27,10 +30,6 @@ def stats(ctx: Context, experiments: list[str], by: list[str], baseline: dict[st
     target at the focus bandwidth per configuration), ``runs`` (per run) and ``curves`` (test accuracy
     against virtual time at the focus bandwidth, per run); with ``samples``, the mean ``samples`` processed per
     data assignment (overlapping assignments can process more than disjoint ones)."""
-    import pandas as pd
-
-    from lowbw.report.training import eval_lines, group_accuracy, group_times, retime, run_times
-
     runs, mets = training_runs(ctx, experiments)
     if runs is None:
         return None

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy import stats
 
 __all__ = ["MeanStd", "mean_std", "welch", "TTest"]
 
@@ -34,8 +35,6 @@ class TTest:
 
 def welch(a, b, alpha: float = 0.05) -> TTest:
     """Welch's unequal-variance t-test (two-sided). Fewer than 2 samples per side -> not significant, p=NaN."""
-    from scipy import stats
-
     a = np.asarray(list(a), dtype=float)
     b = np.asarray(list(b), dtype=float)
     if a.size < 2 or b.size < 2:

@@ -12,9 +12,9 @@ benchmark should not measure.
 :func:`steady_allocator` sets both thresholds once (``mallopt``, as the ``MALLOC_MMAP_THRESHOLD_`` and
 ``MALLOC_TRIM_THRESHOLD_`` environment variables would before start): requests below
 :data:`MMAP_THRESHOLD_BYTES` come from the heap, and the heap keeps up to :data:`TRIM_THRESHOLD_BYTES` of
-freed memory for the next step instead of unmapping it. Every lowbw training process calls it (the sim, each
-``procs``/torchrun worker, the benchmarks that time steps). Larger requests (a big model's full gradient)
-are still mmapped, as before.
+freed memory for the next step rather than unmapping it (the next step reuses it at once). Every lowbw
+training process calls it (the sim, each ``procs``/torchrun worker, the benchmarks that time steps). Larger
+requests (a big model's full gradient) are mmapped (glibc's rule above the threshold).
 """
 
 from __future__ import annotations

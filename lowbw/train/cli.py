@@ -99,7 +99,7 @@ def main(args: argparse.Namespace) -> int:
     except ConfigError as e:
         return _err(f"invalid config: {e}", 2)
     except (RuntimeError, OSError, ValueError) as e:
-        from lowbw.data import ChecksumError
+        from lowbw.data import ChecksumError  # lazy: lowbw.data imports torch, which `lowbw --help` needs not
 
         kind = "data" if isinstance(e, ChecksumError) else "failed"
         return _err(f"{kind}: {e}", 1)

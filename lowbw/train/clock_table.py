@@ -27,6 +27,7 @@ TEXT_KEY_FIELDS = ("block_size",)
 
 def clock_key(cfg: dict[str, Any]) -> str:
     """The calibration table's key of a (flat, validated) run config."""
+    # lazy: keeps the Snakefile's planning free of torch
     from lowbw.train.workload import is_text_dataset, text_block_size  # imports torch: only when a key is made
 
     rc = RunConfig.from_dict({**cfg, "clock": "measured"})  # the key does not depend on the clock's values

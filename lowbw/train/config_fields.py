@@ -16,6 +16,7 @@ from typing import Any
 
 from lowbw.algorithms import OUTER_OPTIMIZERS
 from lowbw.train.config_rules import ConfigError, check, coerce
+from lowbw.train.schemes.registry import SCHEMES
 
 __all__ = ["RunConfig", "SYNC_SCHEMES", "ASSIGNMENTS", "OUTER_OPTIMIZERS"]
 
@@ -29,8 +30,7 @@ def _f(default: Any, help: str, *, enum: list[str] | None = None, minimum: float
     return field(default=default, metadata=meta)
 
 
-SYNC_SCHEMES = ["sync", "local", "post_local", "hierarchical", "ssp", "async", "diloco", "desloc", "sparta",
-                "noloco"]
+SYNC_SCHEMES = list(SCHEMES)  # the choices of ``sync``: the scheme registry's names, in its order
 ASSIGNMENTS = ["disjoint", "full", "coarse", "medium", "fine", "household"]
 
 
@@ -107,7 +107,7 @@ class RunConfig:
                                    minimum=0, group="optim")
     epochs: float = _f(10.0, "target epochs E over the training split; with C copies per sample the run does "
                        "ceil(E/C) overlap epochs (thesis 5.2.1)", minimum=0, group="optim")
-    steps: int = _f(0, "total steps instead of epochs (0: use epochs)", minimum=0, group="optim")
+    steps: int = _f(0, "total steps; overrides epochs (0: use epochs)", minimum=0, group="optim")
     optimizer: str = _f("sgd", "sgd (momentum, weight decay), adam, adamw, muon (Newton-Schulz orthogonalised "
                         "momentum for hidden weight matrices, AdamW for the rest; lowbw.train.muon; as diloco's "
                         "inner optimiser: MuLoCo)", enum=["sgd", "adam", "adamw", "muon"], group="optim")
@@ -137,7 +137,7 @@ class RunConfig:
                               group="optim")
     warmup_epochs: float = _f(0.0, "linear warm-up of the learning rate over this many epochs", minimum=0,
                               group="optim")
-    warmup_steps: int = _f(0, "linear warm-up over this many steps instead of warmup_epochs (0: use "
+    warmup_steps: int = _f(0, "linear warm-up over this many steps; overrides warmup_epochs (0: use "
                            "warmup_epochs); nanoGPT: 100", minimum=0, group="optim")
     lr_min: float = _f(0.0, "cosine: the learning rate at the end of the decay (nanoGPT: lr / 10)", minimum=0,
                        group="optim")
@@ -190,7 +190,7 @@ class RunConfig:
     outer_momentum: float = _f(0.9, "diloco, noloco: outer momentum", minimum=0, maximum=0.999999, group="sync")
     diloco_fragments: int = _f(1, "diloco: F fragments of the model (consecutive parameter tensors of near-equal "
                                "size); fragment f has its outer step at inner steps t with t = (f + 1) H / F "
-                               "(mod H), so the link carries one fragment every H/F steps instead of the whole "
+                               "(mod H), so the link carries one fragment every H/F steps, not the whole "
                                "model every H (Streaming DiLoCo, Douillard et al. 2025); 1: plain DiLoCo",
                                minimum=1, group="sync")
     diloco_delay: int = _f(0, "diloco: tau, inner steps between the start of a fragment's exchange and the outer "

@@ -9,6 +9,8 @@ from dataclasses import fields
 from typing import Any
 
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.net.trace import resolve_trace
+from lowbw.net.units import keyed_number
 from lowbw.train.targets import TargetError, parse_targets
 
 __all__ = ["ConfigError", "json_type", "coerce", "check_range", "check", "check_registries"]
@@ -46,7 +48,6 @@ def coerce(f, v: Any) -> Any:
             return v.lower() in ("true", "yes", "1")
         raise ConfigError(k, f"expected true/false, got {v!r}")
     if kind in ("number", "array") and k.endswith(("_mbit", "_ms")):  # "10mbit" ok; "10mbps", "1gbit" refused
-        from lowbw.net.units import keyed_number
 
         try:
             v = [keyed_number(k, x) for x in v] if isinstance(v, list | tuple) else keyed_number(k, v)
@@ -274,8 +275,6 @@ def _check_backends_and_network(cfg) -> None:
     if cfg.bandwidth_trace and cfg.bandwidth_schedule:
         raise ConfigError("bandwidth_trace", "give a trace or a bandwidth_schedule, not both")
     if cfg.bandwidth_trace:
-        from lowbw.net.trace import resolve_trace  # reads the file: only when a trace is named
-
         try:
             resolve_trace(cfg.bandwidth_trace, cfg.workers)
         except ValueError as e:  # the file's own message starts with the testbed's flag: name the key instead
@@ -297,6 +296,7 @@ def _check_backends_and_network(cfg) -> None:
 def _check_workload(cfg) -> None:
     """A model that fits its data: text models on text, image models on images; a context that fits the
     validation split; targets that the workload's evaluation reports."""
+    # lazy: keeps the Snakefile's planning free of torch
     from lowbw.data.text import TEXT_SPECS
     from lowbw.train.models import GPT_SIZES, model_kind
 
@@ -325,7 +325,7 @@ def _check_workload(cfg) -> None:
 
 def check_registries(cfg) -> None:
     """Names looked up in registries: model, dataset, collective, compressor and its arguments."""
-    # the registries import torch and the data layer: only when a config is checked against them
+    # lazy: the registries import torch and the data layer, which the Snakefile's planning does without
     from lowbw.compress import registry
     from lowbw.data import available as datasets
     from lowbw.data.text import text_available

@@ -1,5 +1,5 @@
 """``ddp_hook: true`` on procs/torchrun: torch's DistributedDataParallel with a lowbw compressor as its
-communication hook (:func:`lowbw.comm.hooks.make_hook`), instead of our own per-tensor aggregation.
+communication hook (:func:`lowbw.comm.hooks.make_hook`); torch's bucketing replaces lowbw's per-tensor aggregation.
 
 The module's parameters are views into the replica's flat row, so the optimiser, checkpoints, evaluation
 and metrics are those of :class:`~lowbw.train.loop.Trainer`; only :meth:`DDPTrainer.local_step` differs

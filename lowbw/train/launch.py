@@ -32,7 +32,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lowbw.net.link import LinkSpec
+from lowbw.net.testbed import Testbed
+from lowbw.net.trace import resolve_trace
 from lowbw.runio import set_parent_death_signal
+from lowbw.train.allocator import steady_allocator
 from lowbw.train.config import RunConfig
 from lowbw.train.rundir import RunDirError, RunLock, check_out, config_diff, finish, prepare_out
 from lowbw.train.timeouts import peer_timeout_s
@@ -55,8 +59,6 @@ def testbed_links(cfg: RunConfig) -> dict:
     for every worker, or one link per worker from ``worker_bandwidth_mbit`` (both ways; the testbed's
     ``--rates``), ``worker_uplink_mbit`` (``--up``) and ``worker_latency_ms`` (``--delays``, on the uplink);
     ``bandwidth_trace`` (a packaged name or a file) as the testbed's trace."""
-    from lowbw.net.link import LinkSpec
-
     args: dict = {"workers": cfg.workers}
     if cfg.worker_bandwidth_mbit or cfg.worker_uplink_mbit or cfg.worker_latency_ms:
         M = cfg.workers
@@ -69,8 +71,6 @@ def testbed_links(cfg: RunConfig) -> dict:
         args["rate"] = f"{cfg.bandwidth_mbit}mbit"
         args["delay"] = f"{cfg.latency_ms}ms" if cfg.latency_ms else None
     if cfg.bandwidth_trace:
-        from lowbw.net.trace import resolve_trace
-
         args["trace"] = resolve_trace(cfg.bandwidth_trace, cfg.workers)
     return args
 
@@ -85,6 +85,7 @@ def run(cfg: RunConfig | dict[str, Any], out: str | os.PathLike, *, overwrite: b
         cfg = RunConfig.from_dict(cfg)
     outp = Path(out).resolve()  # workers may start elsewhere (testbed: cwd is the checkout)
     if cfg.backend == "torchrun" and "RANK" in os.environ and "WORLD_SIZE" in os.environ:
+        # lazy: keeps `lowbw --help` free of torch
         from lowbw.train.worker import worker_main  # inside torchrun: this process is one worker
 
         return worker_main(cfg, outp, keep_checkpoint=keep_checkpoint)
@@ -98,6 +99,7 @@ def run(cfg: RunConfig | dict[str, Any], out: str | os.PathLike, *, overwrite: b
             _run_sim(cfg, outp, data)
         else:
             if data is None and cfg.dataset != "synthetic":  # fill the dataset cache once, before M processes
+                # lazy: keeps `lowbw --help` free of torch
                 from lowbw.train.workload import fill_cache  # imports torch: only for a procs run
 
                 fill_cache(cfg.dataset)
@@ -109,9 +111,9 @@ def run(cfg: RunConfig | dict[str, Any], out: str | os.PathLike, *, overwrite: b
 
 
 def _run_sim(cfg: RunConfig, out: Path, data) -> dict[str, Any]:
-    import torch
+    import torch  # lazy: keeps `lowbw --help` free of torch
 
-    from lowbw.train.allocator import steady_allocator
+    # lazy: keeps `lowbw --help` free of torch
     from lowbw.train.loop import Trainer
     from lowbw.train.world import SimWorld
 
@@ -249,7 +251,7 @@ def _guardian(tag: str) -> subprocess.Popen:
 
 def _env_paths(env: dict[str, str]) -> None:
     """Make dataset paths absolute: workers may run in another directory."""
-    from lowbw.data import DATA_DIR_ENV, MIRROR_ENV
+    from lowbw.data import DATA_DIR_ENV, MIRROR_ENV  # lazy: keeps `lowbw --help` free of torch
 
     for k in (DATA_DIR_ENV, MIRROR_ENV):
         v = env.get(k)
@@ -258,7 +260,7 @@ def _env_paths(env: dict[str, str]) -> None:
 
 
 def _run_procs(cfg: RunConfig, out: Path, quiet: bool = False) -> None:
-    from lowbw.train.world import default_threads
+    from lowbw.train.world import default_threads  # lazy: keeps `lowbw --help` free of torch
 
     cfg_path = out / ".worker-config.json"
     cfg_path.write_text(json.dumps(cfg.to_dict(), sort_keys=True))
@@ -294,8 +296,6 @@ def _run_procs(cfg: RunConfig, out: Path, quiet: bool = False) -> None:
                                  preexec_fn=lambda: set_parent_death_signal(signal.SIGTERM))
             reason = watch([p], ["torchrun"])
         elif cfg.testbed:
-            from lowbw.net.testbed import Testbed
-
             with Testbed(**testbed_links(cfg), master_port=port) as tb:
                 guard = _guardian(tb.tag) if tb.emulation == "netns-tc" else None
                 try:

@@ -60,7 +60,7 @@ class RunLock:
 
 def config_diff(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """Keys whose values differ between two run configs, ignoring keys that do not change the numbers."""
-    from lowbw.train.checkpoint import RUN_ONLY_KEYS
+    from lowbw.train.checkpoint import RUN_ONLY_KEYS  # lazy: keeps `lowbw --help` free of torch
 
     skip = set(RUN_ONLY_KEYS)
     # fill defaults on both sides (a key added to RunConfig since the old run is not a difference); an old
@@ -100,7 +100,7 @@ def check_out(cfg: RunConfig, out: Path, overwrite: bool) -> str:
         return "complete"
     marker = out / "checkpoint" / "latest.json"
     if marker.exists():
-        from lowbw.train.checkpoint import fingerprint
+        from lowbw.train.checkpoint import fingerprint  # lazy: keeps `lowbw --help` free of torch
 
         try:
             fp = json.loads(marker.read_text())["fingerprint"]

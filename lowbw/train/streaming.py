@@ -89,7 +89,7 @@ class FragmentPlan:
     @classmethod
     def make(cls, layout, count: int, period: int, flat: bool, kind: str = "contiguous") -> FragmentPlan:
         """The plan for parameter ``layout`` (name, offset, numel, shape per tensor, in row order);
-        ``flat``: one chunk per fragment (``granularity: flat``) instead of one per tensor piece; ``kind``:
+        ``flat``: one chunk per fragment (``granularity: flat``), else one per tensor piece; ``kind``:
         ``contiguous`` or ``strided`` (the module docstring)."""
         if kind == "strided":
             return cls._strided(layout, count, period, flat)

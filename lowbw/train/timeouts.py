@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from lowbw.net.trace import resolve_trace
 from lowbw.train.config import RunConfig
 
 __all__ = ["peer_timeout_s"]
@@ -29,8 +30,6 @@ def _slowest_mbit_ms(cfg: RunConfig) -> tuple[float, float]:
         rates = rates[1:]  # bandwidth_mbit is replaced by the per-worker rates
     lats = list(cfg.worker_latency_ms) or [cfg.latency_ms]
     if cfg.bandwidth_trace:
-        from lowbw.net.trace import resolve_trace
-
         tr = resolve_trace(cfg.bandwidth_trace, cfg.workers)
         rates += [s.bps / 1e6 for s in tr.steps]
         lats += [s.delay_s * 1e3 for s in tr.steps if s.delay_s is not None]

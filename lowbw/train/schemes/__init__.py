@@ -1,40 +1,41 @@
 """Sync schemes: one class per scheme behind one interface (:class:`lowbw.train.schemes.base.Scheme`, whose
 module docstring says how to add one), and the registry of ``cfg.sync`` names.
 
+- :mod:`.registry`: ``cfg.sync`` name -> the class that runs it (torch-free: the run config reads it);
 - :mod:`.base`: the interface, :class:`~.base.StepContext` (what a step gets) and :class:`~.base.LocalStep`;
 - :mod:`.synchronous`: local step, then communicate (sync, local, post_local, hierarchical, desloc, sparta);
 - :mod:`.diloco`: the DiLoCo family (outer steps, fragments, overlapped exchanges);
 - :mod:`.noloco`: NoLoCo (pairwise outer steps with one peer, no collective);
 - :mod:`.parameter_server`: ssp and async (an event simulation on the virtual clock, sim only);
 - :mod:`.charge`: what a synchronous step charges to the run's clock and records.
+
+Importing this package loads only the registry; a scheme's module is imported when :func:`scheme_class`
+resolves its name.
 """
 
 from __future__ import annotations
 
-from lowbw.train.schemes.base import Scheme
-from lowbw.train.schemes.diloco import DiLoCo
-from lowbw.train.schemes.noloco import NoLoCo
-from lowbw.train.schemes.parameter_server import ParameterServer
-from lowbw.train.schemes.synchronous import Hierarchical, LocalOnly, LocalSGD, PostLocalSGD, SyncSGD
+import importlib
+from typing import TYPE_CHECKING
 
-__all__ = ["SCHEMES", "make_scheme"]
+from lowbw.train.schemes.registry import SCHEMES
 
-# cfg.sync -> its scheme class, built as cls(cfg, world, rep, opt, batches); one line per scheme
-SCHEMES: dict[str, type[Scheme]] = {
-    "sync": SyncSGD,
-    "local": LocalSGD,
-    "post_local": PostLocalSGD,
-    "hierarchical": Hierarchical,
-    "ssp": ParameterServer,
-    "async": ParameterServer,
-    "diloco": DiLoCo,
-    "desloc": LocalSGD,  # + the DesLoc add-on (lowbw.train.desloc) on the moments
-    "sparta": LocalOnly,  # + the Sparta add-on (lowbw.train.sparta)
-    "noloco": NoLoCo,
-}
+if TYPE_CHECKING:
+    from lowbw.train.schemes.base import Scheme
+
+__all__ = ["SCHEMES", "make_scheme", "scheme_class"]
+
+
+def scheme_class(name: str) -> type[Scheme]:
+    """The class registered for ``cfg.sync`` value ``name``; ValueError naming an unknown one."""
+    if name not in SCHEMES:
+        raise ValueError(f"sync={name!r}: not a registered scheme (one of {', '.join(SCHEMES)})")
+    module, _, cls = SCHEMES[name].partition(":")
+    # lazy: the registry names classes by path so that the run config can read the names without torch
+    return getattr(importlib.import_module(module), cls)
 
 
 def make_scheme(cfg, world, rep, opt, batches) -> Scheme:
     """The run's scheme (``cfg.sync``) over the replicas ``rep`` with optimiser ``opt``, the ``world`` and
     the batch streams ``batches(i, b)``."""
-    return SCHEMES[cfg.sync](cfg, world, rep, opt, batches)
+    return scheme_class(cfg.sync)(cfg, world, rep, opt, batches)

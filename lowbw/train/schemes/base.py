@@ -1,4 +1,4 @@
-"""The interface of a sync scheme: what a run does after (or instead of) each local step.
+"""The interface of a sync scheme: what a run does after (or in place of) each local step.
 
 The :class:`~lowbw.train.loop.Trainer` holds one :class:`Scheme` object, built by
 :func:`lowbw.train.schemes.make_scheme` from ``cfg.sync``, and never asks which kind it is. Per training step
@@ -20,8 +20,8 @@ How to add a scheme (one module, one registry line, its tests):
    / ``state_dict`` when it has its own model synchronisation, as :mod:`lowbw.train.schemes.diloco`), or of
    :class:`Scheme` itself when its steps are not synchronous (as
    :mod:`lowbw.train.schemes.parameter_server`);
-2. add its ``cfg.sync`` name to :data:`lowbw.train.schemes.SCHEMES` (one line; the config's choices,
-   ``lowbw.train.config_fields.SYNC_SCHEMES``, must list it too: a test checks they agree);
+2. add one line ``"<cfg.sync name>": "<module>:<Class>"`` to :data:`lowbw.train.schemes.registry.SCHEMES`
+   (the config's choices of ``sync``, ``lowbw.train.config_fields.SYNC_SCHEMES``, are its names);
 3. tests: its schedule or update by hand against a twin run, and its determinism.
 
 Every scheme class is built as ``cls(cfg, world, rep, opt, batches)``.

@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 import torch
 
 from lowbw.adaptive import AdaptiveTopK, ChosenTopK, candidate_densities
+from lowbw.train import batched
 from lowbw.train.aggregate import aggregate_rank, average_rank, make_compressor, make_states
 from lowbw.train.desloc import DesLoc
 from lowbw.train.optim import clip_rows
@@ -86,7 +87,7 @@ class Synchronous(Scheme):
         self.states = make_states(cfg, world.ranks)
         self.gran = cfg.granularity if cfg.granularity != "auto" else ("flat" if self.comp is None else "layer")
         self.chunks = rep.chunks(self.gran)
-        # sim, dense: one rank-ordered sum per group instead of the collective's threads (same records)
+        # sim, dense: one rank-ordered sum per group replaces the collective's threads (same sums, same records)
         self.direct = world.kind == "sim" and cfg.sim_dense == "direct"
         self.policy = None
         if cfg.adaptive == "moo":
@@ -255,7 +256,6 @@ class Synchronous(Scheme):
         rows, comp = self.rep.grads if rows is None else rows, self.comp
         if comp is None and self.direct:
             return self.world.dense_mean(level, list(rows), [k * 4 for _, _, k, _ in self.chunks])
-        from lowbw.train import batched  # sim: all replicas' layers at once (same records, bytes, outputs)
 
         if batched.applies(self.world, self.cfg, comp):
             return batched.exchange(self.world, level, rows, self.chunks, comp, self.states)
@@ -311,8 +311,8 @@ class Synchronous(Scheme):
     def adapt(self, step: int, clock: dict[str, float]) -> None:
         """MOO choice of the top-k density and its collective at the current links (lowbw.adaptive), before
         step ``step``'s aggregation. The compression gain ||top_c(g)||^2 / ||g||^2 of every candidate c is read
-        off one sort of replica 0's gradient every 10 steps (instead of running each candidate for a step, as
-        Tyagi & Swany's exploration does); compute and compression seconds per step are the virtual clock's
+        off one sort of replica 0's gradient every 10 steps (one sort costs less than Tyagi & Swany's exploration,
+        which runs each candidate for a step); compute and compression seconds per step are the virtual clock's
         means."""
         pol = self.policy
         if step == 1:  # no compute time measured yet: the first step uses the configured ratio
