@@ -428,12 +428,6 @@ LAZY_PENDING: dict[str, str] = {
          "lowbw/bench/e10check.py"],
         "the end-to-end check is being reorganised by concept on another branch (issue 33)",
     ),
-    **dict.fromkeys(
-        ["lowbw/advise/cli.py", "lowbw/advise/workload.py", "lowbw/advise/efficiency.py",
-         "lowbw/advise/candidates.py", "lowbw/advise/rates.py", "lowbw/advise/cache.py", "lowbw/net/costmodel.py",
-         "lowbw/net/costlinks.py"],
-        "being edited for the collective registry on another branch (issue 33)",
-    ),
 }
 LAZY_MARK = re.compile(r"#\s*lazy:\s*\S.{8,}")  # "# lazy: <a reason of a few words>"
 

@@ -13,6 +13,8 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
+from lowbw.runio import atomic_write_text
+
 __all__ = ["load_cache", "save_cache"]
 
 
@@ -47,8 +49,6 @@ def load_cache(name: str, source: Path) -> dict[str, Any]:
 
 def save_cache(name: str, source: Path, entries: dict[str, Any]) -> None:
     """Write cache ``name`` (a read-only home is not an error: the next advice is only slower)."""
-    from lowbw.runio import atomic_write_text
-
     try:
         _file(name).parent.mkdir(parents=True, exist_ok=True)
         atomic_write_text(_file(name), json.dumps({"digest": _digest(source), "entries": entries}))

@@ -161,7 +161,7 @@ def _parts(comp, shape: tuple[int, ...]) -> tuple[list[float], bool, float]:
     """(bytes of each payload part, summable, seconds to compress and decompress) for one tensor."""
     import torch  # lazy: see _make
 
-    from lowbw.compress import State
+    from lowbw.compress import State  # lazy: the compressors import torch (a cache miss only)
 
     g = torch.Generator().manual_seed(math.prod(shape) % 100_003)
     x = torch.randn(shape, generator=g)

@@ -29,7 +29,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
     m.add_argument("--params", type=float, help="parameter count only (a transformer's shapes), e.g. 1.3e9")
     p.add_argument("--workers", type=int, help="data-parallel workers (>= 1)")
     p.add_argument("--rate", help="every worker's link rate each way, tc units: 10mbit, 1gbit")
-    p.add_argument("--rates", help="one rate per worker, comma-separated (instead of --rate)")
+    p.add_argument("--rates", help="one rate per worker, comma-separated (in place of --rate)")
     p.add_argument("--latency", default="0ms", help="one-way latency per message (default 0ms), e.g. 20ms")
     t = p.add_mutually_exclusive_group()
     t.add_argument("--target", type=float, help="target test accuracy (a fraction, higher is better)")
@@ -60,6 +60,7 @@ def add_parser(sub) -> argparse.ArgumentParser:
 
 def _links(args) -> tuple:
     """The workers' links from --rate/--rates/--latency (one-line errors naming the bad value)."""
+    # lazy: `lowbw --help` imports this module for its parser; the advisor loads when used
     from lowbw.advise.rates import delay_s, rate_bps
     from lowbw.net.costlinks import WorkerLink
 
@@ -78,6 +79,7 @@ def _links(args) -> tuple:
 
 
 def _workload(args):
+    # lazy: `lowbw --help` imports this module for its parser; the advisor loads when used
     from lowbw.advise import workload
 
     if args.batch < 1:
@@ -129,11 +131,13 @@ def format_table(ranking: list, top: int = 0) -> str:
 
 def advise(args) -> dict[str, Any]:
     """The ranking and its inputs (what --json prints)."""
+    # lazy: `lowbw --help` imports this module for its parser; the advisor loads when used
     from lowbw.advise import efficiency
     from lowbw.advise.rank import rank, reasons
 
     links = _links(args)  # cheap checks first: bad input fails before torch is imported
     if args.validate:
+        # lazy: `lowbw --help` imports this module for its parser; the advisor loads when used
         from lowbw.advise.validate import check_inputs
 
         check_inputs(args.model)
@@ -164,6 +168,7 @@ def advise(args) -> dict[str, Any]:
 def main(args) -> int:
     try:
         if args.build_efficiency:
+            # lazy: `lowbw --help` imports this module for its parser; the advisor loads when used
             from lowbw.advise import efficiency
 
             rows, prov = efficiency.build(args.build_efficiency[0])
@@ -195,6 +200,7 @@ def main(args) -> int:
 def _validate(args, ranking: list, inputs: dict[str, Any]) -> dict[str, Any]:
     """--validate after the ranking: the checks (printed as a table unless --json) and the machine's
     conditions while they ran, as --json's ``validation`` and ``validation_conditions``."""
+    # lazy: `lowbw --help` imports this module for its parser; the advisor loads when used
     from lowbw.advise.validate import format_checks, validate
     from lowbw.bench import conditions
 

@@ -25,6 +25,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lowbw.runio import atomic_write_text, provenance
+
 __all__ = ["COLUMNS", "Efficiency", "build", "rows_from_runs", "target_of", "ttt_targets", "write", "read", "lookup",
            "default_path", "SHIPPED", "GENERATED"]
 
@@ -122,8 +124,7 @@ def build(runs_root: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
     """(rows, provenance) of the table from every complete run under ``runs_root``."""
     import pandas as pd  # lazy: pandas costs a quarter second and only the workflow builds the table
 
-    from lowbw.results import load_runs
-    from lowbw.runio import provenance
+    from lowbw.results import load_runs  # lazy: pandas, which only the workflow's build of the table needs
 
     root = Path(runs_root)
     runs = load_runs(root, incomplete="skip") if root.is_dir() else pd.DataFrame()
@@ -138,8 +139,6 @@ def build(runs_root: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
 
 def write(rows: list[dict[str, Any]], prov: dict[str, Any], out: str | Path) -> Path:
     """The table as CSV with ``# key: value`` provenance lines."""
-    from lowbw.runio import atomic_write_text
-
     buf = io.StringIO()
     buf.write("".join(f"# {k}: {v}\n" for k, v in prov.items()))
     w = csv.DictWriter(buf, COLUMNS, lineterminator="\n")

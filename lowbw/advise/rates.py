@@ -3,18 +3,16 @@ project's parser, :mod:`lowbw.net.units`, which refuses bare numbers and byte ra
 
 from __future__ import annotations
 
+from lowbw.net.units import parse_delay, parse_rate
+
 __all__ = ["rate_bps", "delay_s"]
 
 
 def rate_bps(text: str) -> float:
     """``"10mbit"`` -> 1e7 bits/s."""
-    from lowbw.net.units import parse_rate
-
     return float(parse_rate(text, "rate"))
 
 
 def delay_s(text: str) -> float:
     """``"20ms"`` -> 0.02 s (one-way latency per message)."""
-    from lowbw.net.units import parse_delay
-
     return float(parse_delay(text, "latency"))

@@ -61,7 +61,7 @@ def _example_input(name: str, model: Any, batch: int, device: str):
     the MLP, ImageNet's 3x224x224 for the ImageNet models, CIFAR's 3x32x32 for the rest)."""
     import torch  # lazy: importing torch costs about a second
 
-    from lowbw.train.models import IMAGENET_MODELS
+    from lowbw.train.models import IMAGENET_MODELS  # lazy: the models import torch (a cache miss only)
 
     if _kind(name) == "lm":
         ctx = int(next((getattr(model, a) for a in ("context", "block_size", "seq_len") if hasattr(model, a)), 64))
@@ -91,7 +91,7 @@ def _no_init(active: bool):
 
 
 def _build_named(name: str, device: str):
-    from lowbw.train.models import IMAGENET_MODELS, build_model
+    from lowbw.train.models import IMAGENET_MODELS, build_model  # lazy: torch, on a cache miss only
 
     with contextlib.nullcontext():
         if name == "mlp":

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lowbw.collective import message_time, shared_time
+from lowbw.comm.registry import COLLECTIVES
 from lowbw.net.costmodel import LinkParams, allreduce_time, broadcast_pattern, gather_pattern
 from lowbw.net.link import LinkSpec
 
@@ -80,9 +81,7 @@ def _check(nbytes: float, links: Sequence[WorkerLink]) -> None:
 
 
 def _links_spec(algorithm: str):
-    """``algorithm``'s ``SPEC.links`` from :mod:`lowbw.comm.registry` (imported when first needed), or None."""
-    from lowbw.comm.registry import COLLECTIVES
-
+    """``algorithm``'s ``SPEC.links`` from :mod:`lowbw.comm.registry`, or None."""
     spec = COLLECTIVES.get(algorithm)
     return spec.links if spec is not None else None
 

@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lowbw.algorithms import BROADCAST_ALIASES
+from lowbw.comm.registry import COLLECTIVES
 from lowbw.net import units as _units
 
 __all__ = [
@@ -75,7 +76,7 @@ class LinkParams:
     direction). ``gamma_s_per_byte`` optionally charges local reduction (summing) per byte reduced; the
     talk's formulas use 0. ``burst_bytes``: what a token-bucket shaper (tc tbf, a cloud NIC's rate limit)
     lets through at line rate when a transfer starts on a link that has idled (bucket full); a transfer of
-    m bytes then takes ``max(0, m - burst) b`` instead of ``m b``. 0 for a plain link (and in the talk)."""
+    m bytes then takes ``max(0, m - burst) b``, a plain link ``m b``. 0 for a plain link (and in the talk)."""
 
     alpha_s: float
     bandwidth_bps: float
@@ -125,9 +126,7 @@ def _allreduce_terms(algorithm: str, n: int) -> tuple[float, float, float]:
 
 
 def _collectives() -> dict:
-    """The registry of all-reduce algorithms (:mod:`lowbw.comm.registry`), imported when first needed."""
-    from lowbw.comm.registry import COLLECTIVES
-
+    """The registry of all-reduce algorithms (:mod:`lowbw.comm.registry`)."""
     return COLLECTIVES
 
 
@@ -400,7 +399,7 @@ def calls_time(calls: Iterable[Any], link: LinkParams, bucket_bytes: float = 0.0
 
     ``bucket_bytes`` > 0: the calls are one exchange on links shaped by a token bucket of that many payload
     bytes (:func:`bucket_steps_time`: full at the start, shared by the calls, refilled during each message's
-    alpha) instead of the plain link; ``link`` must then have no ``burst_bytes`` of its own (a per-call
+    alpha), not the plain link; ``link`` must then have no ``burst_bytes`` of its own (a per-call
     burst) and its ``gamma`` is added per call as without a bucket."""
     calls = list(calls)
     if bucket_bytes > 0:
