@@ -32,9 +32,11 @@ from typing import Any
 from lowbw.results import RunError, find_runs, load_run, load_runs
 from lowbw.runio import atomic_write_json, metrics_digest, read_jsonl
 
-__all__ = ["StoreError", "DEFAULT_STORE", "check_run", "thin", "add", "load_store", "add_parser", "main"]
+__all__ = ["StoreError", "DEFAULT_STORE", "ANCHOR_STORE", "check_run", "thin", "add", "load_store", "add_parser",
+           "main"]
 
 DEFAULT_STORE = Path("paper/measured/gpu")
+ANCHOR_STORE = Path("paper/measured/anchor")  # CPU runs of the medium profile that the default paper quotes
 MAX_LINES = 200
 
 
@@ -46,8 +48,9 @@ def _read(path: Path) -> dict[str, Any]:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
-def check_run(run: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
-    """``(config.json, summary.json)`` of a complete CUDA run, else :class:`StoreError` saying why."""
+def check_run(run: str | Path, cuda: bool = True) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``(config.json, summary.json)`` of a complete run (measured on CUDA unless ``cuda`` is False), else
+    :class:`StoreError` saying why."""
     run = Path(run)
     if not (run / "config.json").is_file():
         raise StoreError(f"{run}: not a run directory (no config.json)")
@@ -63,7 +66,7 @@ def check_run(run: str | Path) -> tuple[dict[str, Any], dict[str, Any]]:
                          "runs are stored")
     device = str(cfg.get("device") or (cfg.get("config") or {}).get("device") or "unknown")
     gpu = (cfg.get("provenance") or {}).get("cuda")
-    if not device.startswith("cuda") or not gpu:
+    if cuda and (not device.startswith("cuda") or not gpu):
         raise StoreError(f"{run}: ran on device={device!r} (GPU {gpu!r}), not CUDA: the GPU store keeps only "
                          "runs measured on a GPU")
     return cfg, summ
@@ -127,12 +130,15 @@ def _provenance(run: Path, cfg: dict[str, Any], max_lines: int, n_lines: int, ke
     }
 
 
-def add(runs: list[str | Path], to: str | Path = DEFAULT_STORE, max_lines: int = MAX_LINES) -> list[Path]:
+def add(runs: list[str | Path], to: str | Path = DEFAULT_STORE, max_lines: int = MAX_LINES,
+        cuda: bool = True) -> list[Path]:
     """Store ``runs`` under ``to`` (see the module docstring); every run is checked before any is written.
-    A run stored before under the same path is replaced. Returns the stored directories."""
+    A run stored before under the same path is replaced. Returns the stored directories. ``cuda=False`` (the
+    CLI's ``--cpu``) also keeps runs measured on a CPU: the runs of a long profile that the default paper quotes,
+    such as the gpt-small anchor (:data:`ANCHOR_STORE`)."""
     if not runs:
         raise StoreError("no run directories given")
-    checked = [(Path(r), *check_run(r)) for r in runs]
+    checked = [(Path(r), *check_run(r, cuda)) for r in runs]
     to = Path(to)
     dests = [to / _relpath(r) for r, _, _ in checked]
     dup = {str(d) for d in dests if dests.count(d) > 1}
@@ -206,6 +212,8 @@ def add_parser(sub) -> None:
     a.add_argument("runs", nargs="+", help="run directories (runs/<experiment>/<key~value>/...)")
     a.add_argument("--to", default=str(DEFAULT_STORE), help=f"store directory (default {DEFAULT_STORE})")
     a.add_argument("--max-lines", type=int, default=MAX_LINES, help="metrics lines kept per run")
+    a.add_argument("--cpu", action="store_true",
+                   help=f"also keep runs measured on a CPU (e.g. the gpt-small anchor into {ANCHOR_STORE})")
     ls = ss.add_parser("list", help="the stored runs")
     ls.add_argument("--root", default=str(DEFAULT_STORE))
 
@@ -215,7 +223,7 @@ def main(args) -> int:
 
     if args.store_command == "add":
         try:
-            for d in add(args.runs, args.to, args.max_lines):
+            for d in add(args.runs, args.to, args.max_lines, cuda=not args.cpu):
                 print(f"stored {d}")
         except (StoreError, ValueError) as e:
             print(f"lowbw store: {e}", file=sys.stderr)

@@ -160,3 +160,30 @@ def test_the_kept_language_model_runs_are_read_by_their_loss():
         hit = (s["time_to_target"] or {}).get("val_loss<=1.6")
         assert (row["steps_to_target"] == hit["step"]) if hit else row["steps_to_target"] != row["steps_to_target"]
     assert "validation loss in nats/char" in report_gpu.table(st)
+
+
+def test_cpu_runs_are_kept_only_when_asked(cpu_run, tmp_path):
+    """``--cpu`` keeps a run measured on a CPU (the medium profile's anchor runs the default paper quotes); without
+    it the store stays the GPU store."""
+    to = tmp_path / "anchor"
+    with pytest.raises(StoreError, match="not CUDA"):
+        add([cpu_run], to)
+    assert cli_main(["store", "add", "--cpu", "--to", str(to), str(cpu_run)]) == 0
+    df = load_store(to)
+    assert len(df) == 1 and df["gpu"].iloc[0] is None
+
+
+def test_the_kept_anchor_runs_are_what_e4_quotes():
+    """The repository keeps the gpt-small anchor's three seeds (medium profile, nanoGPT's CPU recipe): each ran
+    2,000 steps and its final validation loss is within 0.05 of nanoGPT's 1.88, as E4's prose says when it is."""
+    from lowbw.report import e4
+    from lowbw.store import ANCHOR_STORE
+
+    root = Path(__file__).resolve().parents[1] / ANCHOR_STORE
+    if not root.is_dir():
+        pytest.skip("no anchor runs kept")
+    df = load_store(root)
+    assert set(df["model"]) == {"gpt-small"} and set(df["steps"]) == {2000} and len(df) == 3
+    numbers = e4._anchor_numbers("EFourLm", df[["run", "seed", "model", "steps", "final_val_loss", "best_val_loss"]])
+    mean = df["final_val_loss"].mean()
+    assert numbers["EFourLmAnchorVerdict"].startswith("within" if abs(mean - 1.88) <= 0.05 else "outside")

@@ -19,6 +19,7 @@ from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.stats import mean_std
 from lowbw.report.training import group_accuracy, group_times, run_times
+from lowbw.store import ANCHOR_STORE, load_store
 
 __all__ = ["E4", "E4LM"]
 
@@ -45,6 +46,9 @@ def stats(ctx: Context, key: str = "e4") -> Stats | None:
         if other is not None:
             tables["ranks"] = _ranks(tables["times"], other.tables["times"], focus)
         anchor, _ = training_runs(ctx, [ANCHOR_RUNS])
+        if anchor is None:  # the medium profile's runs, kept in the repository (python -m lowbw store add --cpu)
+            kept = load_store(ANCHOR_STORE)
+            anchor = kept if not kept.empty else None
         if anchor is not None:
             tables["anchor"] = anchor[["run", "seed", "model", "steps", "final_val_loss", "best_val_loss"]]
     return Stats(tables, {"source": f"runs/{RUNS[key]}", "key": key, "goal": goal, "target": goal.target.value,
