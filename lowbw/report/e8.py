@@ -102,11 +102,11 @@ def _figure(df):
 
 
 def _median_runs(rows: list[dict]):
-    """One row per cell (method x rate x workers): the run of its median repeat (:func:`lowbw.bench.e2e.cells`),
+    """One row per cell (method x rate x workers): the run of its median repeat (:func:`lowbw.bench.e2e_rows.cells`),
     with the repeats' count and range."""
     import pandas as pd
 
-    from lowbw.bench.e2e import cells
+    from lowbw.bench.e2e_rows import cells
 
     return pd.DataFrame([{**c["run"], **{k: c[k] for k in ("repeats", "err_step_min", "err_step_max")}}
                          for c in cells(rows)])
