@@ -179,6 +179,37 @@ def test_report_section_from_rows(tmp_path):
     assert (tmp_path / "gen" / "fig_e8.pdf").is_file() and res.sections[0].key == "e8"
 
 
+def test_report_reads_the_language_models_cells(tmp_path):
+    """runs/bench/e2e_lm.json beside e2e.json: its cells are a row group of E8's table and have their own
+    numbers (errors per method, the machine's load, DiLoCo's compute factor over its 16 steps)."""
+    from lowbw.report.build import build
+
+    def row(m, err, **kw):
+        return {"method": m, "workers": 2, "rate_mbit": 100.0, "err_step": err, "err_step_nominal": err,
+                "predicted_step_s": 1 + err, "measured_step_s": 1.0, "predicted_ttt_s": None, "measured_ttt_s": None,
+                "err_ttt": None, "link_bound": False, "loss_identical": True, "emulation": "netns-tc", **kw}
+
+    (tmp_path / "runs" / "bench").mkdir(parents=True)
+    prov = {"date": "2026-11-26T03:00:00+00:00", "commit": "abc"}
+    (tmp_path / "runs" / "bench" / "e2e.json").write_text(json.dumps({"provenance": prov,
+                                                                      "rows": [row("dense", 0.02)]}))
+    cond = {"busy": False, "load1_mean": 1.5, "load1_max": 2.25, "cores": 2}
+    (tmp_path / "runs" / "bench" / "e2e_lm.json").write_text(json.dumps({
+        "provenance": prov, "args": {"model": "gpt-small"}, "conditions": cond,
+        "rows": [row("dense", -0.12, steps_per_sync=1, compute_scale=1.2, compute_scale_per_step=1.2),
+                 row("diloco16", 0.05, steps_per_sync=15, compute_scale=1.05, compute_scale_per_step=1.3)]}))
+    build({"profile": "tiny", "seeds": [0]}, tmp_path / "runs", tmp_path / "gen", only=["e8"])
+    numbers = (tmp_path / "gen" / "numbers.tex").read_text()
+    assert r"\newcommand{\EEightLmCells}{2}" in numbers and r"\newcommand{\EEightLmWithin}{1}" in numbers
+    assert r"\newcommand{\EEightCells}{1}" in numbers  # the MLP's numbers stay the MLP's
+    assert r"\newcommand{\EEightLmSyncMethods}{diloco16}" in numbers
+    assert r"\newcommand{\EEightLmScaleOverSync}{1.05}" in numbers
+    assert r"\newcommand{\EEightLmScalePerStep}{1.30}" in numbers
+    assert r"\newcommand{\EEightLmLoadMax}{2.25}" in numbers and r"\newcommand{\EEightLmBusy}{not busy}" in numbers
+    table = (tmp_path / "gen" / "tab_e8.tex").read_text()
+    assert "diloco16 (gpt-small)" in table and "dense (gpt-small)" in table
+
+
 def test_calibrated_clock_fills_model_runs_from_the_table(tmp_path):
     from lowbw.bench.clock import clock_key
     from lowbw.grid import run_config
@@ -256,7 +287,8 @@ def test_cell_calibration_reads_the_gap_off_the_sim_run(tmp_path):
     _write_run(tmp_path / "sim3", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=4000),
                                    _line(20, 2.0, 1.0, alpha=8000)])
     assert e2e_calibration.cell_gap_ms(tmp_path / "sim3", 20, 3) == pytest.approx(0.3)
-    assert e2e_calibration.cell_calibration(pr, tmp_path / "sim3", 20, 3)["overhead_ms"] == pytest.approx(0.5 + 1.3 * 0.15)
+    pc3 = e2e_calibration.cell_calibration(pr, tmp_path / "sim3", 20, 3)
+    assert pc3["overhead_ms"] == pytest.approx(0.5 + 1.3 * 0.15)
     # a cell without calls (every step local): no gap to read, the curve's end
     _write_run(tmp_path / "simL", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.0), _line(20, 2.0, 0.0)])
     assert e2e_calibration.cell_gap_ms(tmp_path / "simL", 20, 2) == float("inf")
@@ -341,7 +373,8 @@ def test_probe_summary_compute_factor_is_a_ratio_of_means():
     import argparse
 
     args = argparse.Namespace(model="mlp", dataset="mnist", batch_size=128, seed=0, target=0.8)
-    cfg = e2e_grid.cell_config({}, 2, 100.0, 20, args, {"overhead_ms": 1.0, "compute_scale": 1.5, "compress_scale": 1.2})
+    cfg = e2e_grid.cell_config({}, 2, 100.0, 20, args,
+                               {"overhead_ms": 1.0, "compute_scale": 1.5, "compress_scale": 1.2})
     assert cfg["clock_compute_scale"] == 1.5 and cfg["clock_compress_scale"] == 1.2
 
 
@@ -504,8 +537,8 @@ def test_a_language_model_cell_builds_and_its_sim_twin_runs(tmp_path, monkeypatc
     monkeypatch.setenv("LOWBW_DATA_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("LOWBW_DATA_MIRROR", str(MIRROR))
     steps = 15
-    args = argparse.Namespace(model="gpt-small", dataset="shakespeare", batch_size=e2e_grid.LM_BASE["batch_size"], seed=0,
-                              target=e2e_grid.DEFAULT_TARGET["text"], methods="dense,topk1,powersgd,diloco16",
+    args = argparse.Namespace(model="gpt-small", dataset="shakespeare", batch_size=e2e_grid.LM_BASE["batch_size"],
+                              seed=0, target=e2e_grid.DEFAULT_TARGET["text"], methods="dense,topk1,powersgd,diloco16",
                               workers=[2], rates=[100.0], steps=steps)
     mcfg, shape = e2e_grid.plan(args)
     assert shape == ([64], 65) and list(mcfg) == ["dense", "topk1", "powersgd", "diloco16"]

@@ -1,5 +1,7 @@
 """E8 -- does the simulator tell the truth? ``runs/bench/e2e.json`` (``python -m lowbw bench e2e``) ->
-the paper's figure (predicted vs measured step time and time-to-accuracy), table and findings."""
+the paper's figure (predicted vs measured step time and time-to-accuracy), table and findings; the language
+model's cells (``runs/bench/e2e_lm.json``, ``--model gpt-small``), where present, as a row group of the table
+and their own numbers."""
 
 from __future__ import annotations
 
@@ -124,9 +126,41 @@ def stats(ctx: Context) -> Stats | None:
     tables = {"cells": _median_runs(b["rows"]), "runs": pd.DataFrame(b["rows"])}
     if b.get("probes"):
         tables["probes"] = pd.DataFrame(b["probes"])
-    return Stats(tables, {"source": "runs/bench/e2e.json", "provenance": b.get("provenance", {}),
-                          "conditions": b.get("conditions"),
-                          "tolerance": TOLERANCE})
+    meta = {"source": "runs/bench/e2e.json", "provenance": b.get("provenance", {}),
+            "conditions": b.get("conditions"), "tolerance": TOLERANCE}
+    lm = ctx.bench("e2e_lm")
+    if lm and lm.get("rows"):
+        tables["lm_cells"] = _median_runs(lm["rows"])
+        meta.update(lm_model=(lm.get("args") or {}).get("model", "?"), lm_conditions=lm.get("conditions"),
+                    lm_provenance=lm.get("provenance", {}))
+    return Stats(tables, meta)
+
+
+def _lm_numbers(lm, meta: dict) -> dict[str, str]:
+    """The language model's cells: how many, how many within the tolerance, each method's error, the machine's
+    load while they ran, and the compute factor of the cells whose workers meet every H > 1 steps (per step
+    and over their H steps, medians)."""
+    err = lm["err_step"].abs()
+    out = {"EEightLmModel": escape(str(meta["lm_model"])), "EEightLmCells": str(len(lm)),
+           "EEightLmWithin": str(int((err <= TOLERANCE).sum())),
+           "EEightLmRates": ", ".join(fmt_num(float(r)) for r in sorted(lm["rate_mbit"].unique())),
+           "EEightLmWorkers": ", ".join(str(int(n)) for n in sorted(lm["workers"].unique())),
+           "EEightLmErrPerMethod": ", ".join(f"{escape(str(r['method']))} {_signed_pct(r['err_step'])}\\,\\%"
+                                             for _, r in lm.iterrows())}
+    cond = meta.get("lm_conditions") or {}
+    if cond.get("load1_mean") is not None:
+        out["EEightLmLoadMean"] = fmt_num(float(cond["load1_mean"]), 3)
+        out["EEightLmLoadMax"] = fmt_num(float(cond["load1_max"]), 3)
+        out["EEightLmCores"] = str(cond.get("cores", "?"))
+        out["EEightLmBusy"] = "busy" if cond.get("busy") else "not busy"
+    if "steps_per_sync" in lm:
+        rare = lm[lm["steps_per_sync"].fillna(1) > 1]
+        if not rare.empty:
+            out["EEightLmSyncMethods"] = escape(", ".join(rare["method"]))
+            out["EEightLmSyncSteps"] = ", ".join(str(int(h)) for h in rare["steps_per_sync"])
+            out["EEightLmScalePerStep"] = fmt_num(float(rare["compute_scale_per_step"].median()), 3)
+            out["EEightLmScaleOverSync"] = fmt_num(float(rare["compute_scale"].median()), 3)
+    return out
 
 
 def numbers(st: Stats) -> dict[str, str]:
@@ -223,11 +257,19 @@ def numbers(st: Stats) -> dict[str, str]:
     out["EEightEmulation"] = escape(", ".join(sorted({str(e) for e in df["emulation"].dropna()})))
     by_method = df.assign(a=err).groupby("method", sort=False)["a"].max()
     out["EEightWorstPerMethod"] = ", ".join(f"{escape(m)} {fmt_num(100 * v, 2)}\\,\\%" for m, v in by_method.items())
+    if "lm_cells" in st.tables:
+        out.update(_lm_numbers(st.tables["lm_cells"], st.meta))
     return out
 
 
 def table(st: Stats) -> str:
+    """The MLP's cells, then the language model's (their methods named with the model), one row per method."""
+    import pandas as pd
+
     df = st.tables["cells"]
+    if "lm_cells" in st.tables:
+        lm = st.tables["lm_cells"]
+        df = pd.concat([df, lm.assign(method=lm["method"] + f" ({st.meta['lm_model']})")], ignore_index=True)
     rates = sorted(float(r) for r in df["rate_mbit"].unique())
     return _table(df, rates, sorted(int(n) for n in df["workers"].unique()), st.meta.get("conditions"),
                   st.meta.get("provenance"))
