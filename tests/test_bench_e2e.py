@@ -187,7 +187,8 @@ def test_report_reads_the_language_models_cells(tmp_path):
     def row(m, err, **kw):
         return {"method": m, "workers": 2, "rate_mbit": 100.0, "err_step": err, "err_step_nominal": err,
                 "predicted_step_s": 1 + err, "measured_step_s": 1.0, "predicted_ttt_s": None, "measured_ttt_s": None,
-                "err_ttt": None, "link_bound": False, "loss_identical": True, "emulation": "netns-tc", **kw}
+                "err_ttt": None, "link_bound": False, "loss_identical": True, "emulation": "netns-tc",
+                "predicted_compute_s": 0.1 + err, "measured_compute_s": 0.1, **kw}
 
     (tmp_path / "runs" / "bench").mkdir(parents=True)
     prov = {"date": "2026-11-26T03:00:00+00:00", "commit": "abc"}
@@ -205,6 +206,7 @@ def test_report_reads_the_language_models_cells(tmp_path):
     assert r"\newcommand{\EEightLmSyncMethods}{diloco16}" in numbers
     assert r"\newcommand{\EEightLmScaleOverSync}{1.05}" in numbers
     assert r"\newcommand{\EEightLmScalePerStep}{1.30}" in numbers
+    assert r"\newcommand{\EEightLmSyncComputePred}{150}" in numbers  # DiLoCo's compute, ms per step
     assert r"\newcommand{\EEightLmLoadMax}{2.25}" in numbers and r"\newcommand{\EEightLmBusy}{not busy}" in numbers
     table = (tmp_path / "gen" / "tab_e8.tex").read_text()
     assert "diloco16 (gpt-small)" in table and "dense (gpt-small)" in table
@@ -422,6 +424,10 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
     assert s["calls_per_step"] == 3 and s["ddp"] is ddp and s["ddp_cell_hook"] is False
     assert len(s["compute_together_s"]) == len(s["compute_alone_s"]) == e2e_probe.PROBE_COMPUTE_REPS
     assert all(t > 0 for t in s["compute_together_s"])
+    # every rank's own times of the N at once; per rep the slowest of them is the synchronous step's
+    by_rank = s["compute_together_by_rank_s"]
+    assert len(by_rank) == 2 and all(len(t) == e2e_probe.PROBE_COMPUTE_REPS for t in by_rank)
+    assert [max(ts) for ts in zip(*by_rank)] == pytest.approx(s["compute_together_s"])
     assert 0.2 < res["compute_scale"] < 20
     assert res["overhead_ms"] > 0
     if not ddp:  # topk1's 12 calls replayed after their CPU work, each rep timed

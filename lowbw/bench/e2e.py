@@ -1,8 +1,9 @@
-"""E8 -- does the simulator tell the truth? The command that runs the check: per cell (method x link rate x
-workers, :mod:`lowbw.bench.e2e_grid`) an uncalibrated sim run, a probe of the host (:mod:`lowbw.bench.e2e_probe`),
-the procs run on the tc-shaped testbed, a second probe, and the sim again with the clock calibrated from the
-pooled probes (:mod:`lowbw.bench.e2e_calibration`); the rows and summary (:mod:`lowbw.bench.e2e_rows`) go to
-e2e.json. The method and what the check found are in the paper's E8 section.
+"""E8 -- does the simulator tell the truth? The command that compares sim's virtual clock with the testbed.
+
+Per cell (method x link rate x workers, :mod:`lowbw.bench.e2e_grid`): an uncalibrated sim run, a probe of the
+host (:mod:`lowbw.bench.e2e_probe`), the procs run on the tc-shaped testbed, a second probe, and the sim again
+with the clock calibrated from the pooled probes (:mod:`lowbw.bench.e2e_calibration`); the rows and summary
+(:mod:`lowbw.bench.e2e_rows`) go to e2e.json. The method and what the check found are in the paper's E8 section.
 
     python -m lowbw bench e2e --methods dense,fp16,q8nl,topk1,powersgd,local16 --rates 10 100 1000 \\
         --workers 2 4 --steps 60 --out runs/bench/e2e.json

@@ -259,6 +259,8 @@ MACROS: dict[str, str] = {
     "EEightLmSyncSteps": "their steps between exchanges, H (list)",
     "EEightLmScalePerStep": "their compute slow-down with the slowest worker of every step, median",
     "EEightLmScaleOverSync": "their compute slow-down with the slowest worker's H-step sum (the clock's), median",
+    "EEightLmSyncComputePred": "their compute per step as the calibrated clock predicts it, median (ms)",
+    "EEightLmSyncComputeMeas": "their compute per step measured on the testbed (slowest worker), median (ms)",
     # E9 communicate less often or less per step
     "ENineTarget": "target test accuracy (%)",
     "ENineSeeds": "seeds per configuration",

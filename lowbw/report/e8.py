@@ -160,6 +160,8 @@ def _lm_numbers(lm, meta: dict) -> dict[str, str]:
             out["EEightLmSyncSteps"] = ", ".join(str(int(h)) for h in rare["steps_per_sync"])
             out["EEightLmScalePerStep"] = fmt_num(float(rare["compute_scale_per_step"].median()), 3)
             out["EEightLmScaleOverSync"] = fmt_num(float(rare["compute_scale"].median()), 3)
+            out["EEightLmSyncComputePred"] = fmt_num(1e3 * float(rare["predicted_compute_s"].median()), 3)
+            out["EEightLmSyncComputeMeas"] = fmt_num(1e3 * float(rare["measured_compute_s"].median()), 3)
     return out
 
 
