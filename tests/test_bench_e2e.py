@@ -194,7 +194,8 @@ def test_report_reads_the_language_models_cells(tmp_path):
     prov = {"date": "2026-11-26T03:00:00+00:00", "commit": "abc"}
     (tmp_path / "runs" / "bench" / "e2e.json").write_text(json.dumps({"provenance": prov,
                                                                       "rows": [row("dense", 0.02)]}))
-    cond = {"busy": False, "load1_mean": 1.5, "load1_max": 2.25, "cores": 2}
+    cond = {"busy": False, "load1_mean": 1.5, "load1_max": 2.25, "cores": 2, "load_before": [1.0, 1.0, 1.0],
+            "load_after": [1.2, 1.0, 1.0], "host": "vm", "date": "2026-11-26T03:00:00+00:00"}
     (tmp_path / "runs" / "bench" / "e2e_lm.json").write_text(json.dumps({
         "provenance": prov, "args": {"model": "gpt-small"}, "conditions": cond,
         "rows": [row("dense", -0.12, steps_per_sync=1, compute_scale=1.2, compute_scale_per_step=1.2),
@@ -210,6 +211,13 @@ def test_report_reads_the_language_models_cells(tmp_path):
     assert r"\newcommand{\EEightLmLoadMax}{2.25}" in numbers and r"\newcommand{\EEightLmBusy}{not busy}" in numbers
     table = (tmp_path / "gen" / "tab_e8.tex").read_text()
     assert "diloco16 (gpt-small)" in table and "dense (gpt-small)" in table
+    # the language model's cells alone (the MLP's not measured on this host): E8 has them, not "not run"
+    (tmp_path / "runs" / "bench" / "e2e.json").unlink()
+    build({"profile": "tiny", "seeds": [0]}, tmp_path / "runs", tmp_path / "gen2", only=["e8"])
+    numbers = (tmp_path / "gen2" / "numbers.tex").read_text()
+    assert r"\newcommand{\EEightLmCells}{2}" in numbers
+    assert r"\EEightNotRun}" not in numbers and r"\EEightCells}" not in numbers
+    assert "diloco16 (gpt-small)" in (tmp_path / "gen2" / "tab_e8.tex").read_text()
 
 
 def test_calibrated_clock_fills_model_runs_from_the_table(tmp_path):

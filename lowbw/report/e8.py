@@ -120,15 +120,16 @@ def stats(ctx: Context) -> Stats | None:
     (per cell, or per (rate, N) group in older files: per-message overhead and compute slow-down)."""
     import pandas as pd
 
-    b = ctx.bench("e2e")
-    if not b or not b.get("rows"):
+    b, lm = ctx.bench("e2e"), ctx.bench("e2e_lm")
+    if not (b and b.get("rows")) and not (lm and lm.get("rows")):
         return None
-    tables = {"cells": _median_runs(b["rows"]), "runs": pd.DataFrame(b["rows"])}
-    if b.get("probes"):
-        tables["probes"] = pd.DataFrame(b["probes"])
-    meta = {"source": "runs/bench/e2e.json", "provenance": b.get("provenance", {}),
-            "conditions": b.get("conditions"), "tolerance": TOLERANCE}
-    lm = ctx.bench("e2e_lm")
+    tables: dict = {}
+    meta: dict = {"source": "runs/bench/e2e.json", "tolerance": TOLERANCE}
+    if b and b.get("rows"):
+        tables.update(cells=_median_runs(b["rows"]), runs=pd.DataFrame(b["rows"]))
+        if b.get("probes"):
+            tables["probes"] = pd.DataFrame(b["probes"])
+        meta.update(provenance=b.get("provenance", {}), conditions=b.get("conditions"))
     if lm and lm.get("rows"):
         tables["lm_cells"] = _median_runs(lm["rows"])
         meta.update(lm_model=(lm.get("args") or {}).get("model", "?"), lm_conditions=lm.get("conditions"),
@@ -166,10 +167,20 @@ def _lm_numbers(lm, meta: dict) -> dict[str, str]:
 
 
 def numbers(st: Stats) -> dict[str, str]:
+    """The MLP's numbers where its cells were measured, the language model's where its were."""
+    out = {"EEightTolerance": fmt_num(100 * TOLERANCE)}
+    if "cells" in st.tables:
+        out.update(_mlp_numbers(st))
+    if "lm_cells" in st.tables:
+        out.update(_lm_numbers(st.tables["lm_cells"], st.meta))
+    return out
+
+
+def _mlp_numbers(st: Stats) -> dict[str, str]:
     df = st.tables["cells"]
     workers = sorted(int(n) for n in df["workers"].unique())
     n0 = workers[0]
-    out: dict[str, str] = {"EEightTolerance": fmt_num(100 * TOLERANCE)}
+    out: dict[str, str] = {}
     err = df["err_step"].abs()
     small = df[df["workers"] == n0]
     target = small[(small["rate_mbit"] <= 100) | small["link_bound"]]
@@ -259,26 +270,31 @@ def numbers(st: Stats) -> dict[str, str]:
     out["EEightEmulation"] = escape(", ".join(sorted({str(e) for e in df["emulation"].dropna()})))
     by_method = df.assign(a=err).groupby("method", sort=False)["a"].max()
     out["EEightWorstPerMethod"] = ", ".join(f"{escape(m)} {fmt_num(100 * v, 2)}\\,\\%" for m, v in by_method.items())
-    if "lm_cells" in st.tables:
-        out.update(_lm_numbers(st.tables["lm_cells"], st.meta))
     return out
 
 
-def table(st: Stats) -> str:
-    """The MLP's cells, then the language model's (their methods named with the model), one row per method."""
+def _all_cells(st: Stats):
+    """The MLP's cells, then the language model's (their methods named with the model)."""
     import pandas as pd
 
-    df = st.tables["cells"]
+    parts = [st.tables["cells"]] if "cells" in st.tables else []
     if "lm_cells" in st.tables:
         lm = st.tables["lm_cells"]
-        df = pd.concat([df, lm.assign(method=lm["method"] + f" ({st.meta['lm_model']})")], ignore_index=True)
+        parts.append(lm.assign(method=lm["method"] + f" ({st.meta['lm_model']})"))
+    return pd.concat(parts, ignore_index=True)
+
+
+def table(st: Stats) -> str:
+    """One row per method: the MLP's cells, then the language model's."""
+    df = _all_cells(st)
     rates = sorted(float(r) for r in df["rate_mbit"].unique())
-    return _table(df, rates, sorted(int(n) for n in df["workers"].unique()), st.meta.get("conditions"),
-                  st.meta.get("provenance"))
+    cond, prov = ((st.meta.get("conditions"), st.meta.get("provenance")) if "cells" in st.tables
+                  else (st.meta.get("lm_conditions"), st.meta.get("lm_provenance")))
+    return _table(df, rates, sorted(int(n) for n in df["workers"].unique()), cond, prov)
 
 
 def figure(st: Stats):
-    return _figure(st.tables["cells"])
+    return _figure(_all_cells(st))
 
 
 E8 = Experiment("e8", "E8 simulator vs testbed", stats, numbers, table, figure, "runs/bench/e2e.json absent")
