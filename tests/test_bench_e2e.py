@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lowbw.bench import e2e
+from lowbw.bench import e2e, e2e_calibration, e2e_grid, e2e_rows, presets
 from lowbw.runio import append_jsonl
 
 
@@ -31,13 +31,13 @@ def _line(step, t, comm, meta=0.0, loss=1.0, acc=None, alpha=0.0, beta=0.0):
 
 def test_method_presets_and_ddp_suffix():
     methods = {"dense": {"compressor": "none"}, "fp16": {"compressor": "fp16"}}
-    assert e2e.method_config("fp16", methods) == {"compressor": "fp16"}
-    assert e2e.method_config("fp16+ddp", methods) == {"compressor": "fp16", "ddp_hook": True}
+    assert presets.method_config("fp16", methods) == {"compressor": "fp16"}
+    assert presets.method_config("fp16+ddp", methods) == {"compressor": "fp16", "ddp_hook": True}
     with pytest.raises(ValueError, match="'nope' is not a preset"):
-        e2e.method_config("nope", methods)
+        presets.method_config("nope", methods)
     with pytest.raises(ValueError, match="only suffix is \\+ddp"):
-        e2e.method_config("fp16+x", methods)
-    twin = e2e.sim_twin({"ddp_hook": True, "compressor": "fp16", "backend": "procs"})
+        presets.method_config("fp16+x", methods)
+    twin = e2e_grid.sim_twin({"ddp_hook": True, "compressor": "fp16", "backend": "procs"})
     assert twin == {"compressor": "fp16", "backend": "sim", "granularity": "flat"}
 
 
@@ -49,7 +49,7 @@ def test_cell_row_from_two_runs(tmp_path):
     _write_run(tmp_path / "sim", sim)
     _write_run(tmp_path / "procs", procs)
     cfg = {"clock_compute_scale": 1.5, "latency_ms": 0.0}
-    row = e2e.cell_row(tmp_path / "sim", tmp_path / "procs", method="topk1", workers=2, rate=10.0, steps=20,
+    row = e2e_rows.cell_row(tmp_path / "sim", tmp_path / "procs", method="topk1", workers=2, rate=10.0, steps=20,
                        target=0.8, probe_res={"overhead_ms": 1.0, "emulation": "netns-tc"}, cfg=cfg)
     assert row["window"] == [10, 20]
     assert row["predicted_step_s"] == pytest.approx(0.1)
@@ -68,7 +68,7 @@ def test_cell_row_from_two_runs(tmp_path):
     # step's communication (0.05 s, per-message costs) is half of it
     assert row["predicted_wire_s"] == pytest.approx(1e4 * 8 / (10e6 * 1448 / 1514))
     assert row["link_bound"] is False
-    s = e2e.summarise([row])
+    s = e2e_rows.summarise([row])
     assert s["worst_abs_err_step_by_method"]["topk1"] == pytest.approx(abs(row["err_step"]))
     assert s["target"]["met"] is False and s["target"]["n"] == 1
 
@@ -81,17 +81,17 @@ def test_sim_side_models_the_testbeds_token_bucket():
     args = argparse.Namespace(model="mlp", dataset="mnist", batch_size=128, seed=0, target=0.8)
     burst = LinkSpec().tbf_params(100e6)["burst"]  # what the testbed's shapers get at 100 Mbit/s
     pr = {"overhead_ms": 1.0, "compute_scale": 1.0, "shaper_burst_bytes": burst}
-    cfg = e2e.cell_config({"compressor": "topk"}, 2, 100.0, 20, args, pr)
-    assert cfg["clock_shaper_burst_bytes"] == burst and e2e.sim_twin(cfg)["clock_shaper_burst_bytes"] == burst
+    cfg = e2e_grid.cell_config({"compressor": "topk"}, 2, 100.0, 20, args, pr)
+    assert cfg["clock_shaper_burst_bytes"] == burst and e2e_grid.sim_twin(cfg)["clock_shaper_burst_bytes"] == burst
     # a probe without a shaped testbed (loopback emulation, old files): a plain link
-    assert e2e.cell_config({}, 2, 100.0, 20, args, e2e.UNCALIBRATED)["clock_shaper_burst_bytes"] == 0.0
+    assert e2e_grid.cell_config({}, 2, 100.0, 20, args, e2e_grid.UNCALIBRATED)["clock_shaper_burst_bytes"] == 0.0
 
 
 def test_cell_row_refuses_mismatched_logs(tmp_path):
     _write_run(tmp_path / "sim", [_line(10, 1.0, 0.5), _line(20, 2.0, 1.0)])
     _write_run(tmp_path / "procs", [_line(10, 1.0, 0.5), _line(25, 2.0, 1.0)])
     with pytest.raises(RuntimeError, match="different steps"):
-        e2e.cell_row(tmp_path / "sim", tmp_path / "procs", method="m", workers=2, rate=10.0, steps=20, target=0.9,
+        e2e_rows.cell_row(tmp_path / "sim", tmp_path / "procs", method="m", workers=2, rate=10.0, steps=20, target=0.9,
                      probe_res={"overhead_ms": 0.0}, cfg={"clock_compute_scale": 1.0, "latency_ms": 0.0})
 
 
@@ -179,6 +179,47 @@ def test_report_section_from_rows(tmp_path):
     assert (tmp_path / "gen" / "fig_e8.pdf").is_file() and res.sections[0].key == "e8"
 
 
+def test_report_reads_the_language_models_cells(tmp_path):
+    """runs/bench/e2e_lm.json beside e2e.json: its cells are a row group of E8's table and have their own
+    numbers (errors per method, the machine's load, DiLoCo's compute factor over its 16 steps)."""
+    from lowbw.report.build import build
+
+    def row(m, err, **kw):
+        return {"method": m, "workers": 2, "rate_mbit": 100.0, "err_step": err, "err_step_nominal": err,
+                "predicted_step_s": 1 + err, "measured_step_s": 1.0, "predicted_ttt_s": None, "measured_ttt_s": None,
+                "err_ttt": None, "link_bound": False, "loss_identical": True, "emulation": "netns-tc",
+                "predicted_compute_s": 0.1 + err, "measured_compute_s": 0.1, **kw}
+
+    (tmp_path / "runs" / "bench").mkdir(parents=True)
+    prov = {"date": "2026-11-26T03:00:00+00:00", "commit": "abc"}
+    (tmp_path / "runs" / "bench" / "e2e.json").write_text(json.dumps({"provenance": prov,
+                                                                      "rows": [row("dense", 0.02)]}))
+    cond = {"busy": False, "load1_mean": 1.5, "load1_max": 2.25, "cores": 2, "load_before": [1.0, 1.0, 1.0],
+            "load_after": [1.2, 1.0, 1.0], "host": "vm", "date": "2026-11-26T03:00:00+00:00"}
+    (tmp_path / "runs" / "bench" / "e2e_lm.json").write_text(json.dumps({
+        "provenance": prov, "args": {"model": "gpt-small"}, "conditions": cond,
+        "rows": [row("dense", -0.12, steps_per_sync=1, compute_scale=1.2, compute_scale_per_step=1.2),
+                 row("diloco16", 0.05, steps_per_sync=15, compute_scale=1.05, compute_scale_per_step=1.3)]}))
+    build({"profile": "tiny", "seeds": [0]}, tmp_path / "runs", tmp_path / "gen", only=["e8"])
+    numbers = (tmp_path / "gen" / "numbers.tex").read_text()
+    assert r"\newcommand{\EEightLmCells}{2}" in numbers and r"\newcommand{\EEightLmWithin}{1}" in numbers
+    assert r"\newcommand{\EEightCells}{1}" in numbers  # the MLP's numbers stay the MLP's
+    assert r"\newcommand{\EEightLmSyncMethods}{diloco16}" in numbers
+    assert r"\newcommand{\EEightLmScaleOverSync}{1.05}" in numbers
+    assert r"\newcommand{\EEightLmScalePerStep}{1.30}" in numbers
+    assert r"\newcommand{\EEightLmSyncComputePred}{150}" in numbers  # DiLoCo's compute, ms per step
+    assert r"\newcommand{\EEightLmLoadMax}{2.25}" in numbers and r"\newcommand{\EEightLmBusy}{not busy}" in numbers
+    table = (tmp_path / "gen" / "tab_e8.tex").read_text()
+    assert "diloco16 (gpt-small)" in table and "dense (gpt-small)" in table
+    # the language model's cells alone (the MLP's not measured on this host): E8 has them, not "not run"
+    (tmp_path / "runs" / "bench" / "e2e.json").unlink()
+    build({"profile": "tiny", "seeds": [0]}, tmp_path / "runs", tmp_path / "gen2", only=["e8"])
+    numbers = (tmp_path / "gen2" / "numbers.tex").read_text()
+    assert r"\newcommand{\EEightLmCells}{2}" in numbers
+    assert r"\EEightNotRun}" not in numbers and r"\EEightCells}" not in numbers
+    assert "diloco16 (gpt-small)" in (tmp_path / "gen2" / "tab_e8.tex").read_text()
+
+
 def test_calibrated_clock_fills_model_runs_from_the_table(tmp_path):
     from lowbw.bench.clock import clock_key
     from lowbw.grid import run_config
@@ -224,7 +265,7 @@ def test_probe_summary_curve_pools_gaps_and_reads_old_files():
     new = {"allgather_by_gap_s": {"0": [0.004, 0.004, 0.008], "1": [0.008, 0.008]},
            "compute_alone_s": [1.0], "compute_together_s": [1.5]}
     old = {"allgather_s": [0.004], "compute_alone_s": [1.0], "compute_together_s": [1.5]}
-    pr = e2e.probe_summary([new, old], workers=3)
+    pr = e2e_calibration.probe_summary([new, old], workers=3)
     # means (a step's time is a sum): 5 ms and 8 ms per call, over 4 steps
     assert pr["overhead_curve"] == [[0.0, pytest.approx(1.25)], [1.0, pytest.approx(2.0)]]
     assert pr["overhead_ms"] == pytest.approx(1.25)  # back to back
@@ -233,13 +274,13 @@ def test_probe_summary_curve_pools_gaps_and_reads_old_files():
 
 def test_overhead_at_interpolates_and_clamps():
     curve = [[0.0, 0.5], [0.5, 1.5], [2.0, 2.0]]
-    assert e2e.overhead_at(curve, 0.0) == 0.5
-    assert e2e.overhead_at(curve, 0.25) == pytest.approx(1.0)
-    assert e2e.overhead_at(curve, 1.25) == pytest.approx(1.75)
-    assert e2e.overhead_at(curve, 9.0) == 2.0  # flat beyond the probed gaps
-    assert e2e.overhead_at(curve, float("inf")) == 2.0
+    assert e2e_calibration.overhead_at(curve, 0.0) == 0.5
+    assert e2e_calibration.overhead_at(curve, 0.25) == pytest.approx(1.0)
+    assert e2e_calibration.overhead_at(curve, 1.25) == pytest.approx(1.75)
+    assert e2e_calibration.overhead_at(curve, 9.0) == 2.0  # flat beyond the probed gaps
+    assert e2e_calibration.overhead_at(curve, float("inf")) == 2.0
     with pytest.raises(ValueError, match="empty"):
-        e2e.overhead_at([], 1.0)
+        e2e_calibration.overhead_at([], 1.0)
 
 
 def test_cell_calibration_reads_the_gap_off_the_sim_run(tmp_path):
@@ -247,19 +288,20 @@ def test_cell_calibration_reads_the_gap_off_the_sim_run(tmp_path):
     # t_virtual's 0.1 s/step -> gap 30 ms/call: flat beyond the curve
     sim = [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)]
     _write_run(tmp_path / "sim", sim)
-    assert e2e.cell_gap_ms(tmp_path / "sim", 20, 2) == pytest.approx(30.0)
+    assert e2e_calibration.cell_gap_ms(tmp_path / "sim", 20, 2) == pytest.approx(30.0)
     pr = {"overhead_ms": 0.5, "overhead_curve": [[0.0, 0.5], [2.0, 1.8]], "compute_scale": 1.0}
-    pc = e2e.cell_calibration(pr, tmp_path / "sim", 20, 2)
+    pc = e2e_calibration.cell_calibration(pr, tmp_path / "sim", 20, 2)
     assert pc["overhead_ms"] == 1.8 and pc["overhead_gap_ms"] == pytest.approx(30.0)
     assert pr["overhead_ms"] == 0.5  # the group's calibration is not changed
     # N = 3: 4000 latency terms per 10 steps = 100 calls/step -> 0.3 ms of work before each call
     _write_run(tmp_path / "sim3", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=4000),
                                    _line(20, 2.0, 1.0, alpha=8000)])
-    assert e2e.cell_gap_ms(tmp_path / "sim3", 20, 3) == pytest.approx(0.3)
-    assert e2e.cell_calibration(pr, tmp_path / "sim3", 20, 3)["overhead_ms"] == pytest.approx(0.5 + 1.3 * 0.15)
+    assert e2e_calibration.cell_gap_ms(tmp_path / "sim3", 20, 3) == pytest.approx(0.3)
+    pc3 = e2e_calibration.cell_calibration(pr, tmp_path / "sim3", 20, 3)
+    assert pc3["overhead_ms"] == pytest.approx(0.5 + 1.3 * 0.15)
     # a cell without calls (every step local): no gap to read, the curve's end
     _write_run(tmp_path / "simL", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.0), _line(20, 2.0, 0.0)])
-    assert e2e.cell_gap_ms(tmp_path / "simL", 20, 2) == float("inf")
+    assert e2e_calibration.cell_gap_ms(tmp_path / "simL", 20, 2) == float("inf")
 
 
 def test_cell_sequence_scales_the_compressors_gaps_to_the_sim_run(tmp_path):
@@ -267,37 +309,37 @@ def test_cell_sequence_scales_the_compressors_gaps_to_the_sim_run(tmp_path):
     _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)])
     # an exchange of 2 calls (one every 2 steps): 40 ms of compute and 20 ms of compression per exchange; the
     # compressor's own gaps 1 : 3 share the compression, the first call comes after the compute too
-    seq = e2e.cell_sequence([("all_gather", 1.0), ("all_reduce", 3.0)], tmp_path / "sim", 20, 2)
+    seq = e2e_calibration.cell_sequence([("all_gather", 1.0), ("all_reduce", 3.0)], tmp_path / "sim", 20, 2)
     assert [op for op, _ in seq] == ["all_gather", "all_reduce"]
     assert [g for _, g in seq] == pytest.approx([40.0 + 5.0, 15.0])
     # no bytes in these runs; 1 MB per 10 steps at 1000 Mbit/s: 0.1 MB a step, 0.8 ms plus TCP's framing
-    assert e2e.cell_wire_s(tmp_path / "sim", 20, 2, 1000.0) == 0.0
+    assert e2e_calibration.cell_wire_s(tmp_path / "sim", 20, 2, 1000.0) == 0.0
     _write_run(tmp_path / "simB", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, beta=1e6), _line(20, 2.0, 1.0, beta=2e6)])
-    assert e2e.cell_wire_s(tmp_path / "simB", 20, 2, 1000.0) == pytest.approx(0.8e-3 * 1514 / 1448)
+    assert e2e_calibration.cell_wire_s(tmp_path / "simB", 20, 2, 1000.0) == pytest.approx(0.8e-3 * 1514 / 1448)
     # the mean of the gaps is the cell's mean gap
-    assert sum(g for _, g in seq) / 2 == pytest.approx(e2e.cell_gap_ms(tmp_path / "sim", 20, 2))
+    assert sum(g for _, g in seq) / 2 == pytest.approx(e2e_calibration.cell_gap_ms(tmp_path / "sim", 20, 2))
     # an exchange without compression work; a cell without calls
-    assert e2e.cell_sequence([("all_reduce", 0.0)], tmp_path / "sim", 20, 2) == [("all_reduce", 20.0)]
+    assert e2e_calibration.cell_sequence([("all_reduce", 0.0)], tmp_path / "sim", 20, 2) == [("all_reduce", 20.0)]
     _write_run(tmp_path / "simL", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.0), _line(20, 2.0, 0.0)])
-    assert e2e.cell_sequence([("all_reduce", 0.0)], tmp_path / "simL", 20, 2) == []
+    assert e2e_calibration.cell_sequence([("all_reduce", 0.0)], tmp_path / "simL", 20, 2) == []
 
 
 def test_cell_calibration_takes_the_replayed_sequence(tmp_path):
     _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)])
     s = {"allgather_by_gap_s": {"0": [0.002], "30": [0.004]}, "compute_alone_s": [1.0], "compute_together_s": [1.0],
          "sequence_s": [0.003, 0.005], "sequence_by_call_s": [0.002, 0.006], "sequence_last_in_s": [0.002, 0.002]}
-    pr = e2e.probe_summary([s, s], workers=2)
+    pr = e2e_calibration.probe_summary([s, s], workers=2)
     assert pr["overhead_sequence_ms"] == pytest.approx(2.0)  # (3 + 5) / 2 ms per call, / 2 (N-1) rounds
     assert pr["overhead_sequence_last_in_ms"] == pytest.approx(1.0)
     assert pr["overhead_by_call_ms"] == pytest.approx([1.0, 3.0])
-    pc = e2e.cell_calibration(pr, tmp_path / "sim", 20, 2)
+    pc = e2e_calibration.cell_calibration(pr, tmp_path / "sim", 20, 2)
     assert pc["overhead_ms"] == pytest.approx(2.0)
     assert pc["overhead_at_gap_ms"] == pytest.approx(2.0)  # the curve at the 30 ms gap, recorded beside it
     s.pop("sequence_s")  # a probe without the replay: the curve at the gap
-    pc = e2e.cell_calibration(e2e.probe_summary([s], workers=2), tmp_path / "sim", 20, 2)
+    pc = e2e_calibration.cell_calibration(e2e_calibration.probe_summary([s], workers=2), tmp_path / "sim", 20, 2)
     assert pc["overhead_ms"] == pytest.approx(2.0) and pc["overhead_at_gap_ms"] == pytest.approx(2.0)
     s["allgather_by_gap_s"] = {"0": [0.002], "30": [0.008]}
-    pc = e2e.cell_calibration(e2e.probe_summary([s], workers=2), tmp_path / "sim", 20, 2)
+    pc = e2e_calibration.cell_calibration(e2e_calibration.probe_summary([s], workers=2), tmp_path / "sim", 20, 2)
     assert pc["overhead_ms"] == pytest.approx(4.0)
 
 
@@ -306,7 +348,7 @@ def test_call_sequence_records_a_compressors_calls(method, ops):
     from lowbw.bench.e2e_calls import call_sequence
 
     cfg = {"dataset": "synthetic", "model": "mlp", "batch_size": 128, "workers": 2,
-           **e2e.load_methods()[method]}
+           **presets.load_methods()[method]}
     seq = call_sequence(cfg, 2, ([3, 16, 16], 10), reps=3)
     assert {op for op, _ in seq} == ops
     assert all(g >= 0 for _, g in seq) and sum(g for _, g in seq) > 0
@@ -320,10 +362,10 @@ def test_call_sequence_records_a_compressors_calls(method, ops):
 def test_cell_calls_per_step_from_the_sim_run(tmp_path):
     # N = 2: 20 latency terms over 10 steps = 1 call per step; N = 3: 4000 terms over 10 steps = 100 calls
     _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)])
-    assert e2e.cell_calls_per_step(tmp_path / "sim", 20, 2) == pytest.approx(1.0)
+    assert e2e_calibration.cell_calls_per_step(tmp_path / "sim", 20, 2) == pytest.approx(1.0)
     _write_run(tmp_path / "sim3", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=4000),
                                    _line(20, 2.0, 1.0, alpha=8000)])
-    assert e2e.cell_calls_per_step(tmp_path / "sim3", 20, 3) == pytest.approx(100.0)
+    assert e2e_calibration.cell_calls_per_step(tmp_path / "sim3", 20, 3) == pytest.approx(100.0)
 
 
 def test_probe_summary_compute_factor_is_a_ratio_of_means():
@@ -331,18 +373,48 @@ def test_probe_summary_compute_factor_is_a_ratio_of_means():
     # and the cell's path may compute faster than the sim's (a factor below 1 is kept)
     s = {"allgather_by_gap_s": {"0": [0.002]}, "compute_alone_s": [1.0, 1.0, 1.0, 1.0],
          "compute_together_s": [1.0, 1.0, 1.0, 3.0]}
-    assert e2e.probe_summary([s], workers=2)["compute_scale"] == pytest.approx(1.5)
+    assert e2e_calibration.probe_summary([s], workers=2)["compute_scale"] == pytest.approx(1.5)
     s = {**s, "compute_together_s": [0.8] * 4}
-    assert e2e.probe_summary([s], workers=2)["compute_scale"] == pytest.approx(0.8)
+    assert e2e_calibration.probe_summary([s], workers=2)["compute_scale"] == pytest.approx(0.8)
     # compression has its own factor where probed, None where not (the clock then takes compute's)
-    assert e2e.probe_summary([s], workers=2)["compress_scale"] is None
+    assert e2e_calibration.probe_summary([s], workers=2)["compress_scale"] is None
     s = {**s, "compress_alone_s": [0.01, 0.01], "compress_together_s": [0.011, 0.013]}
-    assert e2e.probe_summary([s], workers=2)["compress_scale"] == pytest.approx(1.2)
+    assert e2e_calibration.probe_summary([s], workers=2)["compress_scale"] == pytest.approx(1.2)
     import argparse
 
     args = argparse.Namespace(model="mlp", dataset="mnist", batch_size=128, seed=0, target=0.8)
-    cfg = e2e.cell_config({}, 2, 100.0, 20, args, {"overhead_ms": 1.0, "compute_scale": 1.5, "compress_scale": 1.2})
+    cfg = e2e_grid.cell_config({}, 2, 100.0, 20, args,
+                               {"overhead_ms": 1.0, "compute_scale": 1.5, "compress_scale": 1.2})
     assert cfg["clock_compute_scale"] == 1.5 and cfg["clock_compress_scale"] == 1.2
+
+
+def test_compute_factor_of_workers_that_meet_every_h_steps(tmp_path):
+    """Two workers whose slow steps alternate (a third process takes one core at a time): a synchronous step
+    waits for the slow one every step (x2), DiLoCo's workers meet every 16 steps and wait only for the larger
+    16-step sum (x1.5). The clock of a DiLoCo cell must take the second, read off its sim run's calls."""
+    by_rank = [[2.0 if k % 2 == 0 else 1.0 for k in range(40)], [1.0 if k % 2 == 0 else 2.0 for k in range(40)]]
+    s = {"allgather_by_gap_s": {"0": [0.002]}, "compute_alone_s": [1.0] * 40,
+         "compute_together_s": [max(a, b) for a, b in zip(*by_rank)], "compute_together_by_rank_s": by_rank}
+    pr = e2e_calibration.probe_summary([s], workers=2)
+    assert pr["compute_scale"] == pytest.approx(2.0)
+    assert e2e_calibration.compute_scale_over([s], 1) == pytest.approx(2.0)  # the per-step factor, by rank
+    assert e2e_calibration.compute_scale_over([s], 16) == pytest.approx(1.5)
+    assert e2e_calibration.compute_scale_over([s], 3) == pytest.approx(5 / 3)  # windows 2+1+2 or 1+2+1: max 5
+    # one exchange (a single all-reduce) every 16 steps: 2 latency terms per 16 steps at N = 2
+    _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.0, alpha=2 * 10 / 16),
+                                  _line(42, 4.2, 0.0, alpha=2 * 42 / 16)])
+    H = e2e_calibration.cell_steps_per_sync(tmp_path / "sim", 42, 2, 1)
+    assert H == 16
+    pc = e2e_calibration.cell_calibration({**pr, "steps_per_sync": H}, tmp_path / "sim", 42, 2)
+    assert pc["compute_scale"] == pytest.approx(1.5) and pc["compute_scale_per_step"] == pytest.approx(2.0)
+    # a synchronous cell keeps the per-step factor; so does a probe from before per-rank times
+    assert e2e_calibration.cell_calibration(pr, tmp_path / "sim", 42, 2)["compute_scale"] == pytest.approx(2.0)
+    old = {k: v for k, v in s.items() if k != "compute_together_by_rank_s"}
+    pc = e2e_calibration.cell_calibration({**e2e_calibration.probe_summary([old], 2), "steps_per_sync": 16},
+                                          tmp_path / "sim", 42, 2)
+    assert pc["compute_scale"] == pytest.approx(2.0)
+    with pytest.raises(ValueError, match="period 0"):
+        e2e_calibration.compute_scale_over([s], 0)
 
 
 @pytest.mark.netns
@@ -360,6 +432,10 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
     assert s["calls_per_step"] == 3 and s["ddp"] is ddp and s["ddp_cell_hook"] is False
     assert len(s["compute_together_s"]) == len(s["compute_alone_s"]) == e2e_probe.PROBE_COMPUTE_REPS
     assert all(t > 0 for t in s["compute_together_s"])
+    # every rank's own times of the N at once; per rep the slowest of them is the synchronous step's
+    by_rank = s["compute_together_by_rank_s"]
+    assert len(by_rank) == 2 and all(len(t) == e2e_probe.PROBE_COMPUTE_REPS for t in by_rank)
+    assert [max(ts) for ts in zip(*by_rank)] == pytest.approx(s["compute_together_s"])
     assert 0.2 < res["compute_scale"] < 20
     assert res["overhead_ms"] > 0
     if not ddp:  # topk1's 12 calls replayed after their CPU work, each rep timed
@@ -395,15 +471,15 @@ def test_cells_take_the_median_repeat():
     rows = [{"method": "topk1", "workers": 2, "rate_mbit": 10.0, "err_step": e, "link_bound": False}
             for e in (0.12, -0.03, 0.05)]
     rows.append({"method": "dense", "workers": 2, "rate_mbit": 10.0, "err_step": -0.02, "link_bound": True})
-    (topk, dense) = e2e.cells(rows)
+    (topk, dense) = e2e_rows.cells(rows)
     assert topk["repeats"] == 3 and topk["err_step"] == 0.05
     assert (topk["err_step_min"], topk["err_step_max"]) == (-0.03, 0.12)
     assert dense["repeats"] == 1 and dense["err_step"] == -0.02
-    s = e2e.summarise(rows)
+    s = e2e_rows.summarise(rows)
     assert s["worst_abs_err_step_by_method"] == {"topk1": 0.05, "dense": 0.02}
     assert s["target"]["met"] and s["target"]["n"] == 2 and s["repeats"] == 3
     # an even count: the lower middle one (a repeat that was measured, not an average of two)
-    assert e2e.cells(rows[:2])[0]["err_step"] == -0.03
+    assert e2e_rows.cells(rows[:2])[0]["err_step"] == -0.03
 
 
 def test_append_refuses_a_missing_or_partial_file(tmp_path, capsys):
@@ -423,8 +499,8 @@ def test_append_refuses_a_missing_or_partial_file(tmp_path, capsys):
 
 
 def test_repeats_go_to_their_own_run_directories(tmp_path):
-    assert e2e.cell_dir(tmp_path, "topk1", 2, 10.0) == tmp_path / "topk1_n2_r10"
-    assert e2e.cell_dir(tmp_path, "topk1", 2, 10.0, 2) == tmp_path / "topk1_n2_r10" / "rep2"
+    assert e2e_grid.cell_dir(tmp_path, "topk1", 2, 10.0) == tmp_path / "topk1_n2_r10"
+    assert e2e_grid.cell_dir(tmp_path, "topk1", 2, 10.0, 2) == tmp_path / "topk1_n2_r10" / "rep2"
 
 
 def test_report_takes_each_cells_median_repeat(tmp_path):
@@ -452,7 +528,7 @@ def test_a_time_to_target_can_be_a_loss(tmp_path):
     sim[1]["val_loss"], sim[2]["val_loss"], procs[1]["val_loss"], procs[2]["val_loss"] = 2.7, 2.4, 2.7, 2.4
     _write_run(tmp_path / "sim", sim)
     _write_run(tmp_path / "procs", procs)
-    row = e2e.cell_row(tmp_path / "sim", tmp_path / "procs", method="dense", workers=2, rate=10.0, steps=20,
+    row = e2e_rows.cell_row(tmp_path / "sim", tmp_path / "procs", method="dense", workers=2, rate=10.0, steps=20,
                        target="val_loss<=2.5", probe_res={"overhead_ms": 0.0},
                        cfg={"clock_compute_scale": 1.0, "latency_ms": 0.0})
     assert row["ttt_step_sim"] == row["ttt_step_procs"] == 20
@@ -475,21 +551,21 @@ def test_a_language_model_cell_builds_and_its_sim_twin_runs(tmp_path, monkeypatc
     monkeypatch.setenv("LOWBW_DATA_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("LOWBW_DATA_MIRROR", str(MIRROR))
     steps = 15
-    args = argparse.Namespace(model="gpt-small", dataset="shakespeare", batch_size=e2e.LM_BASE["batch_size"], seed=0,
-                              target=e2e.DEFAULT_TARGET["text"], methods="dense,topk1,powersgd,diloco16",
+    args = argparse.Namespace(model="gpt-small", dataset="shakespeare", batch_size=e2e_grid.LM_BASE["batch_size"],
+                              seed=0, target=e2e_grid.DEFAULT_TARGET["text"], methods="dense,topk1,powersgd,diloco16",
                               workers=[2], rates=[100.0], steps=steps)
-    mcfg, shape = e2e.plan(args)
+    mcfg, shape = e2e_grid.plan(args)
     assert shape == ([64], 65) and list(mcfg) == ["dense", "topk1", "powersgd", "diloco16"]
-    cfgs = {m: e2e.cell_config(mcfg[m], 2, 100.0, steps, args, e2e.UNCALIBRATED) for m in mcfg}
+    cfgs = {m: e2e_grid.cell_config(mcfg[m], 2, 100.0, steps, args, e2e_grid.UNCALIBRATED) for m in mcfg}
     assert all(c["dataset"] == "shakespeare" and c["optimizer"] == "adamw" for c in cfgs.values())
     assert cfgs["diloco16"]["sync"] == "diloco" and cfgs["diloco16"]["world_period"] == 16
     x, y = probe_batch(shape, 3)
     assert probe_model("gpt-small", shape)(x).shape == (3, 64, 65) and y.shape == (3, 64)
-    seq = call_sequence(e2e.sim_twin(cfgs["topk1"]), 2, shape, reps=1)
+    seq = call_sequence(e2e_grid.sim_twin(cfgs["topk1"]), 2, shape, reps=1)
     assert {op for op, _ in seq} == {"all_gather"} and len(seq) % 2 == 0  # per tensor: values, then indices
     sim = tmp_path / "sim"
-    run(e2e.sim_twin(cfgs["topk1"]), sim, overwrite=True, quiet=True)
-    assert e2e.cell_calls_per_step(sim, steps, 2) == pytest.approx(len(seq))
-    row = e2e.cell_row(sim, sim, method="topk1", workers=2, rate=100.0, steps=steps, target=args.target,
+    run(e2e_grid.sim_twin(cfgs["topk1"]), sim, overwrite=True, quiet=True)
+    assert e2e_calibration.cell_calls_per_step(sim, steps, 2) == pytest.approx(len(seq))
+    row = e2e_rows.cell_row(sim, sim, method="topk1", workers=2, rate=100.0, steps=steps, target=args.target,
                        probe_res={"overhead_ms": 0.0}, cfg=cfgs["topk1"])
     assert row["predicted_step_s"] > 0 and row["loss_identical"] and row["bytes_per_step"] > 0

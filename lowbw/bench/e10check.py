@@ -1,31 +1,13 @@
-"""E10's check against the testbed: a few cells of E10's networks (each network x a few methods, a few steps),
-once on ``sim`` (the virtual clock on per-worker links) and once on ``procs`` with ``testbed: true`` (one process
-per worker, every byte through that worker's own tc-shaped uplink and downlink, gloo), compared per step.
+"""E10's check against the testbed: each of E10's networks (experiment ``e10_<network>`` of
+``config/medium.yaml``: per-worker rates, latencies, a trace) x a few methods, run on ``sim`` and on ``procs``
+over per-worker tc-shaped links, with E8's training, calibration and rows (:mod:`lowbw.bench.e2e_grid`,
+:mod:`lowbw.bench.e2e_calibration`, :mod:`lowbw.bench.e2e_rows`) at E10's batch, compared per step.
+``--scale`` multiplies every rate (a trace's too, its time axis unchanged), keeping E10's ratios of links; a
+network the testbed cannot run (unequal compute) is skipped before any work; a trace cell's sim replays the
+trace from where the procs run's first step met it (:func:`start_offset_s`).
 
     sudo python -m lowbw bench e10check --networks even,oneslow,asym,trace --methods dense,topk1,local16 \\
         --steps 20 --scale 10 --out runs/bench/e10check.json
-
-A network is E10's experiment ``e10_<network>`` of ``config/medium.yaml`` (the MLP's E10): its per-worker keys
-(``worker_bandwidth_mbit``, ``worker_uplink_mbit``, ``worker_latency_ms``, ``bandwidth_trace``,
-``worker_speeds``) on the base rate ``bandwidth_mbit``. ``--scale`` multiplies every rate (a trace's too: the
-cell's trace is the network's with its rates x scale, written beside the cells, its time axis unchanged), so
-that a dense step of the one-slow network (25 s at E10's 1 Mbit/s) fits a short check; the links' ratios, which
-E10 is about, stay E10's. A network whose unequal compute the testbed cannot run (``worker_speeds`` without the
-testbed's straggler fault in :func:`lowbw.train.launch.testbed_links`) is skipped before any work and listed
-under ``skipped``.
-
-The method's training is E8's (:data:`lowbw.bench.e2e.BASE`: MLP on MNIST) at E10's batch (64) and E8's
-calibration of the virtual clock (:mod:`lowbw.bench.e2e`): per method a probe on an equal testbed at the
-network's base rate before the cells and one after (pooled) gives the per-message cost of the method's own
-calls of an exchange, replayed after their CPU work (from an uncalibrated sim run on an even network), and
-the compute sharing of the workers on this machine's cores; each cell's sim runs twice (its CPU work, then the
-clock with that cost). Per cell (steps ``lowbw.bench.e2e.WARMUP_STEPS`` .. ``--steps``):
-:func:`lowbw.bench.e2e.cell_row`'s predicted and measured step (``err_step`` = (pred - meas) / meas), compute,
-compression and communication, plus the network's name and links. A trace is replayed by the testbed from
-the workers' launch and by the sim from the first step: a trace cell's sim replays it from the point the
-procs run's first step met it (:func:`start_offset_s`, ``trace_offset_s`` in the row).
-
-Measure on an otherwise idle machine: the workers share its cores with anything else that runs.
 """
 
 from __future__ import annotations
@@ -38,7 +20,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lowbw.bench import bench_provenance, e2e
+from lowbw.bench import bench_provenance
+from lowbw.bench.e2e_calibration import cell_calibration, cell_sequence, cell_steps_per_sync, probe_summary
+from lowbw.bench.e2e_calls import call_sequence
+from lowbw.bench.e2e_grid import UNCALIBRATED, WARMUP_STEPS, cell_config, sim_twin
+from lowbw.bench.e2e_grid import plan as e2e_plan
+from lowbw.bench.e2e_probe import probe
+from lowbw.bench.e2e_rows import cell_row
+from lowbw.bench.presets import method_config
 
 __all__ = ["main", "NETWORKS", "network_keys", "scaled_trace_csv", "network_config", "network_row", "testbed_of",
            "start_offset_s", "shifted_trace_csv", "stalls", "summarise", "table", "DEFAULT_OUT"]
@@ -152,12 +141,12 @@ def _straggler_supported(net: dict[str, Any]) -> bool:
 
 
 def cell(method: dict[str, Any], net: dict[str, Any], args, probe_res: dict[str, Any]) -> dict[str, Any]:
-    """One cell's run config: E8's cell (:func:`lowbw.bench.e2e.cell_config`) at the network's base rate with
+    """One cell's run config: E8's cell (:func:`lowbw.bench.e2e_grid.cell_config`) at the network's base rate with
     the network's per-worker keys, E10's batch, every step logged, no evaluation but the last (the shapers'
     bucket, ``clock_shaper_burst_bytes``, as :mod:`lowbw.train.links` models it on per-worker links)."""
     from lowbw.train.config import RunConfig
 
-    cfg = e2e.cell_config(method, WORKERS, net["bandwidth_mbit"], args.steps, args, probe_res)
+    cfg = cell_config(method, WORKERS, net["bandwidth_mbit"], args.steps, args, probe_res)
     cfg.update({k: v for k, v in net.items() if k != "bandwidth_mbit"})
     cfg.update(log_every=1, eval_every=100.0)
     RunConfig.from_dict({**cfg, "backend": "procs", "testbed": True})  # the network's keys checked too
@@ -166,9 +155,9 @@ def cell(method: dict[str, Any], net: dict[str, Any], args, probe_res: dict[str,
 
 def network_row(sim_dir: Path, procs_dir: Path, *, network: str, net: dict[str, Any], method: str, steps: int,
                 target: float, probe_res: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
-    """One row of e10check.json: :func:`lowbw.bench.e2e.cell_row` of the two runs plus the network and its
+    """One row of e10check.json: :func:`lowbw.bench.e2e_rows.cell_row` of the two runs plus the network and its
     links (Mbit/s as run, after ``--scale``)."""
-    row = e2e.cell_row(sim_dir, procs_dir, method=method, workers=WORKERS, rate=net["bandwidth_mbit"], steps=steps,
+    row = cell_row(sim_dir, procs_dir, method=method, workers=WORKERS, rate=net["bandwidth_mbit"], steps=steps,
                        target=target, probe_res=probe_res, cfg=cfg)
     return {"network": network, "links": {k: v for k, v in net.items()}, **row, "testbed": testbed_of(procs_dir),
             "stalls": stalls(procs_dir, sim_dir)}
@@ -222,7 +211,7 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--methods", default="dense,topk1,local16",
                     help="comma-separated presets of the config's methods")
     ap.add_argument("--steps", type=int, default=20,
-                    help=f"training steps per run (> {e2e.WARMUP_STEPS}: the first {e2e.WARMUP_STEPS} are warm-up)")
+                    help=f"training steps per run (> {WARMUP_STEPS}: the first {WARMUP_STEPS} are warm-up)")
     ap.add_argument("--scale", type=float, default=10.0, help="every rate of the networks x this factor")
     ap.add_argument("--config", default="config/medium.yaml", help="the workflow config holding e10_* and methods")
     ap.add_argument("--model", default="mlp")
@@ -244,8 +233,8 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
 def plan(args) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], dict[str, str]]:
     """(networks' keys as run, methods' keys, skipped networks -> why); ValueError naming the bad value for any
     argument or cell that would not run, before any work (a scaled trace is written only by the run)."""
-    if args.steps <= e2e.WARMUP_STEPS:
-        raise ValueError(f"--steps {args.steps}: needs more than the {e2e.WARMUP_STEPS} warm-up steps")
+    if args.steps <= WARMUP_STEPS:
+        raise ValueError(f"--steps {args.steps}: needs more than the {WARMUP_STEPS} warm-up steps")
     if not args.scale > 0:
         raise ValueError(f"--scale {args.scale}: needs a factor > 0")
     if args.batch_size % WORKERS:
@@ -259,7 +248,7 @@ def plan(args) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], di
     wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
     if not wanted:
         raise ValueError("--methods: none given")
-    mcfg = {m: e2e.method_config(m, presets) for m in wanted}
+    mcfg = {m: method_config(m, presets) for m in wanted}
     skipped = {}
     for n, keys in nets.items():
         if keys.get("worker_speeds") and not _straggler_supported(keys):
@@ -273,7 +262,7 @@ def plan(args) -> tuple[dict[str, dict[str, Any]], dict[str, dict[str, Any]], di
         run_keys.pop("bandwidth_trace", None)  # the scaled file exists only once the run writes it
         for m, c in mcfg.items():
             try:
-                cell(c, run_keys, args, e2e.UNCALIBRATED)
+                cell(c, run_keys, args, UNCALIBRATED)
             except ValueError as e:
                 raise ValueError(f"network {n}, method {m}: {e}") from None
     return nets, mcfg, skipped
@@ -285,16 +274,17 @@ def _require_root() -> None:
 
 
 def _replay(method: dict[str, Any], rate: float, args, shape, sim_dir: Path) -> dict[str, Any]:
-    """What a method's probe replays (:func:`lowbw.bench.e2e.probe`'s ``sequence`` and ``twin``): its calls of one
-    exchange with the CPU work before each (:func:`lowbw.bench.e2e.cell_sequence`), from an uncalibrated sim run
-    on an even network at ``rate`` (the links do not change a step's CPU work), and that run's config."""
-    from lowbw.bench.e2e_calls import call_sequence
+    """What a method's probe replays (:func:`lowbw.bench.e2e_probe.probe`'s ``sequence`` and ``twin``): its calls
+    of one exchange with the CPU work before each (:func:`lowbw.bench.e2e_calibration.cell_sequence`), from an
+    uncalibrated sim run on an even network at ``rate`` (the links do not change a step's CPU work), that run's
+    config, and the steps between its synchronisations (``steps_per_sync``, for the compute factor)."""
     from lowbw.train.launch import run
 
-    twin = e2e.sim_twin(cell(method, {"bandwidth_mbit": rate}, args, e2e.UNCALIBRATED))
+    twin = sim_twin(cell(method, {"bandwidth_mbit": rate}, args, UNCALIBRATED))
     run(twin, sim_dir, overwrite=True, quiet=True)
-    return {"sequence": e2e.cell_sequence(call_sequence(twin, WORKERS, shape), sim_dir, args.steps, WORKERS),
-            "twin": twin}
+    exchange = call_sequence(twin, WORKERS, shape)
+    return {"sequence": cell_sequence(exchange, sim_dir, args.steps, WORKERS), "twin": twin,
+            "steps_per_sync": cell_steps_per_sync(sim_dir, args.steps, WORKERS, len(exchange))}
 
 
 def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
@@ -306,7 +296,7 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
     from lowbw.runio import atomic_write_json
     from lowbw.train.launch import run
 
-    _, shape = e2e.plan(argparse.Namespace(methods="dense", workers=[], rates=[], steps=args.steps, model=args.model,
+    _, shape = e2e_plan(argparse.Namespace(methods="dense", workers=[], rates=[], steps=args.steps, model=args.model,
                                            dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
                                            target=args.target))
     runs_dir, out = Path(args.runs_dir), Path(args.out)
@@ -319,13 +309,15 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
     run_nets = {n: network_config(k, args.scale, runs_dir / "traces") for n, k in nets.items() if n not in skipped}
     for rate in sorted({net["bandwidth_mbit"] for net in run_nets.values()}):
         group = {n: net for n, net in run_nets.items() if net["bandwidth_mbit"] == rate}
-        base = {k: v for k, v in cell({}, {"bandwidth_mbit": rate}, args, e2e.UNCALIBRATED).items()}
+        base = {k: v for k, v in cell({}, {"bandwidth_mbit": rate}, args, UNCALIBRATED).items()}
         # per method a probe that replays its calls of an exchange, before and after the group's cells
         replay = {m: _replay(c, rate, args, shape, runs_dir / f"sequence_{m}_r{rate:g}") for m, c in mcfg.items()}
-        pre = {m: e2e.probe(base, WORKERS, rate, shape, **replay[m]) for m in mcfg}
+        pre = {m: probe(base, WORKERS, rate, shape, sequence=replay[m]["sequence"], twin=replay[m]["twin"])
+               for m in mcfg}
         first = next(iter(pre.values()))
         tbf = {"emulation": first["emulation"], "shaper_burst_bytes": first["shaper_burst_bytes"]}
-        pr = {m: {**e2e.probe_summary([pre[m]], WORKERS), **tbf} for m in mcfg}
+        pr = {m: {**probe_summary([pre[m]], WORKERS), **tbf, "steps_per_sync": replay[m]["steps_per_sync"]}
+              for m in mcfg}
         for m, x in pr.items():
             print(f"probe at {rate:g} Mbit/s, {m}: overhead {x['overhead_sequence_ms']:.2f} ms/message in its "
                   f"calls, compute x{x['compute_scale']:.2f} ({x['emulation']})", flush=True)
@@ -340,12 +332,15 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
                 done.append((name, net, m, d, time.perf_counter() - t0, here.conditions))
                 print(f"  procs {name} {m}: {done[-1][4]:.0f} s", flush=True)
         try:
-            post, post_error = {m: e2e.probe(base, WORKERS, rate, shape, **replay[m]) for m in mcfg}, None
+            post = {m: probe(base, WORKERS, rate, shape, sequence=replay[m]["sequence"], twin=replay[m]["twin"])
+                    for m in mcfg}
+            post_error = None
         except RuntimeError as e:  # the cells are measured: calibrate them with the first probes alone
             post, post_error = {}, str(e)
             print(f"second probe failed ({e}): the first ones alone calibrate", flush=True)
         for m in mcfg:
-            pr[m] = {**e2e.probe_summary([pre[m]] + ([post[m]] if m in post else []), WORKERS), **tbf}
+            pr[m] = {**probe_summary([pre[m]] + ([post[m]] if m in post else []), WORKERS), **tbf,
+                     "steps_per_sync": replay[m]["steps_per_sync"]}
             probes.append({"rate_mbit": rate, "networks": list(group), "method": m, "post_probe_error": post_error,
                            **pr[m]})
         for name, net, m, d, wall, here_c in done:
@@ -356,10 +351,10 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
                 shifted.write_text(shifted_trace_csv(net["bandwidth_trace"], offset))
                 net = {**net, "bandwidth_trace": str(shifted.resolve())}
             cfg = cell(mcfg[m], net, args, pr[m])
-            run(e2e.sim_twin(cfg), d / "sim", overwrite=True, quiet=True)  # the cell's CPU gap between calls
-            pc = e2e.cell_calibration(pr[m], d / "sim", args.steps, WORKERS)
+            run(sim_twin(cfg), d / "sim", overwrite=True, quiet=True)  # the cell's CPU gap between calls
+            pc = cell_calibration(pr[m], d / "sim", args.steps, WORKERS)
             cfg = cell(mcfg[m], net, args, pc)
-            run(e2e.sim_twin(cfg), d / "sim", overwrite=True, quiet=True)
+            run(sim_twin(cfg), d / "sim", overwrite=True, quiet=True)
             row = network_row(d / "sim", d / "procs", network=name, net=net, method=m, steps=args.steps,
                               target=args.target, probe_res=pc, cfg=cfg)
             row["wall_s"] = wall
@@ -380,7 +375,7 @@ def _result(rows, probes, skipped, args, t_start, load, complete: bool,
             conditions: dict[str, Any] | None = None) -> dict[str, Any]:
     return {"provenance": bench_provenance(), "complete": complete, "seconds": time.perf_counter() - t_start,
             "args": {k: v for k, v in vars(args).items() if k != "dry_run"}, "workers": WORKERS,
-            "warmup_steps": e2e.WARMUP_STEPS, "load_1min": load, "conditions": conditions, "probes": probes,
+            "warmup_steps": WARMUP_STEPS, "load_1min": load, "conditions": conditions, "probes": probes,
             "skipped": skipped, "rows": rows, "summary": summarise(rows)}
 
 

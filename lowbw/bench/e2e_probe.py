@@ -1,36 +1,11 @@
-"""E8's probe: what the virtual clock needs to know about *this host* (and nothing about a training run),
-measured on a testbed like the cell's (see :mod:`lowbw.bench.e2e` for how the cells use it):
-
-* the per-message cost of the software stack (Python + gloo + TCP + wake-ups) after g ms of CPU work on every
-  rank, for each g of ``gaps_ms``: tiny all-gathers through lowbw.comm, each timed inside the call on the rank
-  that came last into it (the others' wait for it is the clock's compute term, the slowest worker's), per
-  message / (2 (N-1)) (the sizes exchange and the payload each take N-1 steps). A call after CPU work costs
-  more than one back to back: the receiving side's threads must be woken and scheduled while the cores are busy;
-* the per-message cost of a cell's own sequence of calls (``sequence``: per call its operation and the CPU
-  milliseconds before it, :func:`~lowbw.bench.e2e_calls.call_sequence`): the calls made tiny, each after its CPU
-  work on every rank, and per repetition the time inside the calls of the rank whose work took longest in wall
-  time, per message as above. The clock charges a step the slowest worker's work, summed over the step, and the
-  messages on top; in the cell each call also waits for whichever worker comes last into it, which is not always
-  the slowest overall, and those waits grow with the workers sharing the cores, so they belong to the messages'
-  cost. A per-layer step alternates long and near-zero gaps, and the cost after a gap rises steeply below a quarter
-  millisecond and then levels off, so the mean of its calls' costs is not the cost at its mean gap;
-* Hockney's alpha, the one-way time of a one-float ping-pong between ranks 0 and 1 (recorded, not used);
-* the compute slow-down of the cell's workers against the sim's one process: forward + backward + update at the
-  local batch, all N workers at once (the slowest) against one alone, alternately. The N at once run in the
-  cell's conditions: after the cell's number of calls per step (tiny all-gathers: compute right after a step's
-  calls runs slower than back to back, by an amount that grows with the calls), and for a DDP cell through
-  DistributedDataParallel with lowbw's hook (the cell's own where ``hook_method`` is given, else a one-element
-  top-k per bucket), timed as the cell times it: the step's wall time less the exchange thread's busy time and the
-  hook calls (what remains is DDP's own work: bucket copies, autograd hooks, and the hand-offs to and from
-  the exchange thread);
-* the same slow-down for the cell's compression: one exchange's compression and decompression with the cell's
-  compressor through a stand-in collective (no communication), N at once against one alone.
+"""E8's probe of the host: what the virtual clock needs to know about *this machine* and nothing about a
+training run, measured on a testbed like a cell's: the software stack's per-message cost after each CPU gap and
+in the cell's own sequence of calls, Hockney's alpha (ping-pong, recorded), and the slow-down of the cell's
+compute and compression when its N workers share the cores (each rank's times kept). What the measurements
+mean for a cell is :mod:`lowbw.bench.e2e_calibration`'s; the method is the paper's E8 section.
 
     python -m lowbw bench e2e_probe --workers 2 --rate 100 [--gaps 0 0.5 1 2] [--calls 9] [--ddp] \\
         [--method topk1 [--compute-ms 5]] [--strict]   # root
-
-Its JSON carries the machine's conditions while it measured (``"conditions"``, :mod:`lowbw.bench.conditions`);
-``--strict`` refuses to write it when the machine was busy.
 """
 
 from __future__ import annotations
@@ -38,7 +13,6 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import os
-import statistics
 import sys
 import tempfile
 import time
@@ -46,10 +20,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from lowbw.bench.e2e_calibration import probe_summary
 from lowbw.bench.e2e_calls import RecordingCollective, call_sequence, exchange_parts, probe_batch, probe_model
 from lowbw.bench.presets import load_methods
 
-__all__ = ["probe", "probe_summary", "overhead_at", "PROBE_GAPS_MS", "main"]
+__all__ = ["probe", "PROBE_GAPS_MS", "PROBE_MAX_GAP_MS", "main"]
 
 PROBE_REPS = 40  # repetitions of a burst of PROBE_BURST tiny all-gathers, per gap
 PROBE_BURST = 10
@@ -172,6 +147,7 @@ def _probe_worker(spec_path: str) -> int:
     calls = int(round(spec.get("calls_per_step", 0.0)))
     alone: list[float] = []
     together: list[float] = []
+    mine: list[float] = []  # this rank's own times of the N at once
     step()
     cell_step()
     for _ in range(spec["compute_reps"]):  # alternate, so that background load hits both alike
@@ -181,9 +157,12 @@ def _probe_worker(spec_path: str) -> int:
         dist.barrier()
         for _ in range(calls):  # the cell's calls of a step, then its compute
             coll.all_gather(one)
-        t = torch.tensor([cell_step()], dtype=torch.float64)
-        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # the clock takes the slowest worker
+        mine.append(cell_step())
+        t = torch.tensor([mine[-1]], dtype=torch.float64)
+        dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a synchronous step waits for the slowest worker
         together.append(float(t))
+    # every rank's own times: workers that synchronise every H steps wait only for the slowest H-step sum
+    by_rank = _gather_all(torch.tensor(mine, dtype=torch.float64)).tolist()
     close = getattr(cell_step, "close", None)
     if close is not None:
         close()
@@ -199,6 +178,7 @@ def _probe_worker(spec_path: str) -> int:
                                                  "sequence_work_s": work.sum(dim=2).max(dim=0).values.tolist()
                                                  if sequence else [],
                                                  "compute_alone_s": alone, "compute_together_s": together,
+                                                 "compute_together_by_rank_s": by_rank,
                                                  "compress_alone_s": c_alone, "compress_together_s": c_together,
                                                  "calls_per_step": calls, "ddp": bool(spec.get("ddp")),
                                                  "ddp_cell_hook": bool(spec.get("hook_method"))}))
@@ -296,58 +276,6 @@ def _ddp_step(cfg, spec: dict[str, Any], x, y):
     return step
 
 
-def probe_summary(samples: list[dict[str, Any]], workers: int) -> dict[str, Any]:
-    """The pooled samples of several probes: the per-message overhead curve (mean ms against the busy gap
-    before each call, ms; ``overhead_ms`` its back-to-back point), the compute factor (of means)."""
-    per_gap: dict[float, list[float]] = {}
-    for s in samples:
-        by_gap = s.get("allgather_by_gap_s") or {"0": s.get("allgather_s", [])}  # files before the curve
-        for gap, xs in by_gap.items():
-            per_gap.setdefault(float(gap), []).extend(xs)
-    rounds = 2 * (workers - 1)
-    # the mean, not the median: a step's communication is a sum of per-message costs, hiccups included
-    curve = [[gap, statistics.fmean(xs) / rounds * 1e3 if workers > 1 else 0.0]
-             for gap, xs in sorted(per_gap.items()) if xs]
-    seq = [x for s in samples for x in s.get("sequence_s", [])]  # per rep, the mean call of the sequence
-    last_in = [x for s in samples for x in s.get("sequence_last_in_s", [])]
-    by_call = [s["sequence_by_call_s"] for s in samples if s.get("sequence_by_call_s")]
-    pp = [x for s in samples for x in s.get("pingpong_s", [])]
-    alone = [x for s in samples for x in s["compute_alone_s"]]
-    together = [x for s in samples for x in s["compute_together_s"]]
-    c_alone = [x for s in samples for x in s.get("compress_alone_s", [])]
-    c_together = [x for s in samples for x in s.get("compress_together_s", [])]
-    return {"overhead_ms": curve[0][1], "overhead_curve": curve,
-            "overhead_pingpong_ms": statistics.median(pp) * 1e3 if pp else None,
-            # the per-message cost of the cell's own sequence of calls and CPU gaps (None: not probed)
-            "overhead_sequence_ms": statistics.fmean(seq) / rounds * 1e3 if seq and workers > 1 else None,
-            "overhead_by_call_ms": ([statistics.fmean(xs) / rounds * 1e3 for xs in zip(*by_call)]
-                                    if by_call and workers > 1 else None),
-            # the calls alone (each timed on the rank that came last into it), without the waits for a peer
-            "overhead_sequence_last_in_ms": (statistics.fmean(last_in) / rounds * 1e3
-                                             if last_in and workers > 1 else None),
-            # means, as the clock sums a step's compute; per rep the slowest of the N (a synchronous step
-            # waits for it), so hiccups on any worker count as they do in the cell
-            "compute_alone_s": statistics.fmean(alone), "compute_together_s": statistics.fmean(together),
-            "compute_scale": statistics.fmean(together) / statistics.fmean(alone),
-            # the same for the cell's compression (None: not probed, the clock then takes compute_scale)
-            "compress_scale": (statistics.fmean(c_together) / statistics.fmean(c_alone)
-                               if c_alone and c_together else None),
-            "samples": samples}
-
-
-def overhead_at(curve: list[list[float]], gap_ms: float) -> float:
-    """The per-message overhead (ms) after ``gap_ms`` of CPU work: linear between the probed gaps of
-    ``curve`` ([[gap_ms, overhead_ms], ...], sorted), the end values beyond them."""
-    if not curve:
-        raise ValueError("empty overhead curve")
-    if gap_ms <= curve[0][0]:
-        return float(curve[0][1])
-    for (g0, o0), (g1, o1) in zip(curve, curve[1:]):
-        if gap_ms <= g1:
-            return float(o0 + (o1 - o0) * (gap_ms - g0) / (g1 - g0))
-    return float(curve[-1][1])
-
-
 def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list[int], int],
           gaps_ms: Sequence[float] = PROBE_GAPS_MS, calls_per_step: float = 0.0, ddp: bool = False,
           sequence: Sequence[tuple[str, float]] = (), hook_method: dict[str, Any] | None = None,
@@ -356,7 +284,7 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
     work, and ``sequence`` replayed (:func:`~lowbw.bench.e2e_calls.call_sequence`'s form); the compute of N at once
     after ``calls_per_step`` calls (rounded), through DDP if ``ddp``, with the hook of ``hook_method`` (a method's
     config keys) if given, and the compression of ``twin`` (a cell's sim config) alone and at once (see
-    :func:`probe_summary`)."""
+    :func:`lowbw.bench.e2e_calibration.probe_summary`)."""
     from lowbw.net.testbed import Testbed
     from lowbw.train.launch import free_port
 
@@ -384,7 +312,6 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
     res["emulation"] = emulation
     res["shaper_burst_bytes"] = burst
     return res
-
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -1,12 +1,14 @@
 """E8 -- does the simulator tell the truth? ``runs/bench/e2e.json`` (``python -m lowbw bench e2e``) ->
-the paper's figure (predicted vs measured step time and time-to-accuracy), table and findings."""
+the paper's figure (predicted vs measured step time and time-to-accuracy), table and findings; the language
+model's cells (``runs/bench/e2e_lm.json``, ``--model gpt-small``), where present, as a row group of the table
+and their own numbers."""
 
 from __future__ import annotations
 
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from lowbw.bench.e2e import cells
+from lowbw.bench.e2e_rows import cells
 from lowbw.report.catalog import E8_WORKERS
 from lowbw.report.common import plotting
 from lowbw.report.conditions import MARK, caption, mark
@@ -104,7 +106,7 @@ def _figure(df):
 
 
 def _median_runs(rows: list[dict]):
-    """One row per cell (method x rate x workers): the run of its median repeat (:func:`lowbw.bench.e2e.cells`),
+    """One row per cell (method x rate x workers): the run of its median repeat (:func:`lowbw.bench.e2e_rows.cells`),
     with the repeats' count and range."""
     return pd.DataFrame([{**c["run"], **{k: c[k] for k in ("repeats", "err_step_min", "err_step_max")}}
                          for c in cells(rows)])
@@ -114,22 +116,67 @@ def stats(ctx: Context) -> Stats | None:
     """Tidy ``runs`` (one row per measured cell and repeat, as ``python -m lowbw bench e2e`` wrote them),
     ``cells`` (one per method x rate x workers: its median repeat, see :func:`_median_runs`) and ``probes``
     (per cell, or per (rate, N) group in older files: per-message overhead and compute slow-down)."""
-    b = ctx.bench("e2e")
-    if not b or not b.get("rows"):
+    b, lm = ctx.bench("e2e"), ctx.bench("e2e_lm")
+    if not (b and b.get("rows")) and not (lm and lm.get("rows")):
         return None
-    tables = {"cells": _median_runs(b["rows"]), "runs": pd.DataFrame(b["rows"])}
-    if b.get("probes"):
-        tables["probes"] = pd.DataFrame(b["probes"])
-    return Stats(tables, {"source": "runs/bench/e2e.json", "provenance": b.get("provenance", {}),
-                          "conditions": b.get("conditions"),
-                          "tolerance": TOLERANCE})
+    tables: dict = {}
+    meta: dict = {"source": "runs/bench/e2e.json", "tolerance": TOLERANCE}
+    if b and b.get("rows"):
+        tables.update(cells=_median_runs(b["rows"]), runs=pd.DataFrame(b["rows"]))
+        if b.get("probes"):
+            tables["probes"] = pd.DataFrame(b["probes"])
+        meta.update(provenance=b.get("provenance", {}), conditions=b.get("conditions"))
+    if lm and lm.get("rows"):
+        tables["lm_cells"] = _median_runs(lm["rows"])
+        meta.update(lm_model=(lm.get("args") or {}).get("model", "?"), lm_conditions=lm.get("conditions"),
+                    lm_provenance=lm.get("provenance", {}))
+    return Stats(tables, meta)
+
+
+def _lm_numbers(lm, meta: dict) -> dict[str, str]:
+    """The language model's cells: how many, how many within the tolerance, each method's error, the machine's
+    load while they ran, and the compute factor of the cells whose workers meet every H > 1 steps (per step
+    and over their H steps, medians)."""
+    err = lm["err_step"].abs()
+    out = {"EEightLmModel": escape(str(meta["lm_model"])), "EEightLmCells": str(len(lm)),
+           "EEightLmWithin": str(int((err <= TOLERANCE).sum())),
+           "EEightLmRates": ", ".join(fmt_num(float(r)) for r in sorted(lm["rate_mbit"].unique())),
+           "EEightLmWorkers": ", ".join(str(int(n)) for n in sorted(lm["workers"].unique())),
+           "EEightLmErrPerMethod": ", ".join(f"{escape(str(r['method']))} {_signed_pct(r['err_step'])}\\,\\%"
+                                             for _, r in lm.iterrows())}
+    cond = meta.get("lm_conditions") or {}
+    if cond.get("load1_mean") is not None:
+        out["EEightLmLoadMean"] = fmt_num(float(cond["load1_mean"]), 3)
+        out["EEightLmLoadMax"] = fmt_num(float(cond["load1_max"]), 3)
+        out["EEightLmCores"] = str(cond.get("cores", "?"))
+        out["EEightLmBusy"] = "busy" if cond.get("busy") else "not busy"
+    if "steps_per_sync" in lm:
+        rare = lm[lm["steps_per_sync"].fillna(1) > 1]
+        if not rare.empty:
+            out["EEightLmSyncMethods"] = escape(", ".join(rare["method"]))
+            out["EEightLmSyncSteps"] = ", ".join(str(int(h)) for h in rare["steps_per_sync"])
+            out["EEightLmScalePerStep"] = fmt_num(float(rare["compute_scale_per_step"].median()), 3)
+            out["EEightLmScaleOverSync"] = fmt_num(float(rare["compute_scale"].median()), 3)
+            out["EEightLmSyncComputePred"] = fmt_num(1e3 * float(rare["predicted_compute_s"].median()), 3)
+            out["EEightLmSyncComputeMeas"] = fmt_num(1e3 * float(rare["measured_compute_s"].median()), 3)
+    return out
 
 
 def numbers(st: Stats) -> dict[str, str]:
+    """The MLP's numbers where its cells were measured, the language model's where its were."""
+    out = {"EEightTolerance": fmt_num(100 * TOLERANCE)}
+    if "cells" in st.tables:
+        out.update(_mlp_numbers(st))
+    if "lm_cells" in st.tables:
+        out.update(_lm_numbers(st.tables["lm_cells"], st.meta))
+    return out
+
+
+def _mlp_numbers(st: Stats) -> dict[str, str]:
     df = st.tables["cells"]
     workers = sorted(int(n) for n in df["workers"].unique())
     n0 = workers[0]
-    out: dict[str, str] = {"EEightTolerance": fmt_num(100 * TOLERANCE)}
+    out: dict[str, str] = {}
     err = df["err_step"].abs()
     small = df[df["workers"] == n0]
     target = small[(small["rate_mbit"] <= 100) | small["link_bound"]]
@@ -222,15 +269,28 @@ def numbers(st: Stats) -> dict[str, str]:
     return out
 
 
+def _all_cells(st: Stats):
+    """The MLP's cells, then the language model's (their methods named with the model)."""
+    import pandas as pd
+
+    parts = [st.tables["cells"]] if "cells" in st.tables else []
+    if "lm_cells" in st.tables:
+        lm = st.tables["lm_cells"]
+        parts.append(lm.assign(method=lm["method"] + f" ({st.meta['lm_model']})"))
+    return pd.concat(parts, ignore_index=True)
+
+
 def table(st: Stats) -> str:
-    df = st.tables["cells"]
+    """One row per method: the MLP's cells, then the language model's."""
+    df = _all_cells(st)
     rates = sorted(float(r) for r in df["rate_mbit"].unique())
-    return _table(df, rates, sorted(int(n) for n in df["workers"].unique()), st.meta.get("conditions"),
-                  st.meta.get("provenance"))
+    cond, prov = ((st.meta.get("conditions"), st.meta.get("provenance")) if "cells" in st.tables
+                  else (st.meta.get("lm_conditions"), st.meta.get("lm_provenance")))
+    return _table(df, rates, sorted(int(n) for n in df["workers"].unique()), cond, prov)
 
 
 def figure(st: Stats):
-    return _figure(st.tables["cells"])
+    return _figure(_all_cells(st))
 
 
 E8 = Experiment("e8", "E8 simulator vs testbed", stats, numbers, table, figure, "runs/bench/e2e.json absent")
