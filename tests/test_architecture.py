@@ -422,13 +422,7 @@ def test_the_history_check_finds_each_phrase(tmp_path):
 # Libraries whose import costs a CLI noticeable time (hundreds of ms to seconds).
 HEAVY = {"torch", "pandas", "matplotlib", "seaborn", "scipy", "snakemake", "papermill"}
 # Files whose in-function imports are not yet annotated, each with why (remove an entry once annotated).
-LAZY_PENDING: dict[str, str] = {
-    **dict.fromkeys(
-        ["lowbw/bench/e2e.py", "lowbw/bench/e2e_cell.py", "lowbw/bench/e2e_probe.py", "lowbw/bench/e2e_calls.py",
-         "lowbw/bench/e10check.py"],
-        "the end-to-end check is being reorganised by concept on another branch (issue 33)",
-    ),
-}
+LAZY_PENDING: dict[str, str] = {}  # files whose lazy imports are still to be given reasons (none)
 LAZY_MARK = re.compile(r"#\s*lazy:\s*\S.{8,}")  # "# lazy: <a reason of a few words>"
 
 

@@ -20,7 +20,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lowbw.bench import bench_provenance
+from lowbw.bench import bench_provenance, conditions
+from lowbw.bench.conditions import add_strict_flag
 from lowbw.bench.e2e_calibration import cell_calibration, cell_sequence, cell_steps_per_sync, probe_summary
 from lowbw.bench.e2e_calls import call_sequence
 from lowbw.bench.e2e_grid import UNCALIBRATED, WARMUP_STEPS, cell_config, sim_twin
@@ -28,6 +29,10 @@ from lowbw.bench.e2e_grid import plan as e2e_plan
 from lowbw.bench.e2e_probe import probe
 from lowbw.bench.e2e_rows import cell_row
 from lowbw.bench.presets import method_config
+from lowbw.net.trace import expand, rates_at, resolve_trace
+from lowbw.runio import atomic_write_json
+from lowbw.train.config import RunConfig
+from lowbw.train.launch import run, testbed_links
 
 __all__ = ["main", "NETWORKS", "network_keys", "scaled_trace_csv", "network_config", "network_row", "testbed_of",
            "start_offset_s", "shifted_trace_csv", "stalls", "summarise", "table", "DEFAULT_OUT"]
@@ -64,8 +69,6 @@ def network_keys(config: dict[str, Any], network: str) -> dict[str, Any]:
 def scaled_trace_csv(name: str, workers: int, scale: float) -> str:
     """The trace ``name`` (packaged or a file) as CSV text ``t_s,worker,mbit[,delay_ms]`` with every rate x
     ``scale`` (times and delays unchanged)."""
-    from lowbw.net.trace import resolve_trace
-
     tr = resolve_trace(name, workers)
     rows = ["t_s,worker,mbit,delay_ms"]
     for s in tr.steps:
@@ -112,8 +115,6 @@ def shifted_trace_csv(path: str | os.PathLike, offset_s: float, workers: int = W
     """The trace at ``path`` as seen from ``offset_s`` seconds after its start (CSV text): every worker's rate
     in force then at time 0, the later steps ``offset_s`` earlier (a looping trace: modulo its period). The sim
     replays it from the first step; the testbed replayed the original from its launch, ``offset_s`` before."""
-    from lowbw.net.trace import expand, rates_at, resolve_trace
-
     if offset_s < 0:
         raise ValueError(f"offset {offset_s}: must be >= 0")
     tr = resolve_trace(str(path), workers)
@@ -132,9 +133,6 @@ def shifted_trace_csv(path: str | os.PathLike, offset_s: float, workers: int = W
 
 def _straggler_supported(net: dict[str, Any]) -> bool:
     """Whether procs on the testbed make ``worker_speeds`` real (the launcher passes the testbed faults)."""
-    from lowbw.train.config import RunConfig
-    from lowbw.train.launch import testbed_links
-
     rc = RunConfig.from_dict({"dataset": "synthetic", "model": "mlp", "workers": WORKERS, "backend": "procs",
                               "testbed": True, **net})
     return bool(testbed_links(rc).get("faults"))
@@ -144,8 +142,6 @@ def cell(method: dict[str, Any], net: dict[str, Any], args, probe_res: dict[str,
     """One cell's run config: E8's cell (:func:`lowbw.bench.e2e_grid.cell_config`) at the network's base rate with
     the network's per-worker keys, E10's batch, every step logged, no evaluation but the last (the shapers'
     bucket, ``clock_shaper_burst_bytes``, as :mod:`lowbw.train.links` models it on per-worker links)."""
-    from lowbw.train.config import RunConfig
-
     cfg = cell_config(method, WORKERS, net["bandwidth_mbit"], args.steps, args, probe_res)
     cfg.update({k: v for k, v in net.items() if k != "bandwidth_mbit"})
     cfg.update(log_every=1, eval_every=100.0)
@@ -224,7 +220,6 @@ def _parse(argv: list[str] | None) -> argparse.Namespace:
     ap.add_argument("--dry-run", action="store_true", help="check the arguments and print the cells, run nothing")
     ap.add_argument("--reanalyse", action="store_true",
                     help="recompute the rows' stalls and summary of --out from its cells' run directories (no runs)")
-    from lowbw.bench.conditions import add_strict_flag
 
     add_strict_flag(ap)
     return ap.parse_args(argv)
@@ -278,8 +273,6 @@ def _replay(method: dict[str, Any], rate: float, args, shape, sim_dir: Path) -> 
     of one exchange with the CPU work before each (:func:`lowbw.bench.e2e_calibration.cell_sequence`), from an
     uncalibrated sim run on an even network at ``rate`` (the links do not change a step's CPU work), that run's
     config, and the steps between its synchronisations (``steps_per_sync``, for the compute factor)."""
-    from lowbw.train.launch import run
-
     twin = sim_twin(cell(method, {"bandwidth_mbit": rate}, args, UNCALIBRATED))
     run(twin, sim_dir, overwrite=True, quiet=True)
     exchange = call_sequence(twin, WORKERS, shape)
@@ -292,10 +285,6 @@ def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
     second probe, then the sims with the pooled calibration; writes ``args.out`` after every group. The
     machine's conditions (:mod:`lowbw.bench.conditions`) are recorded per testbed run (``rows[].conditions``)
     and for the check; a busy machine gets a warning, and with ``args.strict`` nothing is written."""
-    from lowbw.bench import conditions
-    from lowbw.runio import atomic_write_json
-    from lowbw.train.launch import run
-
     _, shape = e2e_plan(argparse.Namespace(methods="dense", workers=[], rates=[], steps=args.steps, model=args.model,
                                            dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,
                                            target=args.target))
@@ -402,8 +391,6 @@ def table(res: dict[str, Any]) -> str:
 
 def reanalyse(args) -> dict[str, Any]:
     """The stalls and summary of an existing ``--out`` recomputed from its cells' run directories."""
-    from lowbw.runio import atomic_write_json
-
     res = json.loads(Path(args.out).read_text())
     for r in res["rows"]:
         d = Path(args.runs_dir) / f"{r['network']}_{r['method']}"

@@ -25,7 +25,8 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lowbw.bench import bench_provenance
+from lowbw.bench import bench_provenance, conditions
+from lowbw.bench.conditions import add_strict_flag
 from lowbw.bench.e2e_calibration import (
     cell_calibration,
     cell_calls_per_step,
@@ -51,6 +52,10 @@ from lowbw.bench.e2e_grid import (
 from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, probe
 from lowbw.bench.e2e_rows import cell_row, fmt_row, print_table, summarise
 from lowbw.bench.presets import load_methods, method_config
+from lowbw.runio import atomic_write_json
+from lowbw.train.launch import run
+from lowbw.train.models import model_kind
+from lowbw.train.targets import TargetError, parse_target
 
 __all__ = ["main", "run_cells", "reanalyse", "DEFAULT_OUT", "PROBE_CELL_HOOK_MAX_S"]
 
@@ -68,10 +73,6 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
     (an e2e.json, ``--append``), its rows are kept and each cell measured now is its next repeat. The machine's
     conditions (:mod:`lowbw.bench.conditions`) are recorded per cell (``rows[].conditions``) and for the run; a
     busy machine gets a warning, and with ``args.strict`` nothing is written (not even after each cell)."""
-    from lowbw.bench import conditions
-    from lowbw.runio import atomic_write_json
-    from lowbw.train.launch import run
-
     out = Path(args.out)
     rows: list[dict[str, Any]] = list(earlier["rows"]) if earlier else []
     probes: list[dict[str, Any]] = list(earlier["probes"]) if earlier else []
@@ -134,8 +135,6 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
 
 def reanalyse(args) -> dict[str, Any]:
     """The rows of an existing e2e.json recomputed from its run directories (analysis only, no measurement)."""
-    from lowbw.runio import atomic_write_json
-
     res = json.loads(Path(args.out).read_text())
     methods = load_methods()
     # one probe per cell and repeat (its method named), or, in files before that, one per (N, rate) group
@@ -198,7 +197,6 @@ def main(argv: list[str] | None = None) -> int:
                          "summary and the paper take each cell's median over its repeats)")
     ap.add_argument("--reanalyse", action="store_true",
                     help="recompute the rows of --out from its cells' run directories and stored probes (no runs)")
-    from lowbw.bench.conditions import add_strict_flag
 
     add_strict_flag(ap)
     a = ap.parse_args(argv)
@@ -208,8 +206,6 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"{flag}: {bad[0]:g} is not allowed ({'> 0' if flag == '--rates' else '>= 2'})")
     if a.steps <= WARMUP_STEPS:
         ap.error(f"--steps {a.steps}: must exceed the {WARMUP_STEPS} warm-up steps")
-    from lowbw.train.models import model_kind
-    from lowbw.train.targets import TargetError, parse_target
 
     base = base_for(a.model)
     a.dataset = a.dataset or base["dataset"]

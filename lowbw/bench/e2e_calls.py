@@ -7,14 +7,19 @@ import statistics
 import time
 from typing import Any
 
+import torch
+
+from lowbw.train.aggregate import aggregate_rank, make_compressor, make_states
+from lowbw.train.config import RunConfig
+from lowbw.train.models import build_model
+from lowbw.train.replicas import Replicas
+
 __all__ = ["RecordingCollective", "exchange_parts", "call_sequence", "probe_model", "probe_batch"]
 
 
 def probe_model(name: str, data_shape: tuple[list[int], int]):
     """The model ``name`` for inputs of ``data_shape``: ``([C, H, W], classes)`` (an image classifier) or
     ``([T], vocabulary)`` (a character-level language model with context T)."""
-    from lowbw.train.models import build_model
-
     shape, classes = data_shape
     if len(shape) == 1:
         return build_model(name, classes, 1, shape[0])
@@ -25,8 +30,6 @@ def probe_model(name: str, data_shape: tuple[list[int], int]):
 def probe_batch(data_shape: tuple[list[int], int], batch: int):
     """A random batch ``(x, y)`` of ``batch`` samples of ``data_shape`` (:func:`probe_model`): images and labels,
     or windows of T character ids and their next characters (what a step computes on, whatever the values)."""
-    import torch
-
     shape, classes = data_shape
     if len(shape) == 1:
         return (torch.randint(0, classes, (batch, shape[0])), torch.randint(0, classes, (batch, shape[0])))
@@ -37,8 +40,6 @@ def exchange_parts(rc, rep):
     """``(compressor, chunks, state)`` of the run config ``rc``'s gradient exchange on the replicas ``rep``, as
     the trainer aggregates (:class:`lowbw.train.synchroniser.Synchroniser`: per layer unless ``granularity``
     says otherwise); None without a compressor."""
-    from lowbw.train.aggregate import make_compressor, make_states
-
     comp = make_compressor(rc)
     if comp is None:
         return None
@@ -89,11 +90,6 @@ def call_sequence(cfg: dict[str, Any], workers: int, data_shape: tuple[list[int]
     gradients of the config's model, in this process on one thread. The first call's entry also holds the
     work after the last call (decompression), which comes before the next exchange's first call. Without a
     compressor an exchange is one all-reduce with no work before it."""
-    import torch
-
-    from lowbw.train.aggregate import aggregate_rank
-    from lowbw.train.config import RunConfig
-    from lowbw.train.replicas import Replicas
 
     rc = RunConfig.from_dict(cfg)
     threads = torch.get_num_threads()

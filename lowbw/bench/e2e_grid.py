@@ -11,6 +11,12 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.bench.presets import load_methods, method_config
+from lowbw.data import load
+from lowbw.data.text import TEXT_SPECS
+from lowbw.train.config import RunConfig
+from lowbw.train.models import model_kind
+from lowbw.train.workload import is_text_dataset, text_block_size
+from lowbw.train.world import default_threads
 
 __all__ = ["BASE", "LM_BASE", "DEFAULT_TARGET", "UNCALIBRATED", "GOODPUT", "WARMUP_STEPS", "base_for",
            "cell_config", "sim_twin", "cell_dir", "metrics_lines", "train_window", "plan"]
@@ -42,8 +48,6 @@ WARMUP_STEPS = 10  # steps excluded from the per-step figures (TCP slow start, f
 
 def base_for(model: str) -> dict[str, Any]:
     """The base config of a cell of ``model``: :data:`LM_BASE` for a language model, else :data:`BASE`."""
-    from lowbw.train.models import model_kind
-
     return LM_BASE if model_kind(model) == "text" else BASE
 
 
@@ -53,9 +57,6 @@ def cell_config(method: dict[str, Any], workers: int, rate: float, steps: int, a
     calibrated by ``probe`` (:data:`UNCALIBRATED` or :func:`lowbw.bench.e2e_calibration.cell_calibration`'s);
     ``args``: model, dataset, batch_size, seed, target. Raises ValueError on a key that would not run on procs
     over the testbed."""
-    from lowbw.train.config import RunConfig
-    from lowbw.train.world import default_threads
-
     cfg = {**base_for(args.model), "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size,
            "seed": args.seed,
            **method, "workers": workers, "bandwidth_mbit": float(rate), "steps": steps,
@@ -101,11 +102,6 @@ def plan(args) -> tuple[dict[str, dict[str, Any]], tuple[list[int], int]]:
     """The cells' method configs and the data's (image shape [C, H, W], classes) or, for a text dataset,
     ([context T], vocabulary); raises ValueError (naming the method or key) for any cell that would not run,
     before any work."""
-    from lowbw.data import load
-    from lowbw.data.text import TEXT_SPECS
-    from lowbw.train.config import RunConfig
-    from lowbw.train.workload import is_text_dataset, text_block_size
-
     methods = load_methods()
     wanted = [m.strip() for m in args.methods.split(",") if m.strip()]
     mcfg = {m: method_config(m, methods) for m in wanted}

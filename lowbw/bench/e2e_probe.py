@@ -20,9 +20,26 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel
+
+from lowbw.bench import bench_provenance, conditions
 from lowbw.bench.e2e_calibration import probe_summary
 from lowbw.bench.e2e_calls import RecordingCollective, call_sequence, exchange_parts, probe_batch, probe_model
 from lowbw.bench.presets import load_methods
+from lowbw.comm.distributed import DistCollective
+from lowbw.comm.hooks import make_hook, timed_hook
+from lowbw.net.testbed import Testbed
+from lowbw.runio import atomic_write_json
+from lowbw.train.aggregate import aggregate_rank, make_compressor
+from lowbw.train.allocator import steady_allocator
+from lowbw.train.assign import seed_for
+from lowbw.train.config import RunConfig
+from lowbw.train.launch import free_port
+from lowbw.train.optim import FlatOptimizer
+from lowbw.train.replicas import Replicas
 
 __all__ = ["probe", "PROBE_GAPS_MS", "PROBE_MAX_GAP_MS", "main"]
 
@@ -44,9 +61,6 @@ def _busy(cpu_seconds: float) -> None:
 
 def _gather_all(t):
     """Every rank's ``t`` stacked in rank order (a leading dimension of the world size)."""
-    import torch
-    import torch.distributed as dist
-
     every = [torch.zeros_like(t) for _ in range(dist.get_world_size())]
     dist.all_gather(every, t)
     return torch.stack(every)
@@ -54,14 +68,6 @@ def _gather_all(t):
 
 def _probe_worker(spec_path: str) -> int:
     """One testbed worker of the probe (see the module docstring); rank 0 writes the result."""
-    import torch
-    import torch.distributed as dist
-
-    from lowbw.comm.distributed import DistCollective
-    from lowbw.train.allocator import steady_allocator
-    from lowbw.train.config import RunConfig
-    from lowbw.train.optim import FlatOptimizer
-    from lowbw.train.replicas import Replicas
 
     spec = json.loads(Path(spec_path).read_text())
     cfg = RunConfig.from_dict(spec["config"])
@@ -192,11 +198,6 @@ def _compress_reps(spec: dict[str, Any], rep, rank: int) -> tuple[list[float], l
     communication): rank 0 alone, then all N at once (the slowest), alternately; empty without a compressor.
     The clock scales compression by their ratio: N workers slow each other's compression less than their
     forward and backward passes."""
-    import torch
-    import torch.distributed as dist
-
-    from lowbw.train.aggregate import aggregate_rank
-    from lowbw.train.config import RunConfig
 
     parts = exchange_parts(RunConfig.from_dict(spec["twin"]), rep) if spec.get("twin") else None
     if parts is None:
@@ -233,11 +234,7 @@ def _ddp_step(cfg, spec: dict[str, Any], x, y):
     compute in the cell's split too; otherwise a one-element top-k per bucket. Has ``close()``."""
     import warnings
 
-    import torch
-    import torch.nn.functional as F
-    from torch.nn.parallel import DistributedDataParallel
 
-    from lowbw.comm.hooks import make_hook, timed_hook
 
     model = probe_model(cfg.model, (spec["input_shape"], spec["num_classes"]))
     with warnings.catch_warnings():
@@ -245,11 +242,7 @@ def _ddp_step(cfg, spec: dict[str, Any], x, y):
         ddp = DistributedDataParallel(model, broadcast_buffers=False)
     method = spec.get("hook_method")
     if method:  # the cell's compressor, as DDPTrainer builds it
-        import torch.distributed as dist
 
-        from lowbw.train.aggregate import make_compressor
-        from lowbw.train.assign import seed_for
-        from lowbw.train.config import RunConfig
 
         rc = RunConfig.from_dict({**spec["config"], **method, "ddp_hook": False})
         comp = make_compressor(rc)
@@ -285,9 +278,6 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
     after ``calls_per_step`` calls (rounded), through DDP if ``ddp``, with the hook of ``hook_method`` (a method's
     config keys) if given, and the compression of ``twin`` (a cell's sim config) alone and at once (see
     :func:`lowbw.bench.e2e_calibration.probe_summary`)."""
-    from lowbw.net.testbed import Testbed
-    from lowbw.train.launch import free_port
-
     root = str(Path(__file__).resolve().parents[2])
     with tempfile.TemporaryDirectory(prefix="lowbw-e2e-") as td:
         spec = Path(td) / "spec.json"
@@ -319,8 +309,6 @@ def main(argv: list[str] | None = None) -> int:
     CPU gap and the compute slow-down, as the E8 cells see them (MLP on synthetic data for the compute)."""
     import argparse
 
-    from lowbw.bench import bench_provenance, conditions
-    from lowbw.runio import atomic_write_json
 
     ap = argparse.ArgumentParser(prog="python -m lowbw bench e2e_probe", description=main.__doc__.split(".")[0])
     ap.add_argument("--workers", type=int, default=2)

@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.bench.e2e_grid import GOODPUT, metrics_lines, train_window
+from lowbw.train.targets import parse_target
 
 __all__ = ["cell_row", "cells", "summarise", "print_table", "fmt_row", "TOLERANCE"]
 
@@ -19,8 +20,6 @@ TOLERANCE = 0.10  # the target: |predicted - measured| / measured per cell
 def _ttt(lines: list[dict[str, Any]], target: float | str, key) -> tuple[int | None, float | None]:
     """The first evaluation that reaches ``target`` (a test accuracy, or a target string such as
     ``"val_loss<=2.5"``, :func:`lowbw.train.targets.parse_target`): its step and ``key`` of its line."""
-    from lowbw.train.targets import parse_target
-
     t = parse_target(target)
     for x in lines:
         if x.get(t.metric) is not None and t.reached(x):

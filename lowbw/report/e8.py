@@ -271,8 +271,6 @@ def _mlp_numbers(st: Stats) -> dict[str, str]:
 
 def _all_cells(st: Stats):
     """The MLP's cells, then the language model's (their methods named with the model)."""
-    import pandas as pd
-
     parts = [st.tables["cells"]] if "cells" in st.tables else []
     if "lm_cells" in st.tables:
         lm = st.tables["lm_cells"]
