@@ -53,11 +53,12 @@ def _per_link(prefix: str) -> dict[str, str]:
 
 
 def _per_method(key: str, quality: str) -> dict[str, str]:
-    """E9's numbers for each method of ``E9_METHODS[key]``: its final quality (word ``quality``), MB to target, time
-    to it on the mid (10 Mbit/s) link."""
+    """E9's numbers for each method of ``E9_METHODS[key]``: its final quality (word ``quality``) and whether and how
+    it reached the target (bytes and time on the mid, 10 Mbit/s, link)."""
     return {f"{PREFIX[key]}{w}{k}": f"{m}: {what}" for m, w in E9_METHODS[key].items() for k, what in (
-        (quality, "final quality, mean over seeds"), ("MB", "MB each worker sent until the target"),
-        ("Ttt", "mean time to the target on the 10 Mbit/s link (duration; -- unless every seed reached it)"))}
+        (quality, "final quality, mean over seeds"),
+        ("Reached", "words: 'reaches the target after X MB per worker, in T at 10 Mbit/s' where every seed did, "
+                    "else how many seeds did"))}
 
 
 def _per_network(prefix: str) -> dict[str, str]:
@@ -155,6 +156,7 @@ MACROS: dict[str, str] = {
     # E2 compressors
     "ETwoNumel": "elements of the benchmark tensor (millions)",
     "ETwoMinThroughput": "slowest of our configurations (GB/s)",
+    "ETwoSlowestInput": "the input it was slowest on (words)",
     "ETwoSlowest": "its method",
     "ETwoThroughputTarget": "the throughput target (GB/s)",
     "ETwoBelowTarget": "our configurations below the target",
@@ -194,6 +196,7 @@ MACROS: dict[str, str] = {
     "ESixSampleRatio": "samples of the most overlapping assignment / disjoint",
     # E7 fluctuating bandwidth
     "ESevenTarget": "target test accuracy (%)",
+    "ESevenAdaptiveSeeds": "how many of the adaptive method's seeds reached the target (words)",
     "ESevenTttAdaptive": "adaptive choice's mean virtual time to the target (duration or never)",
     "ESevenAccAdaptive": "its mean final test accuracy (%)",
     **{f"ESeven{q}Fixed{w}": d for w in E7_DENSITIES.values() for q, d in (
@@ -289,6 +292,7 @@ MACROS: dict[str, str] = {
     "ETenSeeds": "seeds per configuration",
     "ETenWorkers": "the number of workers",
     "ETenMethods": "how many methods were compared",
+    "ETenNetworks": "how many of the networks this profile ran (the even one included)",
     "ETenEvenFastest": "fastest method to the target on the even network",
     "ETenEvenFastestTtt": "its mean virtual time (duration)",
     "ETenEvenLinks": "the even network's links (words)",
@@ -352,6 +356,7 @@ MACROS.update({
     "ETenLmSeeds": "seeds per configuration",
     "ETenLmWorkers": "the number of workers",
     "ETenLmMethods": "how many methods were compared",
+    "ETenLmNetworks": "how many of the networks this profile ran (the even one included)",
     "ETenLmEvenFastest": "fastest method to the target on the even network",
     "ETenLmEvenFastestTtt": "its mean virtual time (duration)",
     "ETenLmEvenLinks": "the even network's links (words)",

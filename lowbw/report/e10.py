@@ -216,7 +216,8 @@ def numbers(st: Stats) -> dict[str, str]:
     p, goal = PREFIX[st.meta["key"]], st.meta["goal"]
     out = {f"{p}Target": goal.fmt(goal.target.value), f"{p}Seeds": str(st.meta["seeds"]),
            f"{p}Workers": " and ".join(str(n) for n in st.meta["workers"]),
-           f"{p}Methods": str(len(st.meta["methods"]))}
+           f"{p}Methods": str(len(st.meta["methods"])),
+           f"{p}Networks": str(int(sd["network"].nunique()))}
     even = sd[(sd["network"] == BASELINE_NETWORK) & (sd["seeds_reached"] == sd["seeds"])]
     if not even.empty:
         best = even.loc[even["ttt_mean_s"].idxmin()]

@@ -64,7 +64,9 @@ def numbers(st: Stats) -> dict[str, str]:
     slowest = mine.loc[mine["throughput_gbps"].idxmin()]
     out["ETwoMinThroughput"] = fmt_num(float(slowest["throughput_gbps"]), 3)
     out["ETwoSlowest"] = escape(slowest["method"])
-    out["ETwoBelowTarget"] = str(int((mine["throughput_gbps"] < THROUGHPUT_TARGET_GBPS).sum()))
+    out["ETwoSlowestInput"] = escape(str(slowest["input"]))
+    below = int((mine["throughput_gbps"] < THROUGHPUT_TARGET_GBPS).sum())
+    out["ETwoBelowTarget"] = "no" if below == 0 else str(below)
     out["ETwoMethods"] = str(int(mine["method"].nunique()))
     return out
 

@@ -69,6 +69,9 @@ def numbers(st: Stats) -> dict[str, str]:
         name = "Adaptive" if r["role"] == ADAPTIVE else "Fixed" + word(E7_DENSITIES, r["density"], "E7 density")
         names[method] = name
         out[f"ESevenTtt{name}"] = fmt_duration(r["ttt_mean_s"]) if r["seeds_reached"] else "never"
+        if r["role"] == ADAPTIVE:
+            k, n = int(r["seeds_reached"]), int(r["seeds"])
+            out["ESevenAdaptiveSeeds"] = f"with all {n} seeds" if k == n else f"with only {k} of its {n} seeds"
         out[f"ESevenAcc{name}"] = fmt_num(100 * r["test_acc_mean"], 3)
         if r["role"] == FIXED:
             out[f"ESevenDensity{name}"] = fmt_num(r["density"], 1)

@@ -133,10 +133,15 @@ def _per_method(st: Stats, n: int, Q: str) -> dict[str, str]:
             continue
         mb = a.loc[method, "bytes_to_target_per_worker"]
         out[f"{p}{w}{Q}"] = goal.fmt(a.loc[method, f"{q}_mean"])
-        out[f"{p}{w}MB"] = fmt_num(mb / 1e6, 3) if math.isfinite(mb) else "--"
         r = t.loc[method] if method in t.index else None
-        ok = r is not None and int(r["seeds_reached"]) == int(r["seeds"])
-        out[f"{p}{w}Ttt"] = fmt_duration(r["ttt_mean_s"]) if ok else "--"
+        k, n_seeds = (int(r["seeds_reached"]), int(r["seeds"])) if r is not None else (0, 0)
+        if r is not None and k == n_seeds and math.isfinite(mb):
+            out[f"{p}{w}Reached"] = (f"reaches the target after {fmt_num(mb / 1e6, 3)}\\,MB per worker, in "
+                                     f"{fmt_duration(r['ttt_mean_s'])} at 10\\,Mbit/s")
+        elif k:
+            out[f"{p}{w}Reached"] = f"reaches the target with only {k} of its {n_seeds} seeds"
+        else:
+            out[f"{p}{w}Reached"] = "does not reach the target with any seed"
     return out
 
 
