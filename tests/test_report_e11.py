@@ -128,8 +128,44 @@ def test_a_wrong_pick_is_a_regret_and_a_failure(tmp_path):
     n = E11.numbers(st)
     assert n["EElevenRegretWorst"] == "never" and n["EElevenNeverReached"] == "1"
     assert "e10\\_even" in n["EElevenFailures"] and "e10\\_oneslow" in n["EElevenFailures"]
-    assert n["EElevenVerdict"] == ("misses the median regret and the worst regret and never picking a method "
-                                   "that missed the target")
+    # a regret macro carries its unit, so that the prose never prints "never %"
+    assert "regret 100\\,\\%" in n["EElevenFailures"] and "never\\," not in n["EElevenFailures"]
+    assert n["EElevenRegretMedian"] == "never" and n["EElevenStrictRegretWorst"] == "never"
+    assert n["EElevenVerdict"] == ("misses all three targets: the median-regret target, the worst-regret target "
+                                   "and the target of never picking a method that missed the target")
+
+
+def test_verdict_says_which_targets_are_met_and_which_missed():
+    from lowbw.report.e11 import _pct_unit, verdict
+
+    assert verdict((True, True, True)) == "meets all three targets"
+    assert verdict((True, False, False)) == ("meets the median-regret target but misses the worst-regret target "
+                                             "and the target of never picking a method that missed the target")
+    assert verdict((True, True, False)) == ("meets the median-regret target and the worst-regret target but "
+                                            "misses the target of never picking a method that missed the target")
+    assert _pct_unit(14.11) == "1{,}411\\,\\%" and _pct_unit(math.inf) == "never"
+
+
+def test_table_fits_the_text_width_and_never_is_no_bar(tmp_path):
+    """The settings table has no workload column (the experiment fixes it) and abbreviates the confidence, so
+    that it fits a two-column paper's table*; the figure draws no bar for a pick that missed the target."""
+    from lowbw.report.e11 import E11, stats
+
+    _two_networks(tmp_path)
+    st = stats(_ctx(tmp_path), store=tmp_path / "nostore")
+    tab = E11.table(st).split("tab:e11-walltime")[0]
+    header = next(line for line in tab.splitlines() if line.startswith("Exp."))
+    assert "Workload" not in header and header.count("&") == 9
+    assert "(extrapolated)" not in tab and "(measured)" not in tab
+    assert "meas.: measured" in tab and "extr.: extrapolated" in tab  # the caption explains the abbreviations
+    fig = E11.figure(st)
+    left = fig.axes[0]
+    order = list(st.tables["settings"]["experiment"])
+    widths = [p.get_width() for p in left.patches]
+    assert widths[order.index("e10_oneslow")] == 0  # never: no length, a word
+    assert "never" in [t.get_text().strip() for t in left.texts]
+    assert left.get_xscale() == "symlog"
+    assert min(t.get_fontsize() for t in left.get_yticklabels()) >= 6
 
 
 def test_no_runs_is_not_run_and_no_target_is_skipped(tmp_path, monkeypatch):

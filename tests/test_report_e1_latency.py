@@ -90,6 +90,7 @@ def test_report_builds_with_only_the_latency_bench(tmp_path):
 def test_neither_file_means_not_run(tmp_path):
     sec = run_experiment(E1, _runs(tmp_path, None, rate_axis=False))
     assert sec.stats is None and "EOneNotRun" in sec.numbers
+    assert "EOneLatNotRun" in sec.numbers  # the latency subsection says so too
 
 
 def test_measured_crossover_interpolates_in_log_size():

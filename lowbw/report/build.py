@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lowbw.report.catalog import PREFIX, check_numbers, not_run_macro
+from lowbw.report.catalog import PREFIX, check_numbers, not_run_macros
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.gpu import write as write_gpu
 from lowbw.report.latex import booktabs, escape, numbers_tex
@@ -58,7 +58,7 @@ def not_run(exp: Experiment) -> Section:
 
     table = booktabs([[escape(exp.missing)]], [escape(exp.title)], f"{escape(exp.title)}: no results in this "
                      "profile.", f"tab:{exp.key}", align="l")
-    return Section(exp.key, None, table, {not_run_macro(exp.key): escape(exp.missing)},
+    return Section(exp.key, None, table, {m: escape(exp.missing) for m in not_run_macros(exp.key)},
                    note_figure(f"{exp.title}: not run\n({exp.missing})"))
 
 

@@ -14,7 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 
 __all__ = ["PREFIX", "MACROS", "E1_ALGS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS",
-           "E9_METHODS", "E10_NETWORKS", "CLAIMS", "not_run_macro", "check_numbers", "word"]
+           "E9_METHODS", "E10_NETWORKS", "CLAIMS", "AXIS_NOT_RUN", "not_run_macro", "not_run_macros",
+           "check_numbers", "word"]
 
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
           "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen",
@@ -368,8 +369,8 @@ MACROS.update({
     "EElevenSkipped": "settings without such a target (not evaluated)",
     "EElevenWorkloads": "the workloads of the evaluated settings (words)",
     "EElevenExperiments": "the experiments they come from (list)",
-    "EElevenRegretMedian": "median regret of the advisor's pick (%, or never)",
-    "EElevenRegretWorst": "worst regret (%, or never)",
+    "EElevenRegretMedian": "median regret of the advisor's pick (with its unit, e.g. 12\\,\\%; or never)",
+    "EElevenRegretWorst": "worst regret (with its unit; or never)",
     "EElevenWorstWhere": "the setting of the worst regret",
     "EElevenWithinTen": "settings with a regret of at most 10%",
     "EElevenNeverReached": "settings whose pick did not reach the target there",
@@ -377,8 +378,9 @@ MACROS.update({
     "EElevenRhoSettings": "settings where three or more ranked methods reached the target (rho defined)",
     "EElevenVerdict": "which of the issue's three targets the advisor meets (words)",
     "EElevenFailures": "settings with a regret above 10% or an unreached pick: pick, best, regret (list)",
-    "EElevenStrictRegretMedian": "median regret when every run of the workload and workers is held out (%)",
-    "EElevenStrictRegretWorst": "worst such regret (%, or never)",
+    "EElevenStrictRegretMedian": "median regret when every run of the workload and workers is held out "
+                                 "(with its unit; or never)",
+    "EElevenStrictRegretWorst": "worst such regret (with its unit; or never)",
     "EElevenStepRows": "dense and every-H fp32 method rows of the step-time comparison",
     "EElevenAdvisorStepErr": "the advisor's median |step-time error| against the measured step (%)",
     "EElevenAdvisorStepErrMax": "its largest (%)",
@@ -392,8 +394,18 @@ MACROS.update({
 MACROS.update({f"{p}NotRun": "why the experiment has no data in this profile" for p in PREFIX.values()})
 
 
+# An experiment's axes that have their own subsection and NotRun macro (written when only that axis is absent):
+# when the whole experiment is absent, the report writes theirs too, so that each subsection says it was not run.
+AXIS_NOT_RUN = {"e1": ("EOneLatNotRun",)}
+
+
 def not_run_macro(key: str) -> str:
     return f"{PREFIX[key]}NotRun"
+
+
+def not_run_macros(key: str) -> tuple[str, ...]:
+    """Every NotRun macro of experiment ``key`` absent as a whole: its own and its axes' (``AXIS_NOT_RUN``)."""
+    return (not_run_macro(key), *AXIS_NOT_RUN.get(key, ()))
 
 
 def word(mapping: Mapping, value, what: str) -> str:

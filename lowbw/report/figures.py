@@ -24,9 +24,14 @@ def note_figure(text: str):
 
 def accuracy_curves(curves, xlabel: str, title: str, order: Sequence[str] | None = None):
     """Test accuracy against time, one line per seed, one colour per ``group`` (tidy ``curves``: group, seed,
-    time_s, test_acc)."""
+    time_s, test_acc), on a log time axis.
+
+    Points at time <= 0 (every run's evaluation before its first step) have no place on a log axis: drawn, they
+    are clipped and the segment from them to the first real point shows as a flat line from the axis' left edge,
+    so they are dropped and each line starts at its first evaluation after a step."""
     plt, sns = plotting()
     fig, ax = plt.subplots(figsize=(7.0, 2.8))
+    curves = curves[curves["time_s"] > 0]
     if curves.empty:
         return fig
     sns.lineplot(data=curves, x="time_s", y="test_acc", hue="group", units="seed", estimator=None, lw=0.8,

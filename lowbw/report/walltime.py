@@ -26,8 +26,9 @@ from itertools import product
 
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.net.costmodel import LinkParams, allreduce_time, step_time
+from lowbw.report.latex import booktabs, escape, fmt_num
 
-__all__ = ["Setting", "GRID", "charles_step", "advisor_step", "rows"]
+__all__ = ["Setting", "GRID", "charles_step", "advisor_step", "rows", "summary", "numbers", "table"]
 
 TOKENS_PER_STEP = 2 ** 20  # B: global batch in tokens (about a million, the scale of the paper's largest runs)
 FLOPS_PER_ACCELERATOR = 4e14  # Q: 40% of an H100's 989 TFLOP/s bf16 peak
@@ -98,3 +99,33 @@ def summary(table: list[dict]) -> dict[str, float]:
             "dp_min_ratio": min(r["ratio"] for r in dp),
             "speedup_max_dev": max(abs(r["speedup_advisor"] / r["speedup_charles"] - 1) for r in dil),
             "finite": float(all(math.isfinite(r["ratio"]) for r in table))}
+
+
+def numbers() -> dict[str, str]:
+    """E11's macros of this comparison (the largest deviations of the advisor's model from the paper's)."""
+    t = rows()
+    sm = summary(t)
+    return {"EElevenCharlesPoints": str(len(t)),
+            "EElevenCharlesDilocoDev": fmt_num(100 * sm["diloco_max_dev"], 2),
+            "EElevenCharlesDpDev": fmt_num(100 * sm["dp_max_dev"], 2),
+            "EElevenCharlesSpeedupDev": fmt_num(100 * sm["speedup_max_dev"], 2)}
+
+
+def table() -> str:
+    """The grid as E11's second table: both models' seconds per step and DiLoCo's speed-up over data-parallel
+    training in each."""
+    cells = []
+    for r in rows():
+        cells.append([f"{r['params'] / 1e9:g}B", str(r["replicas"]), f"{r['gbit_s']:g}",
+                     "DP" if r["period"] == 1 else str(r["period"]), fmt_num(r["compute_s"], 3),
+                     fmt_num(r["charles_s"], 3), fmt_num(r["advisor_s"], 3), escape(r["algorithm"]),
+                     fmt_num(r["ratio"], 3), fmt_num(r["speedup_charles"], 3), fmt_num(r["speedup_advisor"], 3)])
+    return booktabs(cells, ["$N$", "$M$", "Gbit/s", "$H$", "$C$ (s)", "Charles (s)", "Advisor (s)", "All-reduce",
+                           "Ratio", "Speed-up (Charles)", "Speed-up (advisor)"],
+                    "Seconds per step of data-parallel training (DP) and DiLoCo every $H$ steps in the analytic "
+                    r"wall-clock model of Charles et al.\ (2025, Appendix A, as restated by the public DiLoCo "
+                    "calculator) and in the advisor's model, at one accelerator per replica, bf16 parameters, "
+                    f"$2^{{20}}$ tokens per step at {FLOPS_PER_ACCELERATOR / 1e12:g} TFLOP/s per "
+                    f"accelerator and {1e3 * LATENCY_S:g} ms latency (our choices). Ratio = advisor / "
+                    "Charles; speed-up = DP's step / DiLoCo's in each model.", "tab:e11-walltime",
+                    size=r"\scriptsize")
