@@ -48,3 +48,17 @@ def test_the_overlapped_and_gossip_methods_have_their_own_numbers(tmp_path):
     assert "ENineLmDelayedLoss" not in n  # a method the grid did not run writes nothing
     tab = E9LM.table(st)
     assert r"noloco16" in tab and r"diloco16\_eager" in tab
+
+
+def test_a_method_that_sent_nothing_before_the_target_has_no_point_on_the_log_axes(tmp_path):
+    """The tiny profile's runs can reach the target before any exchange (0 bytes): the log-log figure leaves that
+    point out instead of failing on log10(0)."""
+    from lowbw.report.e9 import E9LM
+    from lowbw.report.experiment import Context
+
+    for seed in (0, 1):
+        _run(tmp_path, "dense", "sync", seed, 1.0, 4e6, 2.30)
+        _run(tmp_path, "sparta", "sparta", seed, 1.0, 0.0, 2.40)
+    st = E9LM.stats(Context({"targets": {"shakespeare": "val_loss<=2.5"}}, tmp_path, tmp_path / "out"))
+    fig = E9LM.figure(st)
+    assert fig is not None

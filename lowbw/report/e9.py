@@ -197,10 +197,12 @@ def _label_points(ax, xs, ys, labels) -> None:
 
 def figure(st: Stats):
     """Per number of workers: virtual time to the target on the middle link against the bytes each worker
-    sent until then, one point per method (mean over the seeds that reached it), by family."""
+    sent until then, one point per method (mean over the seeds that reached it), by family. Both axes are
+    logarithmic: a method that reached the target before it sent a byte (or at time 0) has no point."""
     plt, sns = plotting()
     d = st.tables["runs"]
     d = d[(d["link"] == LINKS[1][0]) & d["ttt_s"].notna()]
+    d = d[(d["ttt_s"] > 0) & (d["bytes_to_target_per_worker"] > 0)]
     mean = d.groupby(["workers", "method", "family"], as_index=False)[["ttt_s", "bytes_to_target_per_worker"]].mean()
     ns = st.meta["workers"]
     fig, axes = plt.subplots(1, len(ns), figsize=(7.0, 2.6), sharey=True, squeeze=False)
