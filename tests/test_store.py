@@ -180,9 +180,7 @@ def test_the_kept_anchor_runs_are_what_e4_quotes():
     from lowbw.store import ANCHOR_STORE
 
     root = Path(__file__).resolve().parents[1] / ANCHOR_STORE
-    if not root.is_dir():
-        pytest.skip("no anchor runs kept")
-    df = load_store(root)
+    df = load_store(root)  # committed with the repository: an empty store fails below
     assert set(df["model"]) == {"gpt-small"} and set(df["steps"]) == {2000} and len(df) == 3
     numbers = e4._anchor_numbers("EFourLm", df[["run", "seed", "model", "steps", "final_val_loss", "best_val_loss"]])
     mean = df["final_val_loss"].mean()
