@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.advise.candidates import CONFIG_FILE
+from lowbw.bench.presets import load_methods
 
 __all__ = ["Check", "WARMUP", "plan", "run_config", "measured_per_step", "validate", "format_checks"]
 
@@ -116,11 +117,9 @@ def measured_per_step(run_dir: Path) -> tuple[float, float]:
 
 def validate(ranking: list, inputs: dict[str, Any], out_dir: str | os.PathLike, steps: int = 24) -> list[Check]:
     """Train :func:`plan`'s methods on the testbed into ``out_dir/<method>`` and return their checks."""
-    import yaml
-
     from lowbw.train.launch import run  # lazy: the ranking alone needs no torch
 
-    presets = yaml.safe_load(Path(CONFIG_FILE).read_text())["methods"]
+    presets = load_methods(CONFIG_FILE)
     checks = []
     for place, a in plan(ranking):
         n_steps = horizon(a.candidate.period, steps)
