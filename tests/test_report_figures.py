@@ -18,3 +18,28 @@ def test_accuracy_curves_drop_time_zero():
     assert xs and min(xs) > 0  # the two time-0 points are not drawn
     ys = [y for line in ax.get_lines() for y in line.get_ydata()]
     assert 0.1 not in ys
+
+
+def _visible_tick_labels(fig, axis):
+    """The drawn, non-empty tick labels of ``axis`` (major and minor) inside its view."""
+    fig.canvas.draw()
+    lo, hi = sorted(axis.get_view_interval())
+    ticks = axis.get_major_ticks() + axis.get_minor_ticks()
+    return [t.label1 for t in ticks if t.label1.get_visible() and t.label1.get_text() and lo <= t.get_loc() <= hi]
+
+
+def test_a_narrow_log_axis_has_no_overlapping_tick_labels():
+    """A throughput axis spanning under two decades (E2's, 0.2 to 8 GB/s) at the paper's panel width: matplotlib
+    would label its minor ticks as a x 10^k and the labels would run into each other."""
+    import pandas as pd
+
+    from lowbw.report.figures import dot_panels
+
+    df = pd.DataFrame({"name": [f"m{i}" for i in range(8)], "ratio": [1, 2, 4, 8, 32, 100, 250, 1000],
+                       "gbps": [0.21, 0.4, 0.58, 0.9, 1.1, 2.3, 4.9, 7.6], "source": ["a"] * 7 + ["b"]})
+    fig = dot_panels(df, "name", [("ratio", "ratio", True), ("ratio", "ratio", True), ("gbps", "GB/s", True)],
+                     "source", ["a", "b"])
+    labels = _visible_tick_labels(fig, fig.axes[2].xaxis)
+    assert len(labels) >= 3
+    boxes = sorted((lab.get_window_extent() for lab in labels), key=lambda b: b.x0)
+    assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [lab.get_text() for lab in labels]

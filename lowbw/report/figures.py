@@ -10,7 +10,24 @@ from typing import Any
 from lowbw.report.common import plotting
 from lowbw.report.latex import fmt_num
 
-__all__ = ["note_figure", "accuracy_curves", "ttt_facets", "dot_panels"]
+__all__ = ["note_figure", "accuracy_curves", "ttt_facets", "dot_panels", "log_ticks"]
+
+LOG_TICKS_MAX_DECADES = 2  # a log axis narrower than this is labelled at 1, 2 and 5 x 10^k
+
+
+def log_ticks(axis) -> None:
+    """Label a log ``axis`` (``ax.xaxis`` or ``ax.yaxis``, after its limits are set) readably. Spanning less
+    than :data:`LOG_TICKS_MAX_DECADES`, matplotlib labels the minor ticks too, in ``a x 10^k`` form, and
+    neighbouring labels collide; such an axis gets plain numbers at 1, 2 and 5 x 10^k instead and unlabelled
+    minor ticks. Wider axes keep the default powers of ten."""
+    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
+    lo, hi = sorted(axis.get_view_interval())
+    if axis.get_scale() != "log" or lo <= 0 or hi / lo >= 10 ** LOG_TICKS_MAX_DECADES:
+        return
+    axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
+    axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
 
 
 def note_figure(text: str):
@@ -104,6 +121,7 @@ def dot_panels(df, label: str, panels: Sequence[tuple[str, str, bool]], hue: str
         sns.scatterplot(data=df, x=col, y=label, hue=hue, hue_order=hue_order, palette=palette, s=18, ax=ax,
                         legend=i == len(panels) - 1, zorder=3)
         ax.set(xscale="log" if log else "linear", xlabel=xlabel, ylabel="")
+        log_ticks(ax.xaxis)
         ax.tick_params(axis="y", labelsize=6)
         ax.tick_params(axis="x", labelsize=6.5)
         ax.xaxis.label.set_size(7)
