@@ -43,3 +43,17 @@ def test_a_narrow_log_axis_has_no_overlapping_tick_labels():
     assert len(labels) >= 3
     boxes = sorted((lab.get_window_extent() for lab in labels), key=lambda b: b.x0)
     assert all(a.x1 < b.x0 for a, b in zip(boxes, boxes[1:])), [lab.get_text() for lab in labels]
+
+
+def test_accuracy_curves_name_every_group_in_a_legend_outside_the_axes():
+    """The curves can fill any corner of the axes (E5's, E6's), so the legend sits below them, one entry a group."""
+    import pandas as pd
+
+    from lowbw.report.figures import accuracy_curves
+
+    groups = [f"g{i}" for i in range(6)]
+    curves = pd.DataFrame({"group": [g for g in groups for _ in range(3)], "seed": 0,
+                           "time_s": [10.0, 100.0, 500.0] * 6, "test_acc": [0.1, 0.5, 0.9] * 6})
+    fig = accuracy_curves(curves, "t (s)", "title")
+    assert fig.axes[0].get_legend() is None
+    assert [t.get_text() for leg in fig.legends for t in leg.get_texts()] == groups

@@ -10,7 +10,7 @@ from typing import Any
 from lowbw.report.common import plotting
 from lowbw.report.latex import fmt_num
 
-__all__ = ["note_figure", "accuracy_curves", "ttt_facets", "dot_panels", "log_ticks"]
+__all__ = ["note_figure", "accuracy_curves", "ttt_facets", "dot_panels", "log_ticks", "legend_below"]
 
 LOG_TICKS_MAX_DECADES = 2  # a log axis narrower than this is labelled at 1, 2 and 5 x 10^k
 
@@ -30,6 +30,16 @@ def log_ticks(axis) -> None:
     axis.set_minor_formatter(NullFormatter())
 
 
+def legend_below(fig, handles, labels, max_cols: int = 6, fontsize: float = 6.5) -> None:
+    """One legend for the whole figure, below its panels, where it can hide no data; lays the panels out
+    (``tight_layout``) in the space above it."""
+    ncol = min(max_cols, len(labels)) or 1
+    rows = -(-len(labels) // ncol)
+    fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, fontsize=fontsize,
+               frameon=False, handlelength=1.8, columnspacing=1.2)
+    fig.tight_layout(pad=0.3, rect=(0, (0.08 + 0.16 * rows) / fig.get_figheight(), 1, 1))
+
+
 def note_figure(text: str):
     """A small figure that only says ``text`` (an experiment without data in this profile)."""
     plt, _ = plotting()
@@ -41,7 +51,7 @@ def note_figure(text: str):
 
 def accuracy_curves(curves, xlabel: str, title: str, order: Sequence[str] | None = None):
     """Test accuracy against time, one line per seed, one colour per ``group`` (tidy ``curves``: group, seed,
-    time_s, test_acc), on a log time axis.
+    time_s, test_acc), on a log time axis; the legend below the axes, as the curves can fill any corner.
 
     Points at time <= 0 (every run's evaluation before its first step) have no place on a log axis: drawn, they
     are clipped and the segment from them to the first real point shows as a flat line from the axis' left edge,
@@ -56,7 +66,10 @@ def accuracy_curves(curves, xlabel: str, title: str, order: Sequence[str] | None
     ax.set(xscale="log", xlabel=xlabel, ylabel="test accuracy", title=title)
     lo = max(0.0, float(curves["test_acc"].quantile(0.05)) - 0.02)
     ax.set_ylim(lo, min(1.0, float(curves["test_acc"].max()) + 0.01))
-    ax.legend(fontsize=6, ncol=3)
+    log_ticks(ax.xaxis)
+    handles, labels = ax.get_legend_handles_labels()
+    ax.get_legend().remove()
+    legend_below(fig, handles, labels)
     return fig
 
 
