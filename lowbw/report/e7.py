@@ -8,6 +8,7 @@ import pandas as pd
 from lowbw.report.catalog import E7_DENSITIES, word
 from lowbw.report.common import fmt_duration, plotting, target_acc, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
+from lowbw.report.figures import legend_below, log_ticks
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.stats import mean_std, welch
 from lowbw.report.training import eval_lines, time_to_target
@@ -109,23 +110,66 @@ def table(st: Stats) -> str:
                     "\\,\\% test accuracy on the scheduled link.", "tab:e7", size=r"\scriptsize")
 
 
+def _names(methods) -> dict[str, str]:
+    """Legend label per method: its name and what it is (adaptive, or its fixed density)."""
+    return {r["method"]: f"{r['method']} (adaptive)" if r["role"] == ADAPTIVE
+            else f"{r['method']} (density {r['density']:g})" for _, r in methods.iterrows()}
+
+
 def figure(st: Stats):
+    """Left: test accuracy against virtual time on a log axis, one line per seed, one colour and marker per
+    method; the adaptive method is drawn last and thicker, since its curves run close to the fixed densities'
+    and would be hidden under them. Right (where the schedule is known): the density the adaptive method chose
+    on its first seed's run against every fixed density, the phases of the slower link shaded. One legend
+    below both panels names every method."""
+    from matplotlib.lines import Line2D
+    from matplotlib.patches import Patch
+
     plt, sns = plotting()
-    fig, axes = plt.subplots(1, 2, figsize=(7.2, 2.6))
-    d = st.tables["curves"]
-    sns.lineplot(data=d, x="t_virtual_s", y="test_acc", hue="method", units="seed", estimator=None, lw=0.8,
-                 ax=axes[0])
-    axes[0].set(xlabel="virtual time on the fluctuating link (s)", ylabel="test accuracy")
-    axes[0].set_ylim(max(0.0, float(d["test_acc"].quantile(0.05)) - 0.02), min(1.0, float(d["test_acc"].max()) + 0.01))
     s = st.tables.get("schedule")
-    if s is not None and not s.empty:
-        ax2 = axes[1]
-        ax2.step(s["t_virtual_s"], s["bandwidth_mbit"], where="post", color="grey", label="bandwidth (Mbit/s)")
-        ax2.set(xlabel="virtual time (s)", ylabel="bandwidth (Mbit/s)", yscale="log")
-        ax3 = ax2.twinx()
-        ax3.step(s["t_virtual_s"], s["density"], where="post", color="C3", label="chosen density")
-        ax3.set(ylabel="top-k density", yscale="log")
-        ax2.set_title("adaptive choice (first seed)")
+    schedule = s is not None and not s.empty
+    fig, axes = plt.subplots(1, 2 if schedule else 1, figsize=(7.2, 2.6), squeeze=False)
+    m = st.tables["methods"]
+    order = list(m.loc[m["role"] == FIXED, "method"]) + list(m.loc[m["role"] == ADAPTIVE, "method"])
+    colour = dict(zip(order, sns.color_palette("deep", len(order))))
+    marker = dict(zip(order, "osD^vP*X"))
+    adaptive = set(m.loc[m["role"] == ADAPTIVE, "method"])
+    names = _names(m)
+
+    ax = axes[0, 0]
+    d = st.tables["curves"]
+    d = d[d["t_virtual_s"] > 0]  # the evaluation before the first step has no place on a log axis
+    for i, method in enumerate(order):
+        sns.lineplot(data=d[d["method"] == method], x="t_virtual_s", y="test_acc", units="seed", estimator=None,
+                     color=colour[method], marker=marker[method], markersize=3.5, markeredgewidth=0,
+                     lw=1.4 if method in adaptive else 0.8, zorder=2 + i, legend=False, ax=ax)
+    ax.set(xscale="log", xlabel="virtual time on the fluctuating link (s)", ylabel="test accuracy")
+    ax.set_ylim(max(0.0, float(d["test_acc"].quantile(0.05)) - 0.02), min(1.0, float(d["test_acc"].max()) + 0.01))
+    log_ticks(ax.xaxis)
+
+    handles = [Line2D([], [], color=colour[x], marker=marker[x], markersize=3.5, markeredgewidth=0,
+                      lw=1.4 if x in adaptive else 0.8, label=names[x]) for x in order]
+    if schedule:
+        ax = axes[0, 1]
+        t, bw = s["t_virtual_s"].to_numpy(), s["bandwidth_mbit"].to_numpy()
+        slow = bw < bw.max()
+        for t0, t1, is_slow in zip(t, list(t[1:]) + [t[-1]], slow):
+            if is_slow:  # each metrics line's bandwidth holds until the next line
+                ax.axvspan(t0, t1, color="0.88", lw=0, zorder=0)
+        for method in order:
+            if method in adaptive:
+                ax.step(t, s["density"], where="post", color=colour[method], lw=1.4, zorder=3)
+            else:
+                ax.axhline(float(m.loc[m["method"] == method, "density"].iloc[0]), color=colour[method], lw=0.9,
+                           ls="--", zorder=2)
+        ax.set(yscale="log", xlim=(t[0], t[-1]), xlabel="virtual time, adaptive's first seed (s)",
+               ylabel="top-k density")
+        ax.set_title("density chosen over time", fontsize=8)
+        if slow.any():
+            levels = sorted(set(bw[slow]))
+            handles.append(Patch(color="0.88", label=f"link at {' / '.join(fmt_num(x) for x in levels)} Mbit/s "
+                                                     f"(else {fmt_num(bw.max())})"))
+    legend_below(fig, handles, [h.get_label() for h in handles])
     return fig
 
 
