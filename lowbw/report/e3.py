@@ -11,6 +11,7 @@ from lowbw.report.catalog import E3_RUN_MODELS, word
 from lowbw.report.common import PRETTY, fmt_duration, plotting, report_links, training_runs
 from lowbw.report.conditions import MARK, caption
 from lowbw.report.experiment import Context, Experiment, Stats
+from lowbw.report.figures import legend_below
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.training import retime
 
@@ -141,23 +142,31 @@ def table(st: Stats) -> str:
 
 
 def figure(st: Stats):
+    """Left: minimum training time per reference model against bandwidth; right (where measured): the
+    communication share of the measured dense runs. One colour per model across both panels and one legend
+    below them: inside the left panel it covered the smallest model's line."""
     plt, sns = plotting()
     split = st.tables.get("dense_split")
     fig, axes = plt.subplots(1, 2 if split is not None else 1, figsize=(7.2 if split is not None else 4.2, 2.8),
                              squeeze=False)
     mn = st.tables["minimum"]
     d = mn.assign(model=[PRETTY.get(m, m) for m in mn["model"]], days=mn["min_s"] / 86400)
-    sns.lineplot(data=d, x="bandwidth_mbit", y="days", hue="model", marker="o", ax=axes[0, 0])
+    s = split.assign(model=[PRETTY.get(m, m) for m in split["model"]]) if split is not None else None
+    models = list(dict.fromkeys(list(d["model"]) + (list(s["model"]) if s is not None else [])))
+    palette = dict(zip(models, sns.color_palette("deep", len(models))))
+    sns.lineplot(data=d, x="bandwidth_mbit", y="days", hue="model", palette=palette, marker="o", ax=axes[0, 0])
     axes[0, 0].set(xscale="log", yscale="log", xlabel="bandwidth per worker (Mbit/s)",
                    ylabel="minimum training time (days)")
-    axes[0, 0].legend(fontsize=7)
-    if split is not None:
-        s = split.assign(model=[PRETTY.get(m, m) for m in split["model"]])
-        sns.lineplot(data=s, x="bandwidth_mbit", y="comm_share_pct", hue="model", marker="o", ax=axes[0, 1])
+    if s is not None:
+        sns.lineplot(data=s, x="bandwidth_mbit", y="comm_share_pct", hue="model", palette=palette, marker="o",
+                     ax=axes[0, 1])
         axes[0, 1].set(xscale="log", xlabel="bandwidth per worker (Mbit/s)",
                        ylabel="communication share of a step (%)", title="measured dense runs")
-        axes[0, 1].legend(fontsize=7)
-    fig.tight_layout()
+    entries = {}
+    for ax in axes.flat:
+        entries.update(zip(*reversed(ax.get_legend_handles_labels())))
+        ax.get_legend().remove()
+    legend_below(fig, list(entries.values()), list(entries), max_cols=len(entries))
     return fig
 
 

@@ -37,7 +37,7 @@ def legend_below(fig, handles, labels, max_cols: int = 6, fontsize: float = 6.5)
     rows = -(-len(labels) // ncol)
     fig.legend(handles, labels, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncol=ncol, fontsize=fontsize,
                frameon=False, handlelength=1.8, columnspacing=1.2)
-    fig.tight_layout(pad=0.3, rect=(0, (0.08 + 0.16 * rows) / fig.get_figheight(), 1, 1))
+    fig.tight_layout(pad=0.3, w_pad=1.0, rect=(0, (0.08 + 0.16 * rows) / fig.get_figheight(), 1, 1))
 
 
 def note_figure(text: str):
