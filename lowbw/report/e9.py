@@ -21,6 +21,7 @@ import pandas as pd
 from lowbw.report.catalog import E9_LINKS, E9_METHODS, PREFIX
 from lowbw.report.common import fmt_duration, plotting, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
+from lowbw.report.figures import log_ticks
 from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.training import first_at_target, group_accuracy, group_times, time_to_target
@@ -216,6 +217,9 @@ def figure(st: Stats):
         ax.grid(True, which="major", lw=0.4)
         if ax is not axes.flat[0] and ax.get_legend() is not None:
             ax.get_legend().remove()
+    for ax in axes.flat:  # once every panel is drawn: they share the time axis
+        log_ticks(ax.xaxis)
+        log_ticks(ax.yaxis)
     return fig
 
 
