@@ -389,7 +389,7 @@ def figure(st: Stats):
     nets = [n for n in st.meta["networks"] if n != BASELINE_NETWORK]
     methods = st.meta["methods"]
     fig, axes = plt.subplots(1, max(1, len(nets)), figsize=(7.0, 2.3), sharey=True, squeeze=False)
-    colors = sns.color_palette("colorblind", len(methods))
+    bar = sns.color_palette("colorblind")[0]  # one colour: the y axis names the method, the legend the bar
     for ax, net in zip(axes.flat, nets):
         g = sd[sd["network"] == net].set_index("method")
         ys = list(range(len(methods)))
@@ -397,10 +397,10 @@ def figure(st: Stats):
         errs = [float(g.loc[m, "ttt_ratio_std"]) if m in g.index else 0.0 for m in methods]
         runs = [float(g.loc[m, "end_ratio_mean"]) if m in g.index else math.nan for m in methods]
         ax.barh(ys, [0 if math.isnan(v) else v for v in vals], xerr=[0 if math.isnan(e) else e for e in errs],
-                color=colors, height=0.7, error_kw={"lw": 0.8, "capsize": 2}, label="time to target")
+                color=bar, height=0.7, error_kw={"lw": 0.8, "capsize": 2}, label="time to target")
         ax.scatter(runs, ys, marker="D", s=10, color="black", zorder=3, label="whole run")
         for y, v in zip(ys, vals):
-            ax.annotate("--" if math.isnan(v) else f"{v:.2g}", (0 if math.isnan(v) else v, y), xytext=(3, 0),
+            ax.annotate("--" if math.isnan(v) else f"{v:.2g}", (0 if math.isnan(v) else v, y), xytext=(5, 0),
                         textcoords="offset points", va="center", fontsize=6)
         ax.axvline(1.0, ls="--", lw=0.7, color="0.3")
         ax.set(title=TITLES.get(net, net), xlabel="time to target / even")
