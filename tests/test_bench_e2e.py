@@ -343,6 +343,28 @@ def test_cell_calibration_takes_the_replayed_sequence(tmp_path):
     assert pc["overhead_ms"] == pytest.approx(4.0)
 
 
+def test_cell_calibration_prefers_the_exchange_in_situ(tmp_path):
+    """A probe that made the cell's exchange in situ: its calls' per-message cost beats the replayed sequence's
+    and the curve's, and its work (compression between real messages) sets the compression factor against
+    compression alone; the factor of compressing with no messages in between is kept beside it."""
+    _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)])
+    s = {"allgather_by_gap_s": {"0": [0.002], "30": [0.004]}, "compute_alone_s": [1.0], "compute_together_s": [1.0],
+         "sequence_s": [0.003, 0.005], "compress_alone_s": [0.010, 0.010], "compress_together_s": [0.012, 0.012],
+         # 4 calls per exchange: 24 and 40 ms inside them -> 6 and 10 ms per call, / 2 (N-1) rounds
+         "exchange_work_s": [0.020, 0.030], "exchange_calls_s": [0.024, 0.040], "exchange_calls": 4}
+    pr = e2e_calibration.probe_summary([s], workers=2)
+    assert pr["overhead_exchange_ms"] == pytest.approx(4.0)
+    assert pr["compress_scale"] == pytest.approx(2.5) and pr["compress_scale_apart"] == pytest.approx(1.2)
+    pc = e2e_calibration.cell_calibration(pr, tmp_path / "sim", 20, 2)
+    assert pc["overhead_ms"] == pytest.approx(4.0)
+    assert pr["overhead_sequence_ms"] == pytest.approx(2.0)  # still recorded
+    # without it (files before it, or a dense cell): the replayed sequence and compression apart, as before
+    old = {k: v for k, v in s.items() if not k.startswith("exchange_")}
+    pr = e2e_calibration.probe_summary([old], workers=2)
+    assert pr["overhead_exchange_ms"] is None and pr["compress_scale"] == pytest.approx(1.2)
+    assert e2e_calibration.cell_calibration(pr, tmp_path / "sim", 20, 2)["overhead_ms"] == pytest.approx(2.0)
+
+
 @pytest.mark.parametrize("method, ops", [("topk1", {"all_gather"}), ("powersgd", {"all_reduce"})])
 def test_call_sequence_records_a_compressors_calls(method, ops):
     from lowbw.bench.e2e_calls import call_sequence
@@ -450,6 +472,26 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
         assert 0.2 < res["compress_scale"] < 20
     else:
         assert res["overhead_sequence_ms"] is None
+
+
+@pytest.mark.netns
+def test_probe_makes_a_per_layer_exchange_in_situ(tmp_path):
+    """A synchronous top-k cell (its calls per step are one exchange's): the probe runs the compressor's real
+    exchange between tiny real messages before each compute, on the slowest worker per rep."""
+    from lowbw.bench import e2e_probe
+
+    out = tmp_path / "probe.json"
+    assert e2e_probe.main(["--workers", "2", "--rate", "1000", "--gaps", "0", "--calls", "12",
+                           "--method", "topk1", "--out", str(out)]) == 0
+    res = json.loads(out.read_text())
+    s = res["samples"][0]
+    assert s["exchange_calls"] == 12
+    assert len(s["exchange_work_s"]) == len(s["exchange_calls_s"]) == e2e_probe.PROBE_COMPUTE_REPS
+    assert all(w > 0 for w in s["exchange_work_s"]) and all(c > 0 for c in s["exchange_calls_s"])
+    assert res["overhead_exchange_ms"] > 0 and res["compress_scale_apart"] > 0
+    assert res["compress_scale"] == pytest.approx(
+        sum(s["exchange_work_s"]) / len(s["exchange_work_s"])
+        / (sum(s["compress_alone_s"]) / len(s["compress_alone_s"])))
 
 
 @pytest.mark.netns

@@ -121,6 +121,9 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
                 rows.append(row)
                 replayed = (f", {pr['overhead_sequence_ms']:.2f} in the cell's calls"
                             if pr.get("overhead_sequence_ms") is not None else "")
+                if pr.get("overhead_exchange_ms") is not None:
+                    replayed += (f", {pr['overhead_exchange_ms']:.2f} in its exchange in situ (compression "
+                                 f"x{pr['compress_scale']:.2f})")
                 print(f"  probes: overhead {_curve_str(pr)}{replayed} ms/message, compute x{pc['compute_scale']:.2f} "
                       f"(synchronising every {pc['steps_per_sync']} steps; x{pr['compute_scale']:.2f} every step) "
                       f"({pr['emulation']})", flush=True)

@@ -39,6 +39,9 @@ def probe_summary(samples: list[dict[str, Any]], workers: int) -> dict[str, Any]
     together = [x for s in samples for x in s["compute_together_s"]]
     c_alone = [x for s in samples for x in s.get("compress_alone_s", [])]
     c_together = [x for s in samples for x in s.get("compress_together_s", [])]
+    ex_work = [x for s in samples for x in s.get("exchange_work_s", [])]
+    ex_calls = [x / s["exchange_calls"] for s in samples for x in s.get("exchange_calls_s", [])]  # per call
+    c_apart = (statistics.fmean(c_together) / statistics.fmean(c_alone) if c_alone and c_together else None)
     return {"overhead_ms": curve[0][1], "overhead_curve": curve,
             "overhead_pingpong_ms": statistics.median(pp) * 1e3 if pp else None,
             # the per-message cost of the cell's own sequence of calls and CPU gaps (None: not probed)
@@ -52,9 +55,16 @@ def probe_summary(samples: list[dict[str, Any]], workers: int) -> dict[str, Any]
             # waits for it), so hiccups on any worker count as they do in the cell
             "compute_alone_s": statistics.fmean(alone), "compute_together_s": statistics.fmean(together),
             "compute_scale": statistics.fmean(together) / statistics.fmean(alone),
-            # the same for the cell's compression (None: not probed, the clock then takes compute_scale)
-            "compress_scale": (statistics.fmean(c_together) / statistics.fmean(c_alone)
-                               if c_alone and c_together else None),
+            # the same for the cell's compression (None: not probed, the clock then takes compute_scale): in
+            # the cell's exchange in situ where the probe made it (its work between real messages), else
+            # compressing with no messages in between (compress_scale_apart, recorded either way)
+            "compress_scale": (statistics.fmean(ex_work) / statistics.fmean(c_alone) if ex_work and c_alone
+                               else c_apart),
+            "compress_scale_apart": c_apart,
+            # the per-message cost of the cell's exchange in situ: the compressor's real work between tiny real
+            # messages, timed inside the calls of the worker whose work took longest (None: not made)
+            "overhead_exchange_ms": (statistics.fmean(ex_calls) / rounds * 1e3 if ex_calls and workers > 1
+                                     else None),
             "samples": samples}
 
 
@@ -154,17 +164,20 @@ def cell_sequence(exchange: list[tuple[str, float]], sim_dir: Path, steps: int, 
 
 # ----------------------------------------------------------------------------------------------- one cell's calibration
 def cell_calibration(probe_res: dict[str, Any], sim_dir: Path, steps: int, workers: int) -> dict[str, Any]:
-    """The probe's calibration for one cell: ``overhead_ms`` = the per-message cost of the cell's own sequence
-    of calls and CPU gaps where the probe replayed it, otherwise the curve read at the cell's mean gap;
+    """The probe's calibration for one cell: ``overhead_ms`` = the per-message cost of the cell's exchange in
+    situ where the probe made it (``overhead_exchange_ms``), else of the cell's own sequence of calls and CPU
+    gaps where the probe replayed it, otherwise the curve read at the cell's mean gap;
     ``compute_scale`` = :func:`compute_scale_over` the cell's ``steps_per_sync`` (recorded in ``probe_res``;
     1 where absent) where the probe has per-rank times, else the synchronous step's
     (``compute_scale_per_step``, the probe's own)."""
     gap = cell_gap_ms(sim_dir, steps, workers)
     curve = probe_res.get("overhead_curve") or [[0.0, probe_res["overhead_ms"]]]
     at_gap, seq = overhead_at(curve, gap), probe_res.get("overhead_sequence_ms")
+    situ = probe_res.get("overhead_exchange_ms")
     period = int(probe_res.get("steps_per_sync") or 1)
     per_step = probe_res["compute_scale"]
     over = compute_scale_over(probe_res.get("samples") or [], period) if period > 1 else None
-    return {**probe_res, "overhead_ms": at_gap if seq is None else seq, "overhead_gap_ms": gap,
+    overhead = situ if situ is not None else (at_gap if seq is None else seq)
+    return {**probe_res, "overhead_ms": overhead, "overhead_gap_ms": gap,
             "overhead_at_gap_ms": at_gap, "steps_per_sync": period, "compute_scale_per_step": per_step,
             "compute_scale": per_step if over is None else over}

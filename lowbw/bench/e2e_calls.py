@@ -14,7 +14,8 @@ from lowbw.train.config import RunConfig
 from lowbw.train.models import build_model
 from lowbw.train.replicas import Replicas
 
-__all__ = ["RecordingCollective", "exchange_parts", "call_sequence", "probe_model", "probe_batch"]
+__all__ = ["RecordingCollective", "InSituCollective", "exchange_parts", "call_sequence", "probe_model",
+           "probe_batch"]
 
 
 def probe_model(name: str, data_shape: tuple[list[int], int]):
@@ -80,6 +81,31 @@ class RecordingCollective:
 
     def broadcast(self, tensor, src: int):
         return self._call("broadcast", tensor.clone)
+
+
+class InSituCollective(RecordingCollective):
+    """A rank's collective for E8's in-situ exchange: every call is also made on ``inner`` (the testbed's
+    collective) with a tiny tensor and timed there (``calls_s``), then answered as :class:`RecordingCollective`
+    answers it. The compressor thus does its real work, memory traffic and decompression of N payloads
+    included, between real messages whose payload is too small to add wire time: what the probe needs to
+    know of a per-layer exchange's messages on this host (their software cost after that work, and the
+    work's own slow-down in between), not what the link carries, which the clock models."""
+
+    def __init__(self, inner, tiny: dict[str, torch.Tensor]) -> None:
+        super().__init__(inner.world_size)
+        self.rank = inner.rank
+        self.inner = inner
+        self.tiny = tiny  # per operation the tensor sent: one float, or one per rank for a ring all-reduce
+        self.calls_s = 0.0
+
+    def _call(self, op: str, fn):
+        t0 = time.perf_counter()
+        if op == "broadcast":
+            self.inner.broadcast(self.tiny[op], 0)
+        else:
+            getattr(self.inner, op)(self.tiny[op])
+        self.calls_s += time.perf_counter() - t0
+        return super()._call(op, fn)
 
 
 def call_sequence(cfg: dict[str, Any], workers: int, data_shape: tuple[list[int], int], reps: int = 20

@@ -1,7 +1,8 @@
 """E8's probe of the host: what the virtual clock needs to know about *this machine* and nothing about a
-training run, measured on a testbed like a cell's: the software stack's per-message cost after each CPU gap and
-in the cell's own sequence of calls, Hockney's alpha (ping-pong, recorded), and the slow-down of the cell's
-compute and compression when its N workers share the cores (each rank's times kept). What the measurements
+training run, measured on a testbed like a cell's: the software stack's per-message cost after each CPU gap,
+in the cell's own sequence of calls, and in its exchange made in situ (a per-layer compressor's real work
+between tiny real messages), Hockney's alpha (ping-pong, recorded), and the slow-down of the cell's compute and
+compression when its N workers share the cores (each rank's times kept). What the measurements
 mean for a cell is :mod:`lowbw.bench.e2e_calibration`'s; the method is the paper's E8 section.
 
     python -m lowbw bench e2e_probe --workers 2 --rate 100 [--gaps 0 0.5 1 2] [--calls 9] [--ddp] \\
@@ -27,7 +28,14 @@ from torch.nn.parallel import DistributedDataParallel
 
 from lowbw.bench import bench_provenance, conditions
 from lowbw.bench.e2e_calibration import probe_summary
-from lowbw.bench.e2e_calls import RecordingCollective, call_sequence, exchange_parts, probe_batch, probe_model
+from lowbw.bench.e2e_calls import (
+    InSituCollective,
+    RecordingCollective,
+    call_sequence,
+    exchange_parts,
+    probe_batch,
+    probe_model,
+)
 from lowbw.bench.presets import load_methods
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.hooks import make_hook, timed_hook
@@ -156,13 +164,18 @@ def _probe_worker(spec_path: str) -> int:
     mine: list[float] = []  # this rank's own times of the N at once
     step()
     cell_step()
+    exchange = _in_situ_exchange(spec, rep, coll, tiny, calls)
+    in_situ: list[tuple[float, float]] = []  # this rank's (work, time inside the calls) per exchange
     for _ in range(spec["compute_reps"]):  # alternate, so that background load hits both alike
         dist.barrier()
         if rank == 0:
             alone.append(step())
         dist.barrier()
-        for _ in range(calls):  # the cell's calls of a step, then its compute
-            coll.all_gather(one)
+        if exchange is None:  # the cell's calls of a step, then its compute
+            for _ in range(calls):
+                coll.all_gather(one)
+        else:  # the cell's exchange in situ, then its compute
+            in_situ.append(exchange())
         mine.append(cell_step())
         t = torch.tensor([mine[-1]], dtype=torch.float64)
         dist.all_reduce(t, op=dist.ReduceOp.MAX)  # a synchronous step waits for the slowest worker
@@ -173,6 +186,15 @@ def _probe_worker(spec_path: str) -> int:
     if close is not None:
         close()
     c_alone, c_together = _compress_reps(spec, rep, rank)
+    ex_work: list[float] = []
+    ex_calls: list[float] = []
+    if exchange is not None:
+        ex = _gather_all(torch.tensor(in_situ, dtype=torch.float64))  # [ranks, reps, (work, calls)]
+        # per rep the worker whose work took longest, and the time inside its calls (waits for later peers
+        # included), as for the replayed sequence above
+        slow = ex[:, :, 0].argmax(dim=0)
+        picked = ex[slow, torch.arange(ex.shape[1])]
+        ex_work, ex_calls = picked[:, 0].tolist(), picked[:, 1].tolist()
     if rank == 0:
         Path(spec["out"]).write_text(json.dumps({"allgather_by_gap_s": gathers, "pingpong_s": pingpong,
                                                  "sequence": sequence,
@@ -186,10 +208,38 @@ def _probe_worker(spec_path: str) -> int:
                                                  "compute_alone_s": alone, "compute_together_s": together,
                                                  "compute_together_by_rank_s": by_rank,
                                                  "compress_alone_s": c_alone, "compress_together_s": c_together,
+                                                 "exchange_work_s": ex_work, "exchange_calls_s": ex_calls,
+                                                 "exchange_calls": calls if exchange is not None else 0,
                                                  "calls_per_step": calls, "ddp": bool(spec.get("ddp")),
                                                  "ddp_cell_hook": bool(spec.get("hook_method"))}))
     dist.destroy_process_group()
     return 0
+
+
+def _in_situ_exchange(spec: dict[str, Any], rep, coll, tiny: dict[str, torch.Tensor], calls: int):
+    """The cell's exchange in situ, or None where there is none to make: a function that runs one exchange of
+    the cell's compressor (``spec["twin"]``) on this rank's last gradient through an
+    :class:`~lowbw.bench.e2e_calls.InSituCollective` on ``coll`` and returns (seconds of work, seconds inside
+    the calls). Made for a synchronous cell with a compressor outside DDP (its ``calls`` per step are one
+    exchange's); a dense cell's one all-reduce has no work around it, and a cell that exchanges every H steps
+    is replayed by the sequence and gaps alone."""
+    if spec.get("ddp") or not spec.get("twin") or calls <= 0:
+        return None
+    parts = exchange_parts(RunConfig.from_dict(spec["twin"]), rep)
+    if parts is None or calls != len(spec.get("sequence") or []):
+        return None
+    comp, chunks, state = parts
+    grad = rep.grads[0].clone()
+
+    def once() -> tuple[float, float]:
+        situ = InSituCollective(coll, tiny)
+        t0 = time.perf_counter()
+        aggregate_rank(grad, chunks, situ, comp, state)
+        elapsed = time.perf_counter() - t0
+        return elapsed - situ.calls_s, situ.calls_s
+
+    once()
+    return once
 
 
 def _compress_reps(spec: dict[str, Any], rep, rank: int) -> tuple[list[float], list[float]]:

@@ -96,6 +96,10 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
         # the curve's cost at the cell's mean gap, beside the replayed sequence's (overhead_ms, where replayed)
         "overhead_at_gap_ms": probe_res.get("overhead_at_gap_ms"),
         "overhead_replayed": probe_res.get("overhead_sequence_ms") is not None,
+        # the exchange made in situ (the compressor's real work between tiny real messages): its per-message
+        # cost is overhead_ms, and its work's slow-down the compress_scale
+        "overhead_in_situ_ms": probe_res.get("overhead_exchange_ms"),
+        "overhead_sequence_ms": probe_res.get("overhead_sequence_ms"),
         "overhead_last_in_ms": probe_res.get("overhead_sequence_last_in_ms"),  # the replay's calls alone
         "compute_scale": scale, "compress_scale": cscale,
         # the synchronous step's factor, and the steps between the cell's synchronisations it was taken over
