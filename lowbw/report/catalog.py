@@ -190,6 +190,7 @@ MACROS: dict[str, str] = {
     "EFourSigWorse": "methods with a significantly lower final accuracy than dense",
     "EFourSigWorseList": "those methods",
     "EFourNever": "methods no seed of which reached the target",
+    "EFourPartial": "methods only some of whose seeds reached the target: how many, their mean time (list)",
     "EFourBestPerMbit": "the fastest method at every report bandwidth (list)",
     # E5 batch size, E6 local SGD / households
     **{f"EFive{k}": d for k, d in _SCHEMES.items()},
@@ -334,6 +335,7 @@ MACROS.update({
     "EFourLmSigWorse": "methods with a significantly higher final validation loss than dense",
     "EFourLmSigWorseList": "those methods",
     "EFourLmNever": "methods no seed of which reached the target",
+    "EFourLmPartial": "methods only some of whose seeds reached the target: how many, their mean time (list)",
     "EFourLmBestPerMbit": "the fastest method at every report bandwidth (list)",
     "EFourLmRankCorr": "Spearman's rank correlation of the methods' times to target, language model vs MLP",
     "EFourLmRankMethods": "how many methods that correlation is over",
