@@ -196,6 +196,12 @@ MACROS: dict[str, str] = {
     **{f"EFive{k}": d for k, d in _SCHEMES.items()},
     **{f"ESix{k}": d for k, d in _SCHEMES.items()},
     "ESixSampleRatio": "samples of the most overlapping assignment / disjoint",
+    **{f"ESixOverlap{w}{k}": f"{what} ({scheme})" for w, scheme in (
+        ("Sync", "synchronous training"), ("Local", "local SGD"), ("Households", "households"))
+       for k, what in (("", "|overlapping - disjoint| final test accuracy (points of %)"),
+                       ("Dir", "its direction: higher, lower or no higher (equal) (words, chosen by the report)"),
+                       ("P", "Welch p of overlapping against disjoint"),
+                       ("Sig", "whether that is significant (words)"))},
     # E7 fluctuating bandwidth
     "ESevenTarget": "target test accuracy (%)",
     "ESevenAdaptiveSeeds": "how many of the adaptive method's seeds reached the target (words)",
