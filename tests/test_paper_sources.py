@@ -366,3 +366,13 @@ def test_paper_builds_with_the_optional_headline(tmp_path):
     write_dummy_generated(work / "generated", headline=True)
     r = _latexmk(work, "paper.tex")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+
+
+@pytest.mark.parametrize("ran, absent", [("EOneLatSettings", "EOneLatNotRun"), ("EEightCells", "EEightNotRun")])
+def test_discussion_reads_with_and_without_e1_and_e8(ran, absent):
+    """The default profile measures neither E1 nor E8 (their files exist only where kept or in the medium
+    profile): the Discussion's sentences that lean on them are conditional, one for each case."""
+    tex = _strip_comments((SECTIONS / "discussion.tex").read_text(encoding="utf-8"))
+    for name in (ran, absent):
+        assert f"\\ifmeasured{{\\{name}}}" in tex, f"discussion.tex has no sentence for \\{name}"
+    assert "can be trusted to about the error E8 reports" not in tex.split("\\ifmeasured{\\EEightCells}")[0]
