@@ -271,6 +271,7 @@ rule report:
         bench=BENCH,
         stored=glob_wildcards(f"{STORE}/{{path}}/summary.json").path
         and expand(f"{STORE}/{{path}}/summary.json", path=glob_wildcards(f"{STORE}/{{path}}/summary.json").path),
+        system="paper/measured/system.json",  # the System section's recorded checks (lowbw.report.system)
     output:
         GENERATED,
     log:

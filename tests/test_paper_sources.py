@@ -104,9 +104,9 @@ def test_results_subsections_follow_the_pattern():
 
 def _number_macros_used() -> dict[str, set[str]]:
     """Every \\E<number>... macro the sources use (the report's number macros), per file."""
-    from lowbw.report.catalog import PREFIX
+    from lowbw.report.catalog import PREFIX, SYSTEM_PREFIX
 
-    pat = re.compile(r"\\((?:" + "|".join(PREFIX.values()) + r")[A-Za-z]*)")
+    pat = re.compile(r"\\((?:" + "|".join([*PREFIX.values(), SYSTEM_PREFIX]) + r")[A-Za-z]*)")
     return {name: set(pat.findall(_strip_comments(tex))) for name, tex in _tex_sources().items()}
 
 
@@ -184,6 +184,16 @@ def _strip_allowed(tex: str) -> str:
     return tex
 
 
+def test_system_section_types_no_measurements():
+    """The System section's engineering numbers (one-off checks) come from paper/measured/system.json through the
+    report's Sys macros: no decimal, percentage or measured range is typed there (design constants are)."""
+    tex = _strip_allowed((SECTIONS / "system.tex").read_text(encoding="utf-8"))
+    tex = re.sub(r"\\begin\{tikzpicture\}.*?\\end\{tikzpicture\}", " ", tex, flags=re.S)  # drawing coordinates
+    bad = [m.group(0) for pat in (r"\d+\.\d+", r"\d+\s*\\,?\\%", r"\d+--\d+", r"\bquarter\b|\btenth\b")
+           for m in re.finditer(pat, tex)]
+    assert not bad, f"system.tex types measured numbers outside the Sys macros: {bad}"
+
+
 @pytest.mark.parametrize("name", NO_TYPED_NUMBERS)
 def test_no_typed_measurements(name):
     tex = _strip_allowed((SECTIONS / name).read_text(encoding="utf-8"))
@@ -246,11 +256,12 @@ def write_dummy_generated(gen: Path, headline: bool = False, numbers: str = "all
     ``numbers``: "all" defines every catalogued macro but the ``...NotRun`` ones (every experiment ran with
     every setting), "none" only the ``...NotRun`` ones (no experiment ran); any other value is the name of one
     macro to leave out of "all"."""
-    from lowbw.report.catalog import MACROS
+    from lowbw.report.catalog import MACROS, SYSTEM
 
     gen.mkdir(parents=True, exist_ok=True)
     ran = numbers != "none"
-    names = [n for n in MACROS if n.endswith("NotRun") != ran and n != numbers]
+    # the System section's recorded checks are written whatever ran
+    names = [n for n in MACROS if (n.endswith("NotRun") != ran or n in SYSTEM) and n != numbers]
     defs = "".join(f"\\newcommand{{\\{n}}}{{1.23}}\n" for n in names)
     (gen / "numbers.tex").write_text("% dummy numbers\n\\newcommand{\\DummyNumber}{42}\n" + defs)
     (gen / "setup.tex").write_text(_dummy_table("tab:setup", "Dummy machine and software."))
@@ -355,3 +366,13 @@ def test_paper_builds_with_the_optional_headline(tmp_path):
     write_dummy_generated(work / "generated", headline=True)
     r = _latexmk(work, "paper.tex")
     assert r.returncode == 0, r.stdout[-4000:] + r.stderr[-4000:]
+
+
+@pytest.mark.parametrize("ran, absent", [("EOneLatSettings", "EOneLatNotRun"), ("EEightCells", "EEightNotRun")])
+def test_discussion_reads_with_and_without_e1_and_e8(ran, absent):
+    """The default profile measures neither E1 nor E8 (their files exist only where kept or in the medium
+    profile): the Discussion's sentences that lean on them are conditional, one for each case."""
+    tex = _strip_comments((SECTIONS / "discussion.tex").read_text(encoding="utf-8"))
+    for name in (ran, absent):
+        assert f"\\ifmeasured{{\\{name}}}" in tex, f"discussion.tex has no sentence for \\{name}"
+    assert "can be trusted to about the error E8 reports" not in tex.split("\\ifmeasured{\\EEightCells}")[0]

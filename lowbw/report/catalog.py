@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["PREFIX", "MACROS", "E1_ALGS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS",
-           "E9_METHODS", "E10_NETWORKS", "CLAIMS", "AXIS_NOT_RUN", "not_run_macro", "not_run_macros",
-           "check_numbers", "word"]
+__all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES",
+           "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS", "CLAIMS", "AXIS_NOT_RUN", "not_run_macro",
+           "not_run_macros", "check_numbers", "word"]
 
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
           "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen",
@@ -190,11 +190,18 @@ MACROS: dict[str, str] = {
     "EFourSigWorse": "methods with a significantly lower final accuracy than dense",
     "EFourSigWorseList": "those methods",
     "EFourNever": "methods no seed of which reached the target",
+    "EFourPartial": "methods only some of whose seeds reached the target: how many, their mean time (list)",
     "EFourBestPerMbit": "the fastest method at every report bandwidth (list)",
     # E5 batch size, E6 local SGD / households
     **{f"EFive{k}": d for k, d in _SCHEMES.items()},
     **{f"ESix{k}": d for k, d in _SCHEMES.items()},
     "ESixSampleRatio": "samples of the most overlapping assignment / disjoint",
+    **{f"ESixOverlap{w}{k}": f"{what} ({scheme})" for w, scheme in (
+        ("Sync", "synchronous training"), ("Local", "local SGD"), ("Households", "households"))
+       for k, what in (("", "|overlapping - disjoint| final test accuracy (points of %)"),
+                       ("Dir", "its direction: higher, lower or no higher (equal) (words, chosen by the report)"),
+                       ("P", "Welch p of overlapping against disjoint"),
+                       ("Sig", "whether that is significant (words)"))},
     # E7 fluctuating bandwidth
     "ESevenTarget": "target test accuracy (%)",
     "ESevenAdaptiveSeeds": "how many of the adaptive method's seeds reached the target (words)",
@@ -334,6 +341,7 @@ MACROS.update({
     "EFourLmSigWorse": "methods with a significantly higher final validation loss than dense",
     "EFourLmSigWorseList": "those methods",
     "EFourLmNever": "methods no seed of which reached the target",
+    "EFourLmPartial": "methods only some of whose seeds reached the target: how many, their mean time (list)",
     "EFourLmBestPerMbit": "the fastest method at every report bandwidth (list)",
     "EFourLmRankCorr": "Spearman's rank correlation of the methods' times to target, language model vs MLP",
     "EFourLmRankMethods": "how many methods that correlation is over",
@@ -392,6 +400,30 @@ MACROS.update({
     "EElevenCharlesSpeedupDev": "largest difference of DiLoCo's speed-up over data-parallel between the two (%)",
 })
 MACROS.update({f"{p}NotRun": "why the experiment has no data in this profile" for p in PREFIX.values()})
+
+# The System section's one-off engineering checks (not experiments: no NotRun), written by lowbw.report.system from
+# paper/measured/system.json, where each is kept with its setting and the commit that measured it
+SYSTEM_PREFIX = "Sys"
+SYSTEM: dict[str, str] = {
+    "SysPostIsendUs": "Python cost of posting one message through dist.isend (us, a range)",
+    "SysPostDirectUs": "the same, posted to the process group directly (us, a range)",
+    "SysLongQueueSpreadPct": "spread of repeated duplex transfers behind a queue of seconds at 10 Mbit/s (%)",
+    "SysShortQueueOverModel": "worst 1 MB all-reduce (4 workers, pairwise rounds) behind a 100 ms queue / the model",
+    "SysNoAckBandSlowerPct": "duplex transfers' largest slow-down against one-way ones without the ACK band (%)",
+    "SysNoPeerQueuesMs": "1 MB ring all-reduce, 3 workers, 1 Gbit/s, without per-peer queues (ms)",
+    "SysPeerQueuesMs": "the same with them (ms)",
+    "SysPeerQueuesGlooMs": "gloo's all-reduce there (ms)",
+    "SysSpuriousRetransmits": "spurious fast retransmits with every short frame first",
+    "SysSpuriousCalls": "in how many 1 MB ring all-reduces",
+    "SysBbrFastS": "100 MB all-gather all-reduce under BBR, the fast mode (s)",
+    "SysBbrSlowS": "the slow mode (s)",
+    "SysCubicS": "the same under CUBIC (s, a range)",
+    "SysBurstGainPct": "how much faster than m*beta a 1 MB transfer at 1 Gbit/s runs on an idle link (%)",
+    "SysFairDelayedPct": "share of 1 MB all-reduces delayed under the fair scheduler (%, a range)",
+    "SysFairExtraMs": "their extra time (ms, a range)",
+    "SysUndisturbedMs": "the undisturbed time (ms, a range)",
+}
+MACROS.update(SYSTEM)
 
 
 # An experiment's axes that have their own subsection and NotRun macro (written when only that axis is absent):

@@ -13,23 +13,49 @@ from lowbw.report.common import fmt_duration, report_links, target_acc, training
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import accuracy_curves
 from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.report.stats import welch
 from lowbw.report.training import eval_lines, group_accuracy, group_times, retime, run_times
 
 __all__ = ["E5", "E6"]
 
 SAMPLE_RATIO_SHOWN = 1.01  # E6 quotes the overlap's extra samples only above this ratio
+# E6's data-overlap comparisons: the word in the macro names -> (disjoint configuration, overlapping one)
+OVERLAP_PAIRS = {"Sync": ({"assignment": "disjoint", "method": "sync"}, {"assignment": "full", "method": "sync"}),
+                 "Local": ({"assignment": "disjoint", "method": "local16"},
+                           {"assignment": "full", "method": "local16"}),
+                 "Households": ({"assignment": "household", "method": "hh2"},
+                                {"assignment": "household", "method": "hh2overlap"})}
 
 
 def _label(frame, by: list[str]) -> list[str]:
     return [", ".join(str(v) for v in vals) for vals in zip(*(frame[k] for k in by))]
 
 
+def _overlap(runs: pd.DataFrame, pairs: dict[str, tuple[dict, dict]]) -> pd.DataFrame:
+    """Per pair of ``pairs`` present in the runs: the overlapping configuration's final test accuracy minus the
+    disjoint one's (points of %, means over seeds) and Welch's test between their seeds."""
+    def final(cfg):
+        sel = runs[[all(r[k] == v for k, v in cfg.items()) for _, r in runs.iterrows()]]
+        return sel["final_test_acc"].to_numpy(dtype=float)
+
+    rows = []
+    for word, (disjoint, overlap) in pairs.items():
+        a, b = final(overlap), final(disjoint)
+        if a.size and b.size:
+            t = welch(a, b)
+            rows.append({"pair": word, "disjoint": ", ".join(map(str, disjoint.values())),
+                         "overlap": ", ".join(map(str, overlap.values())),
+                         "diff_points": 100 * float(a.mean() - b.mean()), "p": t.p, "significant": t.significant})
+    return pd.DataFrame(rows, columns=["pair", "disjoint", "overlap", "diff_points", "p", "significant"])
+
+
 def stats(ctx: Context, experiments: list[str], by: list[str], baseline: dict[str, Any],
-          samples: bool = False) -> Stats | None:
+          samples: bool = False, pairs: dict[str, tuple[dict, dict]] | None = None) -> Stats | None:
     """Tidy ``accuracy`` (one row per configuration, Welch's test against ``baseline``), ``times`` (time to
     target at the focus bandwidth per configuration), ``runs`` (per run) and ``curves`` (test accuracy
     against virtual time at the focus bandwidth, per run); with ``samples``, the mean ``samples`` processed per
-    data assignment (overlapping assignments can process more than disjoint ones)."""
+    data assignment (overlapping assignments can process more than disjoint ones); with ``pairs``, ``overlap``
+    (each pair's overlapping against disjoint final accuracy, :func:`_overlap`)."""
     runs, mets = training_runs(ctx, experiments)
     if runs is None:
         return None
@@ -50,6 +76,8 @@ def stats(ctx: Context, experiments: list[str], by: list[str], baseline: dict[st
               pd.DataFrame(columns=["group", "seed", "step", "time_s", "test_acc"])}
     if samples and "samples" in runs and "assignment" in runs:
         tables["samples"] = runs.groupby("assignment", as_index=False)["samples"].mean()
+    if pairs:
+        tables["overlap"] = _overlap(runs, pairs)
     return Stats(tables, {"source": ", ".join(f"runs/{e}" for e in experiments), "by": by, "baseline": baseline,
                           "target_acc": target, "focus_mbit": focus, "latency_ms": lat,
                           "seeds": int(runs["seed"].nunique())})
@@ -79,6 +107,13 @@ def numbers(st: Stats, key: str) -> dict[str, str]:
         per = st.tables["samples"].set_index("assignment")["samples"]
         if "disjoint" in per and len(per) > 1 and per.max() / per["disjoint"] > SAMPLE_RATIO_SHOWN:
             out[f"{p}SampleRatio"] = fmt_num(float(per.max() / per["disjoint"]), 3)
+    for _, r in st.tables.get("overlap", pd.DataFrame()).iterrows():
+        # the report chooses the comparison word, so a regenerated difference cannot contradict the sentence
+        w = f"{p}Overlap{r['pair']}"
+        out[w] = fmt_num(abs(r["diff_points"]), 2)
+        out[f"{w}Dir"] = "higher" if r["diff_points"] > 0 else "lower" if r["diff_points"] < 0 else "no higher"
+        out[f"{w}P"] = fmt_num(r["p"], 2) if pd.notna(r["p"]) else "--"
+        out[f"{w}Sig"] = "significant" if r["significant"] else "not significant"
     return out
 
 
@@ -109,8 +144,9 @@ def figure(st: Stats, title: str):
 
 
 def _experiment(key: str, experiments: list[str], by: list[str], baseline: dict[str, Any], title: str,
-                caption: str, samples: bool = False) -> Experiment:
-    return Experiment(key, title, partial(stats, experiments=experiments, by=by, baseline=baseline, samples=samples),
+                caption: str, samples: bool = False, pairs: dict[str, tuple[dict, dict]] | None = None) -> Experiment:
+    return Experiment(key, title, partial(stats, experiments=experiments, by=by, baseline=baseline, samples=samples,
+                                          pairs=pairs),
                       partial(numbers, key=key), partial(table, key=key, caption=caption),
                       partial(figure, title=f"{title}: test accuracy vs virtual time"),
                       f"no {', '.join(experiments)} runs")
@@ -129,4 +165,5 @@ E6 = _experiment(
     "Synchronisation schemes and data assignment (8 workers, {n} seeds): fully synchronous, local SGD with "
     "period $L_W$ = 4 or 16, post-local SGD, and 2 households ($L_H=1$, $L_W=16$) with disjoint or "
     "overlapping household shards; disjoint vs full data overlap. Virtual time to {target}\\,\\% at "
-    "{focus}\\,Mbit/s; $^*$: accuracy differs from synchronous disjoint (Welch $p<0.05$).", samples=True)
+    "{focus}\\,Mbit/s; $^*$: accuracy differs from synchronous disjoint (Welch $p<0.05$).", samples=True,
+    pairs=OVERLAP_PAIRS)
