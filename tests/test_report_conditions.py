@@ -68,3 +68,4 @@ def test_e3_table_of_a_file_without_conditions_says_so(tmp_path):
         "cpu": "cpu"}, "conditions": RUN}))
     tab = E3.table(E3.stats(Context({"report": {"bandwidths_mbit": [10]}}, tmp_path, tmp_path / "out")))
     assert tab.count(MARK) == 2 and "1-min load 0.25/6.75/3.50" in tab  # the cell and the caption's key
+
