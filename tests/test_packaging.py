@@ -3,6 +3,7 @@ torchvision stays optional, and `import lowbw` is cheap."""
 
 from __future__ import annotations
 
+import os
 import re
 import subprocess
 import sys
@@ -61,3 +62,33 @@ def test_top_level_layout():
     for p in ["README.md", "environment.yml", "lowbw", "notebooks", "runs", "paper", "tests", "Snakefile",
               "pyproject.toml", "config", ".ci/run", "runs/README.md"]:
         assert (ROOT / p).exists(), p
+
+
+
+ADVISE = ["advise", "--params", "1e6", "--workers", "2", "--rate", "10mbit", "--step-ms", "5"]
+
+
+def _cli_loads_torch(argv: list[str], env: dict[str, str] | None = None) -> bool:
+    """Whether ``python -m lowbw *argv`` (which must exit 0) imported torch."""
+    code = ("import runpy, sys\nsys.argv = ['lowbw', *sys.argv[1:]]\ntry:\n"
+            "    runpy.run_module('lowbw', run_name='__main__')\nexcept SystemExit as e:\n    rc = e.code\n"
+            "print('torch' in sys.modules, rc, file=sys.stderr)")
+    r = subprocess.run([sys.executable, "-c", code, *argv], capture_output=True, text=True, timeout=120, cwd=ROOT,
+                       env=env)
+    loaded, rc = r.stderr.split()[-2:]
+    assert rc == "0", r.stderr
+    return loaded == "True"
+
+
+def test_lowbw_help_imports_no_torch():
+    """`lowbw --help` builds every subcommand's parser: none needs torch (seconds to import), so a module they
+    import defers it to the function that uses it."""
+    assert not _cli_loads_torch(["--help"])
+
+
+def test_lowbw_advise_imports_no_torch_once_its_payload_sizes_are_cached(tmp_path):
+    """`lowbw advise` prices methods from formulas and cached payload sizes; only filling that cache (lowbw.advise
+    .cache) compresses tensors with torch."""
+    env = {**os.environ, "LOWBW_CACHE_DIR": str(tmp_path)}
+    _cli_loads_torch(ADVISE, env)  # fills the cache
+    assert not _cli_loads_torch(ADVISE, env)

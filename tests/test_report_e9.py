@@ -62,3 +62,38 @@ def test_a_method_that_sent_nothing_before_the_target_has_no_point_on_the_log_ax
     st = E9LM.stats(Context({"targets": {"shakespeare": "val_loss<=2.5"}}, tmp_path, tmp_path / "out"))
     fig = E9LM.figure(st)
     assert fig is not None
+
+
+def _report(tmp_path, capsys) -> tuple[int, list[str]]:
+    """``lowbw report --only e9lm`` on ``tmp_path/runs`` into ``tmp_path/out``: (exit status, stderr lines)."""
+    from lowbw.cli import main
+
+    cfg = tmp_path / "config.yaml"
+    cfg.write_text("targets:\n  shakespeare: val_loss<=2.5\n")
+    rc = main(["report", "--config", str(cfg), "--runs", str(tmp_path / "runs"), "--out", str(tmp_path / "out"),
+               "--only", "e9lm"])
+    return rc, capsys.readouterr().err.splitlines()
+
+
+def test_a_grid_without_its_dense_runs_is_reported_as_not_run_naming_them(tmp_path, capsys):
+    """Every number of E9 compares with dense at the same number of workers: without a completed dense run the
+    report says so in one line and writes the NotRun macro with that reason, so the paper still builds."""
+    for seed in (0, 1):
+        _run(tmp_path / "runs", "diloco16", "diloco", seed, 1.0, 4e6 / 16, 2.35)
+    rc, err = _report(tmp_path, capsys)
+    assert rc == 0
+    assert err == ["lowbw report: e9lm reported as not run: runs/e9_lm has no completed run of its baseline "
+                   "method=dense with workers=4"]
+    numbers = (tmp_path / "out" / "numbers.tex").read_text()
+    assert "\\newcommand{\\ENineLmNotRun}{runs/e9\\_lm has no completed run of its baseline" in numbers
+    assert "ENineLmDiloco" not in numbers
+
+
+def test_an_incomplete_run_fails_the_report_in_one_line_before_writing_anything(tmp_path, capsys):
+    for seed in (0, 1):
+        _run(tmp_path / "runs", "dense", "sync", seed, 1.0, 4e6, 2.30)
+    (tmp_path / "runs" / "e9_lm" / "method~dense" / "seed~1" / "summary.json").unlink()
+    rc, err = _report(tmp_path, capsys)
+    assert rc == 2
+    assert len(err) == 1 and "e9_lm/method~dense/seed~1: summary.json is missing" in err[0]
+    assert not (tmp_path / "out").exists()

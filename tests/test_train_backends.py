@@ -7,6 +7,7 @@ import pytest
 from lowbw.runio import read_jsonl
 from lowbw.train.config import RunConfig
 from lowbw.train.launch import run
+from tests.sim_procs import assert_same_metrics
 
 BASE = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=5, log_every=1, progress=False,
             train_limit=400, test_limit=100, eval_every=0.5, clock="model", clock_sample_s=1e-3,
@@ -25,14 +26,8 @@ def metrics(tmp_path, name, keep_checkpoint=False, **kw):
 def test_sim_and_procs_agree_with_compression_and_error_feedback(tmp_path, comp):
     sim = metrics(tmp_path, "sim", backend="sim", **comp)
     procs = metrics(tmp_path, "procs", backend="procs", **comp)
-    assert len(sim) == len(procs) == 7
-    for a, b in zip(sim, procs):
-        assert a["step"] == b["step"] and a["samples"] == b["samples"]
-        for k in ("loss", "acc", "val_loss", "test_loss", "test_acc"):
-            if a.get(k) is not None:
-                assert b[k] == pytest.approx(a[k], abs=1e-5), (a["step"], k)
-        assert a["bytes_sent"] == b["bytes_sent"]
-        assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)  # clock=model: deterministic
+    assert len(sim) == 7
+    assert_same_metrics(sim, procs)
 
 
 @pytest.mark.slow

@@ -11,6 +11,7 @@ from lowbw.train.desloc import periods
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
 from lowbw.train.world import SimWorld
+from tests.sim_procs import assert_same_metrics, sim_and_procs
 
 BASE = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=6, log_every=1, progress=False,
             train_limit=400, test_limit=100, eval_every=0.5, clock="model", clock_sample_s=1e-3,
@@ -81,13 +82,6 @@ def test_desloc_keys_are_checked(kw, key):
 
 def test_desloc_on_procs_matches_sim(tmp_path):
     kw = dict(sync="desloc", world_period=2, desloc_m1_period=4, desloc_m2_period=2, steps=5)
-    run(cfg(backend="sim", **kw), tmp_path / "sim", quiet=True)
-    run(cfg(backend="procs", **kw), tmp_path / "procs", quiet=True)
-    sim, procs = read_jsonl(tmp_path / "sim" / "metrics.jsonl"), read_jsonl(tmp_path / "procs" / "metrics.jsonl")
-    assert len(sim) == len(procs) == 7
-    for a, b in zip(sim, procs):
-        assert a["step"] == b["step"] and a["bytes_sent"] == b["bytes_sent"]
-        for k in ("loss", "acc", "test_loss", "test_acc"):
-            if a.get(k) is not None:
-                assert b[k] == pytest.approx(a[k], abs=1e-5), (a["step"], k)
-        assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)
+    sim, procs = sim_and_procs(cfg, tmp_path, **kw)
+    assert len(sim) == 7
+    assert_same_metrics(sim, procs)

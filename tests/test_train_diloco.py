@@ -12,6 +12,7 @@ from lowbw.train.config import ConfigError, RunConfig
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
 from lowbw.train.world import SimWorld
+from tests.sim_procs import assert_same_metrics, sim_and_procs
 from tests.test_train_loop import killed_run
 
 BASE = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=7, log_every=1, progress=False,
@@ -89,16 +90,9 @@ def test_diloco_checkpoint_resume_gives_identical_later_metrics(tmp_path, monkey
 def test_diloco_compressed_pseudo_gradient_on_procs_matches_sim(tmp_path):
     kw = dict(sync="diloco", world_period=2, steps=5, compressor="topk", compressor_args={"ratio": 0.05},
               error_feedback="on")
-    run(cfg(backend="sim", **kw), tmp_path / "sim", quiet=True)
-    run(cfg(backend="procs", **kw), tmp_path / "procs", quiet=True)
-    sim, procs = read_jsonl(tmp_path / "sim" / "metrics.jsonl"), read_jsonl(tmp_path / "procs" / "metrics.jsonl")
-    assert len(sim) == len(procs) == 7
-    for a, b in zip(sim, procs):
-        assert a["step"] == b["step"] and a["bytes_sent"] == b["bytes_sent"]
-        for k in ("loss", "acc", "test_loss", "test_acc"):
-            if a.get(k) is not None:
-                assert b[k] == pytest.approx(a[k], abs=1e-5), (a["step"], k)
-        assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)
+    sim, procs = sim_and_procs(cfg, tmp_path, **kw)
+    assert len(sim) == 7
+    assert_same_metrics(sim, procs)
     # compressed: the outer steps send fewer bytes than dense DiLoCo's
     run(cfg(backend="sim", **{**kw, "compressor": "none", "compressor_args": {}, "error_feedback": "auto"}),
         tmp_path / "dense", quiet=True)

@@ -6,9 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from lowbw.runio import read_jsonl
 from lowbw.train.config_rules import ConfigError
-from lowbw.train.launch import run
+from tests.sim_procs import assert_same_metrics, sim_and_procs
 from tests.test_train_diloco import cfg, trained
 from tests.test_train_diloco_streaming import per_step, step_lines
 
@@ -84,16 +83,8 @@ def test_eager_on_procs_matches_sim(tmp_path):
     """Eager updates on procs (the exchange on the background thread, each process its own theta_start):
     sim's losses, bytes and clock."""
     kw = dict(KW, steps=9, bandwidth_mbit=1.0, diloco_overlap="eager")
-    run(cfg(backend="sim", **kw), tmp_path / "sim", quiet=True)
-    run(cfg(backend="procs", **kw), tmp_path / "procs", quiet=True)
-    sim, procs = read_jsonl(tmp_path / "sim" / "metrics.jsonl"), read_jsonl(tmp_path / "procs" / "metrics.jsonl")
-    assert len(sim) == len(procs)
-    for a, b in zip(sim, procs):
-        assert a["step"] == b["step"] and a["bytes_sent"] == b["bytes_sent"]
-        for k in ("loss", "acc", "test_loss", "test_acc"):
-            if a.get(k) is not None:
-                assert b[k] == pytest.approx(a[k], abs=1e-5), (a["step"], k)
-        assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)
+    sim, procs = sim_and_procs(cfg, tmp_path, **kw)
+    assert_same_metrics(sim, procs)
 
 
 @pytest.mark.slow
@@ -101,13 +92,5 @@ def test_delayed_on_procs_matches_sim(tmp_path):
     """The exchange on procs' background thread during the next H inner steps: sim's losses, bytes and
     clock."""
     kw = dict(KW, steps=9, bandwidth_mbit=1.0, diloco_overlap="delayed")
-    run(cfg(backend="sim", **kw), tmp_path / "sim", quiet=True)
-    run(cfg(backend="procs", **kw), tmp_path / "procs", quiet=True)
-    sim, procs = read_jsonl(tmp_path / "sim" / "metrics.jsonl"), read_jsonl(tmp_path / "procs" / "metrics.jsonl")
-    assert len(sim) == len(procs)
-    for a, b in zip(sim, procs):
-        assert a["step"] == b["step"] and a["bytes_sent"] == b["bytes_sent"]
-        for k in ("loss", "acc", "test_loss", "test_acc"):
-            if a.get(k) is not None:
-                assert b[k] == pytest.approx(a[k], abs=1e-5), (a["step"], k)
-        assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)
+    sim, procs = sim_and_procs(cfg, tmp_path, **kw)
+    assert_same_metrics(sim, procs)

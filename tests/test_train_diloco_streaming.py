@@ -13,6 +13,7 @@ from lowbw.train.loop import WALL_FIELDS, Trainer
 from lowbw.train.optim import FlatOptimizer
 from lowbw.train.schemes.synchronous import ModelSync
 from lowbw.train.world import SimWorld
+from tests.sim_procs import assert_same_metrics, sim_and_procs
 from tests.test_train_diloco import cfg, trained
 from tests.test_train_loop import killed_run
 
@@ -192,16 +193,8 @@ def test_streaming_on_procs_matches_sim(tmp_path):
     waited for a step later) gives sim's losses, bytes and clock."""
     kw = dict(sync="diloco", world_period=4, diloco_fragments=2, diloco_delay=1, steps=7, compressor="topk",
               compressor_args={"ratio": 0.05}, error_feedback="on", bandwidth_mbit=1.0, model="mlp")
-    run(cfg(backend="sim", **kw), tmp_path / "sim", quiet=True)
-    run(cfg(backend="procs", **kw), tmp_path / "procs", quiet=True)
-    sim, procs = read_jsonl(tmp_path / "sim" / "metrics.jsonl"), read_jsonl(tmp_path / "procs" / "metrics.jsonl")
-    assert len(sim) == len(procs)
-    for a, b in zip(sim, procs):
-        assert a["step"] == b["step"] and a["bytes_sent"] == b["bytes_sent"]
-        for k in ("loss", "acc", "test_loss", "test_acc"):
-            if a.get(k) is not None:
-                assert b[k] == pytest.approx(a[k], abs=1e-5), (a["step"], k)
-        assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)
+    sim, procs = sim_and_procs(cfg, tmp_path, **kw)
+    assert_same_metrics(sim, procs)
 
 
 def _timed_worker(rank: int, world_size: int, cd: dict) -> dict[str, float]:

@@ -8,9 +8,8 @@ import torch
 
 from lowbw.comm.noloco import noloco_outer
 from lowbw.comm.pairwise import pair_partners, pairwise_time
-from lowbw.runio import read_jsonl
 from lowbw.train.config_rules import ConfigError
-from lowbw.train.launch import run
+from tests.sim_procs import assert_same_metrics, sim_and_procs
 from tests.test_train_diloco import cfg, trained
 from tests.test_train_diloco_streaming import per_step, step_lines
 
@@ -102,13 +101,5 @@ def test_noloco_on_procs_matches_sim(tmp_path):
     """Four processes swapping with their seeded peers point to point (isend/irecv with the peer timeout):
     sim's losses, bytes and clock."""
     kw = dict(KW, bandwidth_mbit=1.0)
-    run(cfg(backend="sim", **kw), tmp_path / "sim", quiet=True)
-    run(cfg(backend="procs", **kw), tmp_path / "procs", quiet=True)
-    sim, procs = read_jsonl(tmp_path / "sim" / "metrics.jsonl"), read_jsonl(tmp_path / "procs" / "metrics.jsonl")
-    assert len(sim) == len(procs)
-    for a, b in zip(sim, procs):
-        assert a["step"] == b["step"] and a["bytes_sent"] == b["bytes_sent"]
-        for k in ("loss", "acc", "test_loss", "test_acc"):
-            if a.get(k) is not None:
-                assert b[k] == pytest.approx(a[k], abs=1e-5), (a["step"], k)
-        assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)
+    sim, procs = sim_and_procs(cfg, tmp_path, **kw)
+    assert_same_metrics(sim, procs)

@@ -13,6 +13,7 @@ from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
 from lowbw.train.sparta import indices
 from lowbw.train.world import SimWorld
+from tests.sim_procs import assert_same_metrics, sim_and_procs
 
 BASE = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=6, log_every=1, progress=False,
             train_limit=400, test_limit=100, eval_every=0.5, clock="model", clock_sample_s=1e-3)
@@ -90,13 +91,6 @@ def test_sparta_keys_are_checked(kw, key):
 @pytest.mark.parametrize("kw", [dict(sync="sparta", sparta_density=0.05),
                                 dict(sync="diloco", world_period=2, sparta_density=0.05)])
 def test_sparta_on_procs_matches_sim(tmp_path, kw):
-    run(cfg(backend="sim", steps=4, **kw), tmp_path / "sim", quiet=True)
-    run(cfg(backend="procs", steps=4, **kw), tmp_path / "procs", quiet=True)
-    sim, procs = read_jsonl(tmp_path / "sim" / "metrics.jsonl"), read_jsonl(tmp_path / "procs" / "metrics.jsonl")
-    assert len(sim) == len(procs) >= 6
-    for a, b in zip(sim, procs):
-        assert a["step"] == b["step"] and a["bytes_sent"] == b["bytes_sent"]
-        for k in ("loss", "acc", "test_loss", "test_acc"):
-            if a.get(k) is not None:
-                assert b[k] == pytest.approx(a[k], abs=1e-5), (a["step"], k)
-        assert b["t_virtual"] == pytest.approx(a["t_virtual"], rel=1e-12)
+    sim, procs = sim_and_procs(cfg, tmp_path, steps=4, **kw)
+    assert len(sim) >= 6
+    assert_same_metrics(sim, procs)

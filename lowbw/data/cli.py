@@ -11,6 +11,9 @@ import argparse
 import sys
 import time
 
+from lowbw.data import available, cache_dir, load
+from lowbw.data.loader import verify_cache
+
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
     p = sub.add_parser("data", help="fetch and verify datasets into the cache",
@@ -24,10 +27,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:
 
 
 def _verify(names: list[str], root) -> int:
-    # lazy: keeps `lowbw --help` free of torch
-    from lowbw.data import available, cache_dir
-    from lowbw.data.loader import verify_cache
-
     bad = [n for n in names if n not in available()]
     if bad:
         print(f"lowbw data verify: dataset={bad[0]!r} is unknown; allowed: {', '.join(available())}", file=sys.stderr)
@@ -51,8 +50,6 @@ def _verify(names: list[str], root) -> int:
 
 
 def main(args: argparse.Namespace) -> int:
-    from lowbw.data import available, cache_dir, load  # lazy: keeps `lowbw --help` free of torch
-
     if args.names and args.names[0] == "verify":
         return _verify(args.names[1:], args.root)
     if not args.names:

@@ -21,13 +21,16 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 
 from lowbw.data.fetch import MIRROR_ENV, ChecksumError, download, file_digest, mirror_get, verify
 from lowbw.data.parse import Arrays, FormatError, parse_cifar_tar, parse_idx_gz
 from lowbw.data.specs import SPECS, DatasetSpec
+
+if TYPE_CHECKING:  # annotations only: `lowbw --help` imports this module (lowbw.data) and must not load torch
+    import torch
 
 __all__ = ["Dataset", "load", "load_arrays", "cache_dir", "DATA_DIR_ENV", "available", "verify_cache"]
 
@@ -295,6 +298,8 @@ def load(name: str, root: str | Path | None = None, mirror: str | None = None,
     Sources in order: the cache (``root`` / ``$LOWBW_DATA_DIR``), the mirror (``mirror`` /
     ``$LOWBW_DATA_MIRROR``), the official URLs. Later loads memory-map the cache (well under a second).
     """
+    import torch  # lazy: keeps `lowbw --help` and `lowbw data verify` free of torch
+
     spec = _spec(name)
     arrays, source = load_arrays(name, root, mirror, download_ok)
     t = {k: torch.from_numpy(np.asarray(arrays[k])) for k in _KEYS}

@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.report.catalog import PREFIX, check_numbers, not_run_macros
-from lowbw.report.experiment import Context, Experiment, Stats
+from lowbw.report.experiment import Context, Experiment, MissingData, Stats
 from lowbw.report.gpu import write as write_gpu
 from lowbw.report.latex import booktabs, escape, numbers_tex
 from lowbw.report.system import numbers as system_numbers
@@ -36,6 +36,7 @@ class Section:
     table: str
     numbers: dict[str, str]
     figure: Any = None
+    incomplete: str | None = None  # why it was not reported though it has runs (MissingData's message)
 
 
 @dataclass
@@ -52,19 +53,23 @@ class BuildResult:
                              for s in self.sections])
 
 
-def not_run(exp: Experiment) -> Section:
-    """An experiment without data in this profile: the paper says so (the ``...NotRun`` macro) rather than
-    fake it."""
+def not_run(exp: Experiment, incomplete: str | None = None) -> Section:
+    """An experiment without data in this profile, or whose data lacks what its numbers need (``incomplete``
+    says what): the paper says so (the ``...NotRun`` macro) rather than fake it."""
     from lowbw.report.figures import note_figure  # lazy: keeps `lowbw --help` free of matplotlib, pandas, seaborn
 
-    table = booktabs([[escape(exp.missing)]], [escape(exp.title)], f"{escape(exp.title)}: no results in this "
+    why = incomplete or exp.missing
+    table = booktabs([[escape(why)]], [escape(exp.title)], f"{escape(exp.title)}: no results in this "
                      "profile.", f"tab:{exp.key}", align="l")
-    return Section(exp.key, None, table, {m: escape(exp.missing) for m in not_run_macros(exp.key)},
-                   note_figure(f"{exp.title}: not run\n({exp.missing})"))
+    return Section(exp.key, None, table, {m: escape(why) for m in not_run_macros(exp.key)},
+                   note_figure(f"{exp.title}: not run\n({why})"), incomplete)
 
 
 def run_experiment(exp: Experiment, ctx: Context) -> Section:
-    st = exp.stats(ctx)
+    try:
+        st = exp.stats(ctx)
+    except MissingData as e:
+        return not_run(exp, str(e))
     if st is None:
         return not_run(exp)
     numbers = exp.numbers(st)
@@ -130,20 +135,18 @@ def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path
     if unknown:
         raise ValueError(f"unknown experiment(s) {unknown}; known: {[e.key for e in ALL]}")
     ctx = Context(config=config, runs_dir=Path(runs_dir), out=Path(out))
+    # every experiment is computed before a file is written: a run that cannot be read fails the build with the
+    # output as it was, not with some experiments' tables newer than numbers.tex
+    sections = [run_experiment(exp, ctx) for exp in ALL if not only or exp.key in only]
     ctx.out.mkdir(parents=True, exist_ok=True)
-    sections: list[Section] = []
     files: list[Path] = []
     numbers: dict[str, str] = {}
-    for exp in ALL:
-        if only and exp.key not in only:
-            continue
-        sec = run_experiment(exp, ctx)
-        sections.append(sec)
+    for sec in sections:
         numbers.update(sec.numbers)  # catalogue names carry the experiment's prefix: no clashes
-        files.append(atomic_write_text(ctx.out / f"tab_{exp.key}.tex", sec.table))
-        files.extend(_save_figure(sec.figure, ctx.out, exp.key))
+        files.append(atomic_write_text(ctx.out / f"tab_{sec.key}.tex", sec.table))
+        files.extend(_save_figure(sec.figure, ctx.out, sec.key))
         if sec.stats is not None:
-            files.extend(_stats_csv(sec.stats, exp.key, ctx.out))
+            files.extend(_stats_csv(sec.stats, sec.key, ctx.out))
     if not only:  # GPU runs kept in the repository (lowbw.store), labelled with their GPU and date; none: no file
 
         files.extend(write_gpu(ctx.out))

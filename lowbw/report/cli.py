@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from lowbw.report import build
+from lowbw.results import RunError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:
@@ -40,6 +41,13 @@ def main(args: argparse.Namespace) -> int:
     if bad:
         print(f"lowbw report: --only {bad[0]} is unknown; known: {' '.join(BY_KEY)}", file=sys.stderr)
         return 2
-    result = build(yaml.safe_load(cfg.read_text()), args.runs, args.out, only=args.only)
+    try:
+        result = build(yaml.safe_load(cfg.read_text()), args.runs, args.out, only=args.only)
+    except RunError as e:  # an incomplete or corrupt run: rerun it; nothing was written
+        print(f"lowbw report: {e}", file=sys.stderr)
+        return 2
+    for sec in result.sections:
+        if sec.incomplete:
+            print(f"lowbw report: {sec.key} reported as not run: {sec.incomplete}", file=sys.stderr)
     print(result.summary().to_string(index=False))
     return 0

@@ -13,12 +13,12 @@ from scipy.stats import spearmanr
 
 from lowbw.report.catalog import PREFIX
 from lowbw.report.common import fmt_duration, report_links, training_runs
-from lowbw.report.experiment import Context, Experiment, Stats
+from lowbw.report.experiment import Context, Experiment, MissingData, Stats
 from lowbw.report.figures import ttt_facets
 from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.stats import mean_std
-from lowbw.report.training import group_accuracy, group_times, run_times
+from lowbw.report.training import group_accuracy, group_times, require_baseline, run_times
 from lowbw.store import ANCHOR_STORE, load_store
 
 __all__ = ["E4", "E4LM"]
@@ -36,13 +36,17 @@ def stats(ctx: Context, key: str = "e4") -> Stats | None:
     runs, mets = training_runs(ctx, [RUNS[key]])
     if runs is None:
         return None
+    require_baseline(runs, {"method": BASELINE}, f"runs/{RUNS[key]}")
     mbits, lat, focus = report_links(ctx)
     goal = goal_of(ctx.config, runs)
     per_run = run_times(runs, mets, ["method"], goal.target, mbits, lat)
     tables = {"accuracy": group_accuracy(runs, ["method"], {"method": BASELINE}, goal.metric),
               "times": group_times(per_run, ["method"]), "runs": per_run}
     if key == "e4lm":
-        other = stats(ctx, "e4")
+        try:
+            other = stats(ctx, "e4")
+        except MissingData:  # the MLP's runs lack their baseline: no ranking to compare, the rest stands
+            other = None
         if other is not None:
             tables["ranks"] = _ranks(tables["times"], other.tables["times"], focus)
         anchor, _ = training_runs(ctx, [ANCHOR_RUNS])

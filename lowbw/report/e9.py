@@ -24,7 +24,7 @@ from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import log_ticks
 from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
-from lowbw.report.training import first_at_target, group_accuracy, group_times, time_to_target
+from lowbw.report.training import first_at_target, group_accuracy, group_times, require_baseline, time_to_target
 
 __all__ = ["E9", "E9LM", "LINKS", "BASELINE"]
 
@@ -53,6 +53,7 @@ def stats(ctx: Context, key: str = "e9") -> Stats | None:
     runs, mets = training_runs(ctx, [RUNS[key]])
     if runs is None:
         return None
+    require_baseline(runs, {"method": BASELINE}, f"runs/{RUNS[key]}", within=("workers",))
     goal = goal_of(ctx.config, runs)
     target = goal.target
     runs = runs.assign(family=["rare" if s in RARE_SYNCS else "per step" for s in runs["sync"]])

@@ -1,6 +1,7 @@
 """The interface an experiment of the paper is written against: :class:`Context` (the report's inputs),
 :class:`Stats` (an experiment's tidy tables and the scalars they were computed with) and :class:`Experiment`
-(its four functions: ``stats``, ``numbers``, ``table``, ``figure``). :mod:`lowbw.report.build` runs them;
+(its four functions: ``stats``, ``numbers``, ``table``, ``figure``) and :class:`MissingData` (what ``stats``
+raises when the runs it found lack one it cannot go without). :mod:`lowbw.report.build` runs them;
 ``lowbw.report.experiments.ALL`` lists them. Nothing here imports an experiment or the build.
 """
 
@@ -12,7 +13,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-__all__ = ["Context", "Stats", "Experiment"]
+__all__ = ["Context", "Stats", "Experiment", "MissingData"]
+
+
+class MissingData(LookupError):
+    """An experiment's runs are present but lack one its numbers cannot go without (e.g. the baseline every
+    method is compared with); the message names the runs and what they lack. The build reports the experiment
+    as not run, with the message as the reason, instead of comparing against nothing."""
 
 
 @dataclass
@@ -48,7 +55,8 @@ class Experiment:
 
     key: str  # "e1" .. "e8"
     title: str
-    stats: Callable[[Context], Stats | None]  # None: the profile has no data for it (``missing`` says why)
+    # None: the profile has no data for it (``missing`` says why); raises MissingData where the data is incomplete
+    stats: Callable[[Context], Stats | None]
     numbers: Callable[[Stats], dict[str, str]]  # macro name (from the catalogue) -> formatted value
     table: Callable[[Stats], str]  # a complete LaTeX table environment, label tab:<key>
     figure: Callable[[Stats], Any]  # a matplotlib Figure

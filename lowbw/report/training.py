@@ -15,10 +15,12 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lowbw.report.experiment import MissingData
 from lowbw.report.stats import mean_std, welch
 from lowbw.train.targets import Target, parse_target
 
-__all__ = ["retime", "time_to_target", "eval_lines", "run_times", "group_times", "group_accuracy"]
+__all__ = ["retime", "time_to_target", "eval_lines", "run_times", "group_times", "group_accuracy",
+           "require_baseline"]
 
 
 def retime(m: pd.DataFrame, mbit: float | None = None, latency_ms: float | None = None) -> pd.Series:
@@ -89,6 +91,21 @@ def group_times(per_run: pd.DataFrame, by: list[str]) -> pd.DataFrame:
                      if np.isfinite(t).any() else math.nan, "ttt_std_s": ms.std, "seeds_reached": ms.n,
                      "seeds": len(t)})
     return pd.DataFrame(rows)
+
+
+def require_baseline(runs: pd.DataFrame, baseline: dict[str, Any], source: str, within: tuple[str, ...] = ()) -> None:
+    """Raise :class:`~lowbw.report.experiment.MissingData` unless ``runs`` (from ``source``, e.g. ``runs/e4_lm``)
+    hold a completed run of the ``baseline`` group, and one for every value of the ``within`` columns (e.g. each
+    number of workers, where the comparison is made within it): every comparison needs its baseline."""
+    is_base = np.logical_and.reduce([runs[k] == v for k, v in baseline.items()])
+    cells = sorted(set(zip(*(runs[k] for k in within)))) if within else [()]
+    have = set(zip(*(runs.loc[is_base, k] for k in within))) if within else ({()} if is_base.any() else set())
+    lacking = [c for c in cells if c not in have]
+    if lacking:
+        what = ", ".join(f"{k}={v}" for k, v in baseline.items())
+        where = " with " + " or ".join(", ".join(f"{k}={v}" for k, v in zip(within, c)) for c in lacking) \
+            if within else ""
+        raise MissingData(f"{source} has no completed run of its baseline {what}{where}")
 
 
 def group_accuracy(runs: pd.DataFrame, by: list[str], baseline: dict[str, Any] | None = None,
