@@ -199,11 +199,20 @@ def test_report_reads_the_language_models_cells(tmp_path):
     (tmp_path / "runs" / "bench" / "e2e_lm.json").write_text(json.dumps({
         "provenance": prov, "args": {"model": "gpt-small"}, "conditions": cond,
         "rows": [row("dense", -0.12, steps_per_sync=1, compute_scale=1.2, compute_scale_per_step=1.2),
-                 row("diloco16", 0.05, steps_per_sync=15, compute_scale=1.05, compute_scale_per_step=1.3)]}))
+                 row("diloco16", 0.05, steps_per_sync=15, compute_scale=1.05, compute_scale_per_step=1.3),
+                 # a per-layer cell whose probes made its exchange in situ
+                 row("topk1", 0.04, steps_per_sync=1, compute_scale=1.1, compute_scale_per_step=1.1,
+                     overhead_in_situ_ms=1.43, overhead_sequence_ms=1.21, implied_overhead_ms=1.3,
+                     compress_scale=1.7, compress_scale_apart=1.25)]}))
     build({"profile": "tiny", "seeds": [0]}, tmp_path / "runs", tmp_path / "gen", only=["e8"])
     numbers = (tmp_path / "gen" / "numbers.tex").read_text()
-    assert r"\newcommand{\EEightLmCells}{2}" in numbers and r"\newcommand{\EEightLmWithin}{1}" in numbers
+    assert r"\newcommand{\EEightLmCells}{3}" in numbers and r"\newcommand{\EEightLmWithin}{2}" in numbers
     assert r"\newcommand{\EEightCells}{1}" in numbers  # the MLP's numbers stay the MLP's
+    assert r"\newcommand{\EEightLmInSituMethods}{topk1}" in numbers
+    assert r"\newcommand{\EEightLmInSituMs}{1.43}" in numbers and r"\newcommand{\EEightLmReplayMs}{1.21}" in numbers
+    assert r"\newcommand{\EEightLmInSituCompress}{1.70}" in numbers
+    assert r"\newcommand{\EEightLmApartCompress}{1.25}" in numbers
+    assert r"\newcommand{\EEightLmInSituVsImplied}{less}" in numbers  # 1.3 ms implied against 1.43 probed
     assert r"\newcommand{\EEightLmSyncMethods}{diloco16}" in numbers
     assert r"\newcommand{\EEightLmScaleOverSync}{1.05}" in numbers
     assert r"\newcommand{\EEightLmScalePerStep}{1.30}" in numbers
@@ -215,7 +224,7 @@ def test_report_reads_the_language_models_cells(tmp_path):
     (tmp_path / "runs" / "bench" / "e2e.json").unlink()
     build({"profile": "tiny", "seeds": [0]}, tmp_path / "runs", tmp_path / "gen2", only=["e8"])
     numbers = (tmp_path / "gen2" / "numbers.tex").read_text()
-    assert r"\newcommand{\EEightLmCells}{2}" in numbers
+    assert r"\newcommand{\EEightLmCells}{3}" in numbers
     assert r"\EEightNotRun}" not in numbers and r"\EEightCells}" not in numbers
     assert "diloco16 (gpt-small)" in (tmp_path / "gen2" / "tab_e8.tex").read_text()
 

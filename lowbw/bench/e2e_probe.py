@@ -174,7 +174,8 @@ def _probe_worker(spec_path: str) -> int:
         if exchange is None:  # the cell's calls of a step, then its compute
             for _ in range(calls):
                 coll.all_gather(one)
-        else:  # the cell's exchange in situ, then its compute
+        else:  # the cell's exchange in situ, then its compute; the exchange starts on every worker together
+            # (after the barrier): a worker's late compute is the clock's compute term, not the calls'
             in_situ.append(exchange())
         mine.append(cell_step())
         t = torch.tensor([mine[-1]], dtype=torch.float64)

@@ -102,6 +102,7 @@ def cell_row(sim_dir: Path, procs_dir: Path, *, method: str, workers: int, rate:
         "overhead_sequence_ms": probe_res.get("overhead_sequence_ms"),
         "overhead_last_in_ms": probe_res.get("overhead_sequence_last_in_ms"),  # the replay's calls alone
         "compute_scale": scale, "compress_scale": cscale,
+        "compress_scale_apart": probe_res.get("compress_scale_apart"),  # compressing with no message between
         # the synchronous step's factor, and the steps between the cell's synchronisations it was taken over
         "compute_scale_per_step": probe_res.get("compute_scale_per_step", scale),
         "steps_per_sync": probe_res.get("steps_per_sync", 1),

@@ -284,6 +284,13 @@ MACROS: dict[str, str] = {
     "EEightLmScaleOverSync": "their compute slow-down with the slowest worker's H-step sum (the clock's), median",
     "EEightLmSyncComputePred": "their compute per step as the calibrated clock predicts it, median (ms)",
     "EEightLmSyncComputeMeas": "their compute per step measured on the testbed (slowest worker), median (ms)",
+    "EEightLmInSituMethods": "its per-layer compressed methods whose probes made the exchange in situ (list)",
+    "EEightLmInSituMs": "their per-message cost in the exchange in situ, the clock's, median (ms)",
+    "EEightLmReplayMs": "their per-message cost in the spin-gap replay of the same calls, median (ms)",
+    "EEightLmImpliedMs": "their per-message cost implied by the testbed run's communication, median (ms)",
+    "EEightLmInSituCompress": "their compression slow-down in the exchange in situ, the clock's, median",
+    "EEightLmApartCompress": "their compression slow-down with no messages in between, median",
+    "EEightLmInSituVsImplied": "whether the testbed runs' messages cost less or more than the probes' (word)",
     # E9 communicate less often or less per step
     "ENineTarget": "target test accuracy (%)",
     "ENineSeeds": "seeds per configuration",

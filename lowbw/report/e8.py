@@ -150,6 +150,22 @@ def _lm_numbers(lm, meta: dict) -> dict[str, str]:
         out["EEightLmLoadMax"] = fmt_num(float(cond["load1_max"]), 3)
         out["EEightLmCores"] = str(cond.get("cores", "?"))
         out["EEightLmBusy"] = "busy" if cond.get("busy") else "not busy"
+    if "overhead_in_situ_ms" in lm:
+        # per-layer compressed cells whose probes made the exchange in situ (the compressor's real work between
+        # tiny real messages): its per-message cost and compression factor against the spin replay's and
+        # compressing apart
+        situ = lm[lm["overhead_in_situ_ms"].notna()]
+        if not situ.empty:
+            out["EEightLmInSituMethods"] = escape(", ".join(situ["method"]))
+            out["EEightLmInSituMs"] = fmt_num(float(situ["overhead_in_situ_ms"].median()), 3)
+            out["EEightLmInSituCompress"] = fmt_num(float(situ["compress_scale"].median()), 3)
+            for key, col in (("EEightLmReplayMs", "overhead_sequence_ms"), ("EEightLmImpliedMs", "implied_overhead_ms"),
+                             ("EEightLmApartCompress", "compress_scale_apart")):
+                if col in situ and situ[col].notna().all():
+                    out[key] = fmt_num(float(situ[col].median()), 3)
+            if "implied_overhead_ms" in situ and situ["implied_overhead_ms"].notna().all():
+                implied, probed = (float(situ[c].median()) for c in ("implied_overhead_ms", "overhead_in_situ_ms"))
+                out["EEightLmInSituVsImplied"] = "less" if implied < probed else "more"
     if "steps_per_sync" in lm:
         rare = lm[lm["steps_per_sync"].fillna(1) > 1]
         if not rare.empty:
