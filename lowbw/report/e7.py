@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import pandas as pd
+from matplotlib.lines import Line2D
+from matplotlib.patches import Patch
 
 from lowbw.report.catalog import E7_DENSITIES, word
 from lowbw.report.common import fmt_duration, plotting, target_acc, training_runs
@@ -122,9 +124,6 @@ def figure(st: Stats):
     and would be hidden under them. Right (where the schedule is known): the density the adaptive method chose
     on its first seed's run against every fixed density, the phases of the slower link shaded. One legend
     below both panels names every method."""
-    from matplotlib.lines import Line2D
-    from matplotlib.patches import Patch
-
     plt, sns = plotting()
     s = st.tables.get("schedule")
     schedule = s is not None and not s.empty

@@ -7,6 +7,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
+from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+
 from lowbw.report.common import plotting
 from lowbw.report.latex import fmt_num
 
@@ -20,8 +22,6 @@ def log_ticks(axis) -> None:
     than :data:`LOG_TICKS_MAX_DECADES`, matplotlib labels the minor ticks too, in ``a x 10^k`` form, and
     neighbouring labels collide; such an axis gets plain numbers at 1, 2 and 5 x 10^k instead and unlabelled
     minor ticks. Wider axes keep the default powers of ten."""
-    from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
-
     lo, hi = sorted(axis.get_view_interval())
     if axis.get_scale() != "log" or lo <= 0 or hi / lo >= 10 ** LOG_TICKS_MAX_DECADES:
         return
