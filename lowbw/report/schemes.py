@@ -14,7 +14,7 @@ from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import accuracy_curves
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.stats import welch
-from lowbw.report.training import eval_lines, group_accuracy, group_times, retime, run_times
+from lowbw.report.training import eval_lines, group_accuracy, group_times, matching, retime, run_times
 
 __all__ = ["E5", "E6"]
 
@@ -35,8 +35,7 @@ def _overlap(runs: pd.DataFrame, pairs: dict[str, tuple[dict, dict]]) -> pd.Data
     """Per pair of ``pairs`` present in the runs: the overlapping configuration's final test accuracy minus the
     disjoint one's (points of %, means over seeds) and Welch's test between their seeds."""
     def final(cfg):
-        sel = runs[[all(r[k] == v for k, v in cfg.items()) for _, r in runs.iterrows()]]
-        return sel["final_test_acc"].to_numpy(dtype=float)
+        return runs.loc[matching(runs, cfg), "final_test_acc"].to_numpy(dtype=float)
 
     rows = []
     for word, (disjoint, overlap) in pairs.items():

@@ -20,7 +20,7 @@ from lowbw.report.stats import mean_std, welch
 from lowbw.train.targets import Target, parse_target
 
 __all__ = ["retime", "time_to_target", "eval_lines", "run_times", "group_times", "group_accuracy",
-           "require_baseline"]
+           "matching", "require_baseline"]
 
 
 def retime(m: pd.DataFrame, mbit: float | None = None, latency_ms: float | None = None) -> pd.Series:
@@ -93,11 +93,16 @@ def group_times(per_run: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def matching(runs: pd.DataFrame, config: dict[str, Any]) -> np.ndarray:
+    """Which of ``runs`` have every key of ``config`` at its value (a boolean mask over the rows)."""
+    return np.logical_and.reduce([runs[k] == v for k, v in config.items()])
+
+
 def require_baseline(runs: pd.DataFrame, baseline: dict[str, Any], source: str, within: tuple[str, ...] = ()) -> None:
     """Raise :class:`~lowbw.report.experiment.MissingData` unless ``runs`` (from ``source``, e.g. ``runs/e4_lm``)
     hold a completed run of the ``baseline`` group, and one for every value of the ``within`` columns (e.g. each
     number of workers, where the comparison is made within it): every comparison needs its baseline."""
-    is_base = np.logical_and.reduce([runs[k] == v for k, v in baseline.items()])
+    is_base = matching(runs, baseline)
     cells = sorted(set(zip(*(runs[k] for k in within)))) if within else [()]
     have = set(zip(*(runs.loc[is_base, k] for k in within))) if within else ({()} if is_base.any() else set())
     lacking = [c for c in cells if c not in have]
@@ -118,8 +123,7 @@ def group_accuracy(runs: pd.DataFrame, by: list[str], baseline: dict[str, Any] |
     base_acc = None
     final = f"final_{metric}"
     if baseline is not None:
-        sel = np.logical_and.reduce([runs[k] == v for k, v in baseline.items()])
-        base_acc = runs.loc[sel, final].to_numpy(dtype=float)
+        base_acc = runs.loc[matching(runs, baseline), final].to_numpy(dtype=float)
     for key, g in runs.groupby(by, sort=False):
         key = key if isinstance(key, tuple) else (key,)
         acc = mean_std(g[final])
