@@ -102,6 +102,7 @@ def test_cell_row_refuses_mismatched_logs(tmp_path):
     (["--steps", "5"], "--steps 5"),
     (["--target", "1.5"], "--target 1.5"),
     (["--model", "gpt-small", "--target", "val_loss>>2"], "--target val_loss>>2"),
+    (["--realtime", "100"], "--realtime 100"),
 ])
 def test_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     out = tmp_path / "e2e.json"
@@ -120,6 +121,7 @@ def test_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     (["--calls", "-2"], "--calls -2"),
     (["--method", "topk9"], "--method topk9"),
     (["--method", "topk1", "--compute-ms", "-1"], "--compute-ms -1"),
+    (["--realtime", "-3"], "--realtime -3"),
 ])
 def test_probe_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     from lowbw.bench import e2e_probe
@@ -227,6 +229,60 @@ def test_report_reads_the_language_models_cells(tmp_path):
     assert r"\newcommand{\EEightLmCells}{3}" in numbers
     assert r"\EEightNotRun}" not in numbers and r"\EEightCells}" not in numbers
     assert "diloco16 (gpt-small)" in (tmp_path / "gen2" / "tab_e8.tex").read_text()
+    assert r"\newcommand{\EEightLmScheduling}{under the fair scheduler}" in numbers
+
+
+def test_report_sets_the_lm_cells_under_sched_rr_beside_the_fair_schedulers(tmp_path):
+    """e2e_lm.json measured under the fair scheduler and e2e_lm_realtime.json with --realtime: the paper says
+    how the workers were scheduled, how many SCHED_RR cells (their median repeats) are within the tolerance,
+    and the per-layer cells' per-message cost both ways (in situ, and the range the testbed runs implied over
+    every repeat)."""
+    from lowbw.report.build import build
+
+    def row(m, err, implied=None, situ=None, repeat=0):
+        return {"method": m, "workers": 2, "rate_mbit": 100.0, "err_step": err, "err_step_nominal": err,
+                "predicted_step_s": 1 + err, "measured_step_s": 1.0, "predicted_ttt_s": None, "measured_ttt_s": None,
+                "err_ttt": None, "link_bound": False, "loss_identical": True, "emulation": "netns-tc",
+                "predicted_compute_s": 0.1, "measured_compute_s": 0.1, "implied_overhead_ms": implied,
+                "overhead_in_situ_ms": situ, "compress_scale": 1.2, "repeat": repeat}
+
+    bench = tmp_path / "runs" / "bench"
+    bench.mkdir(parents=True)
+    prov = {"date": "2026-11-26T03:00:00+00:00", "commit": "abc"}
+    rt = [row("dense", -0.03), row("topk1", -0.04, 0.30, 0.25), row("topk1", 0.02, 0.22, 0.26, 1),
+          row("topk1", -0.19, 0.37, 0.27, 2)]
+    fair = [row("dense", 0.01), row("topk1", 0.24, 1.15, 1.50), row("topk1", 0.05, 1.37, 1.48, 1),
+            row("topk1", 0.08, 1.51, 1.55, 2)]
+    # grown by --append: the load sentence covers every run (mean weighted by their seconds, the highest load)
+    cond = {"busy": False, "load1_mean": 1.0, "load1_max": 1.5, "cores": 2, "wall_s": 100.0, "host": "vm",
+            "load_before": [1.0, 1.0, 1.0], "load_after": [1.2, 1.0, 1.0], "date": "2026-11-26T03:00:00+00:00"}
+    later = {"conditions": {**cond, "load1_mean": 2.0, "load1_max": 3.25, "wall_s": 300.0}}
+    (bench / "e2e_lm.json").write_text(json.dumps({"provenance": prov, "args": {"model": "gpt-small"},
+                                                   "conditions": cond, "appended": [later], "rows": fair}))
+    (bench / "e2e_lm_realtime.json").write_text(json.dumps({"provenance": prov,
+                                                            "args": {"model": "gpt-small", "realtime": 10},
+                                                            "rows": rt}))
+    build({"profile": "tiny", "seeds": [0]}, tmp_path / "runs", tmp_path / "gen", only=["e8"])
+    numbers = (tmp_path / "gen" / "numbers.tex").read_text()
+    assert r"\newcommand{\EEightLmScheduling}{under the fair scheduler}" in numbers
+    assert r"\newcommand{\EEightLmLoadMean}{1.75}" in numbers and r"\newcommand{\EEightLmLoadMax}{3.25}" in numbers
+    assert r"\newcommand{\EEightLmWithin}{2}" in numbers  # topk1's median repeat: +8 %
+    assert r"\newcommand{\EEightLmRtCells}{2}" in numbers and r"\newcommand{\EEightLmRtWithin}{2}" in numbers
+    assert r"\newcommand{\EEightLmRtRepeats}{3}" in numbers
+    assert r"topk1 $-$4" in numbers  # the SCHED_RR cell's median repeat
+    # in situ: the median repeats' 1.55 ms (fair) against 0.25 ms (SCHED_RR); implied over every repeat
+    assert r"\newcommand{\EEightLmRtInSituMs}{0.250}" in numbers
+    assert r"\newcommand{\EEightLmRtCostRatio}{6.2}" in numbers
+    assert r"\newcommand{\EEightLmImpliedMin}{1.15}" in numbers and r"\newcommand{\EEightLmImpliedMax}{1.51}" in numbers
+    assert r"\newcommand{\EEightLmRtImpliedMin}{0.220}" in numbers
+    assert r"\newcommand{\EEightLmRtImpliedMax}{0.370}" in numbers
+    # a SCHED_RR file beside an e2e_lm.json that is itself SCHED_RR says nothing more
+    (bench / "e2e_lm.json").write_text(json.dumps({"provenance": prov,
+                                                   "args": {"model": "gpt-small", "realtime": 10}, "rows": rt}))
+    build({"profile": "tiny", "seeds": [0]}, tmp_path / "runs", tmp_path / "gen2", only=["e8"])
+    numbers = (tmp_path / "gen2" / "numbers.tex").read_text()
+    assert r"\EEightLmRt" not in numbers
+    assert r"\newcommand{\EEightLmScheduling}{under SCHED\_RR (priority 10)}" in numbers
 
 
 def test_calibrated_clock_fills_model_runs_from_the_table(tmp_path):
@@ -546,6 +602,11 @@ def test_append_refuses_a_missing_or_partial_file(tmp_path, capsys):
     with pytest.raises(SystemExit):
         e2e.main(["--append", "--out", str(out), "--methods", "dense"])
     assert "--runs-dir" in capsys.readouterr().err
+    # a cell's repeats share their scheduling: fair-scheduler rows do not take SCHED_RR repeats
+    out.write_text(json.dumps({"complete": True, "rows": [], "args": {"runs_dir": "runs/bench/e2e"}}))
+    with pytest.raises(SystemExit):
+        e2e.main(["--append", "--out", str(out), "--methods", "dense", "--realtime"])
+    assert "--realtime 10 differs from the file's 0" in capsys.readouterr().err.strip().splitlines()[-1]
     assert json.loads(out.read_text())["complete"] is True  # nothing written over
 
 

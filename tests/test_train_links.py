@@ -181,6 +181,39 @@ def test_procs_on_the_testbed_get_the_per_worker_links(tmp_path):
     assert (tmp_path / "tb" / "summary.json").exists()
 
 
+def test_testbed_realtime_is_checked_before_any_work(tmp_path, monkeypatch):
+    """``testbed_realtime``: a SCHED_RR priority for the testbed's workers; without the testbed, out of range,
+    or where this process may not use SCHED_RR, one line naming the value before the run directory exists."""
+    from lowbw.net.probe import RealtimeUnavailable
+    from lowbw.train.config_rules import ConfigError
+
+    with pytest.raises(ConfigError, match="testbed_realtime.*10.*testbed=true"):
+        RunConfig.from_dict({**BASE, "backend": "procs", "testbed_realtime": 10})
+    with pytest.raises(ConfigError, match="testbed_realtime"):
+        RunConfig.from_dict({**BASE, "backend": "procs", "testbed": True, "testbed_realtime": 100})
+    cfg = RunConfig.from_dict({**BASE, "backend": "procs", "testbed": True, "testbed_realtime": 10})
+    monkeypatch.setattr(launch, "realtime_available", lambda: False)
+    with pytest.raises(RealtimeUnavailable, match="testbed_realtime=10: .*SCHED_RR") as ei:
+        run(cfg, tmp_path / "rt", quiet=True)
+    assert "\n" not in str(ei.value)
+    assert not (tmp_path / "rt").exists()
+
+
+@netns
+def test_procs_on_the_testbed_under_sched_rr(tmp_path):
+    """The testbed's workers under SCHED_RR where ``testbed_realtime`` asks for it, recorded in .testbed.json."""
+    from lowbw.net.probe import realtime_available
+
+    if not realtime_available():
+        pytest.skip("this machine does not allow SCHED_RR (covered by the check above)")
+    cfg = RunConfig.from_dict({**BASE, "workers": 2, "steps": 2, "backend": "procs", "testbed": True,
+                               "testbed_realtime": 10})
+    run(cfg, tmp_path / "tb", quiet=True)
+    desc = json.loads((tmp_path / "tb" / ".testbed.json").read_text())
+    assert desc["scheduling"] == "SCHED_RR priority 10"
+    assert (tmp_path / "tb" / "summary.json").exists()
+
+
 def test_the_shapers_bucket_on_unequal_links():
     """The testbed's tbf bucket on per-worker links: where every step waits for the slowest hop (ring calls,
     latencies alike) the clock's bucket model on the slowest link, as on an equal link of that rate; a star

@@ -12,7 +12,9 @@ with the clock calibrated from the pooled probes (:mod:`lowbw.bench.e2e_calibrat
 
 ``--methods``: presets of ``config/config.yaml``'s ``methods:``; ``NAME+ddp`` runs one through torch DDP with the
 compressor as its communication hook. ``--model gpt-small``: the language model's cells (Tiny Shakespeare,
-AdamW, time-to-target on ``val_loss``) into their own file.
+AdamW, time-to-target on ``val_loss``) into their own file. ``--realtime``: the cells' testbed workers and their
+probes under SCHED_RR (``testbed_realtime``), as if each emulated machine had its own CPU; the paper sets such a
+file (``e2e_lm_realtime.json``) beside the fair scheduler's.
 """
 
 from __future__ import annotations
@@ -99,16 +101,19 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
                       "sequence": cell_sequence(exchange, sim_dir, args.steps, n), "twin": twin}
                 # 2. the testbed run between two probes in the cell's conditions (pooled: background load that
                 #    moves within minutes hits probe and cell alike; one burst during one probe does not decide)
+                at["realtime"] = args.realtime
                 pre = probe(base, n, rate, shape, **at)
                 tbf = {"emulation": pre["emulation"], "shaper_burst_bytes": pre["shaper_burst_bytes"]}
                 t0 = time.perf_counter()
                 cfg = cell_config(mcfg[m], n, rate, args.steps, args, UNCALIBRATED)
-                run({**cfg, "backend": "procs", "testbed": True}, cell / "procs", overwrite=True, quiet=True)
+                run({**cfg, "backend": "procs", "testbed": True, "testbed_realtime": args.realtime}, cell / "procs",
+                    overwrite=True, quiet=True)
                 wall = time.perf_counter() - t0
                 post = probe(base, n, rate, shape, **at)
                 pr = {**probe_summary([pre, post], n), **tbf,
                       "steps_per_sync": cell_steps_per_sync(sim_dir, args.steps, n, len(exchange))}
-                probes.append({"workers": n, "rate_mbit": rate, "method": m, "repeat": k, **pr})
+                probes.append({"workers": n, "rate_mbit": rate, "method": m, "repeat": k, "realtime": args.realtime,
+                               **pr})
                 # 3. sim again with the calibrated clock
                 pc = cell_calibration(pr, sim_dir, args.steps, n)
                 cfg = cell_config(mcfg[m], n, rate, args.steps, args, pc)
@@ -117,6 +122,7 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
                                target=args.target, probe_res=pc, cfg=cfg)
                 row["wall_s"] = wall
                 row["repeat"] = k
+                row["realtime"] = args.realtime  # the SCHED_RR priority of the cell's workers (0: fair)
                 row["conditions"] = here.stop().to_json(samples=False)
                 rows.append(row)
                 replayed = (f", {pr['overhead_sequence_ms']:.2f} in the cell's calls"
@@ -154,7 +160,8 @@ def reanalyse(args) -> dict[str, Any]:
         cfg = cell_config(method_config(r["method"], methods), r["workers"], r["rate_mbit"], r["steps"], a, pr)
         rows.append({**cell_row(cell / "sim", cell / "procs", method=r["method"], workers=r["workers"],
                                 rate=r["rate_mbit"], steps=r["steps"], target=r["target"], probe_res=pr, cfg=cfg),
-                     "wall_s": r.get("wall_s"), "repeat": k, "conditions": r.get("conditions")})
+                     "wall_s": r.get("wall_s"), "repeat": k, "realtime": r.get("realtime", 0),
+                     "conditions": r.get("conditions")})
     res.update(rows=rows, summary=summarise(rows), reanalysed=bench_provenance())
     atomic_write_json(Path(args.out), res)
     return res
@@ -195,6 +202,9 @@ def main(argv: list[str] | None = None) -> int:
                          f"\"<metric><=|>=<value>\" (gpt-*: default {DEFAULT_TARGET['text']})")
     ap.add_argument("--runs-dir", default="runs/bench/e2e", help="where the cells' run directories go")
     ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--realtime", type=int, nargs="?", const=10, default=0, metavar="PRIO",
+                    help="run the cells' testbed workers and their probes under SCHED_RR (priority PRIO, default "
+                         "10), as if each emulated machine had its CPU to itself (default: the fair scheduler)")
     ap.add_argument("--append", action="store_true",
                     help="keep the rows of an existing --out; each cell measured now is its next repeat (the "
                          "summary and the paper take each cell's median over its repeats)")
@@ -207,6 +217,8 @@ def main(argv: list[str] | None = None) -> int:
         bad = [v for v in vals if v <= lo or (flag == "--workers" and v < 2)]
         if bad:
             ap.error(f"{flag}: {bad[0]:g} is not allowed ({'> 0' if flag == '--rates' else '>= 2'})")
+    if not 0 <= a.realtime <= 99:
+        ap.error(f"--realtime {a.realtime}: a SCHED_RR priority is 1-99")
     if a.steps <= WARMUP_STEPS:
         ap.error(f"--steps {a.steps}: must exceed the {WARMUP_STEPS} warm-up steps")
 
@@ -232,6 +244,8 @@ def main(argv: list[str] | None = None) -> int:
             ap.error(f"--append: --out {a.out} is not a complete e2e.json")
         if Path(earlier["args"]["runs_dir"]).resolve() != Path(a.runs_dir).resolve():
             ap.error(f"--append: --runs-dir {a.runs_dir} differs from the file's {earlier['args']['runs_dir']}")
+        if earlier["args"].get("realtime", 0) != a.realtime:  # a cell's repeats share their scheduling
+            ap.error(f"--append: --realtime {a.realtime} differs from the file's {earlier['args'].get('realtime', 0)}")
     if a.reanalyse:
         res = reanalyse(a)
     else:

@@ -6,7 +6,7 @@ compression when its N workers share the cores (each rank's times kept). What th
 mean for a cell is :mod:`lowbw.bench.e2e_calibration`'s; the method is the paper's E8 section.
 
     python -m lowbw bench e2e_probe --workers 2 --rate 100 [--gaps 0 0.5 1 2] [--calls 9] [--ddp] \\
-        [--method topk1 [--compute-ms 5]] [--strict]   # root
+        [--method topk1 [--compute-ms 5]] [--realtime [PRIO]] [--strict]   # root
 """
 
 from __future__ import annotations
@@ -323,12 +323,13 @@ def _ddp_step(cfg, spec: dict[str, Any], x, y):
 def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list[int], int],
           gaps_ms: Sequence[float] = PROBE_GAPS_MS, calls_per_step: float = 0.0, ddp: bool = False,
           sequence: Sequence[tuple[str, float]] = (), hook_method: dict[str, Any] | None = None,
-          twin: dict[str, Any] | None = None) -> dict[str, Any]:
+          twin: dict[str, Any] | None = None, realtime: int = 0) -> dict[str, Any]:
     """Raw samples of one probe on a testbed of ``workers`` at ``rate`` Mbit/s, calls after each of ``gaps_ms`` of CPU
     work, and ``sequence`` replayed (:func:`~lowbw.bench.e2e_calls.call_sequence`'s form); the compute of N at once
     after ``calls_per_step`` calls (rounded), through DDP if ``ddp``, with the hook of ``hook_method`` (a method's
     config keys) if given, and the compression of ``twin`` (a cell's sim config) alone and at once (see
-    :func:`lowbw.bench.e2e_calibration.probe_summary`)."""
+    :func:`lowbw.bench.e2e_calibration.probe_summary`); the workers under SCHED_RR priority ``realtime`` where
+    it is not 0, as the cell's (``testbed_realtime``)."""
     root = str(Path(__file__).resolve().parents[2])
     with tempfile.TemporaryDirectory(prefix="lowbw-e2e-") as td:
         spec = Path(td) / "spec.json"
@@ -341,7 +342,7 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
                                     "hook_method": hook_method, "twin": twin}))
         env = dict(os.environ, OMP_NUM_THREADS="1", LOWBW_THREADS="1",
                    PYTHONPATH=root + (os.pathsep + os.environ["PYTHONPATH"] if os.environ.get("PYTHONPATH") else ""))
-        with Testbed(workers=workers, rate=f"{rate}mbit", master_port=free_port()) as tb:
+        with Testbed(workers=workers, rate=f"{rate}mbit", master_port=free_port(), realtime=realtime or None) as tb:
             codes = tb.run([sys.executable, "-m", "lowbw.bench.e2e_probe", "--worker", str(spec)], env=env, cwd=root,
                            timeout=600)
             emulation = tb.emulation
@@ -352,6 +353,7 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
         res = json.loads(out.read_text())
     res["emulation"] = emulation
     res["shaper_burst_bytes"] = burst
+    res["realtime"] = realtime
     return res
 
 
@@ -371,6 +373,8 @@ def main(argv: list[str] | None = None) -> int:
                     "(the synthetic MLP's gradient), each after its compression's CPU work")
     ap.add_argument("--compute-ms", type=float, default=5.0,
                     help="with --method: CPU work before the exchange's first call (a step's compute), ms")
+    ap.add_argument("--realtime", type=int, nargs="?", const=10, default=0, metavar="PRIO",
+                    help="the workers under SCHED_RR (priority PRIO, default 10), as bench e2e --realtime's cells")
     ap.add_argument("--out", default="runs/bench/e2e_probe.json")
     conditions.add_strict_flag(ap)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -387,6 +391,8 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--calls {a.calls:g}: must be >= 0")
     if a.compute_ms < 0:
         ap.error(f"--compute-ms {a.compute_ms:g}: must be >= 0")
+    if not 0 <= a.realtime <= 99:
+        ap.error(f"--realtime {a.realtime}: a SCHED_RR priority is 1-99")
     cfg = {"dataset": "synthetic", "model": "mlp", "batch_size": 64 * a.workers, "workers": a.workers,
            "bandwidth_mbit": a.rate, "optimizer": "sgd", "collective": "ring"}
     shape = ([3, 16, 16], 10)
@@ -401,7 +407,7 @@ def main(argv: list[str] | None = None) -> int:
         sequence[0] = (sequence[0][0], sequence[0][1] + a.compute_ms)
     with conditions.record() as rec:
         res = probe(cfg, a.workers, a.rate, shape, gaps_ms=a.gaps, calls_per_step=a.calls, ddp=a.ddp,
-                    sequence=sequence, twin=twin)
+                    sequence=sequence, twin=twin, realtime=a.realtime)
     pr = probe_summary([res], a.workers)
     if not conditions.check(rec.conditions, "lowbw bench e2e_probe", a.out, a.strict):
         return 1

@@ -116,7 +116,7 @@ def stats(ctx: Context) -> Stats | None:
     """Tidy ``runs`` (one row per measured cell and repeat, as ``python -m lowbw bench e2e`` wrote them),
     ``cells`` (one per method x rate x workers: its median repeat, see :func:`_median_runs`) and ``probes``
     (per cell, or per (rate, N) group in older files: per-message overhead and compute slow-down)."""
-    b, lm = ctx.bench("e2e"), ctx.bench("e2e_lm")
+    b, lm, rt = ctx.bench("e2e"), ctx.bench("e2e_lm"), ctx.bench("e2e_lm_realtime")
     if not (b and b.get("rows")) and not (lm and lm.get("rows")):
         return None
     tables: dict = {}
@@ -128,9 +128,64 @@ def stats(ctx: Context) -> Stats | None:
         meta.update(provenance=b.get("provenance", {}), conditions=b.get("conditions"))
     if lm and lm.get("rows"):
         tables["lm_cells"] = _median_runs(lm["rows"])
-        meta.update(lm_model=(lm.get("args") or {}).get("model", "?"), lm_conditions=lm.get("conditions"),
-                    lm_provenance=lm.get("provenance", {}))
+        tables["lm_runs"] = pd.DataFrame(lm["rows"])
+        meta.update(lm_model=(lm.get("args") or {}).get("model", "?"), lm_conditions=_pooled_conditions(lm),
+                    lm_provenance=lm.get("provenance", {}), lm_realtime=int((lm.get("args") or {}).get("realtime", 0)))
+        if rt and rt.get("rows") and (rt.get("args") or {}).get("realtime") and not meta["lm_realtime"]:
+            # the same cells with the workers under SCHED_RR (``bench e2e --realtime`` into e2e_lm_realtime.json):
+            # what co-located workers cost each other's messages under the fair scheduler
+            tables["lm_rt_cells"] = _median_runs(rt["rows"])
+            tables["lm_rt_runs"] = pd.DataFrame(rt["rows"])
+            meta.update(lm_rt_conditions=_pooled_conditions(rt), lm_rt_provenance=rt.get("provenance", {}))
     return Stats(tables, meta)
+
+
+def _pooled_conditions(doc: dict) -> dict | None:
+    """The machine's conditions over every run of an e2e.json that ``--append`` grew (its own run's, then each
+    appended run's): the load's mean weighted by each run's seconds, its highest value, busy if any run was, the
+    load before the first and after the last."""
+    runs = [c for c in [doc.get("conditions"), *((a or {}).get("conditions") for a in doc.get("appended") or [])]
+            if c and c.get("load1_mean") is not None]
+    if len(runs) <= 1:
+        return runs[0] if runs else doc.get("conditions")
+    wall = [float(c.get("wall_s") or 1.0) for c in runs]
+    return {**runs[0], "load1_mean": sum(c["load1_mean"] * w for c, w in zip(runs, wall)) / sum(wall),
+            "load1_max": max(c["load1_max"] for c in runs), "busy": any(c.get("busy") for c in runs),
+            "load_after": runs[-1].get("load_after", runs[0].get("load_after")), "wall_s": sum(wall),
+            "runs": len(runs)}
+
+
+def _in_situ_cost(cells_df, runs_df) -> dict[str, float]:
+    """The per-layer compressed cells' per-message cost (ms): the clock's, from the probes' exchange in situ
+    (median over the cells' median repeats), and the range the testbed runs implied over every repeat."""
+    situ = cells_df[cells_df["overhead_in_situ_ms"].notna()] if "overhead_in_situ_ms" in cells_df else cells_df[:0]
+    if situ.empty:
+        return {}
+    runs = runs_df[runs_df["method"].isin(situ["method"]) & runs_df["implied_overhead_ms"].notna()]
+    out = {"situ": float(situ["overhead_in_situ_ms"].median())}
+    if not runs.empty:
+        out.update(implied_min=float(runs["implied_overhead_ms"].min()),
+                   implied_max=float(runs["implied_overhead_ms"].max()))
+    return out
+
+
+def _lm_rt_numbers(rt, rt_runs, lm, lm_runs) -> dict[str, str]:
+    """The language model's cells with the workers under SCHED_RR beside those under the fair scheduler: how
+    many within the tolerance, each method's error, and the per-layer cells' per-message cost both ways."""
+    err = rt["err_step"].abs()
+    out = {"EEightLmRtCells": str(len(rt)), "EEightLmRtWithin": str(int((err <= TOLERANCE).sum())),
+           "EEightLmRtRepeats": str(int(rt["repeats"].max())),
+           "EEightLmRtErrPerMethod": ", ".join(f"{escape(str(r['method']))} {_signed_pct(r['err_step'])}\\,\\%"
+                                               for _, r in rt.iterrows())}
+    fair, fast = _in_situ_cost(lm, lm_runs), _in_situ_cost(rt, rt_runs)
+    if "situ" in fair and "situ" in fast:
+        out["EEightLmRtInSituMs"] = fmt_num(fast["situ"], 3)
+        out["EEightLmRtCostRatio"] = fmt_num(fair["situ"] / fast["situ"], 2)  # fair over SCHED_RR
+    for prefix, cost in (("EEightLm", fair), ("EEightLmRt", fast)):
+        if "implied_min" in cost:
+            out[f"{prefix}ImpliedMin"] = fmt_num(cost["implied_min"], 3)
+            out[f"{prefix}ImpliedMax"] = fmt_num(cost["implied_max"], 3)
+    return out
 
 
 def _lm_numbers(lm, meta: dict) -> dict[str, str]:
@@ -142,6 +197,10 @@ def _lm_numbers(lm, meta: dict) -> dict[str, str]:
            "EEightLmWithin": str(int((err <= TOLERANCE).sum())),
            "EEightLmRates": ", ".join(fmt_num(float(r)) for r in sorted(lm["rate_mbit"].unique())),
            "EEightLmWorkers": ", ".join(str(int(n)) for n in sorted(lm["workers"].unique())),
+           # how the testbed's workers were scheduled (bench e2e --realtime): as if each had its own CPU, or
+           # sharing the cores under the fair scheduler
+           "EEightLmScheduling": (f"under SCHED\\_RR (priority {meta['lm_realtime']})" if meta.get("lm_realtime")
+                                  else "under the fair scheduler"),
            "EEightLmErrPerMethod": ", ".join(f"{escape(str(r['method']))} {_signed_pct(r['err_step'])}\\,\\%"
                                              for _, r in lm.iterrows())}
     cond = meta.get("lm_conditions") or {}
@@ -185,6 +244,9 @@ def numbers(st: Stats) -> dict[str, str]:
         out.update(_mlp_numbers(st))
     if "lm_cells" in st.tables:
         out.update(_lm_numbers(st.tables["lm_cells"], st.meta))
+    if "lm_rt_cells" in st.tables:
+        out.update(_lm_rt_numbers(st.tables["lm_rt_cells"], st.tables["lm_rt_runs"], st.tables["lm_cells"],
+                                  st.tables["lm_runs"]))
     return out
 
 

@@ -68,6 +68,10 @@ class RunConfig:
                           group="run")
     testbed: bool = _f(False, "procs: each worker in its own network namespace behind a tc-shaped link at "
                        "bandwidth_mbit / latency_ms (needs root, ip, tc)", group="run")
+    testbed_realtime: int = _f(0, "testbed: run the workers under SCHED_RR at this priority (1-99), as if each "
+                               "emulated machine had its CPU to itself: co-located workers under the fair "
+                               "scheduler wait for a core when their data arrives, milliseconds per message; "
+                               "0: the fair scheduler", minimum=0, maximum=99, group="run")
     peer_timeout_s: float = _f(0.0, "procs/torchrun: seconds any wait on another worker may take before the run "
                                "fails naming the rank (0: 30 s + 10x the modelled gradient all-reduce time)",
                                minimum=0, group="run")

@@ -263,6 +263,9 @@ def _check_backends_and_network(cfg) -> None:
             raise ConfigError("ddp_hook", "DDP hooks implement sync=sync")
     if cfg.testbed and cfg.backend != "procs":
         raise ConfigError("testbed", "the tc testbed launches real processes: backend=procs")
+    if cfg.testbed_realtime and not cfg.testbed:
+        raise ConfigError("testbed_realtime", f"{cfg.testbed_realtime}: schedules the testbed's workers: needs "
+                                              "testbed=true")
     if cfg.clock == "model" and cfg.clock_sample_s <= 0:
         raise ConfigError("clock_sample_s", "clock=model needs seconds per sample > 0")
     if cfg.compressor == "none" and cfg.compressor_args:

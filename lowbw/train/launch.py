@@ -33,6 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.net.link import LinkSpec
+from lowbw.net.probe import RealtimeUnavailable, realtime_available
 from lowbw.net.testbed import Testbed
 from lowbw.net.trace import resolve_trace
 from lowbw.runio import set_parent_death_signal
@@ -89,6 +90,9 @@ def run(cfg: RunConfig | dict[str, Any], out: str | os.PathLike, *, overwrite: b
         from lowbw.train.worker import worker_main  # inside torchrun: this process is one worker
 
         return worker_main(cfg, outp, keep_checkpoint=keep_checkpoint)
+    if cfg.testbed_realtime and not realtime_available():  # before the run directory is touched
+        raise RealtimeUnavailable(f"testbed_realtime={cfg.testbed_realtime}: this process may not put the workers "
+                                  "under SCHED_RR (needs root or CAP_SYS_NICE, and a kernel that allows it); use 0")
     outp.mkdir(parents=True, exist_ok=True)
     lock = RunLock(outp).acquire()
     try:
@@ -296,7 +300,7 @@ def _run_procs(cfg: RunConfig, out: Path, quiet: bool = False) -> None:
                                  preexec_fn=lambda: set_parent_death_signal(signal.SIGTERM))
             reason = watch([p], ["torchrun"])
         elif cfg.testbed:
-            with Testbed(**testbed_links(cfg), master_port=port) as tb:
+            with Testbed(**testbed_links(cfg), master_port=port, realtime=cfg.testbed_realtime or None) as tb:
                 guard = _guardian(tb.tag) if tb.emulation == "netns-tc" else None
                 try:
                     procs = tb.launch(cmd, env=env, cwd=root, stdout=stdout, stderr=subprocess.PIPE)
