@@ -268,7 +268,7 @@ def test_report_sets_the_lm_cells_under_sched_rr_beside_the_fair_schedulers(tmp_
     assert r"\newcommand{\EEightLmLoadMean}{1.75}" in numbers and r"\newcommand{\EEightLmLoadMax}{3.25}" in numbers
     assert r"\newcommand{\EEightLmWithin}{2}" in numbers  # topk1's median repeat: +8 %
     assert r"\newcommand{\EEightLmRtCells}{2}" in numbers and r"\newcommand{\EEightLmRtWithin}{2}" in numbers
-    assert r"\newcommand{\EEightLmRtRepeats}{3}" in numbers
+    assert r"\newcommand{\EEightLmRepeats}{3}" in numbers
     assert r"topk1 $-$4" in numbers  # the SCHED_RR cell's median repeat
     # in situ: the median repeats' 1.55 ms (fair) against 0.25 ms (SCHED_RR); implied over every repeat
     assert r"\newcommand{\EEightLmRtInSituMs}{0.250}" in numbers

@@ -270,6 +270,7 @@ MACROS: dict[str, str] = {
     # E8's language-model cells (runs/bench/e2e_lm.json)
     "EEightLmModel": "the language model of those cells",
     "EEightLmCells": "its compared cells",
+    "EEightLmRepeats": "repeats per cell (each judged by its median repeat)",
     "EEightLmWithin": "of them within the tolerance",
     "EEightLmRates": "their link rates (Mbit/s, list)",
     "EEightLmWorkers": "their numbers of workers (list)",
@@ -296,7 +297,6 @@ MACROS: dict[str, str] = {
     "EEightLmImpliedMax": "its highest over every repeat (ms)",
     "EEightLmRtCells": "its compared cells with the workers under SCHED_RR (runs/bench/e2e_lm_realtime.json)",
     "EEightLmRtWithin": "of them within the tolerance",
-    "EEightLmRtRepeats": "repeats per cell there",
     "EEightLmRtErrPerMethod": "signed step-time error per cell there (list, %)",
     "EEightLmRtInSituMs": "the per-layer cells' per-message cost in situ there, median (ms)",
     "EEightLmRtCostRatio": "the fair scheduler's per-message cost in situ over that",
