@@ -45,9 +45,11 @@ from lowbw.bench.e2e_grid import (
     LM_BASE,
     UNCALIBRATED,
     WARMUP_STEPS,
+    add_realtime_flag,
     base_for,
     cell_config,
     cell_dir,
+    check_realtime,
     plan,
     sim_twin,
 )
@@ -112,8 +114,7 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
                 post = probe(base, n, rate, shape, **at)
                 pr = {**probe_summary([pre, post], n), **tbf,
                       "steps_per_sync": cell_steps_per_sync(sim_dir, args.steps, n, len(exchange))}
-                probes.append({"workers": n, "rate_mbit": rate, "method": m, "repeat": k, "realtime": args.realtime,
-                               **pr})
+                probes.append({"workers": n, "rate_mbit": rate, "method": m, "repeat": k, **pr})
                 # 3. sim again with the calibrated clock
                 pc = cell_calibration(pr, sim_dir, args.steps, n)
                 cfg = cell_config(mcfg[m], n, rate, args.steps, args, pc)
@@ -122,7 +123,6 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
                                target=args.target, probe_res=pc, cfg=cfg)
                 row["wall_s"] = wall
                 row["repeat"] = k
-                row["realtime"] = args.realtime  # the SCHED_RR priority of the cell's workers (0: fair)
                 row["conditions"] = here.stop().to_json(samples=False)
                 rows.append(row)
                 replayed = (f", {pr['overhead_sequence_ms']:.2f} in the cell's calls"
@@ -160,8 +160,7 @@ def reanalyse(args) -> dict[str, Any]:
         cfg = cell_config(method_config(r["method"], methods), r["workers"], r["rate_mbit"], r["steps"], a, pr)
         rows.append({**cell_row(cell / "sim", cell / "procs", method=r["method"], workers=r["workers"],
                                 rate=r["rate_mbit"], steps=r["steps"], target=r["target"], probe_res=pr, cfg=cfg),
-                     "wall_s": r.get("wall_s"), "repeat": k, "realtime": r.get("realtime", 0),
-                     "conditions": r.get("conditions")})
+                     "wall_s": r.get("wall_s"), "repeat": k, "conditions": r.get("conditions")})
     res.update(rows=rows, summary=summarise(rows), reanalysed=bench_provenance())
     atomic_write_json(Path(args.out), res)
     return res
@@ -202,9 +201,7 @@ def main(argv: list[str] | None = None) -> int:
                          f"\"<metric><=|>=<value>\" (gpt-*: default {DEFAULT_TARGET['text']})")
     ap.add_argument("--runs-dir", default="runs/bench/e2e", help="where the cells' run directories go")
     ap.add_argument("--out", default=DEFAULT_OUT)
-    ap.add_argument("--realtime", type=int, nargs="?", const=10, default=0, metavar="PRIO",
-                    help="run the cells' testbed workers and their probes under SCHED_RR (priority PRIO, default "
-                         "10), as if each emulated machine had its CPU to itself (default: the fair scheduler)")
+    add_realtime_flag(ap)
     ap.add_argument("--append", action="store_true",
                     help="keep the rows of an existing --out; each cell measured now is its next repeat (the "
                          "summary and the paper take each cell's median over its repeats)")
@@ -217,8 +214,7 @@ def main(argv: list[str] | None = None) -> int:
         bad = [v for v in vals if v <= lo or (flag == "--workers" and v < 2)]
         if bad:
             ap.error(f"{flag}: {bad[0]:g} is not allowed ({'> 0' if flag == '--rates' else '>= 2'})")
-    if not 0 <= a.realtime <= 99:
-        ap.error(f"--realtime {a.realtime}: a SCHED_RR priority is 1-99")
+    check_realtime(ap, a.realtime)
     if a.steps <= WARMUP_STEPS:
         ap.error(f"--steps {a.steps}: must exceed the {WARMUP_STEPS} warm-up steps")
 

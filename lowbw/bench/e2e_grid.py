@@ -5,6 +5,7 @@ of steps it is judged on, and the grid's check before any work (:func:`plan`).""
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 from pathlib import Path
@@ -19,7 +20,8 @@ from lowbw.train.workload import is_text_dataset, text_block_size
 from lowbw.train.world import default_threads
 
 __all__ = ["BASE", "LM_BASE", "DEFAULT_TARGET", "UNCALIBRATED", "GOODPUT", "WARMUP_STEPS", "base_for",
-           "cell_config", "sim_twin", "cell_dir", "metrics_lines", "train_window", "plan"]
+           "cell_config", "sim_twin", "cell_dir", "metrics_lines", "train_window", "plan", "add_realtime_flag",
+           "check_realtime"]
 
 # The training every cell runs (MLP on MNIST: the quick profile's E4 model), with knobs E8 needs: frequent
 # metrics lines, evaluations for time-to-accuracy, bit-identical dense sums in sim (threads), latency 0 (the
@@ -117,3 +119,17 @@ def plan(args) -> tuple[dict[str, dict[str, Any]], tuple[list[int], int]]:
     ds = load(args.dataset)  # [N, H, W(, C)] uint8 -> the model's [C, H, W]
     x = ds.x_train
     return mcfg, ([x.shape[3] if x.dim() == 4 else 1, x.shape[1], x.shape[2]], ds.num_classes)
+
+
+def add_realtime_flag(ap: argparse.ArgumentParser) -> None:
+    """``--realtime [PRIO]``: the testbed's workers (a cell's and its probes') under SCHED_RR, as if each emulated
+    machine had its CPU to itself; 0 (default): the fair scheduler. Check it with :func:`check_realtime`."""
+    ap.add_argument("--realtime", type=int, nargs="?", const=10, default=0, metavar="PRIO",
+                    help="run the testbed's workers under SCHED_RR (priority PRIO, default 10), as if each emulated "
+                         "machine had its CPU to itself (default: the fair scheduler)")
+
+
+def check_realtime(ap: argparse.ArgumentParser, priority: int) -> None:
+    """One line naming a ``--realtime`` outside 0-99, before any work."""
+    if not 0 <= priority <= 99:
+        ap.error(f"--realtime {priority}: a SCHED_RR priority is 1-99")

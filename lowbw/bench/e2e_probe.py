@@ -36,6 +36,7 @@ from lowbw.bench.e2e_calls import (
     probe_batch,
     probe_model,
 )
+from lowbw.bench.e2e_grid import add_realtime_flag, check_realtime
 from lowbw.bench.presets import load_methods
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.hooks import make_hook, timed_hook
@@ -373,8 +374,7 @@ def main(argv: list[str] | None = None) -> int:
                     "(the synthetic MLP's gradient), each after its compression's CPU work")
     ap.add_argument("--compute-ms", type=float, default=5.0,
                     help="with --method: CPU work before the exchange's first call (a step's compute), ms")
-    ap.add_argument("--realtime", type=int, nargs="?", const=10, default=0, metavar="PRIO",
-                    help="the workers under SCHED_RR (priority PRIO, default 10), as bench e2e --realtime's cells")
+    add_realtime_flag(ap)
     ap.add_argument("--out", default="runs/bench/e2e_probe.json")
     conditions.add_strict_flag(ap)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
@@ -391,8 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--calls {a.calls:g}: must be >= 0")
     if a.compute_ms < 0:
         ap.error(f"--compute-ms {a.compute_ms:g}: must be >= 0")
-    if not 0 <= a.realtime <= 99:
-        ap.error(f"--realtime {a.realtime}: a SCHED_RR priority is 1-99")
+    check_realtime(ap, a.realtime)
     cfg = {"dataset": "synthetic", "model": "mlp", "batch_size": 64 * a.workers, "workers": a.workers,
            "bandwidth_mbit": a.rate, "optimizer": "sgd", "collective": "ring"}
     shape = ([3, 16, 16], 10)

@@ -136,7 +136,6 @@ def stats(ctx: Context) -> Stats | None:
             # what co-located workers cost each other's messages under the fair scheduler
             tables["lm_rt_cells"] = _median_runs(rt["rows"])
             tables["lm_rt_runs"] = pd.DataFrame(rt["rows"])
-            meta.update(lm_rt_conditions=_pooled_conditions(rt), lm_rt_provenance=rt.get("provenance", {}))
     return Stats(tables, meta)
 
 
@@ -146,13 +145,18 @@ def _pooled_conditions(doc: dict) -> dict | None:
     load before the first and after the last."""
     runs = [c for c in [doc.get("conditions"), *((a or {}).get("conditions") for a in doc.get("appended") or [])]
             if c and c.get("load1_mean") is not None]
-    if len(runs) <= 1:
-        return runs[0] if runs else doc.get("conditions")
+    if not runs:
+        return doc.get("conditions")
     wall = [float(c.get("wall_s") or 1.0) for c in runs]
     return {**runs[0], "load1_mean": sum(c["load1_mean"] * w for c, w in zip(runs, wall)) / sum(wall),
             "load1_max": max(c["load1_max"] for c in runs), "busy": any(c.get("busy") for c in runs),
             "load_after": runs[-1].get("load_after", runs[0].get("load_after")), "wall_s": sum(wall),
             "runs": len(runs)}
+
+
+def _errors_per_method(cells_df) -> str:
+    """``dense $-$2.0\\,\\%, topk1 $+$9.8\\,\\%, ...``: each cell's signed step-time error, in the table's order."""
+    return ", ".join(f"{escape(str(r['method']))} {_signed_pct(r['err_step'])}\\,\\%" for _, r in cells_df.iterrows())
 
 
 def _in_situ_cost(cells_df, runs_df) -> dict[str, float]:
@@ -174,8 +178,7 @@ def _lm_rt_numbers(rt, rt_runs, lm, lm_runs) -> dict[str, str]:
     many within the tolerance, each method's error, and the per-layer cells' per-message cost both ways."""
     err = rt["err_step"].abs()
     out = {"EEightLmRtCells": str(len(rt)), "EEightLmRtWithin": str(int((err <= TOLERANCE).sum())),
-           "EEightLmRtErrPerMethod": ", ".join(f"{escape(str(r['method']))} {_signed_pct(r['err_step'])}\\,\\%"
-                                               for _, r in rt.iterrows())}
+           "EEightLmRtErrPerMethod": _errors_per_method(rt)}
     fair, fast = _in_situ_cost(lm, lm_runs), _in_situ_cost(rt, rt_runs)
     if "situ" in fair and "situ" in fast:
         out["EEightLmRtInSituMs"] = fmt_num(fast["situ"], 3)
@@ -201,8 +204,7 @@ def _lm_numbers(lm, meta: dict) -> dict[str, str]:
            # sharing the cores under the fair scheduler
            "EEightLmScheduling": (f"under SCHED\\_RR (priority {meta['lm_realtime']})" if meta.get("lm_realtime")
                                   else "under the fair scheduler"),
-           "EEightLmErrPerMethod": ", ".join(f"{escape(str(r['method']))} {_signed_pct(r['err_step'])}\\,\\%"
-                                             for _, r in lm.iterrows())}
+           "EEightLmErrPerMethod": _errors_per_method(lm)}
     cond = meta.get("lm_conditions") or {}
     if cond.get("load1_mean") is not None:
         out["EEightLmLoadMean"] = fmt_num(float(cond["load1_mean"]), 3)
