@@ -36,6 +36,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar, Protocol
 
+import numpy as np
 import torch
 from torch import Tensor
 
@@ -149,6 +150,24 @@ class State:
         else:
             self._by_name.pop(name, None)
 
+    def state_dict(self) -> dict[str, Any]:
+        """This state as plain data (tensors, numbers, strings, lists, dicts), so that a checkpoint loads with
+        ``torch.load(weights_only=True)``: the generators as their state tensors, a numpy ``RandomState`` in
+        ``shared`` (PowerSGD's stream) as its MT19937 state."""
+        return {"seed": self.seed, "by_name": {k: dict(v) for k, v in self._by_name.items()},
+                "shared": {k: _plain(v) for k, v in self.shared.items()},
+                "generators": {k: g.get_state() for k, g in self._generators.items()}}
+
+    def load_state_dict(self, s: dict[str, Any]) -> None:
+        """Restore what :meth:`state_dict` gave (the streams continue exactly where they were saved)."""
+        self.seed = s["seed"]
+        self._by_name = {k: dict(v) for k, v in s["by_name"].items()}
+        self.shared = {k: _unplain(v) for k, v in s["shared"].items()}
+        self._generators = {}
+        for k, st in s["generators"].items():
+            g = self._generators[k] = torch.Generator(device=k)
+            g.set_state(st)
+
     def generator(self, device: torch.device) -> torch.Generator | None:
         """The generator stochastic compressors draw from on ``device`` (``None``: the global RNG)."""
         if self.seed is None:
@@ -159,6 +178,30 @@ class State:
             g = self._generators[key] = torch.Generator(device=device)
             g.manual_seed(self.seed)
         return g
+
+
+_MT19937 = "numpy.MT19937"  # the tag of a numpy RandomState in State.state_dict's ``shared``
+
+
+def _plain(v: Any) -> Any:
+    """A ``State.shared`` value as plain data: a numpy ``RandomState`` becomes its legacy MT19937 state
+    (key words as int64, position, cached Gaussian); anything else is kept as it is."""
+    if isinstance(v, np.random.RandomState):
+        name, keys, pos, has_gauss, gauss = v.get_state(legacy=True)
+        assert name == "MT19937"
+        return {"kind": _MT19937, "keys": torch.from_numpy(keys.astype(np.int64)), "pos": int(pos),
+                "has_gauss": int(has_gauss), "cached_gaussian": float(gauss)}
+    return v
+
+
+def _unplain(v: Any) -> Any:
+    """The inverse of :func:`_plain`."""
+    if isinstance(v, dict) and v.get("kind") == _MT19937:
+        rng = np.random.RandomState()
+        rng.set_state(("MT19937", v["keys"].numpy().astype(np.uint32), v["pos"], v["has_gauss"],
+                       v["cached_gaussian"]))
+        return rng
+    return v
 
 
 def check_finite_input(x: Tensor) -> None:

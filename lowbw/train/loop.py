@@ -43,7 +43,7 @@ __all__ = ["Trainer", "TIME_FIELDS", "WALL_FIELDS", "CHECKPOINT_FORMAT", "resolv
 WALL_FIELDS = ("t_compute", "t_compress", "t_comm", "t_step", "t_meta", "t_wall")
 TIME_FIELDS = WALL_FIELDS + ("t_virtual", "t_virtual_compute", "t_virtual_compress", "t_virtual_comm")
 # the layout of Trainer.state_dict(); a checkpoint of another layout is refused on resume
-CHECKPOINT_FORMAT = 3
+CHECKPOINT_FORMAT = 4
 
 
 def resolve_device(cfg) -> torch.device:

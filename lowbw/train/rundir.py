@@ -86,7 +86,8 @@ def _describe_diff(out: Path, keys: list[str], old: dict[str, Any], new: dict[st
 def check_out(cfg: RunConfig, out: Path, overwrite: bool) -> str:
     """What a run into ``out`` would do: ``"new"``, ``"resume"`` (a matching checkpoint), ``"complete"``
     (same config, summary.json exists) or ``"redo"`` (overwrite). Raises RunDirError when the directory
-    holds a run of another config (naming the differing keys) and ``overwrite`` is false."""
+    holds a run of another config (naming the differing keys), or a checkpoint that does not load as data
+    (changed since written, or holding more than data), and ``overwrite`` is false."""
     complete = (out / "summary.json").exists()
     if overwrite:
         return "redo"
@@ -114,6 +115,12 @@ def check_out(cfg: RunConfig, out: Path, overwrite: bool) -> str:
                 what = "config.json is missing" if old is None else "no key differs: another version of lowbw"
             raise RunDirError(f"{out}/checkpoint was written by another config ({what}); use the same config to "
                               f"resume, or --force to start over")
+        from lowbw.train.checkpoint import CheckpointError, verify  # lazy: keeps `lowbw --help` free of torch
+
+        try:  # its hashes and contents, before any work: a checkpoint is loaded as data only
+            verify(out)
+        except (CheckpointError, FileNotFoundError) as e:
+            raise RunDirError(str(e)) from None
         return "resume"
     return "new"
 

@@ -226,10 +226,13 @@ class Synchronous(Scheme):
     # ------------------------------------------------------------------------------------ state
     def state_dict(self) -> dict:
         """The compressor states and the add-ons'."""
-        return {"compressor_states": self.states, "addons": [a.state_dict() for a in self.addons]}
+        return {"compressor_states": [None if st is None else st.state_dict() for st in self.states],
+                "addons": [a.state_dict() for a in self.addons]}
 
     def load_state_dict(self, s: dict) -> None:
-        self.states = s["compressor_states"]
+        for st, d in zip(self.states, s["compressor_states"], strict=True):
+            if st is not None:
+                st.load_state_dict(d)
         for a, d in zip(self.addons, s.get("addons", [{}] * len(self.addons))):
             a.load_state_dict(d)
 
