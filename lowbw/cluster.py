@@ -11,10 +11,11 @@ Where a node learns its place (checked in this order):
    N = WORLD_SIZE, R = RANK, rendezvous at MASTER_ADDR:MASTER_PORT (namespace 0), and the node's own
    address is that of GLOO_SOCKET_IFNAME, its shaped link.
 
-c10d rendezvous: node 0 hosts the rendezvous TCP store (``is_host`` is given, not guessed: inside a network
-namespace the hostname resolves to no address of the node), every agent advertises ``--local-addr`` when
-known, and the workers bootstrap from the agents' store (torchrun's default), so every byte of the
-rendezvous and of training crosses the nodes' links. The workers are lowbw's ``procs`` workers: rank 0
+c10d rendezvous (:mod:`lowbw.torchrun`): node 0 hosts the rendezvous TCP store, listening on the rendezvous
+host's address only (``is_host`` is given, not guessed: inside a network namespace the hostname resolves to
+no address of the node), every agent advertises ``--local-addr`` when known, and the workers make their own
+store on node 0's address (``MASTER_ADDR``), so every byte of the rendezvous and of training crosses the
+nodes' links and nothing listens on an address it was not given. The workers are lowbw's ``procs`` workers: rank 0
 seals summary.json in the run directory, which all nodes share (a shared filesystem on a cluster).
 """
 
@@ -93,8 +94,9 @@ def node_spec(env: Mapping[str, str], port: int | None = None) -> NodeSpec:
 
 
 def torchrun_argv(spec: NodeSpec, command: Sequence[str], nproc_per_node: int = 1) -> list[str]:
-    """``python -m torch.distributed.run --nnodes N --node-rank R --rdzv-backend c10d ... COMMAND`` for one
-    node; ``command`` is ``[python] script.py args`` or ``[python] -m module args``."""
+    """``python -m lowbw.torchrun --nnodes N --node-rank R --rdzv-backend c10d ... COMMAND`` for one node
+    (torchrun, its stores listening on the given addresses only); ``command`` is ``[python] script.py args``
+    or ``[python] -m module args``."""
     cmd = list(command)
     if cmd and os.path.basename(cmd[0]).startswith("python"):
         cmd = cmd[1:]
@@ -102,7 +104,7 @@ def torchrun_argv(spec: NodeSpec, command: Sequence[str], nproc_per_node: int = 
         raise ValueError(f"no script or -m module to run after -- (got {shlex.join(command)!r})")
     if nproc_per_node < 1:
         raise ValueError(f"--nproc-per-node {nproc_per_node} is not >= 1")
-    argv = [sys.executable, "-m", "torch.distributed.run", "--nnodes", str(spec.nnodes),
+    argv = [sys.executable, "-m", "lowbw.torchrun", "--nnodes", str(spec.nnodes),
             "--node-rank", str(spec.node_rank), "--nproc-per-node", str(nproc_per_node),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{spec.rdzv_host}:{spec.rdzv_port}",
             "--rdzv-id", spec.run_id, "--rdzv-conf", f"is_host={int(spec.node_rank == 0)}", "--max-restarts", "0"]

@@ -27,6 +27,7 @@ from lowbw.comm.engine import DEFAULT_CHUNK_BYTES, DEFAULT_WINDOW, chunk_elems, 
 from lowbw.comm.numerics import Reducer
 from lowbw.comm.transport import DistTransport
 from lowbw.net.ratelimit import install_from_env
+from lowbw.rendezvous import init_process_group
 
 LATE_START_S = 1e-3  # a rank that sees the common start instant more than this late counts as a late start
 
@@ -37,7 +38,7 @@ def main(plan_path: str) -> int:
     """Run the plan in ``plan_path`` as one rank (rank 0 writes the results to the plan's ``out``)."""
     spec = json.loads(Path(plan_path).read_text())
     limiter = install_from_env()  # loopback-ratelimit only; the kernel shapes netns-tc links
-    dist.init_process_group("gloo", timeout=timedelta(seconds=600))
+    init_process_group("gloo", timedelta(seconds=600))  # its store listens on MASTER_ADDR only
     rank, n = dist.get_rank(), dist.get_world_size()
     torch.set_num_threads(1)
 

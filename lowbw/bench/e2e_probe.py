@@ -41,6 +41,7 @@ from lowbw.bench.presets import load_methods
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.hooks import make_hook, timed_hook
 from lowbw.net.testbed import Testbed
+from lowbw.rendezvous import init_process_group
 from lowbw.runio import atomic_write_json
 from lowbw.train.aggregate import aggregate_rank, make_compressor
 from lowbw.train.allocator import steady_allocator
@@ -82,7 +83,7 @@ def _probe_worker(spec_path: str) -> int:
     cfg = RunConfig.from_dict(spec["config"])
     steady_allocator()  # as the cell's workers and sim do
     torch.set_num_threads(int(os.environ.get("LOWBW_THREADS", "1")))
-    dist.init_process_group("gloo", init_method="env://", timeout=_dt.timedelta(seconds=120))
+    init_process_group("gloo", _dt.timedelta(seconds=120))  # its store listens on MASTER_ADDR only
     rank = dist.get_rank()
     coll = DistCollective(cfg.collective, timeout=120)
     one = torch.zeros(1)

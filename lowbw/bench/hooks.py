@@ -42,6 +42,7 @@ from lowbw.comm.hooks import HookTimer, make_hook, timed_hook
 from lowbw.compress.artopk import index_dtype, topk_count
 from lowbw.net.ratelimit import install_from_env
 from lowbw.net.testbed import Testbed
+from lowbw.rendezvous import init_process_group
 from lowbw.runio import atomic_write_json
 
 TORCH_HOOKS = ("torch-none", "torch-fp16", "torch-bf16")
@@ -164,7 +165,7 @@ def _worker(spec_path: str) -> int:
 
     spec = json.loads(Path(spec_path).read_text())
     install_from_env()  # loopback-ratelimit only; the kernel shapes netns-tc links
-    dist.init_process_group("gloo", timeout=timedelta(seconds=600))
+    init_process_group("gloo", timedelta(seconds=600))  # its store listens on MASTER_ADDR only
     torch.set_num_threads(1)
     rank = dist.get_rank()
     rows = []

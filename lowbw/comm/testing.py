@@ -9,7 +9,7 @@
 
 Processes start from a ``forkserver`` that has torch imported already (quick, and safe: nothing is
 forked from a process whose thread pools are running). The group lives on 127.0.0.1 only (gloo over the
-loopback interface, rendezvous through a file or a TCP store on a free port). Every child has the
+loopback interface, rendezvous through a file or a TCP store listening on 127.0.0.1 only). Every child has the
 torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT). Results come back
 pickled; a child that fails, dies or outlives ``timeout`` is reported with its rank.
 """
@@ -33,6 +33,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from lowbw.rendezvous import tcp_store
 
 __all__ = ["RankResult", "ProcsError", "run_procs", "free_port"]
 
@@ -74,8 +76,14 @@ def _child(fn, rank: int, world_size: int, args, kwargs, init_method: str, backe
     try:
         if threads:
             torch.set_num_threads(threads)
-        dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
-                                timeout=timedelta(seconds=dist_timeout))
+        timeout = timedelta(seconds=dist_timeout)
+        if init_method.startswith("tcp://"):  # a store listening on 127.0.0.1 only (torch's tcp:// binds *)
+            host, port = init_method[len("tcp://"):].rsplit(":", 1)
+            store = tcp_store(host, int(port), world_size, rank == 0, timeout)
+            dist.init_process_group(backend, store=store, rank=rank, world_size=world_size, timeout=timeout)
+        else:
+            dist.init_process_group(backend, init_method=init_method, rank=rank, world_size=world_size,
+                                    timeout=timeout)
         value = fn(rank, world_size, *args, **kwargs)
         ok = True
     except BaseException as e:  # noqa: BLE001 - reported to the parent
@@ -105,7 +113,8 @@ def run_procs(fn, world_size: int, *args, timeout: float = 120.0, backend: str =
 
     ``fn`` must be importable (a module-level function). ``timeout``: seconds for the whole run; children
     still running then are killed. ``init``: "file" (a rendezvous file, no port race) or "tcp" (a TCP store
-    on 127.0.0.1 and a free port). ``threads``: torch threads per child (0: torch's default).
+    listening on 127.0.0.1 only, on a free port: :mod:`lowbw.rendezvous`). ``threads``: torch threads per
+    child (0: torch's default).
     ``raise_errors``: raise :class:`ProcsError` if any rank failed; if False, return
     :class:`RankResult` objects (value or error per rank).
     """

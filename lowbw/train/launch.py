@@ -279,6 +279,8 @@ def _run_procs(cfg: RunConfig, out: Path, quiet: bool = False) -> None:
     root = str(Path(__file__).resolve().parents[2])
     env["PYTHONPATH"] = root + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     port = cfg.master_port or free_port()
+    if not cfg.testbed and Path("/sys/class/net/lo").exists():
+        env["GLOO_SOCKET_IFNAME"] = "lo"  # gloo's sockets on 127.0.0.1, not on the address the host name has
     stdout = subprocess.DEVNULL if quiet else None
     stall = peer_timeout_s(cfg)
     grace = 10.0
@@ -294,7 +296,7 @@ def _run_procs(cfg: RunConfig, out: Path, quiet: bool = False) -> None:
 
     try:
         if cfg.backend == "torchrun":
-            tcmd = [sys.executable, "-m", "torch.distributed.run", "--standalone",
+            tcmd = [sys.executable, "-m", "lowbw.torchrun", "--standalone",  # its stores on 127.0.0.1 only
                     f"--nproc_per_node={cfg.workers}", *cmd[1:]]
             p = subprocess.Popen(tcmd, env=env, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True,
                                  preexec_fn=lambda: set_parent_death_signal(signal.SIGTERM))

@@ -3,7 +3,8 @@
     python -m lowbw.train.worker --config run.json --out DIR        # RANK, WORLD_SIZE, MASTER_* in the env
     torchrun --nproc_per_node 4 -m lowbw.train.worker --config run.json --out DIR
 
-Initialises torch.distributed (env://; gloo on CPU, NCCL on CUDA), installs the loopback rate limiter when
+Initialises torch.distributed (torchrun's environment, the store listening on MASTER_ADDR only:
+:mod:`lowbw.rendezvous`; gloo on CPU, NCCL on CUDA), installs the loopback rate limiter when
 the testbed asks for it, and runs the same :class:`~lowbw.train.loop.Trainer` as ``sim`` over a
 :class:`~lowbw.train.world.DistWorld`.
 
@@ -27,6 +28,7 @@ import torch
 import torch.distributed as dist
 
 from lowbw.net.ratelimit import install_from_env
+from lowbw.rendezvous import init_process_group
 from lowbw.runio import set_parent_death_signal
 from lowbw.train.allocator import steady_allocator
 from lowbw.train.config import RunConfig, load_file
@@ -56,7 +58,7 @@ def worker_main(cfg, out, keep_checkpoint: bool = False) -> dict[str, Any]:
     backend = "nccl" if device.type == "cuda" else "gloo"
     t0 = peer_timeout_s(cfg)
     if not dist.is_initialized():
-        dist.init_process_group(backend, init_method="env://", timeout=timedelta(seconds=_init_timeout_s(t0)))
+        init_process_group(backend, timedelta(seconds=_init_timeout_s(t0)))  # the store on MASTER_ADDR only
     world = DistWorld(cfg, timeout_s=t0, meta_timeout_s=_init_timeout_s(t0))
     ok = False
     try:
