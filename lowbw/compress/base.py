@@ -166,7 +166,7 @@ class State:
         self._generators = {}
         for k, st in s["generators"].items():
             g = self._generators[k] = torch.Generator(device=k)
-            g.set_state(st)
+            g.set_state(st.cpu())  # a generator state is a CPU byte tensor, wherever the checkpoint was mapped
 
     def generator(self, device: torch.device) -> torch.Generator | None:
         """The generator stochastic compressors draw from on ``device`` (``None``: the global RNG)."""
@@ -198,7 +198,7 @@ def _unplain(v: Any) -> Any:
     """The inverse of :func:`_plain`."""
     if isinstance(v, dict) and v.get("kind") == _MT19937:
         rng = np.random.RandomState()
-        rng.set_state(("MT19937", v["keys"].numpy().astype(np.uint32), v["pos"], v["has_gauss"],
+        rng.set_state(("MT19937", v["keys"].cpu().numpy().astype(np.uint32), v["pos"], v["has_gauss"],
                        v["cached_gaussian"]))
         return rng
     return v

@@ -41,9 +41,9 @@ __all__ = ["fingerprint", "save_part", "write_marker", "read_marker", "load_part
 RUN_ONLY_KEYS = ("progress", "max_wall_s", "checkpoint_every", "master_port", "threads", "name", "peer_timeout_s")
 
 
-#: the only types a checkpoint may hold (containers and leaves); torch.load(weights_only=True) admits a few
-#: more (torch.Size, dtypes, devices...), which lowbw never saves and so refuses
-#: (exact types, but for tensors: a tuple subclass such as torch.Size is refused)
+#: the only types a checkpoint may hold (containers and leaves; exact types, but tensors may be subclasses);
+#: torch.load(weights_only=True) admits a few more (torch.Size, dtypes, devices...), which lowbw never saves
+#: and so refuses
 CHECKPOINT_TYPES = (dict, collections.OrderedDict, list, tuple, str, bytes, int, float, bool, type(None),
                     torch.Tensor)
 
@@ -147,8 +147,8 @@ def _load(p: Path, map_location, mmap: bool = False) -> Any:
         obj = torch.load(p if mmap else io.BytesIO(data), map_location=map_location, weights_only=True,
                          mmap=mmap)
     except pickle.UnpicklingError as e:
-        m = re.search(r"GLOBAL ([\w.]+)", str(e)) or re.search(r"Unsupported operand (\d+)", str(e))
-        what = f"would call {m.group(1)}" if m else "is not a weights-only pickle"
+        m = re.search(r"GLOBAL ([\w.]+)", str(e))
+        what = f"would call {m.group(1)}" if m else "is a pickle with other operations"
         raise _refuse(p, f"{what}, not checkpoint data (tensors, numbers, strings, lists, dicts)") from None
     except (RuntimeError, EOFError, ValueError) as e:
         raise _refuse(p, f"is not a torch checkpoint ({' '.join(str(e).split())[:120]})") from None
