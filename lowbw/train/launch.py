@@ -5,9 +5,12 @@
   (gloo on CPU, NCCL on CUDA); with ``testbed: true`` each runs inside its own network namespace behind a
   tc-shaped link (:class:`lowbw.net.testbed.Testbed`; without root it falls back to in-process rate limiting
   of point-to-point traffic, and the run's config.json says which).
-* ``torchrun``: the same worker under ``torchrun`` (env:// rendezvous from its environment). Called inside
+* ``torchrun``: the same worker under ``torchrun`` (rendezvous from its environment). Called inside
   torchrun (``RANK`` set) this process *is* a worker; otherwise it starts
-  ``python -m torch.distributed.run --standalone --nproc_per_node M -m lowbw.train.worker ...``.
+  ``python -m lowbw.torchrun --standalone --nproc_per_node M -m lowbw.train.worker ...`` (torchrun, its
+  stores on 127.0.0.1 only).
+* ``procs`` and ``torchrun`` rendezvous through a store listening on ``MASTER_ADDR`` only
+  (:mod:`lowbw.rendezvous`): 127.0.0.1, or the namespace's address in the testbed.
 
 Failure behaviour: the run directory's ``.lock`` is held by the launcher *and* every worker
 (flock, shared once the launcher has checked it is alone), so a rerun cannot start while an orphan still
