@@ -10,6 +10,10 @@ everything else is torch's: the same store protocol, timeouts and clean-up (the 
 rank 0's process). gloo's own pair sockets already listen on the address of ``GLOO_SOCKET_IFNAME`` / the
 host name's (127.0.0.1 for a local run).
 
+A host *name* is bound to the first address it resolves to on the node that hosts the store (IPv4 or IPv6),
+the address the other nodes are expected to reach it at; a cluster whose nodes resolve their own name to a
+loopback address (Debian's ``127.0.1.1`` line in /etc/hosts) must give node 0's address instead.
+
 Steps of :func:`init_process_group` (rank R of N, ``MASTER_ADDR:MASTER_PORT`` from torchrun's environment):
 
 1. Under a torchrun agent that shares its own store (``TORCHELASTIC_USE_AGENT_STORE=True``) every worker is a
