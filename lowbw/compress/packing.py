@@ -145,7 +145,8 @@ def _pieces(numels: list[int], N: int, ring: bool) -> tuple[list[list[tuple[int,
 
 
 def all_reduce_packed(coll, tensors: list[Tensor], rows: bool = False) -> list[Tensor]:
-    """The sums of ``tensors`` (one dtype) from one all-reduce of a buffer laid out as the module says."""
+    """The sums of ``tensors`` (one dtype) from one all-reduce of a buffer laid out as the module says (rows:
+    each tensor's one sum, without the leading N, as a BatchCollective's all-reduce gives it)."""
     lead = 1 if rows else 0
     flats = [t.reshape(*t.shape[:lead], -1) for t in tensors]
     pieces, length = _pieces([f.shape[-1] for f in flats], coll.world_size, _ring(coll))
@@ -154,13 +155,13 @@ def all_reduce_packed(coll, tensors: list[Tensor], rows: bool = False) -> list[T
     for f, ps in zip(flats, pieces, strict=True):
         for a, b, p in ps:
             buf[..., p: p + b - a] = f[..., a:b]
-    summed = coll.all_reduce(buf)
+    summed = coll.all_reduce(buf)  # rows: the one sum every rank receives, [length]
     out = []
     for t, f, ps in zip(tensors, flats, pieces, strict=True):
-        s = torch.empty_like(f)
+        s = f.new_empty(f.shape[-1])
         for a, b, p in ps:
-            s[..., a:b] = summed[..., p: p + b - a]
-        out.append(s.view(t.shape))
+            s[a:b] = summed[p: p + b - a]
+        out.append(s.view(t.shape[lead:]))
     return out
 
 
