@@ -149,3 +149,18 @@ def test_a_bucketed_run_is_the_same_on_sim_and_procs(tmp_path, comp):
     procs = _metrics(tmp_path, "procs", backend="procs", **kw)
     assert_same_metrics(sim, procs)
     assert [x["messages"] for x in sim] == [x["messages"] for x in procs]
+
+
+def test_the_exchange_benchmarks_bound_and_targets():
+    from lowbw.bench.exchange import bound_seconds, check_targets
+
+    # a ring all-reduce on 4 workers: 2(N-1) = 6 latency steps; lowbw's all-gather: 3 (sizes) + 3 (payload)
+    assert bound_seconds([("all_reduce", 4000, "ring", 4)], 6000, 0.05, 1e7) == pytest.approx(6 * 0.05 + 0.0048)
+    assert bound_seconds([("all_gather", 800, "ring", 4)], 2400, 0.05, 1e7) == pytest.approx(6 * 0.05 + 0.00192)
+    rows = [dict(method="dense", granularity="flat", seconds=0.8, ratio=1.0, bytes_sent=600, payload_bytes=400),
+            dict(method="topk1", granularity="layer", seconds=9.0, ratio=1.3, bytes_sent=100, payload_bytes=90),
+            dict(method="topk1", granularity="bucket", seconds=0.4, ratio=1.2, bytes_sent=101, payload_bytes=91)]
+    t = check_targets(rows)["topk1"]
+    assert t["below_dense"] and t["within_bound"] and t["bytes_ok"] and t["met"]
+    rows[2]["ratio"] = 1.31
+    assert not check_targets(rows)["topk1"]["met"]
