@@ -121,6 +121,10 @@ def _packed_round(reqs: list[Request], coll, rows: bool) -> list[tuple]:
 
 # ------------------------------------------------------------------------------------------------ all-reduce
 def _ring(coll) -> bool:
+    """Whether ``coll`` all-reduces by the ring: the innermost collective's ``algorithm`` (through wrappers'
+    ``inner``, as :func:`lowbw.adaptive` finds it)."""
+    while not hasattr(coll, "algorithm") and hasattr(coll, "inner"):
+        coll = coll.inner
     return getattr(coll, "algorithm", None) == "ring"
 
 

@@ -74,11 +74,6 @@ class TimedCollective:
     def calls(self):
         return self.inner.calls
 
-    @property
-    def algorithm(self):
-        """The inner collective's algorithm (a packed all-reduce lays its buffer out for it)."""
-        return getattr(self.inner, "algorithm", None)
-
     def _do(self, fn, *args):
         t0 = time.perf_counter()
         if self.lock is not None:
