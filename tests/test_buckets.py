@@ -155,8 +155,10 @@ def test_the_exchange_benchmarks_bound_and_targets():
     from lowbw.bench.exchange import bound_seconds, check_targets
 
     # a ring all-reduce on 4 workers: 2(N-1) = 6 latency steps; lowbw's all-gather: 3 (sizes) + 3 (payload)
-    assert bound_seconds([("all_reduce", 4000, "ring", 4)], 6000, 0.05, 1e7) == pytest.approx(6 * 0.05 + 0.0048)
-    assert bound_seconds([("all_gather", 800, "ring", 4)], 2400, 0.05, 1e7) == pytest.approx(6 * 0.05 + 0.00192)
+    assert bound_seconds([("all_reduce", 4000, "ring", 4, False)], 6000, 0.05, 1e7) == pytest.approx(0.3 + 0.0048)
+    assert bound_seconds([("all_gather", 800, "ring", 4, False)], 2400, 0.05, 1e7) == pytest.approx(0.3 + 0.00192)
+    # sizes known (a bucket of top-k payloads): the payload's pass alone
+    assert bound_seconds([("all_gather", 800, "ring", 4, True)], 2400, 0.05, 1e7) == pytest.approx(0.15 + 0.00192)
     rows = [dict(method="dense", granularity="flat", seconds=0.8, ratio=1.0, bytes_sent=600, payload_bytes=400),
             dict(method="topk1", granularity="layer", seconds=9.0, ratio=1.3, bytes_sent=100, payload_bytes=90),
             dict(method="topk1", granularity="bucket", seconds=0.4, ratio=1.2, bytes_sent=101, payload_bytes=91)]
@@ -164,3 +166,17 @@ def test_the_exchange_benchmarks_bound_and_targets():
     assert t["below_dense"] and t["within_bound"] and t["bytes_ok"] and t["met"]
     rows[2]["ratio"] = 1.31
     assert not check_targets(rows)["topk1"]["met"]
+
+
+def test_a_bucket_of_topk_gathers_once_without_a_size_exchange():
+    """top-k's payloads have fixed lengths: the bucket's one all-gather carries the parts alone and is recorded
+    (and timed) without lowbw.comm's size exchange; its outputs stay those of the per-tensor exchange."""
+    from lowbw.net.costmodel import LinkParams, calls_time
+
+    _, calls = _threads("topk", {"ratio": 0.05}, 25.0, steps=1)
+    (c,) = calls
+    assert c.op == "all_gather" and c.sizes_known
+    per_tensor = sum(torch.Size(s).numel() for s in SHAPES)
+    assert c.nbytes < per_tensor  # the parts' bytes, no lengths header
+    link = LinkParams(0.05, 1e300)
+    assert calls_time([c], link) == pytest.approx(3 * 0.05)  # N - 1 = 3 latency steps, not 6

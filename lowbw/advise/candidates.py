@@ -135,6 +135,7 @@ class Call:
     op: str  # "all_reduce" (summable payload or dense) | "all_gather"
     nbytes: float  # this rank's input, bytes
     group: str  # "world" | "household"
+    sizes_known: bool = False  # all_gather of fixed-size payloads in a bucket: no size exchange first
 
 
 @dataclass(frozen=True)
@@ -221,8 +222,10 @@ def exchange(c: Candidate, shapes: tuple[tuple[str, tuple[int, ...]], ...],
         parts, summable, dt = cache_[key]
         total_s += dt
         per_tensor.append((parts, summable))
-    if f"{spec}|packs" not in cache_:
-        cache_[f"{spec}|packs"] = bool((comp or _make(c)).packs)
+    if f"{spec}|fixed" not in cache_:
+        comp = comp or _make(c)
+        cache_[f"{spec}|packs"] = bool(comp.packs)
+        cache_[f"{spec}|fixed"] = bool(comp.fixed_size)
         dirty = True
     if dirty:
         save_cache("parts", _COMPRESS_DIR, cache_)
@@ -230,14 +233,16 @@ def exchange(c: Candidate, shapes: tuple[tuple[str, tuple[int, ...]], ...],
         calls = [Call("all_reduce" if summable else "all_gather", b, "world") for parts, summable in per_tensor
                  for b in parts]
     else:
-        calls = _bucket_calls(per_tensor, [4 * math.prod(s) for _, s in shapes], bucket_mb)
+        calls = _bucket_calls(per_tensor, [4 * math.prod(s) for _, s in shapes], bucket_mb, cache_[f"{spec}|fixed"])
     return Exchange(tuple(calls), sum(x.nbytes for x in calls), total_s, exact)
 
 
-def _bucket_calls(per_tensor: list[tuple[list[float], bool]], nbytes: list[int], bucket_mb: float) -> list[Call]:
+def _bucket_calls(per_tensor: list[tuple[list[float], bool]], nbytes: list[int], bucket_mb: float,
+                  fixed: bool) -> list[Call]:
     """The calls of a bucketed exchange (:mod:`lowbw.compress.packing`): per bucket (:func:`lowbw.buckets.assign`
     of the fp32 sizes), summable payloads one all-reduce per round (part j of every tensor: PowerSGD's Ps, then
-    its Qs), the rest one all-gather of every part and its 8-byte length."""
+    its Qs), the rest one all-gather of every part and its 8-byte length; ``fixed`` (payloads of fixed
+    lengths: top-k) one all-gather of the parts alone, with no size exchange before it."""
     calls: list[Call] = []
     for b in sorted(assign(nbytes, bucket_mb)):
         gathered = [p for i in b if not per_tensor[i][1] for p in per_tensor[i][0]]
@@ -246,5 +251,5 @@ def _bucket_calls(per_tensor: list[tuple[list[float], bool]], nbytes: list[int],
             calls.append(Call("all_reduce", sum(per_tensor[i][0][j] for i in b
                                                 if per_tensor[i][1] and j < len(per_tensor[i][0])), "world"))
         if gathered:
-            calls.append(Call("all_gather", sum(gathered) + 8.0 * len(gathered), "world"))
+            calls.append(Call("all_gather", sum(gathered) + (0.0 if fixed else 8.0 * len(gathered)), "world", fixed))
     return calls

@@ -77,7 +77,7 @@ class RecordingCollective:
     def all_reduce(self, tensor):
         return self._call("all_reduce", lambda: tensor * self.world_size)
 
-    def all_gather(self, tensor):
+    def all_gather(self, tensor, same_size: bool = False):
         return self._call("all_gather", lambda: [tensor.clone() for _ in range(self.world_size)])
 
     def broadcast(self, tensor, src: int):

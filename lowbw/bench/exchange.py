@@ -15,7 +15,8 @@ the moment the last rank has the result, on the host's one monotonic clock) give
   shape headers, one per block and call); ``payload_bytes``: one rank's inputs to its calls (the data);
 * ``bound_s``: the bound of its calls, ``sum over calls of (latency steps x delay) + bytes_sent x 8 / rate``
   (latency steps of a call: :func:`lowbw.net.costmodel.call_steps`: 2(N-1) for a ring all-reduce, 2(N-1) for
-  lowbw.comm's all-gather, whose sizes pass precedes the payload's); ``ratio`` = seconds / bound_s.
+  lowbw.comm's all-gather, whose sizes pass precedes the payload's, N-1 for a bucket's all-gather of
+  fixed-size payloads, which has none); ``ratio`` = seconds / bound_s.
 
     python -m lowbw bench exchange [--workers 4] [--rate 10mbit] [--delay 50ms] [--model gpt-mini]
         [--methods dense powersgd topk1] [--bucket-mb 25] [--reps 3] [--realtime [PRIO]]
@@ -55,11 +56,12 @@ BOUND_MAX = 1.3  # the issue's: a bucketed exchange within 1.3x of the bound of 
 BYTES_TOL = 0.02  # bytes on the wire of bucket against layer
 
 
-def bound_seconds(calls: list[tuple[str, int, str, int]], bytes_sent: float, delay_s: float, rate_bps: float) -> float:
-    """``sum(latency steps of each call) x delay + bytes_sent x 8 / rate`` (calls: (op, nbytes, algorithm, N))."""
+def bound_seconds(calls: list[tuple], bytes_sent: float, delay_s: float, rate_bps: float) -> float:
+    """``sum(latency steps of each call) x delay + bytes_sent x 8 / rate`` (calls: (op, nbytes, algorithm, N,
+    sizes known))."""
     from lowbw.net.costmodel import call_steps
 
-    steps = sum(len(call_steps(op, alg, nbytes, n)) for op, nbytes, alg, n in calls)
+    steps = sum(len(call_steps(op, alg, nbytes, n, exchange_sizes=not known)) for op, nbytes, alg, n, known in calls)
     return steps * delay_s + 8.0 * bytes_sent / rate_bps
 
 
@@ -78,6 +80,8 @@ def check_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
              "bytes_vs_layer": (r["bytes_sent"] / layer["bytes_sent"] - 1.0) if layer else None,
              "payload_vs_layer": (r["payload_bytes"] / layer["payload_bytes"] - 1.0) if layer else None}
         t["bytes_ok"] = t["bytes_vs_layer"] is not None and abs(t["bytes_vs_layer"]) <= BYTES_TOL
+        # the data alone (a per-tensor all-gather also sends a shape header per block and call)
+        t["payload_ok"] = t["payload_vs_layer"] is not None and abs(t["payload_vs_layer"]) <= BYTES_TOL
         t["met"] = t["below_dense"] and t["within_bound"] and t["bytes_ok"]
         out[m] = t
     return out
@@ -124,7 +128,7 @@ def _worker(spec_path: str) -> int:
             t0 = time.clock_gettime(time.CLOCK_MONOTONIC)  # one clock for every process of this host
             aggregate_rank(grad, cks, coll, comp, state, bucket_mb)
             t1 = time.clock_gettime(time.CLOCK_MONOTONIC)
-            calls = [(c.op, c.nbytes, c.algorithm, c.world_size) for c in coll.calls[n0:]]
+            calls = [(c.op, c.nbytes, c.algorithm, c.world_size, c.sizes_known) for c in coll.calls[n0:]]
             sent = bytes_sent_of(coll.meter.calls[m0:])
             if i:
                 reps.append({"t0": t0, "t1": t1, "calls": calls, "bytes_sent": sent})

@@ -201,6 +201,9 @@ class Compressor:
     summable: ClassVar[bool] = False
     #: True for compressors with their own memory (DGC, PowerSGD, ARTopk): ErrorFeedback refuses to wrap them
     has_own_memory: ClassVar[bool] = False
+    #: True where every rank's payload parts have lengths set by the tensor's shape alone (top-k): a
+    #: bucket's all-gather then needs no size exchange (lowbw.compress.packing)
+    fixed_size: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._default_state: State | None = None
@@ -277,7 +280,7 @@ class Compressor:
             if n > 1:
                 out = out / n
         else:
-            gathered = yield Request("all_gather", tuple(parts))
+            gathered = yield Request("all_gather", tuple(parts), self.fixed_size)
             out = torch.zeros(ref.numel, dtype=torch.float32, device=xs.device)
             self._decode_add_rows(gathered, ref, out)
             if n > 1:
@@ -371,7 +374,7 @@ class Compressor:
             if n > 1:
                 out = out / n
         else:
-            gathered = yield Request("all_gather", payload.parts)
+            gathered = yield Request("all_gather", payload.parts, self.fixed_size)
             device = payload.parts[0].device if payload.parts else torch.device("cpu")
             out = torch.zeros(payload.numel, dtype=torch.float32, device=device)
             for r in range(n):
@@ -402,6 +405,10 @@ class ErrorFeedback(Compressor):
     @property
     def summable(self) -> bool:  # type: ignore[override]
         return self.inner.summable
+
+    @property
+    def fixed_size(self) -> bool:  # type: ignore[override]
+        return self.inner.fixed_size
 
     @property
     def name(self) -> str:  # type: ignore[override]

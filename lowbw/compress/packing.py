@@ -19,6 +19,9 @@ Layouts on the wire:
 * all-gather: one rank's buffer is the lengths of its k parts (k int64, the header ``Payload.nbytes``
   always counted) followed by the parts' bytes; a receiver cuts a peer's buffer by those lengths and reads
   each part in its own dtype (the same on every rank: one compressor). Variable lengths (thresholding) pass.
+  Where every tensor's compressor has payloads of fixed lengths (``Compressor.fixed_size``: top-k)
+  the buffer is the parts' bytes alone and the all-gather skips lowbw.comm's size exchange (``same_size``),
+  as ``torch.distributed.all_gather_into_tensor`` takes equal sizes: half the latency steps of a call.
 * all-reduce: the sum must be the one each tensor gets alone. A ring all-reduce sums element e of a tensor
   in the order ``((x_j + x_{j+1}) + ...)`` of its segment j = the segment of ``split(numel, N)`` holding e,
   so over a ring the buffer is laid out *segment-major*: packed segment j holds segment j of every tensor,
@@ -50,6 +53,7 @@ class Request:
 
     op: str  # "all_reduce" (the elementwise sum over ranks) | "all_gather" (every rank's tensor, in rank order)
     tensors: tuple[Tensor, ...]  # the tensors to reduce or gather (rows: [N, ...] with a BatchCollective)
+    sizes_known: bool = False  # all_gather: every rank's tensors have these lengths (Compressor.fixed_size)
 
 
 def run_local(gen: Rounds) -> Tensor:
@@ -114,7 +118,9 @@ def _packed_round(reqs: list[Request], coll, rows: bool) -> list[tuple]:
         for (i, j, _), s in zip(items, all_reduce_packed(coll, [t for _, _, t in items], rows), strict=True):
             results[i][j] = s
     if gathers:
-        for (i, j, _), g in zip(gathers, all_gather_packed(coll, [t for _, _, t in gathers], rows), strict=True):
+        known = all(r.sizes_known for r in reqs if r.op == "all_gather")
+        for (i, j, _), g in zip(gathers, all_gather_packed(coll, [t for _, _, t in gathers], rows, known),
+                                strict=True):
             results[i][j] = g
     return [tuple(r) for r in results]
 
@@ -176,19 +182,27 @@ def _bytes(t: Tensor) -> Tensor:
     return t.view(torch.uint8) if t.dim() else t.reshape(1).view(torch.uint8)
 
 
-def _pack(parts: list[Tensor], lead: tuple[int, ...]) -> Tensor:
-    """Lengths header (int64 per part) + the parts' bytes, along the last dimension."""
+def _pack(parts: list[Tensor], lead: tuple[int, ...], header: bool = True) -> Tensor:
+    """Lengths header (int64 per part; none where every rank knows them) + the parts' bytes, along the last
+    dimension."""
+    body = [_bytes(p.reshape(*lead, -1)) for p in parts]
+    if not header:
+        return torch.cat(body, dim=-1)
     lengths = torch.tensor([p.shape[-1] if p.dim() else 1 for p in parts], dtype=torch.int64,
                            device=parts[0].device)
     head = _bytes(lengths).expand(*lead, -1) if lead else _bytes(lengths)
-    return torch.cat([head] + [_bytes(p.reshape(*lead, -1)) for p in parts], dim=-1)
+    return torch.cat([head] + body, dim=-1)
 
 
-def _unpack(block: Tensor, like: list[Tensor]) -> list[Tensor]:
-    """A peer's 1-D buffer cut into parts, each read in the dtype of the local part at its position."""
+def _unpack(block: Tensor, like: list[Tensor], header: bool = True) -> list[Tensor]:
+    """A peer's 1-D buffer cut into parts, each read in the dtype of the local part at its position (its
+    length from the header, or the local part's where every rank's lengths are known)."""
     k = len(like)
-    lengths = block[: 8 * k].clone().view(torch.int64).tolist()
-    out, pos = [], 8 * k
+    if header:
+        lengths, pos = block[: 8 * k].clone().view(torch.int64).tolist(), 8 * k
+    else:
+        lengths, pos = [t.reshape(-1).shape[0] for t in like], 0
+    out = []
     for n, t in zip(lengths, like, strict=True):
         nb = n * t.element_size()
         out.append(block[pos: pos + nb].clone().view(t.dtype))
@@ -196,14 +210,18 @@ def _unpack(block: Tensor, like: list[Tensor]) -> list[Tensor]:
     return out
 
 
-def all_gather_packed(coll, tensors: list[Tensor], rows: bool = False) -> list:
+def all_gather_packed(coll, tensors: list[Tensor], rows: bool = False, sizes_known: bool = False) -> list:
     """Every rank's ``tensors`` (any dtypes, 1-D) from one all-gather of bytes: per tensor, a list over ranks
-    (Collective) or the ``[N, L]`` rows (``rows``: a BatchCollective), as an all-gather of it alone gives."""
+    (Collective) or the ``[N, L]`` rows (``rows``: a BatchCollective), as an all-gather of it alone gives.
+    ``sizes_known``: every rank's tensors have these lengths, so the buffer carries no lengths and the
+    all-gather exchanges no sizes first (``same_size``: one pass of N-1 message steps, not two)."""
+    head = not sizes_known
+    kw = {"same_size": True} if sizes_known else {}
     if rows:
         N = tensors[0].shape[0]
-        got = coll.all_gather(_pack(list(tensors), (N,)))
-        cut = [_unpack(got[r], [t[0] for t in tensors]) for r in range(N)]
+        got = coll.all_gather(_pack(list(tensors), (N,), head), **kw)
+        cut = [_unpack(got[r], [t[0] for t in tensors], head) for r in range(N)]
         return [torch.stack([cut[r][j] for r in range(N)]) for j in range(len(tensors))]
-    got = coll.all_gather(_pack(list(tensors), ()))
-    cut = [_unpack(b.reshape(-1), list(tensors)) for b in got]
+    got = coll.all_gather(_pack(list(tensors), (), head), **kw)
+    cut = [_unpack(b.reshape(-1), list(tensors), head) for b in got]
     return [[cut[r][j] for r in range(len(got))] for j in range(len(tensors))]

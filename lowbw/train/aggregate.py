@@ -88,7 +88,9 @@ class TimedCollective:
     def all_reduce(self, tensor):
         return self._do(self.inner.all_reduce, tensor)
 
-    def all_gather(self, tensor):
+    def all_gather(self, tensor, same_size: bool = False):
+        if same_size:  # only then: a wrapped collective of the protocol's first form takes no keyword
+            return self._do(lambda t: self.inner.all_gather(t, same_size=True), tensor)
         return self._do(self.inner.all_gather, tensor)
 
     def broadcast(self, tensor, src):

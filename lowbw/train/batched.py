@@ -109,13 +109,14 @@ class RowCollective:
         self.seconds += time.perf_counter() - t0
         return out
 
-    def all_gather(self, rows: Tensor) -> Tensor:
+    def all_gather(self, rows: Tensor, same_size: bool = False) -> Tensor:
         self._check(rows)
         N = self.world_size
         nbytes = rows[0].numel() * rows.element_size()
-        per_rank = (N - 1) * ((2 + MAX_DIMS) * 8 + nbytes) if N > 1 else 0  # shape headers + blocks forwarded
+        header = 0 if same_size else (2 + MAX_DIMS) * 8  # the shape header per block, unless sizes are known
+        per_rank = (N - 1) * (header + nbytes) if N > 1 else 0  # blocks forwarded
         for r in range(N):
-            self.calls[r].append(CallRecord("all_gather", nbytes, "ring", N))
+            self.calls[r].append(CallRecord("all_gather", nbytes, "ring", N, same_size))
             self.sent[r] += per_rank
         return rows
 
