@@ -180,3 +180,18 @@ def test_a_bucket_of_topk_gathers_once_without_a_size_exchange():
     assert c.nbytes < per_tensor  # the parts' bytes, no lengths header
     link = LinkParams(0.05, 1e300)
     assert calls_time([c], link) == pytest.approx(3 * 0.05)  # N - 1 = 3 latency steps, not 6
+
+
+def test_the_papers_exchange_numbers_are_catalogued_and_come_from_the_stored_file():
+    import json
+    from pathlib import Path
+
+    from lowbw.report.catalog import MACROS
+    from lowbw.report.e1_exchange import exchange_numbers
+
+    doc = json.loads((Path(__file__).resolve().parents[1] / "paper/measured/host/exchange.json").read_text())
+    out = exchange_numbers(doc)
+    assert set(out) <= set(MACROS)
+    assert set(MACROS) & {k for k in MACROS if k.startswith("EOneExch")} == set(out) | {"EOneExchNotRun"}
+    rows = {(r["method"], r["granularity"]): r for r in doc["rows"]}
+    assert out["EOneExchTopkBucketCalls"] == str(rows[("topk1", "bucket")]["calls"])
