@@ -13,7 +13,9 @@ Payload sizes per (compressor, shape) are cached in ``$LOWBW_CACHE_DIR`` (defaul
 Bytes are exact: each parameter shape is compressed with the preset's compressor (a seeded Gaussian
 stand-in for the gradient; only thresholding's count depends on the values), and an exchange is the calls
 ``Compressor.aggregate`` makes: per layer, one all-reduce per payload part if the payload is summable,
-else one all-gather per part; dense training all-reduces the flat gradient (one DDP bucket). A shape of more
+else one all-gather per part; with buckets (``bucket_mb``, default 25 MB as DDP's ``bucket_cap_mb``: the
+trainer's ``granularity: bucket``) one call per bucket and round instead; dense training all-reduces the flat
+gradient (one DDP bucket). A shape of more
 than ``CAP`` elements is compressed at three down-scaled shapes and each part's bytes fitted as
 ``a + b numel + c (sum of dims)`` (exact for every compressor whose payload is affine in those, which is all
 of lowbw's but thresholding).
@@ -30,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.advise.cache import load_cache, save_cache
+from lowbw.buckets import DEFAULT_BUCKET_MB, assign
 
 __all__ = ["Candidate", "Call", "Exchange", "FAMILIES", "candidates", "candidate_from_config", "exchange", "CAP",
            "CONFIG_FILE", "MODELLED_SYNC"]
@@ -132,6 +135,7 @@ class Call:
     op: str  # "all_reduce" (summable payload or dense) | "all_gather"
     nbytes: float  # this rank's input, bytes
     group: str  # "world" | "household"
+    sizes_known: bool = False  # all_gather of fixed-size payloads in a bucket: no size exchange first
 
 
 @dataclass(frozen=True)
@@ -192,8 +196,10 @@ def _fitted_parts(comp, shape: tuple[int, ...]) -> tuple[list[float], bool, floa
     return [max(0.0, float(v)) for v in want @ coef], summable, dts[-1] * n
 
 
-def exchange(c: Candidate, shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> Exchange:
-    """The calls of one world exchange of candidate ``c`` for a model with parameter ``shapes``."""
+def exchange(c: Candidate, shapes: tuple[tuple[str, tuple[int, ...]], ...],
+             bucket_mb: float | None = DEFAULT_BUCKET_MB) -> Exchange:
+    """The calls of one world exchange of candidate ``c`` for a model with parameter ``shapes``: per DDP bucket
+    of ``bucket_mb`` MB (``granularity: bucket``, the trainer's default with a compressor), else per tensor."""
     n = sum(math.prod(s) for _, s in shapes)
     if c.compressor == "none":  # the flat fp32 gradient (or parameters), one bucket
         return Exchange((Call("all_reduce", 4.0 * n, "world"),), 4.0 * n, 0.0, True)
@@ -204,6 +210,7 @@ def exchange(c: Candidate, shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> E
     total_s = 0.0
     exact = c.compressor != "threshold"
     dirty = False
+    per_tensor = []
     for _, shape in shapes:
         big = math.prod(shape) > CAP
         exact = exact and not big
@@ -214,7 +221,35 @@ def exchange(c: Candidate, shapes: tuple[tuple[str, tuple[int, ...]], ...]) -> E
             dirty = True
         parts, summable, dt = cache_[key]
         total_s += dt
-        calls += [Call("all_reduce" if summable else "all_gather", b, "world") for b in parts]
+        per_tensor.append((parts, summable))
+    if f"{spec}|fixed" not in cache_:
+        comp = comp or _make(c)
+        cache_[f"{spec}|packs"] = bool(comp.packs)
+        cache_[f"{spec}|fixed"] = bool(comp.fixed_size)
+        dirty = True
     if dirty:
         save_cache("parts", _COMPRESS_DIR, cache_)
+    if bucket_mb is None or not cache_[f"{spec}|packs"]:
+        calls = [Call("all_reduce" if summable else "all_gather", b, "world") for parts, summable in per_tensor
+                 for b in parts]
+    else:
+        calls = _bucket_calls(per_tensor, [4 * math.prod(s) for _, s in shapes], bucket_mb, cache_[f"{spec}|fixed"])
     return Exchange(tuple(calls), sum(x.nbytes for x in calls), total_s, exact)
+
+
+def _bucket_calls(per_tensor: list[tuple[list[float], bool]], nbytes: list[int], bucket_mb: float,
+                  fixed: bool) -> list[Call]:
+    """The calls of a bucketed exchange (:mod:`lowbw.compress.packing`): per bucket (:func:`lowbw.buckets.assign`
+    of the fp32 sizes), summable payloads one all-reduce per round (part j of every tensor: PowerSGD's Ps, then
+    its Qs), the rest one all-gather of every part and its 8-byte length; ``fixed`` (payloads of fixed
+    lengths: top-k) one all-gather of the parts alone, with no size exchange before it."""
+    calls: list[Call] = []
+    for b in sorted(assign(nbytes, bucket_mb)):
+        gathered = [p for i in b if not per_tensor[i][1] for p in per_tensor[i][0]]
+        rounds = max((len(per_tensor[i][0]) for i in b if per_tensor[i][1]), default=0)
+        for j in range(rounds):
+            calls.append(Call("all_reduce", sum(per_tensor[i][0][j] for i in b
+                                                if per_tensor[i][1] and j < len(per_tensor[i][0])), "world"))
+        if gathered:
+            calls.append(Call("all_gather", sum(gathered) + (0.0 if fixed else 8.0 * len(gathered)), "world", fixed))
+    return calls

@@ -31,6 +31,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--rate", help="every worker's link rate each way, tc units: 10mbit, 1gbit")
     p.add_argument("--rates", help="one rate per worker, comma-separated (in place of --rate)")
     p.add_argument("--latency", default="0ms", help="one-way latency per message (default 0ms), e.g. 20ms")
+    p.add_argument("--bucket-mb", type=float, default=25.0,
+                   help="MB per bucket of a compressed exchange, one call per bucket and round (DDP's "
+                        "bucket_cap_mb; default 25); 0: one call per tensor and part")
     t = p.add_mutually_exclusive_group()
     t.add_argument("--target", type=float, help="target test accuracy (a fraction, higher is better)")
     t.add_argument("--target-loss", type=float, help="target validation loss (lower is better)")
@@ -143,6 +146,8 @@ def advise(args) -> dict[str, Any]:
         check_inputs(args.model)
         if args.validate_steps < 1:
             raise ValueError(f"--validate-steps {args.validate_steps}: must be >= 1")
+    if args.bucket_mb < 0:
+        raise ValueError(f"--bucket-mb {args.bucket_mb:g}: MB per bucket is >= 0 (0: one call per tensor)")
     if args.max_steps is not None and not args.max_steps > 0:
         raise ValueError(f"--max-steps {args.max_steps:g}: a budget is a positive number of steps")
     if args.target is not None and not 0 < args.target <= 1:
@@ -155,11 +160,13 @@ def advise(args) -> dict[str, Any]:
     if target is None:  # the middle of the targets measured for this metric
         have = sorted({r["target"] for r in rows if r["metric"] == metric})
         target = have[len(have) // 2] if have else None
-    ranking = rank(w, links, rows, metric, target, args.dense_steps, budget=args.max_steps)
+    bucket_mb = args.bucket_mb or None
+    ranking = rank(w, links, rows, metric, target, args.dense_steps, budget=args.max_steps, bucket_mb=bucket_mb)
     inputs = {"model": w.model, "params": w.params, "kind": w.kind, "workers": len(links),
               "rates_bps": [x.up_bps for x in links], "latency_s": links[0].up_alpha_s, "metric": metric,
               "target": target, "compute_s": w.compute_s, "compute_basis": w.compute_basis, "batch": args.batch,
               "dense_steps": ranking[0].dense_steps if ranking else None, "max_steps": args.max_steps,
+              "bucket_mb": bucket_mb,
               "efficiency_table": str(args.efficiency or efficiency.default_path())}
     return {"ranking": [a.as_dict() for a in ranking], "inputs": inputs,
             "reasons": reasons(ranking, links), "_ranking": ranking, "_links": links}

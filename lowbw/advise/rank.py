@@ -16,6 +16,7 @@ from lowbw.advise.candidates import Candidate, candidates, exchange
 from lowbw.advise.efficiency import Efficiency, lookup
 from lowbw.advise.steptime import StepPrediction, predict
 from lowbw.advise.workload import Workload
+from lowbw.buckets import DEFAULT_BUCKET_MB
 from lowbw.net.costlinks import WorkerLink
 
 __all__ = ["Advice", "rank", "reasons", "DEFAULT_DENSE_STEPS"]
@@ -77,10 +78,11 @@ def _order(a: Advice) -> tuple[int, float]:
 def rank(w: Workload, links: tuple[WorkerLink, ...], rows: list[dict[str, Any]], metric: str = "test_acc",
          target: float | None = None, dense_steps: float | None = None,
          only: tuple[str, ...] | None = None, cands: tuple[Candidate, ...] | None = None,
-         budget: float | None = None) -> list[Advice]:
+         budget: float | None = None, bucket_mb: float | None = DEFAULT_BUCKET_MB) -> list[Advice]:
     """Every candidate (or those named in ``only``; or exactly ``cands``) for workload ``w`` on ``links`` (one
     per worker), best first; ``rows``: the efficiency table; ``budget``: the most steps the user trains (a
-    method predicted to need more ranks with those predicted not to reach the target)."""
+    method predicted to need more ranks with those predicted not to reach the target); ``bucket_mb``: the
+    compressed exchanges' bucket size (None: one call per tensor and part)."""
     n = len(links)
     cands = list(cands) if cands is not None else [c for c in candidates() if only is None or c.name in only]
     base = model_key(w)
@@ -88,7 +90,7 @@ def rank(w: Workload, links: tuple[WorkerLink, ...], rows: list[dict[str, Any]],
     steps = dense_steps or (d.dense_steps if math.isfinite(d.dense_steps) else DEFAULT_DENSE_STEPS)
     out = []
     for c in cands:
-        ex = exchange(c, w.shapes)
+        ex = exchange(c, w.shapes, bucket_mb)
         hh = exchange(DENSE, w.shapes) if c.households else None  # the household's dense average
         step = predict(c, ex, w.compute_s, w.grad_bytes, links, hh)
         out.append(Advice(c, step, lookup(rows, c.name, base, w.kind, n, metric, target), steps, ex.exact, budget))

@@ -57,7 +57,7 @@ def comm_time(ex: Exchange, links: tuple[WorkerLink, ...]) -> tuple[float, str]:
     total, used = 0.0, Counter()
     for c in ex.calls:
         if c.op == "all_gather":
-            total += collective_time("all_gather", "ring", c.nbytes, links)
+            total += collective_time("all_gather", "ring", c.nbytes, links, exchange_sizes=not c.sizes_known)
             used["all-gather"] += 1
         else:
             t, a = min((collective_time("all_reduce", a, c.nbytes, links), a) for a in ALGORITHMS)

@@ -9,7 +9,7 @@ from typing import Any
 
 import torch
 
-from lowbw.train.aggregate import aggregate_rank, make_compressor, make_states
+from lowbw.train.aggregate import aggregate_rank, bucket_mb_of, granularity, make_compressor, make_states
 from lowbw.train.config import RunConfig
 from lowbw.train.models import build_model
 from lowbw.train.replicas import Replicas
@@ -38,13 +38,14 @@ def probe_batch(data_shape: tuple[list[int], int], batch: int):
 
 
 def exchange_parts(rc, rep):
-    """``(compressor, chunks, state)`` of the run config ``rc``'s gradient exchange on the replicas ``rep``, as
-    the trainer aggregates (:class:`lowbw.train.synchroniser.Synchroniser`: per layer unless ``granularity``
-    says otherwise); None without a compressor."""
+    """``(compressor, chunks, state, bucket_mb)`` of the run config ``rc``'s gradient exchange on the replicas
+    ``rep``, as the trainer aggregates (:func:`lowbw.train.aggregate.granularity`: per bucket unless
+    ``granularity`` says otherwise; ``bucket_mb`` None: one call per chunk); None without a compressor."""
     comp = make_compressor(rc)
     if comp is None:
         return None
-    return comp, rep.chunks("layer" if rc.granularity == "auto" else rc.granularity), make_states(rc, [0])[0]
+    gran = granularity(rc, comp)
+    return comp, rep.chunks(gran), make_states(rc, [0])[0], bucket_mb_of(rc, gran)
 
 
 class RecordingCollective:
@@ -76,7 +77,7 @@ class RecordingCollective:
     def all_reduce(self, tensor):
         return self._call("all_reduce", lambda: tensor * self.world_size)
 
-    def all_gather(self, tensor):
+    def all_gather(self, tensor, same_size: bool = False):
         return self._call("all_gather", lambda: [tensor.clone() for _ in range(self.world_size)])
 
     def broadcast(self, tensor, src: int):
@@ -126,13 +127,13 @@ def call_sequence(cfg: dict[str, Any], workers: int, data_shape: tuple[list[int]
         parts = exchange_parts(rc, rep)
         if parts is None:
             return [("all_reduce", 0.0)]
-        comp, chunks, state = parts
+        comp, chunks, state, bucket_mb = parts
         rec = RecordingCollective(workers)
         runs: list[list[float]] = []
         for _ in range(reps + 2):  # the first two warm up
             grad = torch.randn(rep.P)
             rec.restart()
-            aggregate_rank(grad, chunks, rec, comp, state)
+            aggregate_rank(grad, chunks, rec, comp, state, bucket_mb)
             runs.append([g + (rec.tail_s() if j == 0 else 0.0) for j, g in enumerate(rec.gaps_s)])
             if len(runs[-1]) != len(runs[0]):
                 raise RuntimeError(f"{rc.compressor}: {len(runs[-1])} calls in an exchange, {len(runs[0])} before")

@@ -231,13 +231,13 @@ def _in_situ_exchange(spec: dict[str, Any], rep, coll, tiny: dict[str, torch.Ten
     parts = exchange_parts(RunConfig.from_dict(spec["twin"]), rep)
     if parts is None or calls != len(spec.get("sequence") or []):
         return None
-    comp, chunks, state = parts
+    comp, chunks, state, bucket_mb = parts
     grad = rep.grads[0].clone()
 
     def once() -> tuple[float, float]:
         situ = InSituCollective(coll, tiny)
         t0 = time.perf_counter()
-        aggregate_rank(grad, chunks, situ, comp, state)
+        aggregate_rank(grad, chunks, situ, comp, state, bucket_mb)
         elapsed = time.perf_counter() - t0
         return elapsed - situ.calls_s, situ.calls_s
 
@@ -255,13 +255,13 @@ def _compress_reps(spec: dict[str, Any], rep, rank: int) -> tuple[list[float], l
     parts = exchange_parts(RunConfig.from_dict(spec["twin"]), rep) if spec.get("twin") else None
     if parts is None:
         return [], []
-    comp, chunks, state = parts
+    comp, chunks, state, bucket_mb = parts
     coll = RecordingCollective(dist.get_world_size())
     grad = rep.grads[0].clone()
 
     def once() -> float:
         t0 = time.perf_counter()
-        aggregate_rank(grad, chunks, coll, comp, state)
+        aggregate_rank(grad, chunks, coll, comp, state, bucket_mb)
         return time.perf_counter() - t0
 
     once()

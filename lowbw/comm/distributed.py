@@ -55,8 +55,9 @@ class DistCollective:
     def __repr__(self) -> str:
         return f"DistCollective(algorithm={self.algorithm!r}, rank={self.rank}, world_size={self.world_size})"
 
-    def _record(self, op: str, tensor: Tensor, algorithm: str) -> None:
-        self.calls.append(CallRecord(op, tensor.numel() * tensor.element_size(), algorithm, self.world_size))
+    def _record(self, op: str, tensor: Tensor, algorithm: str, sizes_known: bool = False) -> None:
+        self.calls.append(CallRecord(op, tensor.numel() * tensor.element_size(), algorithm, self.world_size,
+                                     sizes_known))
 
     def all_reduce(self, tensor: Tensor) -> Tensor:
         out = tensor.detach().clone()
@@ -65,13 +66,16 @@ class DistCollective:
         self._record("all_reduce", tensor, self.algorithm)
         return out
 
-    def all_gather(self, tensor: Tensor) -> list[Tensor]:
+    def all_gather(self, tensor: Tensor, same_size: bool = False) -> list[Tensor]:
+        """Every rank's tensor in rank order (``same_size``: all of this one's shape, no size exchange)."""
         if self.algorithm == "native":
             out = self._native_all_gather(tensor)
+            same_size = False  # the native path exchanges its headers whatever the sizes
         else:
+            shapes = [tuple(tensor.shape)] * self.world_size if same_size else None
             out = allgather(tensor, self.group, self.timeout, meter=self.meter, chunk_bytes=self.chunk_bytes,
-                            window=self.window)
-        self._record("all_gather", tensor, "native" if self.algorithm == "native" else "ring")
+                            window=self.window, shapes=shapes)
+        self._record("all_gather", tensor, "native" if self.algorithm == "native" else "ring", same_size)
         return out
 
     def broadcast(self, tensor: Tensor, src: int) -> Tensor:

@@ -86,8 +86,9 @@ class ThreadCollective:
     def _transport(self, context: str) -> ThreadTransport:
         return ThreadTransport(self.hub, self.rank, self.timeout, None, context)
 
-    def _record(self, op: str, tensor: Tensor, algorithm: str) -> None:
-        self.calls.append(CallRecord(op, tensor.numel() * tensor.element_size(), algorithm, self.world_size))
+    def _record(self, op: str, tensor: Tensor, algorithm: str, sizes_known: bool = False) -> None:
+        self.calls.append(CallRecord(op, tensor.numel() * tensor.element_size(), algorithm, self.world_size,
+                                     sizes_known))
 
     # -- Collective protocol --------------------------------------------------------------------------------
     def all_reduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
@@ -105,18 +106,20 @@ class ThreadCollective:
         self._record("all_reduce", tensor, self.algorithm)
         return out
 
-    def all_gather(self, tensor: Tensor) -> list[Tensor]:
+    def all_gather(self, tensor: Tensor, same_size: bool = False) -> list[Tensor]:
+        """Every rank's tensor in rank order (``same_size``: all of this one's shape, no size exchange)."""
         tp = self._transport("ring all_gather (threads)")
         with E.metered(self.meter, op="all_gather", algorithm="ring", rank=self.rank, world_size=self.world_size,
                      tensor=tensor, transport=tp), torch.no_grad():
             if self.gather == "direct" and self.world_size > 1:
-                out = self._direct_all_gather(tensor, tp)
+                out = self._direct_all_gather(tensor, tp, same_size)
             else:
-                out = E.run_allgather(tensor, tp, self.chunk_bytes, self.window)
-        self._record("all_gather", tensor, "native" if self.algorithm == "native" else "ring")
+                shapes = [tuple(tensor.shape)] * self.world_size if same_size else None
+                out = E.run_allgather(tensor, tp, self.chunk_bytes, self.window, shapes)
+        self._record("all_gather", tensor, "native" if self.algorithm == "native" else "ring", same_size)
         return out
 
-    def _direct_all_gather(self, tensor: Tensor, tp: ThreadTransport) -> list[Tensor]:
+    def _direct_all_gather(self, tensor: Tensor, tp: ThreadTransport, same_size: bool = False) -> list[Tensor]:
         """The ring all-gather's result and meter counts, from one meeting of the threads, not its
         2(N-1) x chunks messages (a copy has no reduction order: the outputs are the ring's, bit for bit)."""
         if tensor.dim() > MAX_DIMS:
@@ -135,8 +138,12 @@ class ThreadCollective:
             if dt != tensor.dtype:
                 raise CommError(f"lowbw.comm all_gather: rank {j} sent {dt}, rank {r} has {tensor.dtype}",
                                 peer=j, rank=r)
+        if same_size and any(tuple(s) != tuple(tensor.shape) for _, s, _ in items):
+            raise CommError(f"lowbw.comm all_gather: same_size, but ranks sent shapes {[s for _, s, _ in items]}",
+                            rank=r)
         H = 2 + MAX_DIMS  # the shape header the ring exchanges first: one message of H int64 per block
-        count_ring_allgather(tp, [j * H for j in range(N + 1)], 8, H)
+        if not same_size:
+            count_ring_allgather(tp, [j * H for j in range(N + 1)], 8, H)
         offsets = [0]
         for _, _, flat in items:
             offsets.append(offsets[-1] + flat.numel())

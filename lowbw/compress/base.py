@@ -26,6 +26,10 @@ Contract (every compressor in ``lowbw.compress`` follows it):
   row loop inside where a case is not batched: stochastic rounding, sub-byte packing, ties at the top-k
   threshold...); ``aggregate_batch`` talks to a :class:`BatchCollective` (the ranks' collective calls, made
   once for all rows) and returns the average every rank receives (the same on every rank).
+* Rounds: ``aggregate``/``aggregate_batch`` run the generators ``rounds``/``rounds_batch``, which yield a
+  :class:`~lowbw.compress.packing.Request` per round of communication; a bucket of tensors runs theirs
+  together, one packed call per round (:mod:`lowbw.compress.packing`), with each tensor's arithmetic
+  unchanged. A compressor that overrides ``aggregate`` itself (DeMo, AR-Top-k) is not packed (``packs``).
 """
 
 from __future__ import annotations
@@ -41,6 +45,7 @@ import torch
 from torch import Tensor
 
 from lowbw.compress.collective import Collective
+from lowbw.compress.packing import Request, Rounds, drive
 
 __all__ = [
     "Payload",
@@ -239,6 +244,9 @@ class Compressor:
     summable: ClassVar[bool] = False
     #: True for compressors with their own memory (DGC, PowerSGD, ARTopk): ErrorFeedback refuses to wrap them
     has_own_memory: ClassVar[bool] = False
+    #: True where every rank's payload parts have lengths set by the tensor's shape alone (top-k): a
+    #: bucket's all-gather then needs no size exchange (lowbw.compress.packing)
+    fixed_size: ClassVar[bool] = False
 
     def __init__(self) -> None:
         self._default_state: State | None = None
@@ -254,9 +262,24 @@ class Compressor:
         return self.decode(payload).to(payload.dtype).view(payload.shape)
 
     def aggregate(self, tensor: Tensor, coll: Collective, name: str = "", state: State | None = None) -> Tensor:
-        """Average over ranks of the decompressed payloads (see the module docstring)."""
+        """Average over ranks of the decompressed payloads (see the module docstring): :meth:`rounds` run on
+        ``coll``, one call per requested tensor."""
+        return drive([self.rounds(tensor, name, state, coll.world_size)], coll, packed=False)[0]
+
+    def rounds(self, tensor: Tensor, name: str = "", state: State | None = None, world_size: int = 1) -> Rounds:
+        """:meth:`aggregate` as a generator (:mod:`lowbw.compress.packing`): yields each round's
+        :class:`~lowbw.compress.packing.Request`, receives its results, returns the average over
+        ``world_size`` ranks. A bucket's tensors run theirs together, one call per round (``packed``)."""
         payload = self.compress(tensor, name, state)
-        return self._aggregate_payload(payload, coll)
+        return (yield from self._payload_rounds(payload, world_size))
+
+    @property
+    def packs(self) -> bool:
+        """Whether :meth:`rounds` is this compressor's exchange (a bucket packs it); False where a subclass
+        talks to the collective in an ``aggregate`` of its own (DeMo, AR-Top-k): a bucket then calls that per
+        tensor."""
+        cls = type(self)
+        return cls.aggregate is Compressor.aggregate and cls.aggregate_batch is Compressor.aggregate_batch
 
     # ----- batched path (all ranks' rows of one tensor; see the module docstring) -------------------
     #: True where compress_batch/aggregate_batch run as batched tensor operations (else: per-row loops)
@@ -285,16 +308,22 @@ class Compressor:
         returns it (``xs.shape[1:]``); the same calls on ``coll`` as the ranks make on their collectives."""
         if not self.batched:
             raise TypeError(f"{self!r} has no batched path (batched=False): aggregate rank by rank")
+        return drive([self.rounds_batch(xs, name, states, coll.world_size)], coll, packed=False, rows=True)[0]
+
+    def rounds_batch(self, xs: Tensor, name: str = "", states: Sequence[State] | None = None,
+                     world_size: int = 1) -> Rounds:
+        """:meth:`aggregate_batch` as a generator (as :meth:`rounds`; requests carry ``[N, ...]`` rows)."""
         states = self._states(states, xs)
-        shape, n = xs.shape[1:], coll.world_size
+        shape, n = xs.shape[1:], world_size
         parts, metas = self._encode_batch(self._prepare_batch(xs), name, states, shape)
         ref = Payload(tuple(p[0] for p in parts), shape, xs.dtype, metas[0])
         if self.summable:
-            out = self.decode(replace(ref, parts=tuple(coll.all_reduce(p) for p in parts)))
+            summed = yield Request("all_reduce", tuple(parts))
+            out = self.decode(replace(ref, parts=tuple(summed)))
             if n > 1:
                 out = out / n
         else:
-            gathered = [coll.all_gather(p) for p in parts]
+            gathered = yield Request("all_gather", tuple(parts), self.fixed_size)
             out = torch.zeros(ref.numel, dtype=torch.float32, device=xs.device)
             self._decode_add_rows(gathered, ref, out)
             if n > 1:
@@ -331,7 +360,7 @@ class Compressor:
         return torch.stack([self.decode(replace(ref, parts=tuple(p[i] for p in parts))) for i in range(N)])
 
     def _decode_add_rows(self, parts: list[Tensor], ref: Payload, out: Tensor) -> None:
-        """``out += decode(row i)`` for i = 0, 1, ... in rank order (as ``_aggregate_payload`` does)."""
+        """``out += decode(row i)`` for i = 0, 1, ... in rank order (as ``_payload_rounds`` does)."""
         for d in self._decode_batch(parts, ref):
             out += d
 
@@ -379,15 +408,16 @@ class Compressor:
         """``acc -= decode(payload)`` in place (sparse compressors override with an indexed update)."""
         acc -= self.decode(payload)
 
-    def _aggregate_payload(self, payload: Payload, coll: Collective) -> Tensor:
-        n = coll.world_size
+    def _payload_rounds(self, payload: Payload, n: int) -> Rounds:
+        """The exchange of a compressed ``payload`` over ``n`` ranks: summable parts all-reduced and decoded
+        once (/ n); the rest all-gathered and decoded-and-summed in rank order (/ n)."""
         if self.summable:
-            summed = tuple(coll.all_reduce(p) for p in payload.parts)
-            out = self.decode(replace(payload, parts=summed))
+            summed = yield Request("all_reduce", payload.parts)
+            out = self.decode(replace(payload, parts=tuple(summed)))
             if n > 1:
                 out = out / n
         else:
-            gathered = [coll.all_gather(p) for p in payload.parts]
+            gathered = yield Request("all_gather", payload.parts, self.fixed_size)
             device = payload.parts[0].device if payload.parts else torch.device("cpu")
             out = torch.zeros(payload.numel, dtype=torch.float32, device=device)
             for r in range(n):
@@ -418,6 +448,10 @@ class ErrorFeedback(Compressor):
     @property
     def summable(self) -> bool:  # type: ignore[override]
         return self.inner.summable
+
+    @property
+    def fixed_size(self) -> bool:  # type: ignore[override]
+        return self.inner.fixed_size
 
     @property
     def name(self) -> str:  # type: ignore[override]

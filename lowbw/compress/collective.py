@@ -31,6 +31,7 @@ class CallRecord:
     nbytes: int
     algorithm: str
     world_size: int
+    sizes_known: bool = False  # all_gather: every rank's size known beforehand (no size exchange before it)
 
 
 @runtime_checkable
@@ -49,8 +50,9 @@ class Collective(Protocol):
         """Elementwise SUM over ranks; returns the result (same shape/dtype), input left untouched."""
         ...
 
-    def all_gather(self, tensor: Tensor) -> list[Tensor]:
-        """Every rank's tensor, in rank order. Sizes (1-D numel) may differ between ranks, and may be 0."""
+    def all_gather(self, tensor: Tensor, same_size: bool = False) -> list[Tensor]:
+        """Every rank's tensor, in rank order. Sizes (1-D numel) may differ between ranks, and may be 0; with
+        ``same_size`` every rank's tensor has this one's shape, and no sizes are exchanged first."""
         ...
 
     def broadcast(self, tensor: Tensor, src: int) -> Tensor:

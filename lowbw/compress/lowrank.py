@@ -20,7 +20,6 @@ The first ``start_iter`` steps of each tensor are plain averages without error f
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -29,7 +28,7 @@ from torch import Tensor
 
 from lowbw.compress.base import Compressor, Payload, State
 from lowbw.compress.checks import check_bool, check_float, check_int
-from lowbw.compress.collective import Collective
+from lowbw.compress.packing import Request, Rounds, run_local
 from lowbw.compress.registry import register
 
 __all__ = ["PowerSGD", "orthogonalize"]
@@ -93,14 +92,15 @@ class PowerSGD(Compressor):
             rng = state.shared[key] = np.random.RandomState(self.seed)
         return rng
 
-    def _step(self, x: Tensor, name: str, state: State, shape: torch.Size,
-              all_reduce: Callable[[Tensor], Tensor], world: int) -> tuple[Tensor, list[Tensor], dict[str, Any]]:
-        """One PowerSGD step; returns (the averaged approximation, flat fp32; local payload parts; meta)."""
+    def _step(self, x: Tensor, name: str, state: State, shape: torch.Size, world: int) -> Rounds:
+        """One PowerSGD step as rounds (:mod:`lowbw.compress.packing`: each all-reduce a yielded request);
+        returns (the averaged approximation, flat fp32; local payload parts; meta)."""
         slot = state[name]
         it = slot.get("powersgd.iter", 0)
         slot["powersgd.iter"] = it + 1
         if it < self.start_iter:
-            return all_reduce(x.clone()).div_(world), [x.clone()], {"mode": "raw"}
+            (s,) = yield Request("all_reduce", (x.clone(),))
+            return s.div_(world), [x.clone()], {"mode": "raw"}
         err = slot.get("powersgd.err") if self.error_feedback else None
         if err is not None and err.shape == x.shape and err.device == x.device:
             corrected = err.add_(x)  # reuse the error's memory
@@ -113,7 +113,8 @@ class PowerSGD(Compressor):
                 # the random streams of later tensors match torch's one-tensor-per-bucket hook
                 self._rng(state).randint(1_000_000_000)
                 slot["powersgd.drawn"] = True
-            avg = all_reduce(corrected.clone()).div_(world)
+            (s,) = yield Request("all_reduce", (corrected.clone(),))
+            avg = s.div_(world)
             parts, meta = [corrected.clone()], {"mode": "raw"}
         else:
             n, m, r = mshape
@@ -125,9 +126,10 @@ class PowerSGD(Compressor):
             else:
                 q = q.clone()  # the batched path stores one averaged Q for all ranks: never orthogonalize it in place
             orthogonalize(q, self.epsilon)
-            p = all_reduce(mat @ q)
+            (p,) = yield Request("all_reduce", (mat @ q,))
             orthogonalize(p, self.epsilon)
-            q = all_reduce(mat.t() @ p).div_(world)
+            (q,) = yield Request("all_reduce", (mat.t() @ p,))
+            q = q.div_(world)
             avg = (p @ q.t()).view(-1)
             slot["powersgd.q"] = q
             parts, meta = [p.reshape(-1), q.reshape(-1)], {"mode": "lowrank", "n": n, "m": m, "r": r}
@@ -136,7 +138,7 @@ class PowerSGD(Compressor):
         return avg, parts, meta
 
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
-        _, parts, meta = self._step(x, name, state, shape, lambda t: t, 1)
+        _, parts, meta = run_local(self._step(x, name, state, shape, 1))
         return parts, meta
 
     def decode(self, payload: Payload) -> Tensor:
@@ -149,7 +151,7 @@ class PowerSGD(Compressor):
 
     batched = True
 
-    def aggregate_batch(self, xs: Tensor, coll, name: str = "", states=None) -> Tensor:
+    def rounds_batch(self, xs: Tensor, name: str = "", states=None, world_size: int = 1) -> Rounds:
         """All ranks' rows of one tensor at once, the arithmetic of :meth:`_step` row by row: the error
         feedback and the residuals as ``[N, n]`` operations; P and Q per row (their matrix products row by
         row, so that each is the per-tensor product); the all-reduced P, Q and result once (every rank
@@ -157,7 +159,7 @@ class PowerSGD(Compressor):
         in step (every rank aggregates every tensor every time, as collectives require)."""
         states = self._states(states, xs)
         x = self._prepare_batch(xs)
-        N, shape, world = x.shape[0], xs.shape[1:], coll.world_size
+        N, shape, world = x.shape[0], xs.shape[1:], world_size
         slots = [st[name] for st in states]
         its = {s.get("powersgd.iter", 0) for s in slots}
         if len(its) != 1:
@@ -166,7 +168,8 @@ class PowerSGD(Compressor):
         for s in slots:
             s["powersgd.iter"] = it + 1
         if it < self.start_iter:
-            return coll.all_reduce(x).div_(world).to(xs.dtype).view(shape)
+            (s,) = yield Request("all_reduce", (x,))
+            return s.div_(world).to(xs.dtype).view(shape)
         errs = [s.get("powersgd.err") if self.error_feedback else None for s in slots]
         ok = [e is not None and e.shape == x.shape[1:] and e.device == x.device for e in errs]
         if all(ok):
@@ -179,7 +182,8 @@ class PowerSGD(Compressor):
                 if not self.warm_start or not s.get("powersgd.drawn"):
                     self._rng(st).randint(1_000_000_000)
                     s["powersgd.drawn"] = True
-            avg = coll.all_reduce(corrected).div_(world)
+            (s,) = yield Request("all_reduce", (corrected,))
+            avg = s.div_(world)
         else:
             n, m, r = mshape
             mats = corrected.view(N, n, m)
@@ -201,9 +205,10 @@ class PowerSGD(Compressor):
                     orthogonalize(qo, self.epsilon)
                     done[key] = qo
                 qs[i] = done[key]
-            p = coll.all_reduce(torch.stack([mats[i] @ qs[i] for i in range(N)]))
+            (p,) = yield Request("all_reduce", (torch.stack([mats[i] @ qs[i] for i in range(N)]),))
             orthogonalize(p, self.epsilon)
-            q = coll.all_reduce(torch.stack([mats[i].t() @ p for i in range(N)])).div_(world)
+            (q,) = yield Request("all_reduce", (torch.stack([mats[i].t() @ p for i in range(N)]),))
+            q = q.div_(world)
             avg = (p @ q.t()).view(-1)
             for s in slots:
                 s["powersgd.q"] = q
@@ -213,9 +218,10 @@ class PowerSGD(Compressor):
                 s["powersgd.err"] = corrected[i]
         return avg.to(xs.dtype).view(shape)
 
-    def aggregate(self, tensor: Tensor, coll: Collective, name: str = "", state: State | None = None) -> Tensor:
+    def rounds(self, tensor: Tensor, name: str = "", state: State | None = None, world_size: int = 1) -> Rounds:
+        """The two all-reduce rounds (P, then Q; one round for a tensor sent raw)."""
         x = self._prepare(tensor)
-        avg, _, _ = self._step(x, name, self._state(state), tensor.shape, coll.all_reduce, coll.world_size)
+        avg, _, _ = yield from self._step(x, name, self._state(state), tensor.shape, world_size)
         return avg.to(tensor.dtype).view(tensor.shape)
 
 

@@ -16,7 +16,7 @@ from torch import Tensor
 from lowbw.compress._bits import chunk_rows, chunks, pack, unpack
 from lowbw.compress.base import Compressor, NonFiniteError, Payload, State
 from lowbw.compress.checks import check_bool, check_choice, check_float, check_int
-from lowbw.compress.collective import Collective
+from lowbw.compress.packing import Request, Rounds
 from lowbw.compress.registry import register
 
 __all__ = ["Cast", "Blockwise", "QSGD", "TernGrad", "TwoBit"]
@@ -112,17 +112,19 @@ class Cast(Compressor):
     def _decode_batch(self, parts: list[Tensor], ref: Payload) -> Tensor:
         return parts[0].to(torch.float32, copy=True)
 
-    def aggregate(self, tensor: Tensor, coll: Collective, name: str = "", state: State | None = None) -> Tensor:
-        n = coll.world_size
+    def rounds(self, tensor: Tensor, name: str = "", state: State | None = None, world_size: int = 1) -> Rounds:
+        """Divide by n before the cast (as torch's fp16 hook), all-reduce the cast values."""
+        n = world_size
         payload = self.compress(tensor / n if n > 1 else tensor, name, state)
-        summed = coll.all_reduce(payload.parts[0])
+        (summed,) = yield Request("all_reduce", (payload.parts[0],))
         return summed.to(payload.dtype).view(payload.shape)
 
-    def aggregate_batch(self, xs: Tensor, coll, name: str = "", states=None) -> Tensor:
-        n = coll.world_size
+    def rounds_batch(self, xs: Tensor, name: str = "", states=None, world_size: int = 1) -> Rounds:
+        n = world_size
         ys = xs / n if n > 1 else xs
         parts, _ = self._encode_batch(self._prepare_batch(ys), name, self._states(states, xs), xs.shape[1:])
-        return coll.all_reduce(parts[0]).to(ys.dtype).view(xs.shape[1:])
+        (summed,) = yield Request("all_reduce", (parts[0],))
+        return summed.to(ys.dtype).view(xs.shape[1:])
 
 
 register("none", doc="no compression: fp32 on the wire")(lambda: Cast("none"))

@@ -167,6 +167,7 @@ class TopK(Sparse):
     """The ``ceil(ratio * n)`` entries of largest magnitude (exact top-k; see :func:`topk_indices`)."""
 
     name = "topk"
+    fixed_size = True  # k = topk_count(ratio, numel) indices and values on every rank
 
     def __init__(self, ratio: float = 0.01):
         super().__init__()

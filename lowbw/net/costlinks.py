@@ -219,8 +219,10 @@ def calls_time(calls: Iterable[Any], links: Sequence[WorkerLink]) -> float:
         for recs in zip(*calls):
             r = recs[0]
             if r.op.replace("-", "_") in ("all_gather", "allgather"):
-                total += collective_time(r.op, r.algorithm, r.nbytes, links, sizes=[c.nbytes for c in recs])
+                total += collective_time(r.op, r.algorithm, r.nbytes, links, sizes=[c.nbytes for c in recs],
+                                         exchange_sizes=not getattr(r, "sizes_known", False))
             else:
                 total += collective_time(r.op, r.algorithm, max(c.nbytes for c in recs), links)
         return total
-    return sum(collective_time(c.op, c.algorithm, c.nbytes, links) for c in calls)
+    return sum(collective_time(c.op, c.algorithm, c.nbytes, links, exchange_sizes=not getattr(c, "sizes_known", False))
+               for c in calls)

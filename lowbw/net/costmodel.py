@@ -326,8 +326,8 @@ def collective_time(op: str, algorithm: str, nbytes: float, world_size: int, lin
     raise ValueError(f"unknown collective op {op!r}")
 
 
-def call_steps(op: str, algorithm: str, nbytes: float, world_size: int, sizes: Sequence[float] | None = None
-               ) -> list[tuple[float, str]]:
+def call_steps(op: str, algorithm: str, nbytes: float, world_size: int, sizes: Sequence[float] | None = None,
+               exchange_sizes: bool = True) -> list[tuple[float, str]]:
     """One collective call as its sequence of message steps on the critical path, for the token bucket of
     :func:`bucket_steps_time`: ``(bytes, direction)`` per latency term of :func:`collective_time`, in order.
 
@@ -336,10 +336,13 @@ def call_steps(op: str, algorithm: str, nbytes: float, world_size: int, sizes: S
     link carries them in both directions at once (ring, butterfly, all-gather, broadcast: by symmetry one
     bucket state serves both), ``"down"`` then ``"up"`` for the two phases of ``ps`` and ``tree`` (the root's
     downlink fills in the reduce, its uplink in the broadcast: two buckets). lowbw.comm's all_gather first
-    exchanges the sizes (N-1 latency-only steps), then the payload (N-1 steps)."""
+    exchanges the sizes (N-1 latency-only steps; none with ``exchange_sizes=False``: sizes known beforehand),
+    then the payload (N-1 steps)."""
     n = world_size
     opn = op.replace("-", "_").lower()
-    kw = {"sizes": list(sizes)} if sizes is not None else {}
+    kw: dict[str, Any] = {"sizes": list(sizes)} if sizes is not None else {}
+    if opn in ("all_gather", "allgather"):
+        kw["exchange_sizes"] = exchange_sizes
     terms = collective_time(opn, algorithm, nbytes, n, LinkParams(1.0, 1e300), **kw)
     nbytes_cp = collective_time(opn, algorithm, nbytes, n, LinkParams(0.0, 8.0), **kw)
     a = int(round(terms))
@@ -347,7 +350,7 @@ def call_steps(op: str, algorithm: str, nbytes: float, world_size: int, sizes: S
         return []
     if opn in ("all_gather", "allgather"):
         header = int(round(collective_time(opn, algorithm, 0.0, n, LinkParams(1.0, 1e300), sizes=[0.0] * n)))
-        header = min(header // 2, a - 1)  # the sizes pass: as many steps as the payload's
+        header = min(header // 2, a - 1) if exchange_sizes else 0  # the sizes pass: as many steps as the payload's
         data = a - header
         return [(0.0, "both")] * header + [(nbytes_cp / data, "both")] * data
     if opn in ("all_reduce", "allreduce") and _idle_starts(algorithm) == 2 and a >= 2:
@@ -411,11 +414,17 @@ def calls_time(calls: Iterable[Any], link: LinkParams, bucket_bytes: float = 0.0
             r = recs[0]
             if r.op.replace("-", "_") in ("all_gather", "allgather"):
                 total += collective_time(r.op, r.algorithm, r.nbytes, r.world_size, link,
-                                         sizes=[c.nbytes for c in recs])
+                                         sizes=[c.nbytes for c in recs], exchange_sizes=_exchanges_sizes(r))
             else:
                 total += collective_time(r.op, r.algorithm, max(c.nbytes for c in recs), r.world_size, link)
         return total
-    return sum(collective_time(c.op, c.algorithm, c.nbytes, c.world_size, link) for c in calls)
+    return sum(collective_time(c.op, c.algorithm, c.nbytes, c.world_size, link, exchange_sizes=_exchanges_sizes(c))
+               for c in calls)
+
+
+def _exchanges_sizes(call: Any) -> bool:
+    """Whether an all-gather call exchanged its sizes first (a CallRecord's ``sizes_known`` says not)."""
+    return not getattr(call, "sizes_known", False)
 
 
 def _bucket_calls_time(calls: list, link: LinkParams, bucket_bytes: float) -> float:
@@ -432,9 +441,11 @@ def _bucket_calls_time(calls: list, link: LinkParams, bucket_bytes: float) -> fl
         gathered = r.op.replace("-", "_") in ("all_gather", "allgather")
         nb = r.nbytes if gathered else max(c.nbytes for c in recs)
         sizes = [c.nbytes for c in recs] if (gathered and per_rank) else None
-        steps += call_steps(r.op, r.algorithm, nb, r.world_size, sizes)
+        steps += call_steps(r.op, r.algorithm, nb, r.world_size, sizes, _exchanges_sizes(r))
         if g_link is not None:
-            kw = {"sizes": sizes} if sizes is not None else {}
+            kw: dict[str, Any] = {"sizes": sizes} if sizes is not None else {}
+            if gathered:
+                kw["exchange_sizes"] = _exchanges_sizes(r)
             gamma += collective_time(r.op, r.algorithm, nb, r.world_size, g_link, **kw)
     return gamma + bucket_steps_time(steps, link.alpha_s, link.beta, bucket_bytes)
 

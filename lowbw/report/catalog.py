@@ -13,7 +13,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES",
+__all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E1_EXCHANGE_METHODS",
+           "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES",
            "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS", "CLAIMS", "AXIS_NOT_RUN", "not_run_macro",
            "not_run_macros", "check_numbers", "word"]
 
@@ -22,6 +23,8 @@ PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFiv
           # the same experiments on the character-level language model (E4, E9, E10's main workload)
           "e4lm": "EFourLm", "e9lm": "ENineLm", "e10lm": "ETenLm", "e11": "EEleven"}
 
+# E1's packed exchange (lowbw.report.e1_exchange): bench exchange's method presets -> their words in EOneExch*
+E1_EXCHANGE_METHODS = {"powersgd": "Powersgd", "topk1": "Topk"}
 # E1's latency-axis algorithms -> their words in the prose's list of errors (EOneLatErrPerAlg)
 E1_ALGS = {"ring": "ring", "tree": "tree", "ps": "parameter server", "butterfly": "butterfly"}
 # bench/compressors.py input kind -> its word in E2's names
@@ -105,6 +108,18 @@ MACROS: dict[str, str] = {
     "EOneTopWinner": "algorithm fastest in most settings",
     "EOneTopWinnerCount": "settings it won",
     "EOneEmulation": "how the links were emulated",
+    # E1's packed exchange (lowbw.report.e1_exchange; runs/bench/exchange.json)
+    "EOneExchNotRun": "why the packed exchange has no data in this profile",
+    "EOneExchModel": "the model whose gradient is exchanged", "EOneExchWorkers": "workers",
+    "EOneExchRate": "link rate (Mbit/s)", "EOneExchDelay": "one-way delay (ms)",
+    "EOneExchDenseS": "dense's flat all-reduce of one step (s)",
+    "EOneExchLoadMax": "highest 1-min load while measuring",
+    **{f"EOneExch{w}{k}": f"{m}: {what}" for m, w in {"PowerSGD": "Powersgd", "top-k 1%": "Topk"}.items()
+       for k, what in (("LayerS", "one step's exchange per tensor (s)"), ("BucketS", "bucketed (s)"),
+                       ("LayerCalls", "calls per tensor"), ("BucketCalls", "calls bucketed"),
+                       ("BucketBound", "bucketed time / the bound of its calls"))},
+    "EOneExchWireDropMax": "bucketed against per tensor: the largest drop in bytes on the wire (%)",
+    "EOneExchPayloadChangeMax": "bucketed against per tensor: the largest change of the payload bytes (%)",
     # E1's latency axis (lowbw.report.e1_latency; runs/bench/collectives_latency.json)
     "EOneLatNotRun": "why the latency axis has no data in this profile",
     "EOneLatDelays": "one-way link delays measured (ms, a list)",
@@ -446,7 +461,7 @@ MACROS.update(SYSTEM)
 
 # An experiment's axes that have their own subsection and NotRun macro (written when only that axis is absent):
 # when the whole experiment is absent, the report writes theirs too, so that each subsection says it was not run.
-AXIS_NOT_RUN = {"e1": ("EOneLatNotRun",)}
+AXIS_NOT_RUN = {"e1": ("EOneLatNotRun", "EOneExchNotRun")}
 
 
 def not_run_macro(key: str) -> str:

@@ -12,6 +12,7 @@ from matplotlib.ticker import NullFormatter
 
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.net.linkemu import MAX_TOTAL_BPS
+from lowbw.report import e1_exchange as exch
 from lowbw.report import e1_latency as lat
 from lowbw.report.common import plotting
 from lowbw.report.conditions import MARK, busy_testbeds, caption
@@ -32,6 +33,7 @@ def stats(ctx: Context) -> Stats | None:
     the latency axis' tables (``latency``, ``latency_cells``, ``latency_skipped``) where it was measured."""
     b = ctx.bench("collectives")
     lb = ctx.bench(lat.SOURCE)
+    xb = ctx.bench(exch.SOURCE)  # the packed exchange: numbers only
     lt = lat.latency_tables(lb) if lb else None
     cols = ["algorithm", *SETTING, "time_s", "model_s", "model_rel_err", "frac_of_bound", "timing", "emulation",
             "busy"]
@@ -44,9 +46,9 @@ def stats(ctx: Context) -> Stats | None:
         df = df[[c for c in cols if c in df]].reset_index(drop=True)
     else:
         df = pd.DataFrame(columns=cols)
-    if df.empty and lt is None:
+    if df.empty and lt is None:  # the packed exchange alone makes no E1 (its NotRun: lowbw.report.catalog)
         return None
-    meta: dict = {"source": "runs/bench/collectives.json" if not df.empty else None,
+    meta: dict = {"exchange": xb, "source": "runs/bench/collectives.json" if not df.empty else None,
                   "provenance": (b or {}).get("provenance"), "conditions": (b or {}).get("conditions")}
     if not df.empty:
         meta.update(emulation=", ".join(sorted(set(df["emulation"]))), table_workers=int(df["workers"].max()),
@@ -67,6 +69,10 @@ def stats(ctx: Context) -> Stats | None:
 
 def numbers(st: Stats) -> dict[str, str]:
     out = {"EOneTolerance": fmt_num(100 * TOLERANCE)}
+    if st.meta.get("exchange"):
+        out.update(exch.exchange_numbers(st.meta["exchange"]))
+    else:
+        out["EOneExchNotRun"] = escape(f"runs/bench/{exch.SOURCE}.json absent")
     if "latency" in st.tables:
         out.update(lat.latency_numbers(st.tables, st.meta))
     else:

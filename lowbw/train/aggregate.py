@@ -8,9 +8,17 @@ communicates with.
   or flat, compressed or dense) or of a model row (dense).
 
 Gradient aggregation runs ``compressor.aggregate(tensor, coll, name, state)`` per parameter tensor
-(``granularity=layer``) or once on the flat gradient (``flat``), on a :class:`TimedCollective` that
-measures communication time and, in ``sim``, serialises the ranks' compute with one lock so that each
-rank's (de)compression time is measured as if it had the machine to itself.
+(``granularity=layer``), once on the flat gradient (``flat``), or per DDP bucket (``bucket``: the tensors
+of a bucket of ``bucket_mb`` MB, :mod:`lowbw.buckets`, compressed each as with ``layer`` and exchanged
+together, one packed call per round, :mod:`lowbw.compress.packing`; dense: one all-reduce of the bucket's
+contiguous slice), on a :class:`TimedCollective` that measures communication time and, in ``sim``,
+serialises the ranks' compute with one lock so that each rank's (de)compression time is measured as if it
+had the machine to itself. :func:`granularity` resolves ``auto``: ``bucket`` wherever a compressor or an
+outer step (diloco) is set, else ``flat``.
+
+Buckets are exchanged in model order (their assignment is DDP's, from the model's end): lowbw exchanges after
+the backward pass, so the order costs no time, and in model order every tensor's random draws (PowerSGD's
+initial Q) come in the order ``layer`` makes them, so bucketed and per-tensor runs compute the same numbers.
 """
 
 from __future__ import annotations
@@ -20,12 +28,14 @@ import time
 
 import torch
 
+from lowbw.buckets import assign
 from lowbw.compress.base import State
+from lowbw.compress.packing import all_reduce_packed, drive
 from lowbw.compress.registry import make
 from lowbw.train.assign import seed_for
 
 __all__ = ["TimedCollective", "make_compressor", "make_states", "group_of", "aggregate_rank",
-           "average_rank", "LEVELS"]
+           "average_rank", "granularity", "bucket_mb_of", "buckets_of", "call_bytes", "LEVELS"]
 
 LEVELS = ("world", "neighbourhood", "household")
 
@@ -78,7 +88,9 @@ class TimedCollective:
     def all_reduce(self, tensor):
         return self._do(self.inner.all_reduce, tensor)
 
-    def all_gather(self, tensor):
+    def all_gather(self, tensor, same_size: bool = False):
+        if same_size:  # only then: a wrapped collective of the protocol's first form takes no keyword
+            return self._do(lambda t: self.inner.all_gather(t, same_size=True), tensor)
         return self._do(self.inner.all_gather, tensor)
 
     def broadcast(self, tensor, src):
@@ -103,8 +115,37 @@ def make_states(cfg, ranks: list[int]):
     return [State(seed=seed_for(cfg.seed, "compress", r) % (2**31)) for r in ranks]
 
 
-def aggregate_rank(grad_row: torch.Tensor, chunks, coll, comp, state) -> torch.Tensor:
-    """Average over the group of ``grad_row`` (flat [P]) with ``comp`` (None: dense all-reduce)."""
+def granularity(cfg, comp) -> str:
+    """``cfg.granularity`` with ``auto`` resolved: ``bucket`` with a compressor ``comp`` or an outer step
+    (``sync: diloco``), else ``flat`` (the dense gradient as one DDP bucket)."""
+    if cfg.granularity != "auto":
+        return cfg.granularity
+    return "bucket" if comp is not None or cfg.sync == "diloco" else "flat"
+
+
+def bucket_mb_of(cfg, gran: str) -> float | None:
+    """The bucket cap (MB) an exchange at granularity ``gran`` packs by; None: no buckets (layer, flat)."""
+    return float(cfg.bucket_mb) if gran == "bucket" else None
+
+
+def buckets_of(chunks, bucket_mb: float | None, elem: int = 4) -> list[list[int]]:
+    """The chunks' buckets (lists of chunk indices) in model order: :func:`lowbw.buckets.assign` of their
+    bytes (``elem`` bytes per element); one chunk per bucket without ``bucket_mb``."""
+    if bucket_mb is None:
+        return [[i] for i in range(len(chunks))]
+    return sorted(assign([k * elem for _, _, k, _ in chunks], bucket_mb))
+
+
+def call_bytes(chunks, bucket_mb: float | None, elem: int = 4) -> list[int]:
+    """Bytes of each dense all-reduce call of the chunks: one per bucket (one per chunk without buckets)."""
+    return [sum(chunks[i][2] for i in b) * elem for b in buckets_of(chunks, bucket_mb, elem)]
+
+
+def aggregate_rank(grad_row: torch.Tensor, chunks, coll, comp, state, bucket_mb: float | None = None) -> torch.Tensor:
+    """Average over the group of ``grad_row`` (flat [P]) with ``comp`` (None: dense all-reduce); with
+    ``bucket_mb``, per bucket (module docstring)."""
+    if bucket_mb is not None:
+        return _aggregate_buckets(grad_row, chunks, coll, comp, state, bucket_mb)
     out = torch.empty_like(grad_row)
     n = coll.world_size
     for name, off, k, shape in chunks:
@@ -116,6 +157,33 @@ def aggregate_rank(grad_row: torch.Tensor, chunks, coll, comp, state) -> torch.T
         else:
             a = comp.aggregate(g, coll, name, state)
         out[off: off + k] = a.reshape(-1)
+    return out
+
+
+def _aggregate_buckets(grad_row: torch.Tensor, chunks, coll, comp, state, bucket_mb: float) -> torch.Tensor:
+    """:func:`aggregate_rank` per bucket: dense, one all-reduce of the bucket (its contiguous slice of the row);
+    a compressor that packs (``packs``), its tensors' rounds together (one call per round); any other
+    compressor (its own ``aggregate``), tensor by tensor."""
+    out = torch.empty_like(grad_row)
+    n = coll.world_size
+    for b in buckets_of(chunks, bucket_mb, grad_row.element_size()):
+        cs = [chunks[i] for i in b]
+        views = [grad_row[off: off + k].view(shape) for _, off, k, shape in cs]
+        if comp is None:
+            lo, hi = cs[0][1], cs[-1][1] + cs[-1][2]
+            if hi - lo == sum(k for _, _, k, _ in cs):  # contiguous: the slice itself, as DDP's bucket view
+                sums = [coll.all_reduce(grad_row[lo:hi])]
+                cs = [("bucket", lo, hi - lo, torch.Size([hi - lo]))]
+            else:
+                sums = all_reduce_packed(coll, views)
+            avgs = [s / n if n > 1 else s for s in sums]
+        elif getattr(comp, "packs", False):
+            avgs = drive([comp.rounds(v, name, state, n) for v, (name, _, _, _) in zip(views, cs, strict=True)],
+                         coll, packed=True)
+        else:
+            avgs = [comp.aggregate(v, coll, name, state) for v, (name, _, _, _) in zip(views, cs, strict=True)]
+        for (_, off, k, _), a in zip(cs, avgs, strict=True):
+            out[off: off + k] = a.reshape(-1)
     return out
 
 

@@ -31,7 +31,8 @@ from torch import Tensor
 from lowbw.comm.engine import MAX_DIMS
 from lowbw.comm.partition import split
 from lowbw.compress.collective import CallRecord
-from lowbw.train.aggregate import group_of
+from lowbw.compress.packing import drive
+from lowbw.train.aggregate import buckets_of, group_of
 from lowbw.train.world import Exchange, comm_cost, link_for
 
 __all__ = ["RowCollective", "ring_sum", "applies", "exchange"]
@@ -108,23 +109,25 @@ class RowCollective:
         self.seconds += time.perf_counter() - t0
         return out
 
-    def all_gather(self, rows: Tensor) -> Tensor:
+    def all_gather(self, rows: Tensor, same_size: bool = False) -> Tensor:
         self._check(rows)
         N = self.world_size
         nbytes = rows[0].numel() * rows.element_size()
-        per_rank = (N - 1) * ((2 + MAX_DIMS) * 8 + nbytes) if N > 1 else 0  # shape headers + blocks forwarded
+        header = 0 if same_size else (2 + MAX_DIMS) * 8  # the shape header per block, unless sizes are known
+        per_rank = (N - 1) * (header + nbytes) if N > 1 else 0  # blocks forwarded
         for r in range(N):
-            self.calls[r].append(CallRecord("all_gather", nbytes, "ring", N))
+            self.calls[r].append(CallRecord("all_gather", nbytes, "ring", N, same_size))
             self.sent[r] += per_rank
         return rows
 
 
-def exchange(world, level: str, rows: Tensor, chunks, comp, states) -> Exchange:
+def exchange(world, level: str, rows: Tensor, chunks, comp, states, bucket_mb: float | None = None) -> Exchange:
     """The batched counterpart of ``world.exchange(level, aggregate_rank per replica)``: every replica's row
     of ``rows`` ``[M, P]`` averaged over its group at ``level`` with ``comp`` (per chunk ``(name, offset,
     numel, shape)``), with the threaded path's outputs, call records, bytes and modelled time.
     ``busy_s``: each replica's share of the (de)compression seconds; ``comm_s``: its group's seconds in
-    the collective calls."""
+    the collective calls. ``bucket_mb``: per bucket (:func:`lowbw.train.aggregate.buckets_of`), a packing
+    compressor's tensors run their rounds together, one packed call per round, as the threaded path does."""
     cfg = world.cfg
     t0 = time.perf_counter()
     groups: dict[int, list[int]] = {}
@@ -142,9 +145,16 @@ def exchange(world, level: str, rows: Tensor, chunks, comp, states) -> Exchange:
             raise ValueError(f"group {g} at level {level!r} is not a contiguous range of ranks: {members}")
         coll = RowCollective(hi - lo, cfg.collective)
         st = states[lo:hi]
-        for name, off, k, shape in chunks:
-            x = rows[lo:hi, off:off + k].view(hi - lo, *shape)
-            out[lo:hi, off:off + k] = comp.aggregate_batch(x, coll, name, st).reshape(-1)
+        for b in buckets_of(chunks, bucket_mb if getattr(comp, "packs", False) else None):
+            cs = [chunks[i] for i in b]
+            xs = [rows[lo:hi, off:off + k].view(hi - lo, *shape) for _, off, k, shape in cs]
+            if bucket_mb is None or not getattr(comp, "packs", False):
+                avgs = [comp.aggregate_batch(xs[0], coll, cs[0][0], st)]
+            else:
+                gens = [comp.rounds_batch(x, name, st, hi - lo) for x, (name, _, _, _) in zip(xs, cs, strict=True)]
+                avgs = drive(gens, coll, packed=True, rows=True)
+            for (_, off, k, _), a in zip(cs, avgs, strict=True):
+                out[lo:hi, off:off + k] = a.reshape(-1)
         for j, w in enumerate(members):
             calls[w], sent[w], comm[w] = coll.calls[j], coll.sent[j], coll.seconds
         per_group[g] = coll.calls

@@ -178,10 +178,13 @@ class RunConfig:
     compressor_args: dict = _f({}, "keyword arguments of the compressor, e.g. {ratio: 0.01}", group="sync")
     error_feedback: str = _f("auto", "wrap the compressor in error feedback: auto (when the method wants it), "
                              "on, off", enum=["auto", "on", "off"], group="sync")
-    granularity: str = _f("auto", "aggregate each parameter tensor separately (layer) or the whole gradient as "
-                          "one flat vector (flat, like one DDP bucket); auto: flat when dense, layer with a "
-                          "compressor (as GRACE compresses per tensor)", enum=["auto", "layer", "flat"],
-                          group="sync")
+    granularity: str = _f("auto", "aggregate each parameter tensor separately, one call each (layer), the whole "
+                          "gradient as one flat vector (flat), or per DDP bucket of bucket_mb MB (bucket: each "
+                          "tensor compressed alone, the bucket's payloads in one call per round); auto: bucket "
+                          "with a compressor or an outer step (diloco), else flat",
+                          enum=["auto", "layer", "flat", "bucket"], group="sync")
+    bucket_mb: float = _f(25.0, "granularity bucket: MB of fp32 parameters per bucket (DDP's bucket_cap_mb)",
+                          exclusive_minimum=0, group="sync")
     ddp_hook: bool = _f(False, "procs/torchrun: torch DDP with the compressor as a communication hook",
                         group="sync")
     world_period: int = _f(1, "L_W: steps between world synchronisations (local, post_local, hierarchical; "

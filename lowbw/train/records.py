@@ -57,6 +57,7 @@ def metrics_line(st: RunState, cfg, n_train: int, lr: float, wall_s: float, ev: 
         "loss": iv.loss / iv.n if iv.n else None,
         "acc": iv.correct / iv.count if iv.count else None,
         "bytes_sent": st.bytes_sent,
+        "messages": st.messages,
     }
     if cfg.bandwidth_schedule or has_worker_links(cfg):  # the slowest worker's link on unequal links
         line["bandwidth_mbit"] = bandwidth_at(cfg, st.clock["t_virtual"])
@@ -92,6 +93,8 @@ def summary(st: RunState, cfg, n_train: int, params: int, wall_s: float, stopped
         "time_to_target": st.ttt,
         "bytes_sent_total": st.bytes_sent,
         "bytes_sent_per_worker": st.bytes_sent / cfg.workers,
+        "messages_total": st.messages,
+        "messages_per_step": st.messages / st.step if st.step else 0.0,
         "final_batch_size": st.batch,
         **st.clock,
         **st.meas,

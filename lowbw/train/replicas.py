@@ -86,7 +86,8 @@ class Replicas:
         return out
 
     def chunks(self, granularity: str) -> list[tuple[str, int, int, torch.Size]]:
-        """(name, offset, numel, shape) of what is aggregated as one tensor: each parameter, or all at once."""
+        """(name, offset, numel, shape) of what is aggregated as one tensor: each parameter (``layer``, and
+        ``bucket``, whose buckets group them: :func:`lowbw.train.aggregate.buckets_of`), or all at once."""
         if granularity == "flat":
             return [("flat", 0, self.P, torch.Size([self.P]))]
         return list(self.p_layout)

@@ -38,6 +38,10 @@ class Interval:
     n: float = 0.0
 
 
+# fields added after checkpoints were first written: a checkpoint without one resumes with its default
+LATER = ("messages",)
+
+
 @dataclass
 class RunState:
     """A run's progress and records. ``batch`` is the global batch size B now (the dynamic batch size grows
@@ -51,6 +55,7 @@ class RunState:
     step: int = 0
     samples: int = 0
     bytes_sent: int = 0
+    messages: int = 0  # collective calls one worker made (each pays the link's latency per step of its algorithm)
     clock: dict[str, float] = field(default_factory=lambda: dict.fromkeys(CLOCK_FIELDS, 0.0))
     meas: dict[str, float] = field(default_factory=lambda: dict.fromkeys(MEASURED_FIELDS, 0.0))
     interval: Interval = field(default_factory=Interval)  # since the last metrics line
@@ -75,7 +80,7 @@ class RunState:
         unknown = sorted(set(d) - names)
         if unknown:
             raise KeyError(f"run state has unknown fields {unknown}")
-        kw = {k: copy.deepcopy(d[k]) for k in names}  # KeyError names a missing field
+        kw = {k: copy.deepcopy(d[k]) for k in names if k in d or k not in LATER}  # KeyError names a missing field
         kw["interval"] = Interval(**kw["interval"])
         kw["epoch_interval"] = Interval(**kw["epoch_interval"])
         return cls(**kw)

@@ -285,7 +285,7 @@ class DistWorld:
         calls = coll.calls[n0:]
         sent = bytes_sent_of(meter.calls[m0:])
         g, _, _ = group_of(level, self.rank, self.cfg)
-        rec = [(c.op, c.nbytes, c.algorithm, c.world_size) for c in calls]
+        rec = [(c.op, c.nbytes, c.algorithm, c.world_size, c.sizes_known) for c in calls]
         t_meta = time.perf_counter()
         allrec = self.allgather_obj((g, rec))
         meta_s = time.perf_counter() - t_meta

@@ -21,10 +21,12 @@ __all__ = ["count_comm", "record_step", "compress_model_s"]
 
 
 def count_comm(st: RunState, ex, weight: float = 1.0) -> None:
-    """Accumulate the alpha-beta coefficients of exchange ``ex`` (lets the report re-time at any link);
+    """Accumulate the alpha-beta coefficients of exchange ``ex`` (lets the report re-time at any link) and its
+    collective calls per worker (``messages``: one per bucket and round with ``granularity: bucket``);
     ``weight``: the exposed fraction of a background exchange (:mod:`lowbw.train.streaming`)."""
     st.clock["comm_alpha_terms"] += ex.v_alpha * weight
     st.clock["comm_beta_bytes"] += ex.v_beta_bytes * weight
+    st.messages += max((len(c) for c in ex.calls if c is not None), default=0)  # sent whole, exposed or not
 
 
 def compress_model_s(cfg, comp, P: int, nbytes: int | None = None) -> float:

@@ -302,13 +302,14 @@ class DiLoCo(Synchronous):
             self.bg = Background(self.rep.device)
             self.bg_coll = DistCollective(self.cfg.collective, meter=Meter(), timeout=self.world.timeout_s)
         coll, comp, state, chunks = self.bg_coll, self.comp, self.states[0], self.plan.chunks[f]
+        bucket_mb = self.bucket_mb
         coll.timeout = self.world.timeout_s
         n0, m0 = len(coll.calls), len(coll.meter.calls)
 
         def job():
             tc = TimedCollective(coll)
             t0 = time.perf_counter()
-            out = aggregate_rank(rows[0], chunks, tc, comp, state)
+            out = aggregate_rank(rows[0], chunks, tc, comp, state, bucket_mb)
             return out, time.perf_counter() - t0 - tc.comm_s, tc.comm_s
 
         x.job = (self.bg.submit(job), n0, m0)

@@ -40,7 +40,15 @@ import torch
 
 from lowbw.adaptive import AdaptiveTopK, ChosenTopK, candidate_densities
 from lowbw.train import batched
-from lowbw.train.aggregate import aggregate_rank, average_rank, make_compressor, make_states
+from lowbw.train.aggregate import (
+    aggregate_rank,
+    average_rank,
+    bucket_mb_of,
+    call_bytes,
+    granularity,
+    make_compressor,
+    make_states,
+)
 from lowbw.train.desloc import DesLoc
 from lowbw.train.optim import clip_rows
 from lowbw.train.schemes.base import Scheme, StepContext
@@ -85,7 +93,8 @@ class Synchronous(Scheme):
         self.cfg, self.world, self.rep, self.opt = cfg, world, rep, opt
         self.comp = make_compressor(cfg)
         self.states = make_states(cfg, world.ranks)
-        self.gran = cfg.granularity if cfg.granularity != "auto" else ("flat" if self.comp is None else "layer")
+        self.gran = granularity(cfg, self.comp)
+        self.bucket_mb = bucket_mb_of(cfg, self.gran)  # None: one call per chunk (layer, flat)
         self.chunks = rep.chunks(self.gran)
         # sim, dense: one rank-ordered sum per group replaces the collective's threads (same sums, same records)
         self.direct = world.kind == "sim" and cfg.sim_dense == "direct"
@@ -258,13 +267,13 @@ class Synchronous(Scheme):
         ``level``, compressed if configured; ``Exchange.outputs`` are the averaged rows."""
         rows, comp = self.rep.grads if rows is None else rows, self.comp
         if comp is None and self.direct:
-            return self.world.dense_mean(level, list(rows), [k * 4 for _, _, k, _ in self.chunks])
+            return self.world.dense_mean(level, list(rows), call_bytes(self.chunks, self.bucket_mb))
 
         if batched.applies(self.world, self.cfg, comp):
-            return batched.exchange(self.world, level, rows, self.chunks, comp, self.states)
+            return batched.exchange(self.world, level, rows, self.chunks, comp, self.states, self.bucket_mb)
 
         def work(i, coll):
-            return aggregate_rank(rows[i], self.chunks, coll, comp, self.states[i])
+            return aggregate_rank(rows[i], self.chunks, coll, comp, self.states[i], self.bucket_mb)
 
         return self.world.exchange(level, work)
 
