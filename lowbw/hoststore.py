@@ -92,9 +92,10 @@ def load_index(store: str | Path = HOST_STORE) -> dict[str, Any]:
     return json.loads(p.read_text(encoding="utf-8")).get("files", {}) if p.is_file() else {}
 
 
-def keep(names: list[str], src: str | Path = "runs/bench", to: str | Path = HOST_STORE) -> list[Path]:
-    """Copy ``<src>/<name>.json`` of every name into ``<to>`` and record it in ``<to>/index.json``. Every file
-    is checked before any is written (:class:`HostStoreError` names the first bad one)."""
+def keep(names: list[str], src: str | Path = "runs/bench", to: str | Path = HOST_STORE, note: str = "") -> list[Path]:
+    """Copy ``<src>/<name>.json`` of every name into ``<to>`` and record it in ``<to>/index.json`` (with
+    ``note``, e.g. how the run was started, where the file itself cannot say). Every file is checked before any
+    is written (:class:`HostStoreError` names the first bad one)."""
     src, to = Path(src), Path(to)
     unknown = [n for n in names if n not in NAMES]
     if unknown:
@@ -112,6 +113,8 @@ def keep(names: list[str], src: str | Path = "runs/bench", to: str | Path = HOST
         shutil.copyfile(src / f"{n}.json", tmp)
         tmp.replace(dst)
         index[n] = {**describe(doc), "stored": now, "source": str(src / f"{n}.json")}
+        if note:
+            index[n]["note"] = note
         out.append(dst)
     atomic_write_json(to / "index.json", {"files": dict(sorted(index.items()))})
     return out

@@ -223,6 +223,7 @@ def add_parser(sub) -> None:
                    help=f"which ({', '.join(NAMES)}; default: every one present in --from)")
     h.add_argument("--from", dest="src", default="runs/bench", help="where they were measured (default runs/bench)")
     h.add_argument("--to", default=str(HOST_STORE), help=f"store directory (default {HOST_STORE})")
+    h.add_argument("--note", default="", help="a note kept in the index beside each file (how it was measured)")
 
 
 def main(args) -> int:
@@ -231,7 +232,7 @@ def main(args) -> int:
     if args.store_command == "host":
         names = args.names or [n for n in NAMES if (Path(args.src) / f"{n}.json").is_file()]
         try:
-            for p in keep(names, args.src, args.to):
+            for p in keep(names, args.src, args.to, args.note):
                 print(f"stored {p}")
         except HostStoreError as e:
             print(f"lowbw store host: {e}", file=sys.stderr)

@@ -31,6 +31,12 @@ def busy_testbeds(b: dict[str, Any]) -> dict[tuple[int, float, float], bool]:
     return out
 
 
+def short_commit(commit: str) -> str:
+    """A commit's first 12 hex digits, keeping git's ``-dirty`` mark (uncommitted changes in the tree)."""
+    commit = str(commit)
+    return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
+
+
 def origin(provenance: dict[str, Any] | None) -> str:
     """Where the report read a host measurement (``provenance['origin']``, set by ``Context.bench``): a sentence
     for the caption, '' where it is not known (a file handed to an experiment directly)."""
@@ -53,7 +59,7 @@ def caption(cond: dict[str, Any] | None, provenance: dict[str, Any] | None = Non
         return f" Machine load not recorded{f' ({where})' if where else ''}.{origin(prov)}"
     steal = "n/a" if cond.get("steal") is None else f"{100 * float(cond['steal']):.1f}" + r"\,\%"
     others = "n/a" if cond.get("others_cores") is None else f"{float(cond['others_cores']):.2f}"
-    commit = f" (commit {escape(str(prov['git_commit'])[:12])})" if prov.get("git_commit") else ""
+    commit = f" (commit {escape(short_commit(prov['git_commit']))})" if prov.get("git_commit") else ""
     text = (f"{origin(prov)} Measured on {escape(cond.get('host', '?'))}{commit}, "
             f"{escape(str(cond.get('date', '?'))[:16])} UTC: "
             f"1-min load {float(cond['load_before'][0]):.2f}/{float(cond['load1_max']):.2f}/"
