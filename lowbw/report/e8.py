@@ -11,7 +11,7 @@ from matplotlib.lines import Line2D
 from lowbw.bench.e2e_rows import cells
 from lowbw.report.catalog import E8_WORKERS
 from lowbw.report.common import plotting
-from lowbw.report.conditions import MARK, caption, mark
+from lowbw.report.conditions import MARK, caption, mark, short_commit
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 
@@ -341,8 +341,11 @@ def _mlp_numbers(st: Stats) -> dict[str, str]:
         out["EEightTTTCells"] = str(len(ttt))
         out["EEightTTTWorst"] = fmt_num(100 * float(ttt["err_ttt"].abs().max()), 2)
     prov = st.meta["provenance"]
-    out["EEightDate"] = escape(str(prov.get("date", "?"))[:10])
-    out["EEightCommit"] = escape(str(prov.get("commit", "?"))[:10])
+    out["EEightDate"] = escape(str((st.meta.get("conditions") or prov).get("date", "?"))[:10])
+    out["EEightCommit"] = escape(short_commit(prov.get("git_commit", "?")))
+    out["EEightHost"] = escape(f"{prov.get('host', '?')} ({prov.get('cpu', '?')}, {prov.get('cpu_count', '?')} cores)")
+    out["EEightSource"] = ("kept in the repository, not measured by this build" if prov.get("origin") == "stored"
+                           else "measured by this build's machine")
     out["EEightEmulation"] = escape(", ".join(sorted({str(e) for e in df["emulation"].dropna()})))
     by_method = df.assign(a=err).groupby("method", sort=False)["a"].max()
     out["EEightWorstPerMethod"] = ", ".join(f"{escape(m)} {fmt_num(100 * v, 2)}\\,\\%" for m, v in by_method.items())
