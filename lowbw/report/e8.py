@@ -31,7 +31,8 @@ def _signed_pct(x: float | None) -> str:
 
 
 def _table(df, rates: list[float], workers: list[int], conditions: dict | None = None,
-           provenance: dict | None = None) -> str:
+           provenance: dict | None = None, more: str = "") -> str:
+    """``more``: a further caption sentence (the language model's cells' source and machine)."""
     rows, marked = [], 0
     for method in list(dict.fromkeys(df["method"])):
         cells = [escape(method)]
@@ -59,7 +60,7 @@ def _table(df, rates: list[float], workers: list[int], conditions: dict | None =
                     r"the worst error of the uncalibrated clock (ideal software stack, nominal rate, a machine "
                     r"per worker) at the smallest N. $^\dagger$: link-bound (the step's bytes at the link's rate "
                     r"take at least half of it), so in the target above 100\,Mbit/s."
-                    + caption(conditions, provenance, marked), "tab:e8",
+                    + caption(conditions, provenance, marked) + more, "tab:e8",
                     size=r"\scriptsize")
 
 
@@ -367,7 +368,11 @@ def table(st: Stats) -> str:
     rates = sorted(float(r) for r in df["rate_mbit"].unique())
     cond, prov = ((st.meta.get("conditions"), st.meta.get("provenance")) if "cells" in st.tables
                   else (st.meta.get("lm_conditions"), st.meta.get("lm_provenance")))
-    return _table(df, rates, sorted(int(n) for n in df["workers"].unique()), cond, prov)
+    more = ""
+    if "cells" in st.tables and "lm_cells" in st.tables:  # the LM's cells: a file, a machine and a run of their own
+        more = f" {escape(st.meta['lm_model'])} rows:" + caption(st.meta.get("lm_conditions"),
+                                                                  st.meta.get("lm_provenance"))
+    return _table(df, rates, sorted(int(n) for n in df["workers"].unique()), cond, prov, more)
 
 
 def figure(st: Stats):
