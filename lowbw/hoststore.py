@@ -13,7 +13,7 @@ from where it was stored). The report then reads, per name (:func:`locate`):
 3. else nothing: the experiment is not run.
 
 A file is refused, with a one-line error naming it and before anything is written, when it is missing, not
-JSON, or lacks the provenance (``provenance.git_commit``/``host``/``date``) or the machine's conditions that
+JSON, or lacks the provenance (``provenance``'s host, date and commit) or the machine's conditions that
 the paper's caption states.
 """
 
@@ -28,11 +28,25 @@ from typing import Any
 
 from lowbw.runio import atomic_write_json
 
-__all__ = ["HOST_STORE", "NAMES", "HostStoreError", "Located", "describe", "keep", "locate", "load_index"]
+__all__ = ["HOST_STORE", "NAMES", "HostStoreError", "Located", "commit_of", "cores_of", "describe", "keep", "locate",
+           "load_index"]
 
 HOST_STORE = Path("paper/measured/host")
 #: the host measurements the report reads (``runs/bench/<name>.json``), in the paper's order
 NAMES = ("collectives", "collectives_latency", "compressors", "models", "e2e", "e2e_lm", "e2e_lm_realtime")
+
+
+def commit_of(prov: dict[str, Any] | None) -> str | None:
+    """The commit a benchmark's provenance names: ``git_commit`` (:func:`lowbw.runio.provenance`) or ``commit``
+    (:func:`lowbw.bench.bench_provenance`, e.g. E8's e2e.json)."""
+    prov = prov or {}
+    return prov.get("git_commit") or prov.get("commit")
+
+
+def cores_of(prov: dict[str, Any] | None) -> int | None:
+    """The cores a benchmark's provenance names (``cpu_count`` or ``cores``, as :func:`commit_of`)."""
+    prov = prov or {}
+    return prov.get("cpu_count") or prov.get("cores")
 
 
 class HostStoreError(ValueError):
@@ -56,8 +70,8 @@ def describe(doc: dict[str, Any]) -> dict[str, Any]:
     conds = [c for c in [doc.get("conditions"), *((a or {}).get("conditions") for a in doc.get("appended") or [])]
              if c]
     entry: dict[str, Any] = {
-        "host": prov.get("host"), "cpu": prov.get("cpu"), "cores": prov.get("cpu_count"),
-        "git_commit": prov.get("git_commit"), "date": prov.get("date"), "repeats": 1 + len(doc.get("appended") or []),
+        "host": prov.get("host"), "cpu": prov.get("cpu"), "cores": cores_of(prov), "git_commit": commit_of(prov),
+        "date": prov.get("date"), "repeats": 1 + len(doc.get("appended") or []),
     }
     if conds:
         entry.update(load1_before=conds[0]["load_before"][0], load1_max=max(float(c["load1_max"]) for c in conds),
@@ -77,7 +91,7 @@ def _read(path: Path) -> dict[str, Any]:
     except (OSError, ValueError) as e:
         raise HostStoreError(f"{path}: not a readable JSON file ({e})") from None
     prov = doc.get("provenance") if isinstance(doc, dict) else None
-    missing = [k for k in ("git_commit", "host", "date") if not (prov or {}).get(k)]
+    missing = [k for k in ("host", "date") if not (prov or {}).get(k)] + ([] if commit_of(prov) else ["commit"])
     if missing:
         raise HostStoreError(f"{path}: its provenance lacks {', '.join(missing)}: the paper could not say where "
                              "and when it was measured")

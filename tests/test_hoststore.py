@@ -23,7 +23,8 @@ def _bench(tmp_path, name, doc):
 
 def test_keep_copies_and_indexes_with_provenance(tmp_path):
     _bench(tmp_path, "models", {"rows": [], "provenance": PROV, "conditions": COND})
-    _bench(tmp_path, "e2e", {"rows": [], "provenance": PROV, "conditions": {**COND, "busy": False, "reasons": []},
+    bench_prov = {"host": "box", "cores": 2, "cpu": "Xeon", "commit": "0123456789abcdef", "date": "2026-11-27"}
+    _bench(tmp_path, "e2e", {"rows": [], "provenance": bench_prov, "conditions": {**COND, "busy": False, "reasons": []},
                              "appended": [{"conditions": {**COND, "load1_max": 12.0}}]})
     store = tmp_path / "store"
     out = hoststore.keep(["models", "e2e"], tmp_path / "bench", store)
@@ -32,12 +33,13 @@ def test_keep_copies_and_indexes_with_provenance(tmp_path):
     idx = hoststore.load_index(store)
     assert idx["models"]["git_commit"] == PROV["git_commit"] and idx["models"]["host"] == "box"
     assert idx["models"]["busy"] and idx["models"]["load1_max"] == 9.5
+    assert idx["e2e"]["git_commit"] == "0123456789abcdef" and idx["e2e"]["cores"] == 2  # bench_provenance's keys
     assert idx["e2e"]["repeats"] == 2 and idx["e2e"]["load1_max"] == 12.0 and idx["e2e"]["busy"]  # the repeat's
 
 
 @pytest.mark.parametrize("doc,match", [
     (None, "no such measurement"),
-    ({"rows": [], "conditions": COND}, "provenance lacks git_commit, host, date"),
+    ({"rows": [], "conditions": COND}, "provenance lacks host, date, commit"),
     ({"rows": [], "provenance": PROV}, "no recorded machine conditions"),
 ])
 def test_keep_refuses_before_writing(tmp_path, doc, match):

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lowbw.hoststore import commit_of
 from lowbw.report.latex import escape
 
 __all__ = ["MARK", "mark", "origin", "caption", "busy_testbeds"]
@@ -59,7 +60,7 @@ def caption(cond: dict[str, Any] | None, provenance: dict[str, Any] | None = Non
         return f" Machine load not recorded{f' ({where})' if where else ''}.{origin(prov)}"
     steal = "n/a" if cond.get("steal") is None else f"{100 * float(cond['steal']):.1f}" + r"\,\%"
     others = "n/a" if cond.get("others_cores") is None else f"{float(cond['others_cores']):.2f}"
-    commit = f" (commit {escape(short_commit(prov['git_commit']))})" if prov.get("git_commit") else ""
+    commit = f" (commit {escape(short_commit(commit_of(prov)))})" if commit_of(prov) else ""
     text = (f"{origin(prov)} Measured on {escape(cond.get('host', '?'))}{commit}, "
             f"{escape(str(cond.get('date', '?'))[:16])} UTC: "
             f"1-min load {float(cond['load_before'][0]):.2f}/{float(cond['load1_max']):.2f}/"

@@ -9,6 +9,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from lowbw.bench.e2e_rows import cells
+from lowbw.hoststore import commit_of, cores_of
 from lowbw.report.catalog import E8_WORKERS
 from lowbw.report.common import plotting
 from lowbw.report.conditions import MARK, caption, mark, short_commit
@@ -343,8 +344,8 @@ def _mlp_numbers(st: Stats) -> dict[str, str]:
         out["EEightTTTWorst"] = fmt_num(100 * float(ttt["err_ttt"].abs().max()), 2)
     prov = st.meta["provenance"]
     out["EEightDate"] = escape(str((st.meta.get("conditions") or prov).get("date", "?"))[:10])
-    out["EEightCommit"] = escape(short_commit(prov.get("git_commit", "?")))
-    out["EEightHost"] = escape(f"{prov.get('host', '?')} ({prov.get('cpu', '?')}, {prov.get('cpu_count', '?')} cores)")
+    out["EEightCommit"] = escape(short_commit(commit_of(prov) or "?"))
+    out["EEightHost"] = escape(f"{prov.get('host', '?')} ({prov.get('cpu', '?')}, {cores_of(prov) or '?'} cores)")
     out["EEightSource"] = ("kept in the repository, not measured by this build" if prov.get("origin") == "stored"
                            else "measured by this build's machine")
     out["EEightEmulation"] = escape(", ".join(sorted({str(e) for e in df["emulation"].dropna()})))
