@@ -29,7 +29,7 @@ def test_keep_copies_and_indexes_with_provenance(tmp_path):
     store = tmp_path / "store"
     out = hoststore.keep(["models", "e2e"], tmp_path / "bench", store)
     assert [p.name for p in out] == ["models.json", "e2e.json"]
-    assert json.loads((store / "e2e.json").read_text())["provenance"] == PROV
+    assert json.loads((store / "e2e.json").read_text())["provenance"] == bench_prov  # copied as it was
     idx = hoststore.load_index(store)
     assert idx["models"]["git_commit"] == PROV["git_commit"] and idx["models"]["host"] == "box"
     assert idx["models"]["busy"] and idx["models"]["load1_max"] == 9.5
