@@ -345,7 +345,7 @@ def _mlp_numbers(st: Stats) -> dict[str, str]:
     prov = st.meta["provenance"]
     out["EEightDate"] = escape(str((st.meta.get("conditions") or prov).get("date", "?"))[:10])
     out["EEightCommit"] = escape(short_commit(commit_of(prov) or "?"))
-    out["EEightHost"] = escape(f"{prov.get('host', '?')} ({prov.get('cpu', '?')}, {cores_of(prov) or '?'} cores)")
+    out["EEightHost"] = escape(f"{prov.get('host', '?')}, a {cores_of(prov) or '?'}-core {prov.get('cpu', '?')},")
     out["EEightSource"] = ("kept in the repository, not measured by this build" if prov.get("origin") == "stored"
                            else "measured by this build's machine")
     out["EEightEmulation"] = escape(", ".join(sorted({str(e) for e in df["emulation"].dropna()})))
