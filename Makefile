@@ -3,6 +3,9 @@
 #   make          set up what is missing, then run every experiment and build paper/build/paper.pdf
 #   make test     set up what is missing, then ruff and the test suite
 #   make reference keep paper/build/paper.pdf as paper/reference/paper.pdf, with its provenance (BUILD.json)
+#   make measure  like make, but every host measurement (E1, E2, E3, E8's MLP and LM cells) is made on this
+#                 machine where runs/bench/ lacks it (root, ~1.5 h on 2 cores) instead of read from the
+#                 repository's paper/measured/host; the paper's captions then name this machine
 #
 # Set-up = a virtual environment in .venv with lowbw[dev] (torch 2.13.0: the local CPU wheel on CPU-only
 # machines), and LaTeX + iproute2 + poppler from apt when run as root (otherwise the missing commands are
@@ -13,7 +16,7 @@
 SHELL := /bin/bash
 .SHELLFLAGS := -eu -o pipefail -c
 .DEFAULT_GOAL := all
-.PHONY: all test setup system-packages clean-venv reference
+.PHONY: all test setup system-packages clean-venv reference measure
 
 PYTHON ?= python3
 VENV := .venv
@@ -34,6 +37,11 @@ all: setup
 	. $(VENV)/bin/activate && PYTHONPATH=$(CURDIR)/lowbw/snakemake_logger$${PYTHONPATH:+:$$PYTHONPATH} \
 	  snakemake --cores $(CORES) $(if $(PROFILE),--profile $(PROFILE)) $(PROGRESS) $(SMK)
 	@echo "paper: paper/build/paper.pdf   results: runs/"
+
+# every host measurement of lowbw.hoststore measured here (bench: measure listing all of them)
+MEASURE_ALL := --config 'bench={measure: [collectives, collectives_latency, compressors, models, e2e, e2e_lm]}'
+measure:
+	$(MAKE) all SMK="$(MEASURE_ALL) $(SMK)"
 
 # keep the paper just built as the repository's reference build (paper/reference/: the PDF and BUILD.json with
 # the commit, date, profile, machine, load, jobs and wall time of the run); refuses an unfinished run. Commit it

@@ -29,6 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from lowbw.hoststore import HOST_STORE, NAMES, HostStoreError, keep
 from lowbw.results import RunError, find_runs, load_run, load_runs
 from lowbw.runio import atomic_write_json, metrics_digest, read_jsonl
 
@@ -216,11 +217,27 @@ def add_parser(sub) -> None:
                    help=f"also keep runs measured on a CPU (e.g. the gpt-small anchor into {ANCHOR_STORE})")
     ls = ss.add_parser("list", help="the stored runs")
     ls.add_argument("--root", default=str(DEFAULT_STORE))
+    h = ss.add_parser("host", help=f"keep this machine's benchmark files (runs/bench/<name>.json) in {HOST_STORE}, "
+                      "where every profile's paper reads them when it has not measured them itself")
+    h.add_argument("names", nargs="*", default=None,
+                   help=f"which ({', '.join(NAMES)}; default: every one present in --from)")
+    h.add_argument("--from", dest="src", default="runs/bench", help="where they were measured (default runs/bench)")
+    h.add_argument("--to", default=str(HOST_STORE), help=f"store directory (default {HOST_STORE})")
+    h.add_argument("--note", default="", help="a note kept in the index beside each file (how it was measured)")
 
 
 def main(args) -> int:
     import sys
 
+    if args.store_command == "host":
+        names = args.names or [n for n in NAMES if (Path(args.src) / f"{n}.json").is_file()]
+        try:
+            for p in keep(names, args.src, args.to, args.note):
+                print(f"stored {p}")
+        except HostStoreError as e:
+            print(f"lowbw store host: {e}", file=sys.stderr)
+            return 2
+        return 0
     if args.store_command == "add":
         try:
             for d in add(args.runs, args.to, args.max_lines, cuda=not args.cpu):

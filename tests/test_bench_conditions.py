@@ -8,7 +8,7 @@ import os
 import subprocess
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 
 import pytest
@@ -36,6 +36,44 @@ def spinners(n: int):
             p.wait(timeout=10)
 
 
+@contextmanager
+def outside_spinners(n: int):
+    """``n`` spinning processes outside our process tree, as another user's work would be: started by a
+    launcher that exits at once, so that they are reparented away from us (killed on exit)."""
+    launch = ("import subprocess, sys\n"
+              f"print(' '.join(str(subprocess.Popen([sys.executable, '-c', {SPIN!r}], stdout=subprocess.DEVNULL, "
+              f"stderr=subprocess.DEVNULL).pid) for _ in range({n})))")
+    pids = [int(x) for x in subprocess.run([sys.executable, "-c", launch], capture_output=True, text=True,
+                                           check=True, timeout=30).stdout.split()]
+    try:
+        time.sleep(0.3)  # let them start spinning
+        yield pids
+    finally:
+        for pid in pids:
+            with suppress(ProcessLookupError):
+                os.kill(pid, 9)
+
+
+def _cpu_s(pid: int) -> float:
+    """CPU seconds (user + system) of a live process."""
+    f = Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")  # utime, stime after the state field
+
+
+def _spin_for(pid: int, t0: float, cpu_s: float = 0.2, timeout: float = 20.0) -> float:
+    """Wait until the spinner ``pid`` has used ``cpu_s`` CPU seconds since ``t0`` (however loaded the machine;
+    at most ``timeout`` s); its CPU seconds since ``t0``."""
+    end = time.monotonic() + timeout
+    while _cpu_s(pid) - t0 < cpu_s and time.monotonic() < end:
+        time.sleep(0.1)
+    return _cpu_s(pid) - t0
+
+
+@pytest.fixture(autouse=True)
+def _no_workflow(monkeypatch):
+    monkeypatch.delenv(cond.WORKFLOW_PID_ENV, raising=False)  # these tests choose their process tree
+
+
 def test_verdict_rules():
     # idle: nothing
     assert cond.verdict(2, others_cores=0.1, steal=0.0, load1_mean=1.2, own_cores=1.0) == ()
@@ -60,7 +98,7 @@ def test_idle_conditions_do_not_warn(capsys):
 
 
 def test_synthetic_load_is_busy_and_strict_refuses(capsys):
-    with spinners(N_SPIN), cond.record(interval_s=0.2) as rec:
+    with outside_spinners(N_SPIN), cond.record(interval_s=0.2) as rec:
         time.sleep(1.5)
     c = rec.conditions
     assert c.busy and any("other processes" in r for r in c.reasons), c
@@ -108,3 +146,50 @@ def test_benchmark_warns_and_strict_refuses_under_load(tmp_path):
     assert res["conditions"]["busy"] and res["conditions"]["others_cores"] > 0.25 * res["conditions"]["cores"]
     assert q.returncode == 1 and not (tmp_path / "strict.json").exists()
     assert "refusing to write" in q.stderr and "--strict" in q.stderr.strip().splitlines()[-1]
+
+
+def test_own_process_tree_is_not_contention():
+    """A spinning child of ours (a benchmark's worker, running, not reaped yet) is our CPU, not other
+    processes': its seconds are in cpu_s and out of others_cores; a spinner outside our tree is the reverse."""
+    with spinners(1) as (child,):
+        t0 = _cpu_s(child.pid)
+        with cond.record(interval_s=0.2) as rec:
+            spun = _spin_for(child.pid, t0)  # read while it still runs: before the recorder stops, not reaped
+    c = rec.conditions
+    assert c.tree == f"process {os.getpid()}"
+    assert c.cpu_s >= 0.9 * spun > 0.1, (c.cpu_s, spun)
+    with outside_spinners(1) as (pid,):
+        t0 = _cpu_s(pid)
+        with cond.record(interval_s=0.2) as rec:
+            _spin_for(pid, t0)
+        spun = _cpu_s(pid) - t0
+    c = rec.conditions
+    assert c.cpu_s < 0.2 * c.wall_s and c.others_cores * c.wall_s >= 0.9 * spun > 0.1, (c, spun)
+
+
+RECORD = """import json, sys, time
+from lowbw.bench import conditions as cond
+with cond.record(interval_s=0.2) as rec:
+    time.sleep(float(sys.argv[1]))
+print(json.dumps({"cpu_s": rec.conditions.cpu_s, "tree": rec.conditions.tree}))
+"""
+
+
+@pytest.mark.parametrize("workflow", [True, False])
+def test_workflow_tree_is_not_contention(workflow):
+    """A benchmark launched by a workflow ($LOWBW_WORKFLOW_PID: Snakemake's pid) counts the workflow's other
+    processes (here a spinning sibling, as papermill's client or Snakemake itself) as its own; without the
+    variable the sibling is another process's work. A stale pid (not an ancestor) is ignored."""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
+    with spinners(1) as (sib,):
+        # this test plays the workflow (spinner and benchmark its children); else a live pid that is no ancestor
+        env[cond.WORKFLOW_PID_ENV] = str(os.getpid() if workflow else sib.pid)
+        t0 = _cpu_s(sib.pid)
+        p = subprocess.run([sys.executable, "-c", RECORD, "3"], capture_output=True, text=True, env=env, timeout=60)
+        spun = _cpu_s(sib.pid) - t0
+    assert p.returncode == 0, p.stderr
+    got = json.loads(p.stdout)
+    if workflow:
+        assert got["tree"] == f"workflow {os.getpid()}" and got["cpu_s"] >= 0.6 * spun > 0.05, (got, spun)
+    else:
+        assert got["tree"].startswith("process ") and got["cpu_s"] < 0.5 * spun and spun > 0.05, (got, spun)

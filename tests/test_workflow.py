@@ -91,3 +91,23 @@ def test_tiny_workflow_end_to_end(tmp_path):
     rerun = _snakemake(proj, "--configfile=config/tiny.yaml", "--forcerun", "train", "report")
     assert rerun.returncode == 0, rerun.stdout[-3000:] + rerun.stderr[-3000:]
     assert (gen / "numbers.tex").read_text().split("\n", 1)[1] == numbers.split("\n", 1)[1]
+
+
+@pytest.mark.slow
+def test_default_profile_reads_the_stored_host_measurements(tmp_path):
+    """A fresh clone's default profile (no runs/bench/) plans no E1 or E8 measurement whose file is kept in
+    paper/measured/host: the report reads the stored file (lowbw.hoststore). make measure's --config plans them."""
+    from lowbw.hoststore import load_index
+
+    stored = set(load_index(ROOT / "paper" / "measured" / "host"))
+    proj = _project_copy(tmp_path)
+    r = _snakemake(proj, "-n", "report", timeout=600)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    for name in stored - {"compressors", "models"}:  # the default profile measures those two itself
+        assert f"rule bench_{name}:" not in r.stdout, name
+    measure = _snakemake(proj, "-n", "report", "--config",
+                         "bench={measure: [collectives, collectives_latency, compressors, models, e2e, e2e_lm]}",
+                         timeout=600)
+    assert measure.returncode == 0, measure.stdout[-3000:] + measure.stderr[-3000:]
+    for name in ("collectives", "collectives_latency", "e2e", "e2e_lm"):
+        assert f"rule bench_{name}:" in measure.stdout, name

@@ -8,14 +8,18 @@ the machine was busy, and with ``--strict`` refuses to write the result (one-lin
 
 Sources (Linux): ``/proc/loadavg`` (1/5/15-minute load averages: runnable + uninterruptible tasks, ours
 included), ``/proc/stat``'s aggregate ``cpu`` line (jiffies of all cores: busy = user + nice + system + irq +
-softirq, steal = time the hypervisor ran another guest), ``os.times()`` (this process's and its reaped
-children's user + system seconds). Over a span of wall time ``W`` s on ``C`` cores:
+softirq, steal = time the hypervisor ran another guest), ``/proc/<pid>/stat`` of every process (its parent,
+its own and its reaped children's user + system ticks). Over a span of wall time ``W`` s on ``C`` cores:
 
 * ``cpu_busy = busy jiffies / all jiffies`` (0..1, all cores together)
 * ``steal = steal jiffies / all jiffies``
+* ``own CPU s``: the CPU of our process tree, the processes descended from its root (``utime + stime + cutime
+  + cstime`` summed over them, so a member that exits and is reaped by its parent keeps counting). The root is
+  the workflow that launched the benchmark where it says so (``$LOWBW_WORKFLOW_PID``, which the Snakefile
+  sets to Snakemake's pid: Snakemake, papermill, its kernel and the benchmark's workers are the build's own
+  work, not contention), else this process (the benchmark and its workers, running or reaped). The workflow
+  runs a measuring benchmark alone (its ``machine`` resource), so nothing else of the tree competes with it.
 * ``others_cores = max(0, busy jiffies / HZ - own CPU s) / W``: other processes' CPU, in cores, on average
-  (own CPU counts children only once reaped, so ``during`` samples overstate others while children run; the
-  verdict uses the whole span, measured after the benchmark has reaped its children)
 
 Verdict ``busy`` (any of; the thresholds are the module's constants):
 
@@ -38,8 +42,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OTHERS_MAX", "STEAL_MAX", "LOAD_EXCESS_MAX", "Sample", "Conditions", "Recorder", "record",
-           "verdict", "check", "add_strict_flag", "describe", "is_busy"]
+__all__ = ["OTHERS_MAX", "STEAL_MAX", "LOAD_EXCESS_MAX", "WORKFLOW_PID_ENV", "tree_root", "Sample", "Conditions",
+           "Recorder", "record", "verdict", "check", "add_strict_flag", "describe", "is_busy"]
 
 OTHERS_MAX = 0.25  # other processes' CPU, as a fraction of the cores, above which the machine was busy
 STEAL_MAX = 0.05  # fraction of CPU time stolen by the hypervisor above which the machine was busy
@@ -57,7 +61,7 @@ class Sample:
     load1: float  # 1-minute load average
     cpu_busy: float | None  # fraction of all cores' time busy since the previous sample (None: no /proc/stat)
     steal: float | None  # fraction of all cores' time stolen since the previous sample (None: no /proc/stat)
-    own_cores: float  # our CPU seconds (self + reaped children) per wall second since the previous sample
+    own_cores: float  # our process tree's CPU seconds per wall second since the previous sample
 
 
 @dataclass(frozen=True)
@@ -68,7 +72,7 @@ class Conditions:
     cores: int  # os.cpu_count()
     date: str  # UTC start, ISO 8601
     wall_s: float  # wall seconds from before to after
-    cpu_s: float  # our user + system CPU seconds over the span (self + reaped children)
+    cpu_s: float  # our process tree's user + system CPU seconds over the span (module docstring)
     load_before: tuple[float, float, float]  # 1/5/15-minute load averages before
     load_after: tuple[float, float, float]  # 1/5/15-minute load averages after
     load1_max: float  # highest 1-minute load average of all samples
@@ -79,6 +83,7 @@ class Conditions:
     during: tuple[Sample, ...]  # background samples between before and after (bounded, thinned when long)
     busy: bool  # the verdict (module docstring)
     reasons: tuple[str, ...]  # why busy, one phrase each (empty when not)
+    tree: str = ""  # whose CPU counted as ours: "workflow <pid>" ($LOWBW_WORKFLOW_PID) or "process <pid>"
 
     def to_json(self, samples: bool = True) -> dict[str, Any]:
         """A JSON-ready dict (``samples=False``: without the ``during`` samples, for per-cell records)."""
@@ -114,9 +119,63 @@ def _jiffies() -> tuple[int, int, int] | None:
     return busy, steal, busy + idle + iowait + steal
 
 
-def _own_cpu() -> float:
-    t = os.times()
-    return t.user + t.system + t.children_user + t.children_system
+WORKFLOW_PID_ENV = "LOWBW_WORKFLOW_PID"  # the pid of the workflow whose process tree counts as ours
+_PROC = Path("/proc")
+_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def _processes() -> dict[int, tuple[int, int]] | None:
+    """``{pid: (parent pid, CPU ticks: own + reaped children's user and system)}`` of every process, or None
+    where /proc is not readable (a process that exits while read is left out)."""
+    if not (_PROC / "self" / "stat").exists():
+        return None
+    out = {}
+    for d in os.listdir(_PROC):
+        if not d.isdigit():
+            continue
+        try:
+            raw = (_PROC / d / "stat").read_bytes()
+        except OSError:
+            continue
+        f = raw[raw.rindex(b")") + 2:].split()  # after "pid (comm) ": state, ppid, ... utime(11) .. cstime(14)
+        out[int(d)] = (int(f[1]), int(f[11]) + int(f[12]) + int(f[13]) + int(f[14]))
+    return out
+
+
+def tree_root() -> int:
+    """The root of the process tree whose CPU counts as ours: ``$LOWBW_WORKFLOW_PID`` where that process is
+    alive and an ancestor of this one, else this process (module docstring)."""
+    me = os.getpid()
+    try:
+        root = int(os.environ.get(WORKFLOW_PID_ENV, ""))
+    except ValueError:
+        return me
+    procs = _processes() or {}
+    pid, seen = me, set()
+    while pid in procs and pid not in seen:  # walk up: is root an ancestor?
+        if pid == root:
+            return root
+        seen.add(pid)
+        pid = procs[pid][0]
+    return me
+
+
+def _tree_cpu(root: int) -> float:
+    """CPU seconds so far of ``root`` and its descendants (own + reaped children's); without /proc, this
+    process's and its reaped children's (``os.times``)."""
+    procs = _processes()
+    if procs is None or root not in procs:
+        t = os.times()
+        return t.user + t.system + t.children_user + t.children_system
+    children: dict[int, list[int]] = {}
+    for pid, (ppid, _) in procs.items():
+        children.setdefault(ppid, []).append(pid)
+    ticks, todo = 0, [root]
+    while todo:
+        pid = todo.pop()
+        ticks += procs[pid][1]
+        todo.extend(children.get(pid, ()))
+    return ticks / _HZ
 
 
 @dataclass(frozen=True)
@@ -124,11 +183,11 @@ class _Raw:
     mono: float  # time.monotonic()
     load: tuple[float, float, float]  # 1/5/15-minute load averages
     jiffies: tuple[int, int, int] | None  # (busy, steal, total) since boot
-    own_cpu: float  # our CPU seconds so far
+    own_cpu: float  # our process tree's CPU seconds so far
 
 
-def _raw() -> _Raw:
-    return _Raw(time.monotonic(), _loadavg(), _jiffies(), _own_cpu())
+def _raw(root: int) -> _Raw:
+    return _Raw(time.monotonic(), _loadavg(), _jiffies(), _tree_cpu(root))
 
 
 def _fractions(a: _Raw, b: _Raw) -> tuple[float | None, float | None, int | None]:
@@ -172,11 +231,13 @@ class Recorder:
         self._thread: threading.Thread | None = None
         self._before: _Raw | None = None
         self._date = ""
+        self._root = os.getpid()  # the root of our process tree (tree_root(), fixed at start)
         self.conditions: Conditions | None = None
 
     def start(self) -> Recorder:
         self._date = datetime.now(UTC).isoformat(timespec="seconds")
-        self._before = _raw()
+        self._root = tree_root()
+        self._before = _raw(self._root)
         if self.interval_s > 0:
             self._thread = threading.Thread(target=self._run, name="lowbw-conditions", daemon=True)
             self._thread.start()
@@ -186,7 +247,7 @@ class Recorder:
         assert self._before is not None
         prev, interval = self._before, self.interval_s
         while not self._stop.wait(interval):
-            now = _raw()
+            now = _raw(self._root)
             if now.mono - self._before.mono > self.max_s:
                 return
             busy, steal, _ = _fractions(prev, now)
@@ -209,14 +270,13 @@ class Recorder:
         self._stop.set()
         if self._thread is not None:
             self._thread.join(timeout=10)
-        after, before = _raw(), self._before
+        after, before = _raw(self._root), self._before
         with self._lock:
             during = tuple(self._samples)
         wall = max(after.mono - before.mono, 1e-9)
-        cpu = after.own_cpu - before.own_cpu
+        cpu = max(0.0, after.own_cpu - before.own_cpu)  # < 0 only where a member left the tree unreaped
         busy, steal, busy_j = _fractions(before, after)
-        hz = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
-        others = None if busy_j is None else max(0.0, busy_j / hz - cpu) / wall
+        others = None if busy_j is None else max(0.0, busy_j / _HZ - cpu) / wall
         cores = os.cpu_count() or 1
         loads = [before.load[0], *(s.load1 for s in during), after.load[0]]
         mean = sum(loads) / len(loads)
@@ -224,7 +284,8 @@ class Recorder:
         self.conditions = Conditions(
             host=socket.gethostname(), cores=cores, date=self._date, wall_s=wall, cpu_s=cpu,
             load_before=before.load, load_after=after.load, load1_max=max(loads), load1_mean=mean,
-            cpu_busy=busy, steal=steal, others_cores=others, during=during, busy=bool(why), reasons=why)
+            cpu_busy=busy, steal=steal, others_cores=others, during=during, busy=bool(why), reasons=why,
+            tree=f"{'workflow' if self._root != os.getpid() else 'process'} {self._root}")
         return self.conditions
 
     def __enter__(self) -> Recorder:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lowbw.report.captions import check as check_caption
 from lowbw.report.catalog import PREFIX, check_numbers, not_run_macros
 from lowbw.report.experiment import Context, Experiment, MissingData, Stats
 from lowbw.report.gpu import write as write_gpu
@@ -74,7 +75,9 @@ def run_experiment(exp: Experiment, ctx: Context) -> Section:
         return not_run(exp)
     numbers = exp.numbers(st)
     check_numbers(exp.key, numbers)
-    return Section(exp.key, st, exp.table(st), numbers, exp.figure(st))
+    table = exp.table(st)
+    check_caption(exp.key, table, ctx.config.get("profile"))
+    return Section(exp.key, st, table, numbers, exp.figure(st))
 
 
 def _setup_tex(prov: dict[str, Any], config: dict[str, Any]) -> str:

@@ -281,6 +281,8 @@ MACROS: dict[str, str] = {
     "EEightTTTWorst": "worst |error| of the predicted time to accuracy (%)",
     "EEightDate": "date of the measurement",
     "EEightCommit": "commit of the measurement",
+    "EEightHost": "the machine that measured it (words: host, a N-core CPU, -- a trailing comma closes the apposition)",
+    "EEightSource": "where the build read it (words: kept in the repository / measured by this build's machine)",
     "EEightEmulation": "how the links were emulated",
     # E8's language-model cells (runs/bench/e2e_lm.json)
     "EEightLmModel": "the language model of those cells",

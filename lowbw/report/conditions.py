@@ -6,9 +6,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from lowbw.hoststore import commit_of
 from lowbw.report.latex import escape
 
-__all__ = ["MARK", "mark", "caption", "busy_testbeds"]
+__all__ = ["MARK", "mark", "origin", "caption", "busy_testbeds"]
 
 MARK = r"$^\ddagger$"  # on a cell measured while the machine was busy
 
@@ -31,6 +32,24 @@ def busy_testbeds(b: dict[str, Any]) -> dict[tuple[int, float, float], bool]:
     return out
 
 
+def short_commit(commit: str) -> str:
+    """A commit's first 12 hex digits, keeping git's ``-dirty`` mark (uncommitted changes in the tree)."""
+    commit = str(commit)
+    return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
+
+
+def origin(provenance: dict[str, Any] | None) -> str:
+    """Where the report read a host measurement (``provenance['origin']``, set by ``Context.bench``): a sentence
+    for the caption, '' where it is not known (a file handed to an experiment directly)."""
+    prov = provenance or {}
+    if prov.get("origin") == "stored":
+        return (f" Source: {escape(prov.get('path', 'paper/measured/host'))}, kept in the repository: measured "
+                "on the machine named here, not by this build (make measure remeasures it).")
+    if prov.get("origin") == "measured":
+        return f" Source: {escape(prov.get('path', 'runs/bench'))}, measured on this build's machine."
+    return ""
+
+
 def caption(cond: dict[str, Any] | None, provenance: dict[str, Any] | None = None, marked: int = 0) -> str:
     """A LaTeX sentence for a measured table's caption: where and when it was measured and the machine's load
     before / highest / after, other processes' CPU and steal; whether the machine was busy; what ``MARK`` means
@@ -38,10 +57,12 @@ def caption(cond: dict[str, Any] | None, provenance: dict[str, Any] | None = Non
     prov = provenance or {}
     if not cond:
         where = ", ".join(escape(str(x)) for x in (prov.get("host"), str(prov.get("date") or "")[:10]) if x)
-        return f" Machine load not recorded{f' ({where})' if where else ''}."
+        return f" Machine load not recorded{f' ({where})' if where else ''}.{origin(prov)}"
     steal = "n/a" if cond.get("steal") is None else f"{100 * float(cond['steal']):.1f}" + r"\,\%"
     others = "n/a" if cond.get("others_cores") is None else f"{float(cond['others_cores']):.2f}"
-    text = (f" Measured on {escape(cond.get('host', '?'))}, {escape(str(cond.get('date', '?'))[:16])} UTC: "
+    commit = f" (commit {escape(short_commit(commit_of(prov)))})" if commit_of(prov) else ""
+    text = (f"{origin(prov)} Measured on {escape(cond.get('host', '?'))}{commit}, "
+            f"{escape(str(cond.get('date', '?'))[:16])} UTC: "
             f"1-min load {float(cond['load_before'][0]):.2f}/{float(cond['load1_max']):.2f}/"
             f"{float(cond['load_after'][0]):.2f} (before/highest/after) on {cond.get('cores')} cores, "
             f"other processes {others} cores, steal {steal}")

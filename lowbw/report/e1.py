@@ -160,7 +160,7 @@ def figure(st: Stats):
     rows = st.tables["latency"]["rate_mbit"].nunique()
     fig = plt.figure(figsize=(7.2, 2.5 + 2.1 * rows))
     gs = fig.add_gridspec(2, 1, height_ratios=[2.5, 2.1 * rows], hspace=0.3)
-    top = gs[0].subgridspec(1, 3, wspace=0.35)
+    top = gs[0].subgridspec(1, 3, wspace=0.5)  # room for each panel's y label beside the previous one's ticks
     if has_rate:
         _rate_axes(st, fig.add_subplot(top[0]), fig.add_subplot(top[1]), sns)
     lat.crossover_axis(fig.add_subplot(top[2]), st.tables)
@@ -175,7 +175,8 @@ def _rate_axes(st: Stats, ax0, ax1, sns) -> None:
                  hue_order=[a for a in ALG_ORDER if a in set(d["algorithm"])], ax=ax0)
     ax0.set(xscale="log", yscale="log", xlabel="link rate (Mbit/s)", ylabel="all-reduce time (s)",
             title=f"N={n}, {fmt_num(size)} MB")
-    ax0.legend(fontsize=6, ncol=2)
+    # one column in the lower left: the lines fall from upper left to lower right, and two columns covered them
+    ax0.legend(fontsize=5, ncol=1, loc="lower left", labelspacing=0.15, handlelength=1.2, borderaxespad=0.2)
     ok = df[df["model_s"].notna()]
     ax1.scatter(ok["time_s"], ok["model_s"], s=8, alpha=0.7)
     lim = [ok[["time_s", "model_s"]].min().min() * 0.8, ok[["time_s", "model_s"]].max().max() * 1.2]

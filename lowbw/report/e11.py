@@ -427,7 +427,10 @@ def _settings_table(st: Stats) -> str:
                     r"every seed); $\rho$: Spearman's rank correlation of its order with the measured times "
                     "(three or more methods reached the target); Strict: the regret when every run of the same "
                     "dataset, model and workers is held out. Ranked: methods the advisor models"
-                    + (f"; left out (no step model): {escape(', '.join(left))}" if left else "") + ".", "tab:e11",
+                    + (f"; left out (no step model): {escape(', '.join(left))}" if left else "") + ". "
+                    f"Against the targets set in advance (median regret at most {fmt_num(100 * REGRET_MEDIAN)}\\,\\%, "
+                    f"worst at most {fmt_num(100 * REGRET_WORST)}\\,\\%, no pick that misses the target), the "
+                    f"advisor {numbers(st)['EElevenVerdict']}.", "tab:e11",
                     size=r"\scriptsize")
 
 

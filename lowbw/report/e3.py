@@ -97,7 +97,7 @@ def numbers(st: Stats) -> dict[str, str]:
     m = mn[mn["model"] == model].set_index("bandwidth_mbit")
     accel = st.meta["accel"] is not None
     out = {"EThreeWorkers": str(st.meta["workers"]), "EThreeModel": escape(PRETTY.get(model, model)),
-           "EThreeAccel": escape(ACCEL_REF["device"]) if accel else escape("this machine's CPU"),
+           "EThreeAccel": escape(ACCEL_REF["device"]) if accel else escape("the measuring CPU"),
            "EThreeLowMbit": fmt_num(lo), "EThreeHighMbit": fmt_num(hi),
            "EThreeMinLow": fmt_duration(m.loc[lo, "min_s"]), "EThreeMinHigh": fmt_duration(m.loc[hi, "min_s"]),
            "EThreeComputeCpu": fmt_duration(m["compute_cpu_s"].iloc[0]),
@@ -134,9 +134,9 @@ def table(st: Stats) -> str:
         rows, header,
         f"Theoretical minimum training time of the reference schedules with {st.meta['workers']} workers: "
         r"computation of an accelerator (\EThreeAccel: ResNet-50's published 330\,ms per iteration at batch 32, "
-        "the other models scaled by their compute ratio measured on this machine), communication at the "
+        "the other models scaled by their compute ratio measured on the CPU below), communication at the "
         r"bandwidth-optimal all-reduce bound, fully overlapped. $^\dagger$: communication-bound. For reference, "
-        f"the pure computation on this machine's CPU ({escape(st.meta['provenance']['cpu'])})."
+        f"the pure computation on the CPU that measured them ({escape(st.meta['provenance']['cpu'])})."
         + caption(st.meta.get("conditions"), st.meta["provenance"], marked), "tab:e3",
         size=r"\scriptsize")
 

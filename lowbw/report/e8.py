@@ -9,9 +9,10 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from lowbw.bench.e2e_rows import cells
+from lowbw.hoststore import commit_of, cores_of
 from lowbw.report.catalog import E8_WORKERS
 from lowbw.report.common import plotting
-from lowbw.report.conditions import MARK, caption, mark
+from lowbw.report.conditions import MARK, caption, mark, short_commit
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 
@@ -31,7 +32,8 @@ def _signed_pct(x: float | None) -> str:
 
 
 def _table(df, rates: list[float], workers: list[int], conditions: dict | None = None,
-           provenance: dict | None = None) -> str:
+           provenance: dict | None = None, more: str = "") -> str:
+    """``more``: a further caption sentence (the language model's cells' source and machine)."""
     rows, marked = [], 0
     for method in list(dict.fromkeys(df["method"])):
         cells = [escape(method)]
@@ -59,7 +61,7 @@ def _table(df, rates: list[float], workers: list[int], conditions: dict | None =
                     r"the worst error of the uncalibrated clock (ideal software stack, nominal rate, a machine "
                     r"per worker) at the smallest N. $^\dagger$: link-bound (the step's bytes at the link's rate "
                     r"take at least half of it), so in the target above 100\,Mbit/s."
-                    + caption(conditions, provenance, marked), "tab:e8",
+                    + caption(conditions, provenance, marked) + more, "tab:e8",
                     size=r"\scriptsize")
 
 
@@ -341,8 +343,11 @@ def _mlp_numbers(st: Stats) -> dict[str, str]:
         out["EEightTTTCells"] = str(len(ttt))
         out["EEightTTTWorst"] = fmt_num(100 * float(ttt["err_ttt"].abs().max()), 2)
     prov = st.meta["provenance"]
-    out["EEightDate"] = escape(str(prov.get("date", "?"))[:10])
-    out["EEightCommit"] = escape(str(prov.get("commit", "?"))[:10])
+    out["EEightDate"] = escape(str((st.meta.get("conditions") or prov).get("date", "?"))[:10])
+    out["EEightCommit"] = escape(short_commit(commit_of(prov) or "?"))
+    out["EEightHost"] = escape(f"{prov.get('host', '?')}, a {cores_of(prov) or '?'}-core {prov.get('cpu', '?')},")
+    out["EEightSource"] = ("kept in the repository, not measured by this build" if prov.get("origin") == "stored"
+                           else "measured by this build's machine")
     out["EEightEmulation"] = escape(", ".join(sorted({str(e) for e in df["emulation"].dropna()})))
     by_method = df.assign(a=err).groupby("method", sort=False)["a"].max()
     out["EEightWorstPerMethod"] = ", ".join(f"{escape(m)} {fmt_num(100 * v, 2)}\\,\\%" for m, v in by_method.items())
@@ -364,7 +369,11 @@ def table(st: Stats) -> str:
     rates = sorted(float(r) for r in df["rate_mbit"].unique())
     cond, prov = ((st.meta.get("conditions"), st.meta.get("provenance")) if "cells" in st.tables
                   else (st.meta.get("lm_conditions"), st.meta.get("lm_provenance")))
-    return _table(df, rates, sorted(int(n) for n in df["workers"].unique()), cond, prov)
+    more = ""
+    if "cells" in st.tables and "lm_cells" in st.tables:  # the LM's cells: a file, a machine and a run of their own
+        more = f" {escape(st.meta['lm_model'])} rows:" + caption(st.meta.get("lm_conditions"),
+                                                                  st.meta.get("lm_provenance"))
+    return _table(df, rates, sorted(int(n) for n in df["workers"].unique()), cond, prov, more)
 
 
 def figure(st: Stats):

@@ -13,6 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lowbw.hoststore import locate
+
 __all__ = ["Context", "Stats", "Experiment", "MissingData"]
 
 
@@ -31,11 +33,22 @@ class Context:
     out: Path
     _cache: dict[str, Any] = field(default_factory=dict)
 
+    @property
+    def host_store(self) -> Path | None:
+        """The repository's stored host measurements the profile reads (``bench: stored``), or None."""
+        s = (self.config.get("bench") or {}).get("stored")
+        return Path(s) if s else None
+
     def bench(self, name: str) -> dict[str, Any] | None:
-        """``runs/bench/<name>.json`` or None."""
-        p = self.runs_dir / "bench" / f"{name}.json"
+        """The host measurement ``name``: ``runs/bench/<name>.json``, else the stored one of ``bench: stored``
+        (:func:`lowbw.hoststore.locate`), else None. Its ``provenance`` gains ``origin`` ("measured" or
+        "stored") and ``path`` (the file read), which the tables' captions state."""
         if name not in self._cache:
-            self._cache[name] = json.loads(p.read_text()) if p.is_file() else None
+            loc = locate(name, self.runs_dir, self.host_store)
+            doc = json.loads(loc.path.read_text()) if loc else None
+            if doc is not None:
+                doc["provenance"] = {**(doc.get("provenance") or {}), "origin": loc.origin, "path": str(loc.path)}
+            self._cache[name] = doc
         return self._cache[name]
 
 

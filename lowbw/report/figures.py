@@ -7,12 +7,13 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter
+from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
 
 from lowbw.report.common import plotting
 from lowbw.report.latex import fmt_num
 
-__all__ = ["note_figure", "accuracy_curves", "ttt_facets", "dot_panels", "log_ticks", "legend_below"]
+__all__ = ["note_figure", "accuracy_curves", "ttt_facets", "dot_panels", "log_ticks", "inner_decades",
+           "legend_below"]
 
 LOG_TICKS_MAX_DECADES = 2  # a log axis narrower than this is labelled at 1, 2 and 5 x 10^k
 
@@ -27,6 +28,24 @@ def log_ticks(axis) -> None:
         return
     axis.set_major_locator(LogLocator(subs=(1.0, 2.0, 5.0)))
     axis.set_major_formatter(FuncFormatter(lambda v, _: f"{v:g}"))
+    axis.set_minor_formatter(NullFormatter())
+
+
+def inner_decades(axis, max_labels: int = 3) -> None:
+    """Label a shared log ``axis`` of side-by-side panels only at powers of ten strictly inside its data
+    (every other one where more than ``max_labels`` fit), so that no label sits on a panel's edge, where it
+    collided with the neighbouring panel's first label ("10^4 10^0")."""
+    import math
+
+    lo, hi = sorted(axis.get_data_interval())
+    if axis.get_scale() != "log" or lo <= 0:
+        return
+    ks = [k for k in range(math.floor(math.log10(lo)), math.ceil(math.log10(hi)) + 1) if lo < 10.0 ** k < hi]
+    if not ks:
+        return
+    step = -(-len(ks) // max_labels)
+    axis.set_major_locator(FixedLocator([10.0 ** k for k in ks[::step]]))
+    axis.set_minor_locator(LogLocator(subs=(2.0, 3.0, 4.0, 5.0, 6.0, 7.0, 8.0, 9.0)))
     axis.set_minor_formatter(NullFormatter())
 
 
@@ -61,8 +80,13 @@ def accuracy_curves(curves, xlabel: str, title: str, order: Sequence[str] | None
     curves = curves[curves["time_s"] > 0]
     if curves.empty:
         return fig
-    sns.lineplot(data=curves, x="time_s", y="test_acc", hue="group", units="seed", estimator=None, lw=0.8,
-                 hue_order=order, ax=ax)
+    # a dash pattern and a marker per group as well as a colour: curves of similar schemes lie on each other
+    # (E5's four small-batch schemes), and colours alone could not tell them apart
+    groups = list(order) if order is not None else list(dict.fromkeys(curves["group"]))
+    palette = dict(zip(groups, sns.color_palette("tab10", len(groups))))
+    sns.lineplot(data=curves, x="time_s", y="test_acc", hue="group", style="group", units="seed", estimator=None,
+                 lw=0.9, hue_order=groups, style_order=groups, palette=palette, markers=True, markersize=3.5,
+                 ax=ax)
     ax.set(xscale="log", xlabel=xlabel, ylabel="test accuracy", title=title)
     lo = max(0.0, float(curves["test_acc"].quantile(0.05)) - 0.02)
     ax.set_ylim(lo, min(1.0, float(curves["test_acc"].max()) + 0.01))
@@ -103,6 +127,9 @@ def ttt_facets(per_run, accuracy, by: str, baseline: str, order: Sequence[str], 
             sns.lineplot(data=mine, x="bandwidth_mbit", y="ttt_s", errorbar="sd", err_style="bars", marker="o",
                          markersize=3.5, lw=1.1, color="C0" if name != baseline else "k",
                          err_kws={"capsize": 2, "elinewidth": 0.8}, ax=ax)
+        if mine.empty:  # without a word the panel showed only the dense reference, as if nothing were missing
+            ax.text(0.5, 0.5, "no seed reached\nthe target", transform=ax.transAxes, ha="center", va="center",
+                    fontsize=6.5, color="C3")
         reached = per_run[per_run[by] == name].groupby("bandwidth_mbit")["ttt_s"].count()
         short = f"\n{int(reached.min())}/{seeds} seeds reach it" if reached.min() < seeds else ""
         a = acc.loc[name]
@@ -118,7 +145,8 @@ def ttt_facets(per_run, accuracy, by: str, baseline: str, order: Sequence[str], 
     what = (f"{goal.fmt(goal.target.value)} % test accuracy" if goal.percent
             else f"{goal.metric.replace('_', ' ')} {fmt_num(goal.target.value)}")
     fig.supylabel(f"virtual time to {what} (s)", fontsize=7, x=0.0)
-    fig.tight_layout(pad=0.3, h_pad=0.4, w_pad=0.2)
+    inner_decades(axes[0, 0].xaxis)  # shared: one call labels every panel
+    fig.tight_layout(pad=0.3, h_pad=0.4, w_pad=0.6)
     return fig
 
 

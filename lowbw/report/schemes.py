@@ -116,7 +116,10 @@ def numbers(st: Stats, key: str) -> dict[str, str]:
     return out
 
 
-def table(st: Stats, key: str, caption: str) -> str:
+def table(st: Stats, key: str, caption: str, names: dict[str, str], per_epoch: bool = False) -> str:
+    """The experiment's table; ``caption`` is formatted with the seeds ``n``, the ``target``, the ``focus``
+    bandwidth and ``schemes``: what each method in the table is (``names``), for those the table holds only.
+    ``per_epoch``: bytes per worker and epoch instead of per step (E5, whose batches differ per step)."""
     acc, times, n = st.tables["accuracy"], st.tables["times"].set_index("group"), st.meta["seeds"]
     b = _base(st)
     base_t = times.loc[acc.loc[b, "group"]] if b is not None else None
@@ -128,12 +131,17 @@ def table(st: Stats, key: str, caption: str) -> str:
         ttt = "--" if k == 0 else fmt_duration(t["ttt_mean_s"]) + ("" if k == n else f" ({k}/{n})")
         speed = (fmt_num(base_t["ttt_mean_s"] / t["ttt_mean_s"], 3)
                  if base_t is not None and k and base_t["seeds_reached"] else "--")
+        sent = (fmt_num(r["bytes_per_worker_epoch"] / 1e6, 3) if per_epoch
+                else fmt_num(r["bytes_per_worker_step"] / 1e3, 3))
         rows.append([", ".join(escape(r[c]) for c in st.meta["by"]),
                      fmt_num(100 * r["test_acc_mean"], 3) + r" $\pm$ " + fmt_num(100 * r["test_acc_std"], 2) + sig,
-                     fmt_num(r["bytes_per_worker_step"] / 1e3, 3), ttt, speed])
-    header = [escape(" / ".join(st.meta["by"])), r"Test acc.\ (\%)", "kB/step", "Time to target", "Speed-up"]
+                     sent, ttt, speed])
+    header = [escape(" / ".join(st.meta["by"])), r"Test acc.\ (\%)", "MB/epoch" if per_epoch else "kB/step",
+              "Time to target", "Speed-up"]
+    present = list(dict.fromkeys(acc["method"])) if "method" in acc else []
+    schemes = "; ".join(f"{escape(m)} = {names[m]}" if m in names else escape(m) for m in present)
     return booktabs(rows, header, caption.format(n=n, target=fmt_num(100 * st.meta["target_acc"]),
-                                                 focus=fmt_num(st.meta["focus_mbit"])),
+                                                 focus=fmt_num(st.meta["focus_mbit"]), schemes=schemes),
                     f"tab:{key}", size=r"\scriptsize")
 
 
@@ -143,26 +151,35 @@ def figure(st: Stats, title: str):
 
 
 def _experiment(key: str, experiments: list[str], by: list[str], baseline: dict[str, Any], title: str,
-                caption: str, samples: bool = False, pairs: dict[str, tuple[dict, dict]] | None = None) -> Experiment:
+                caption: str, names: dict[str, str], samples: bool = False,
+                pairs: dict[str, tuple[dict, dict]] | None = None, per_epoch: bool = False) -> Experiment:
     return Experiment(key, title, partial(stats, experiments=experiments, by=by, baseline=baseline, samples=samples,
                                           pairs=pairs),
-                      partial(numbers, key=key), partial(table, key=key, caption=caption),
+                      partial(numbers, key=key), partial(table, key=key, caption=caption, names=names,
+                                                         per_epoch=per_epoch),
                       partial(figure, title=f"{title}: test accuracy vs virtual time"),
                       f"no {', '.join(experiments)} runs")
 
 
 E5 = _experiment(
     "e5", ["e5_batch"], ["method"], {"method": "b128"}, "E5: batch-size schemes",
-    "Batch size schemes ({n} seeds): b128 = constant global batch 128; b1024 = batch 1024 with the linear "
-    "scaling rule and warm-up; dyn = dynamic batch size (the draft's prose rule); adam* = the same schemes "
-    "with Adam at learning rate $10^{{-3}}$. Bytes per worker and step, virtual time to {target}\\,\\% at "
-    "{focus}\\,Mbit/s and speed-up over SGD at batch 128. $^*$: accuracy differs from SGD b128 (Welch $p<0.05$).")
+    "Batch size schemes ({n} seeds): {schemes}. Megabytes each worker sends per epoch (a $k$ times larger batch "
+    "sends as much per step in $k$ times fewer steps), virtual time to {target}\\,\\% at "
+    "{focus}\\,Mbit/s and speed-up over SGD at batch 128. $^*$: accuracy differs from SGD b128 (Welch $p<0.05$).",
+    {"b128": "constant global batch 128", "b1024": "batch 1024 with the linear scaling rule and warm-up",
+     "dyn": "dynamic batch size (the draft's prose rule)", "dynlit": "dynamic batch size (the draft's formula)",
+     "adam128": "b128 with Adam at learning rate $10^{-3}$", "adam1024": "b1024 with Adam",
+     "adamdyn": "dyn with Adam"}, per_epoch=True)
 
 E6 = _experiment(
     "e6", ["e6_local", "e6_households"], ["assignment", "method"], {"assignment": "disjoint", "method": "sync"},
     "E6: local SGD, households, data assignment",
-    "Synchronisation schemes and data assignment (8 workers, {n} seeds): fully synchronous, local SGD with "
-    "period $L_W$ = 4 or 16, post-local SGD, and 2 households ($L_H=1$, $L_W=16$) with disjoint or "
-    "overlapping household shards; disjoint vs full data overlap. Virtual time to {target}\\,\\% at "
-    "{focus}\\,Mbit/s; $^*$: accuracy differs from synchronous disjoint (Welch $p<0.05$).", samples=True,
-    pairs=OVERLAP_PAIRS)
+    "Synchronisation schemes and data assignment (8 workers, {n} seeds): {schemes}; disjoint vs full data "
+    "overlap. Virtual time to {target}\\,\\% at "
+    "{focus}\\,Mbit/s; $^*$: accuracy differs from synchronous disjoint (Welch $p<0.05$).",
+    {"sync": "fully synchronous", "local4": "local SGD with period $L_W$ = 4",
+     "local16": "local SGD with period $L_W$ = 16",
+     "postlocal16": "post-local SGD ($L_W$ = 16 after the first quarter of training)",
+     "hh2": "2 households ($L_H=1$, $L_W=16$) with disjoint household shards",
+     "hh2overlap": "2 households with overlapping household shards",
+     "hh2lan": "2 households joined by a 1 Gbit/s household link"}, samples=True, pairs=OVERLAP_PAIRS)

@@ -117,8 +117,8 @@ def group_accuracy(runs: pd.DataFrame, by: list[str], baseline: dict[str, Any] |
                    metric: str = "test_acc") -> pd.DataFrame:
     """Tidy: one row per group (over seeds) -- the final ``metric`` (``test_acc``: fractions; ``val_loss``:
     nats/char) as ``<metric>_mean``/``<metric>_std``, ``seeds``, ``bytes_per_worker_step`` (bytes sent per
-    worker and step, mean over seeds), and against the ``baseline`` group Welch's ``p_vs_baseline`` and
-    ``significant`` (p < 0.05)."""
+    worker and step, mean over seeds), ``bytes_per_worker_epoch`` (per epoch of the training data), and against
+    the ``baseline`` group Welch's ``p_vs_baseline`` and ``significant`` (p < 0.05)."""
     rows = []
     base_acc = None
     final = f"final_{metric}"
@@ -130,6 +130,8 @@ def group_accuracy(runs: pd.DataFrame, by: list[str], baseline: dict[str, Any] |
         row: dict[str, Any] = dict(zip(by, key))
         row.update({f"{metric}_mean": acc.mean, f"{metric}_std": acc.std, "seeds": acc.n,
                     "bytes_per_worker_step": float((g["bytes_sent_per_worker"] / g["step"].clip(lower=1)).mean())})
+        if "epoch" in g:  # per epoch: what a larger batch saves (its steps send as much each, but fewer of them)
+            row["bytes_per_worker_epoch"] = float((g["bytes_sent_per_worker"] / g["epoch"].astype(float)).mean())
         if base_acc is not None:
             t = welch(g[final].to_numpy(dtype=float), base_acc)
             row.update(p_vs_baseline=t.p, significant=t.significant)
