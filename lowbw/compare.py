@@ -99,11 +99,11 @@ class Comparison:
 
     def figure(self, path: Path) -> Path:
         """``path``: the metric against virtual time and against the bytes one worker sent, per method."""
-        import matplotlib
+        import matplotlib  # lazy: plotting libraries load only when a figure is drawn
 
         matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        import seaborn as sns
+        import matplotlib.pyplot as plt  # lazy: after choosing the Agg backend
+        import seaborn as sns  # lazy: as matplotlib
 
         d = self.curves.dropna(subset=[self.metric])
         fig, axes = plt.subplots(1, 2, figsize=(10, 3.8), sharey=True)

@@ -36,6 +36,7 @@ from lowbw.train.assign import TrainData, load_data
 from lowbw.train.augment import Augmenter
 from lowbw.train.models import GPT_SIZES, build_model, model_kind
 from lowbw.train.userfiles import UserDataset, build_dataset, is_file_spec
+from lowbw.train.userfiles import build_model as build_user_model
 
 __all__ = ["Workload", "ImageWorkload", "TextWorkload", "FileWorkload", "load_workload", "build_template",
            "is_text_dataset", "WorkloadError",
@@ -235,8 +236,6 @@ class FileWorkload:
 def build_template(cfg, workload, device) -> nn.Module:
     """The run's model: the user's file (``model: my.py:build``) or the workload's lowbw model."""
     if is_file_spec(cfg.model):
-        from lowbw.train.userfiles import build_model as build_user_model
-
         try:
             return build_user_model(cfg.model, device)
         except ValueError as e:
