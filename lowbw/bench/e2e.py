@@ -64,7 +64,7 @@ from lowbw.train.targets import TargetError, parse_target
 
 __all__ = ["main", "run_cells", "reanalyse", "DEFAULT_OUT", "PROBE_CELL_HOOK_MAX_S"]
 
-DEFAULT_OUT = "runs/bench/e2e.json"
+DEFAULT_OUT = "runs/bench/my_e2e.json"  # by hand; the workflow passes --out runs/bench/e2e.json
 _FLOAT = re.compile(r"^\s*[0-9.eE+-]+\s*$")  # --target as a bare number: a test accuracy
 # a DDP cell's probe computes through the cell's own hook where its bytes take at most this long a step (s;
 # 40 repetitions of it stay a few seconds), else through a one-element top-k (compute is then a negligible
@@ -202,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"time-to-target's target: a test accuracy (default {DEFAULT_TARGET['image']}) or "
                          f"\"<metric><=|>=<value>\" (gpt-*: default {DEFAULT_TARGET['text']})")
     ap.add_argument("--runs-dir", default="runs/bench/e2e", help="where the cells' run directories go")
-    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--out", default=DEFAULT_OUT,
+                    help="JSON file (default %(default)s; the workflow's is runs/bench/e2e.json)")
     add_realtime_flag(ap)
     ap.add_argument("--append", action="store_true",
                     help="keep the rows of an existing --out; each cell measured now is its next repeat (the "
