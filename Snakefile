@@ -254,6 +254,7 @@ rule bench_e2e:
     params:
         args=lambda w: " ".join(
             f"--{k.replace('_', '-')} " + (",".join(map(str, v)) if k == "methods" else
+                                           " ".join(f"{r}mbit" for r in v) if k == "rates" else  # Mbit/s
                                            " ".join(map(str, v)) if isinstance(v, list) else str(v))
             for k, v in config["bench"].get("e2e", {}).items()),
     conda:

@@ -20,6 +20,7 @@ COMMANDS: dict[str, str] = {
     "doctor": "lowbw.doctor",
     "store": "lowbw.store",
     "advise": "lowbw.advise.cli",
+    "compare": "lowbw.compare",
 }
 
 

@@ -32,9 +32,10 @@ from typing import Any
 from lowbw.hoststore import HOST_STORE, NAMES, HostStoreError, keep
 from lowbw.results import RunError, find_runs, load_run, load_runs
 from lowbw.runio import atomic_write_json, metrics_digest, read_jsonl
+from lowbw.runmetric import headline, run_metric
 
-__all__ = ["StoreError", "DEFAULT_STORE", "ANCHOR_STORE", "check_run", "thin", "add", "load_store", "add_parser",
-           "main"]
+__all__ = ["StoreError", "DEFAULT_STORE", "ANCHOR_STORE", "check_run", "thin", "add", "load_store", "list_table",
+           "add_parser", "main"]
 
 DEFAULT_STORE = Path("paper/measured/gpu")
 ANCHOR_STORE = Path("paper/measured/anchor")  # CPU runs of the medium profile that the default paper quotes
@@ -215,8 +216,10 @@ def add_parser(sub) -> None:
     a.add_argument("--max-lines", type=int, default=MAX_LINES, help="metrics lines kept per run")
     a.add_argument("--cpu", action="store_true",
                    help=f"also keep runs measured on a CPU (e.g. the gpt-small anchor into {ANCHOR_STORE})")
-    ls = ss.add_parser("list", help="the stored runs")
-    ls.add_argument("--root", default=str(DEFAULT_STORE))
+    ls = ss.add_parser("list", help="the stored runs, each with its workload's own metric (test accuracy for a "
+                                    "classifier, validation loss and perplexity for a language model)")
+    ls.add_argument("--root", action="append", default=None,
+                    help=f"store directory (repeatable; default: {DEFAULT_STORE} and {ANCHOR_STORE})")
     h = ss.add_parser("host", help=f"keep this machine's benchmark files (runs/bench/<name>.json) in {HOST_STORE}, "
                       "where every profile's paper reads them when it has not measured them itself")
     h.add_argument("names", nargs="*", default=None,
@@ -246,10 +249,31 @@ def main(args) -> int:
             print(f"lowbw store: {e}", file=sys.stderr)
             return 2
         return 0
-    df = load_store(args.root)
-    if df.empty:
-        print(f"no stored runs under {args.root}")
-        return 0
-    cols = [c for c in ("run", "gpu", "measured_date", "final_test_acc", "best_test_acc", "epoch") if c in df]
-    print(df[cols].to_string(index=False))
+    roots = args.root or [str(DEFAULT_STORE), str(ANCHOR_STORE)]
+    for i, root in enumerate(roots):
+        print(("\n" if i else "") + list_table(root))
     return 0
+
+
+def list_table(root: str | Path) -> str:
+    """The stored runs under ``root`` as text: run, GPU, date, the workload's metric (:mod:`lowbw.runmetric`),
+    its final and best value (and perplexity for a loss), epochs."""
+    df = load_store(root)
+    if df.empty:
+        return f"{root}: no stored runs"
+    rows = []
+    for run, epoch, gpu, date in zip(df["run"], df.get("epoch"), df["gpu"], df["measured_date"]):
+        d = Path(root) / run
+        summ = _read(d / "summary.json") if (d / "summary.json").is_file() else {}
+        metric, _ = run_metric(_read(d / "config.json") if (d / "config.json").is_file() else {})
+        h = headline(summ, metric)
+        row = {"run": run, "gpu": gpu or "CPU", "measured_date": date, "metric": metric,
+               "final": h[f"final_{metric}"], "best": h[f"best_{metric}"]}
+        if metric.endswith("_loss"):
+            split = metric[: -len("_loss")]
+            row["final_ppl"] = h[f"final_{split}_ppl"]
+        row["epoch"] = epoch
+        rows.append(row)
+    import pandas as pd  # lazy: keeps `lowbw --help` free of pandas
+
+    return f"{root}:\n" + pd.DataFrame(rows).to_string(index=False, float_format=lambda v: f"{v:.4g}")

@@ -97,7 +97,9 @@ def test_cell_row_refuses_mismatched_logs(tmp_path):
 
 @pytest.mark.parametrize("argv, culprit", [
     (["--methods", "dense,bogus"], "bogus"),
-    (["--rates", "0"], "--rates"),
+    (["--rates", "0mbit"], "--rates"),
+    (["--rates", "10"], "--rates '10'"),
+    (["--rates", "100mbps"], "--rates '100mbps'"),
     (["--workers", "1"], "--workers"),
     (["--steps", "5"], "--steps 5"),
     (["--target", "1.5"], "--target 1.5"),
@@ -116,7 +118,9 @@ def test_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
 
 @pytest.mark.parametrize("argv, culprit", [
     (["--workers", "1"], "--workers 1"),
-    (["--rate", "0"], "--rate 0"),
+    (["--rate", "0mbit"], "--rate '0mbit'"),
+    (["--rate", "100"], "--rate '100'"),
+    (["--rate", "100mbps"], "--rate '100mbps'"),
     (["--gaps", "0", "-1"], "--gaps -1"),
     (["--calls", "-2"], "--calls -2"),
     (["--method", "topk9"], "--method topk9"),

@@ -11,7 +11,7 @@ from lowbw.bench import hooks as B
 
 def test_hook_benchmark_writes_rows_provenance_and_targets(tmp_path, capsys):
     out = tmp_path / "hooks.json"
-    rc = B.main(["--rates", "1000", "--steps", "1", "--params", "2e4", "--emulation", "loopback-ratelimit",
+    rc = B.main(["--rates", "1gbit", "--steps", "1", "--params", "2e4", "--emulation", "loopback-ratelimit",
                  "--hooks", "torch-fp16", "fp16", "none", "powersgd", "topk", "artopk", "--out", str(out)])
     assert rc == 0
     res = json.loads(out.read_text())

@@ -68,7 +68,7 @@ def _fake_probe(cfg, workers, rate, data_shape, **kw):
 def test_probe_records_conditions(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(e2e_probe, "probe", _fake_probe)
     out = tmp_path / "probe.json"
-    assert e2e_probe.main(["--workers", "2", "--rate", "100", "--out", str(out)]) == 0
+    assert e2e_probe.main(["--workers", "2", "--rate", "100mbit", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     c = res["conditions"]
     assert c["cores"] >= 1 and c["wall_s"] > 0 and isinstance(c["busy"], bool) and "thresholds" in c
@@ -79,7 +79,7 @@ def test_probe_strict_refuses_on_a_busy_machine(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr(e2e_probe, "probe", _fake_probe)
     _force_busy(monkeypatch)
     out = tmp_path / "probe.json"
-    assert e2e_probe.main(["--workers", "2", "--rate", "100", "--out", str(out), "--strict"]) == 1
+    assert e2e_probe.main(["--workers", "2", "--rate", "100mbit", "--out", str(out), "--strict"]) == 1
     assert not out.exists()
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert "lowbw bench e2e_probe: refusing to write" in last and "forced busy by the test" in last

@@ -197,3 +197,23 @@ def test_traces_refuse_values_in_other_units(text, line):
         parse_csv(text, workers=2)
     assert str(e.value) == line
     assert parse_csv("t_s,worker,mbit\n0,*,10mbit\n", 2).steps[0].bps == 1e7  # the column's own unit is fine
+
+
+def test_every_benchmark_rate_flag_reads_units_as_the_testbed_does(capsys):
+    """One reading of rates on every command: units accepted, bare numbers and tc's byte units refused."""
+    import argparse
+
+    from lowbw.bench import collectives, e2e, e2e_probe, hooks
+    from lowbw.net.units import rate_mbit_arg
+
+    parse = rate_mbit_arg("--rate")
+    assert parse("10mbit") == 10.0 and parse("1gbit") == 1000.0 and parse("500kbit") == 0.5
+    for bad in ("100", "100mbps", "100Mbps", "10ms"):
+        with pytest.raises(argparse.ArgumentTypeError, match=f"--rate '{bad}'"):
+            parse(bad)
+    for main, flag in ((collectives.main, "--rates"), (hooks.main, "--rates"), (e2e.main, "--rates"),
+                       (e2e_probe.main, "--rate")):
+        with pytest.raises(SystemExit) as ei:
+            main([flag, "100mbps"])
+        assert ei.value.code == 2
+        assert f"{flag} '100mbps' is ambiguous" in capsys.readouterr().err

@@ -39,7 +39,9 @@ def add_parser(sub) -> argparse.ArgumentParser:
     t.add_argument("--target-loss", type=float, help="target validation loss (lower is better)")
     c = p.add_mutually_exclusive_group()
     c.add_argument("--step-ms", type=float, help="your device's forward+backward time per step (ms)")
-    c.add_argument("--measure", action="store_true", help="time forward+backward on this machine")
+    c.add_argument("--measure", action="store_true",
+                   help="time forward+backward on this machine (with --model-file the file must also define "
+                        "example_input(batch), returning one batch of your model's inputs)")
     p.add_argument("--batch", type=int, default=32, help="samples per worker and step (default 32)")
     p.add_argument("--dense-steps", type=float, help="dense training's steps to your target (default: measured "
                    "on a like workload, else 1000)")
@@ -165,11 +167,23 @@ def advise(args) -> dict[str, Any]:
     inputs = {"model": w.model, "params": w.params, "kind": w.kind, "workers": len(links),
               "rates_bps": [x.up_bps for x in links], "latency_s": links[0].up_alpha_s, "metric": metric,
               "target": target, "compute_s": w.compute_s, "compute_basis": w.compute_basis, "batch": args.batch,
-              "dense_steps": ranking[0].dense_steps if ranking else None, "max_steps": args.max_steps,
+              "dense_steps": ranking[0].dense_steps if ranking else None,
+              "dense_steps_source": _dense_source(args, ranking), "max_steps": args.max_steps,
               "bucket_mb": bucket_mb,
               "efficiency_table": str(args.efficiency or efficiency.default_path())}
     return {"ranking": [a.as_dict() for a in ranking], "inputs": inputs,
             "reasons": reasons(ranking, links), "_ranking": ranking, "_links": links}
+
+
+def _dense_source(args, ranking: list) -> str:
+    """Where "dense needs N steps" comes from: the user's --dense-steps, the measured runs (workload, workers,
+    target, experiment, as the efficiency table names them), or the default where no dense run reached it."""
+    if args.dense_steps:
+        return "your --dense-steps"
+    dense = next((a for a in ranking if a.candidate.name == "dense"), None)
+    if dense is not None and math.isfinite(dense.efficiency.dense_steps):
+        return "dense's mean in the runs of " + dense.efficiency.basis.partition(" in ")[2]
+    return "no measured dense run reached this target: a default (give --dense-steps)"
 
 
 def main(args) -> int:
@@ -192,7 +206,7 @@ def main(args) -> int:
         print(f"{i['model']} ({i['params']:,} parameters), {i['workers']} workers; compute "
               f"{_fmt_s(i['compute_s'])} per step: {i['compute_basis']}")
         tgt = f"{i['metric']} {i['target']:g}" if i["target"] is not None else i["metric"]
-        print(f"target: {tgt}; times assume dense needs {i['dense_steps']:.0f} steps; "
+        print(f"target: {tgt}; times assume dense needs {i['dense_steps']:.0f} steps ({i['dense_steps_source']}); "
               f"efficiency: {i['efficiency_table']}")
         print(format_table(ranking, args.top))
         print("\nwhy:")

@@ -10,10 +10,12 @@ Each row: measured time, algorithm and bus bandwidth (algbw = M/t, busbw = algbw
 nccl-tests), the bandwidth-optimal lower bound 2(N-1)/N M b at the nominal rate, the calibrated model's
 prediction and its relative error, the emulation mode; the file carries provenance and the targets.
 
-    python -m lowbw.bench.collectives [--quick] [--workers 2 3 4] [--rates 10 100 1000] [--sizes 1 10 100]
-        [--algorithms ring native ...] [--reps 3] [--out runs/bench/collectives.json]
+    python -m lowbw.bench.collectives [--quick] [--workers 2 3 4] [--rates 10mbit 100mbit 1gbit]
+        [--sizes 1 10 100] [--algorithms ring native ...] [--reps 3] [--out runs/bench/my_collectives.json]
 
-Sizes are in MB (10^6 bytes) of float32 per rank; rates in Mbit/s (10^6 bit/s).
+Sizes are in MB (10^6 bytes) of float32 per rank; rates are written with their unit (``lowbw.net.units``) and
+recorded in Mbit/s (10^6 bit/s). By hand the file defaults to ``runs/bench/my_collectives.json``; the
+workflow's ``runs/bench/collectives.json`` is written only when ``--out`` names it.
 The grid's plan and defaults are :mod:`lowbw.bench.collectives_plan`; one rank's measurements are
 :mod:`lowbw.bench._collectives_worker`.
 """
@@ -68,6 +70,7 @@ from lowbw.bench.collectives_results import (
 from lowbw.bench.conditions import add_strict_flag
 from lowbw.net.costmodel import LinkParams, allreduce_time, lower_bound
 from lowbw.net.testbed import Testbed, realtime_available
+from lowbw.net.units import rate_mbit_arg
 from lowbw.runio import atomic_write_json, provenance
 
 __all__ = ["DEFAULTS", "QUICK", "run", "plan_grid", "merge_software", "emulator_refusal", "calibration_key",
@@ -253,7 +256,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--worker", metavar="PLAN", help=argparse.SUPPRESS)
     ap.add_argument("--quick", action="store_true", help="a small grid (N 2,3; 100 Mbit/s; 1 MB)")
     ap.add_argument("--workers", type=int, nargs="+")
-    ap.add_argument("--rates", type=float, nargs="+", dest="rates_mbit", help="Mbit/s")
+    ap.add_argument("--rates", type=rate_mbit_arg("--rates"), nargs="+", dest="rates_mbit",
+                    help="link rates with their unit, e.g. 10mbit 100mbit 1gbit")
     ap.add_argument("--sizes", type=float, nargs="+", dest="sizes_mb", help="MB per rank")
     ap.add_argument("--algorithms", nargs="+")
     ap.add_argument("--reps", type=int)
@@ -281,7 +285,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--merge-into", metavar="FILE",
                     help="then replace FILE's testbeds that this run measured (rows tagged with this run) and remodel")
     ap.add_argument("--config-json", help="bench.collectives config as JSON (keys as in config/schema.yaml)")
-    ap.add_argument("--out", default="runs/bench/collectives.json")
+    ap.add_argument("--out", default="runs/bench/my_collectives.json",
+                    help="JSON file (default %(default)s; the workflow's is runs/bench/collectives.json)")
 
     add_strict_flag(ap)
     a = ap.parse_args(argv)

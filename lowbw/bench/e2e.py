@@ -5,9 +5,9 @@ host (:mod:`lowbw.bench.e2e_probe`), the procs run on the tc-shaped testbed, a s
 with the clock calibrated from the pooled probes (:mod:`lowbw.bench.e2e_calibration`); the rows and summary
 (:mod:`lowbw.bench.e2e_rows`) go to e2e.json. The method and what the check found are in the paper's E8 section.
 
-    python -m lowbw bench e2e --methods dense,fp16,q8nl,topk1,powersgd,local16 --rates 10 100 1000 \\
+    python -m lowbw bench e2e --methods dense,fp16,q8nl,topk1,powersgd,local16 --rates 10mbit 100mbit 1gbit \\
         --workers 2 4 --steps 60 --out runs/bench/e2e.json
-    python -m lowbw bench e2e --model gpt-small --methods dense,topk1,powersgd,diloco16 --rates 100 \\
+    python -m lowbw bench e2e --model gpt-small --methods dense,topk1,powersgd,diloco16 --rates 100mbit \\
         --workers 2 --out runs/bench/e2e_lm.json --runs-dir runs/bench/e2e_lm
 
 ``--methods``: presets of ``config/config.yaml``'s ``methods:``; ``NAME+ddp`` runs one through torch DDP with the
@@ -56,6 +56,7 @@ from lowbw.bench.e2e_grid import (
 from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, probe
 from lowbw.bench.e2e_rows import cell_row, fmt_row, print_table, summarise
 from lowbw.bench.presets import load_methods, method_config
+from lowbw.net.units import rate_mbit_arg
 from lowbw.runio import atomic_write_json
 from lowbw.train.launch import run
 from lowbw.train.models import model_kind
@@ -63,7 +64,7 @@ from lowbw.train.targets import TargetError, parse_target
 
 __all__ = ["main", "run_cells", "reanalyse", "DEFAULT_OUT", "PROBE_CELL_HOOK_MAX_S"]
 
-DEFAULT_OUT = "runs/bench/e2e.json"
+DEFAULT_OUT = "runs/bench/my_e2e.json"  # by hand; the workflow passes --out runs/bench/e2e.json
 _FLOAT = re.compile(r"^\s*[0-9.eE+-]+\s*$")  # --target as a bare number: a test accuracy
 # a DDP cell's probe computes through the cell's own hook where its bytes take at most this long a step (s;
 # 40 repetitions of it stay a few seconds), else through a one-element top-k (compute is then a negligible
@@ -187,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lowbw bench e2e", description=__doc__.splitlines()[0])
     ap.add_argument("--methods", default="dense,fp16,q8nl,topk1,powersgd,local16,fp16+ddp",
                     help="comma-separated presets of config/config.yaml's methods (NAME+ddp: through DDP's hook)")
-    ap.add_argument("--rates", type=float, nargs="+", default=[10, 100, 1000], help="link rates, Mbit/s")
+    ap.add_argument("--rates", type=rate_mbit_arg("--rates"), nargs="+", default=[10.0, 100.0, 1000.0],
+                    help="link rates with their unit, e.g. 10mbit 100mbit 1gbit (default: 10, 100, 1000 Mbit/s)")
     ap.add_argument("--workers", type=int, nargs="+", default=[2, 4], help="worker counts")
     ap.add_argument("--steps", type=int, default=60, help="training steps per run")
     ap.add_argument("--model", default=BASE["model"],
@@ -200,7 +202,8 @@ def main(argv: list[str] | None = None) -> int:
                     help=f"time-to-target's target: a test accuracy (default {DEFAULT_TARGET['image']}) or "
                          f"\"<metric><=|>=<value>\" (gpt-*: default {DEFAULT_TARGET['text']})")
     ap.add_argument("--runs-dir", default="runs/bench/e2e", help="where the cells' run directories go")
-    ap.add_argument("--out", default=DEFAULT_OUT)
+    ap.add_argument("--out", default=DEFAULT_OUT,
+                    help="JSON file (default %(default)s; the workflow's is runs/bench/e2e.json)")
     add_realtime_flag(ap)
     ap.add_argument("--append", action="store_true",
                     help="keep the rows of an existing --out; each cell measured now is its next repeat (the "

@@ -5,7 +5,7 @@ between tiny real messages), Hockney's alpha (ping-pong, recorded), and the slow
 compression when its N workers share the cores (each rank's times kept). What the measurements
 mean for a cell is :mod:`lowbw.bench.e2e_calibration`'s; the method is the paper's E8 section.
 
-    python -m lowbw bench e2e_probe --workers 2 --rate 100 [--gaps 0 0.5 1 2] [--calls 9] [--ddp] \\
+    python -m lowbw bench e2e_probe --workers 2 --rate 100mbit [--gaps 0 0.5 1 2] [--calls 9] [--ddp] \\
         [--method topk1 [--compute-ms 5]] [--realtime [PRIO]] [--strict]   # root
 """
 
@@ -42,6 +42,7 @@ from lowbw.comm.distributed import DistCollective
 from lowbw.comm.hooks import make_hook, timed_hook
 from lowbw.net.testbed import Testbed
 from lowbw.rendezvous import init_process_group
+from lowbw.net.units import rate_mbit_arg
 from lowbw.runio import atomic_write_json
 from lowbw.train.aggregate import aggregate_rank, make_compressor
 from lowbw.train.allocator import steady_allocator
@@ -367,7 +368,8 @@ def main(argv: list[str] | None = None) -> int:
 
     ap = argparse.ArgumentParser(prog="python -m lowbw bench e2e_probe", description=main.__doc__.split(".")[0])
     ap.add_argument("--workers", type=int, default=2)
-    ap.add_argument("--rate", type=float, default=100.0, help="link rate, Mbit/s")
+    ap.add_argument("--rate", type=rate_mbit_arg("--rate"), default=100.0,
+                    help="link rate with its unit, e.g. 100mbit, 1gbit (default 100 Mbit/s)")
     ap.add_argument("--gaps", type=float, nargs="+", default=list(PROBE_GAPS_MS), help="CPU gaps before calls, ms")
     ap.add_argument("--calls", type=float, default=0.0, help="a cell's calls per step, before each compute")
     ap.add_argument("--ddp", action="store_true", help="compute through DDP with lowbw's hook, as a +ddp cell")

@@ -1,6 +1,6 @@
 """DDP communication hooks on shaped links: torch's own (none, fp16, bf16) and every lowbw compressor.
 
-    python -m lowbw bench hooks [--rates 10 100 1000] [--steps 5] [--params 5e6] [--hooks fp16 powersgd ...]
+    python -m lowbw bench hooks [--rates 10mbit 100mbit 1gbit] [--steps 5] [--params 5e6] [--hooks fp16 powersgd ...]
 
 For each link rate a :class:`lowbw.net.testbed.Testbed` with 2 workers is built (netns + tc with root, else
 the labelled ``loopback-ratelimit`` emulation, which cannot slow torch's own gloo traffic). In it one DDP
@@ -43,6 +43,7 @@ from lowbw.compress.artopk import index_dtype, topk_count
 from lowbw.net.ratelimit import install_from_env
 from lowbw.net.testbed import Testbed
 from lowbw.rendezvous import init_process_group
+from lowbw.net.units import rate_mbit_arg
 from lowbw.runio import atomic_write_json
 
 TORCH_HOOKS = ("torch-none", "torch-fp16", "torch-bf16")
@@ -269,7 +270,8 @@ def table(result: dict) -> str:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lowbw bench hooks", description=__doc__.splitlines()[0])
     ap.add_argument("--worker", metavar="SPEC", help=argparse.SUPPRESS)
-    ap.add_argument("--rates", type=float, nargs="+", default=list(RATES_MBIT), help="link rates in Mbit/s")
+    ap.add_argument("--rates", type=rate_mbit_arg("--rates"), nargs="+", default=list(RATES_MBIT),
+                    help="link rates with their unit, e.g. 10mbit 100mbit 1gbit")
     ap.add_argument("--hooks", nargs="+", default=None, help="hooks to run (default: all): " + " ".join(all_hooks()))
     ap.add_argument("--steps", type=int, default=5, help="timed steps per hook (after 2 warm-up steps)")
     ap.add_argument("--params", type=float, default=5e6, help="model parameters (about)")

@@ -36,7 +36,7 @@ import re
 from collections.abc import Iterator
 from typing import Any
 
-__all__ = ["parse_rate", "parse_delay", "parse_seconds", "format_rate", "keyed_number", "key_unit",
+__all__ = ["parse_rate", "rate_mbit_arg", "parse_delay", "parse_seconds", "format_rate", "keyed_number", "key_unit",
            "check_config_tree", "RATE_UNITS", "DELAY_UNITS"]
 
 #: bit rates (bits/s per unit), matched case-insensitively, with or without "/s"
@@ -122,6 +122,23 @@ def parse_rate(text: str | float | int, what: str = "rate") -> float:
     if not (math.isfinite(bps) and bps > 0):
         raise ValueError(f"{_label(what, s)} must be a rate > 0")
     return bps
+
+
+def rate_mbit_arg(flag: str):
+    """An argparse ``type`` for a command-line rate flag (``--rate``, ``--rates``): text with its unit, read by
+    :func:`parse_rate` (``10mbit``, ``1gbit``), returned in Mbit/s; a bare number or an ambiguous unit
+    (``100mbps``) is refused with parse_rate's one line naming ``flag``. Every command's rate flags use it,
+    so they all read the same forms."""
+    import argparse  # lazy: only command lines need it
+
+    def parse(text: str) -> float:
+        try:
+            return parse_rate(text, flag) / 1e6
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    parse.__name__ = "rate"  # argparse names the type in its messages
+    return parse
 
 
 def parse_delay(text: str | float | int | None, what: str = "delay") -> float:

@@ -8,6 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
+from lowbw.runmetric import headline, run_metric
 from lowbw.train.config import ConfigError, RunConfig, json_schema, keys_help, load_file, parse_override
 from lowbw.train.launch import RunDirError, check_out, run
 
@@ -100,10 +101,26 @@ def main(args: argparse.Namespace) -> int:
         return _err(f"invalid config: {e}", 2)
     except (RuntimeError, OSError, ValueError) as e:
         from lowbw.data import ChecksumError  # lazy: lowbw.data imports torch, which `lowbw --help` needs not
+        from lowbw.train.workload import WorkloadError  # lazy: likewise
+
+        if isinstance(e, WorkloadError):  # a dataset or model that does not build or fit: bad input
+            return _err(f"invalid config: {e}", 2)
 
         kind = "data" if isinstance(e, ChecksumError) else "failed"
         return _err(f"{kind}: {e}", 1)
-    keys = ("complete", "step", "epoch", "final_test_acc", "best_test_acc", "bytes_sent_total", "t_virtual",
-            "t_wall")
-    print(json.dumps({k: summ.get(k) for k in keys}))
+    print(json.dumps(console_summary(summ, out)))
     return 0
+
+
+def console_summary(summ: dict, out: Path) -> dict:
+    """The line printed after a run: progress, the workload's own metric (test accuracy for a classifier,
+    validation loss and perplexity for a language model, a dataset file's declared metric), bytes, times."""
+    try:
+        metric, _ = run_metric(json.loads((out / "config.json").read_text()))
+    except (OSError, ValueError):
+        metric = "test_acc"
+    line = {k: summ.get(k) for k in ("complete", "step", "epoch")}
+    line["metric"] = metric
+    line.update(headline(summ, metric))
+    line.update({k: summ.get(k) for k in ("bytes_sent_total", "t_virtual", "t_wall")})
+    return line

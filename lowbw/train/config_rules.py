@@ -302,10 +302,19 @@ def _check_workload(cfg) -> None:
     # lazy: keeps the Snakefile's planning free of torch
     from lowbw.data.text import TEXT_SPECS
     from lowbw.train.models import GPT_SIZES, model_kind
+    from lowbw.train.userfiles import is_file_spec
 
     text = cfg.dataset in TEXT_SPECS
-    kind = model_kind(cfg.model)
-    if text and kind != "text":
+    kind = "file" if is_file_spec(cfg.model) else model_kind(cfg.model)
+    if is_file_spec(cfg.dataset):
+        bad = [t.name for t in parse_targets(cfg.targets) if t.metric.startswith("test")]
+        if bad:
+            raise ConfigError("targets", f"{bad}: a dataset file has no test split; write a validation target "
+                                         f"such as \"val_acc>=0.9\" or \"val_loss<=1.9\"")
+        if cfg.block_size:
+            raise ConfigError("block_size", f"{cfg.block_size}: only lowbw's text datasets have a context length")
+        return
+    if text and kind == "image":
         raise ConfigError("model", f"{cfg.model!r} is an image model; dataset={cfg.dataset!r} is text "
                                    f"(use one of {', '.join(GPT_SIZES)})")
     if not text and kind == "text":
@@ -314,7 +323,7 @@ def _check_workload(cfg) -> None:
     if text:
         spec = TEXT_SPECS[cfg.dataset]
         val_chars = spec.chars - int(spec.chars * spec.train_fraction)
-        T = cfg.block_size or GPT_SIZES[cfg.model].block_size
+        T = cfg.block_size or (GPT_SIZES[cfg.model].block_size if cfg.model in GPT_SIZES else 64)
         if val_chars <= T:  # a window is T + 1 characters
             raise ConfigError("block_size", f"{T} is longer than the validation split of {cfg.dataset} "
                                             f"({val_chars} characters)")
@@ -334,12 +343,22 @@ def check_registries(cfg) -> None:
     from lowbw.data.text import text_available
     from lowbw.train.aggregate import make_compressor
     from lowbw.train.models import MODELS
+    from lowbw.train.userfiles import check_spec, is_file_spec
 
-    if cfg.model not in MODELS and not cfg.model.startswith("torchvision:"):
-        raise ConfigError("model", f"{cfg.model!r} is unknown; allowed: {', '.join(MODELS)}")
+    for key in ("model", "dataset"):  # the user's own file: it exists, imports and defines the callable
+        spec = getattr(cfg, key)
+        if is_file_spec(spec):
+            try:
+                check_spec(spec, key)
+            except ValueError as e:
+                raise ConfigError(key, str(e).removeprefix(f"{key} ")) from None
+    if cfg.model not in MODELS and not cfg.model.startswith("torchvision:") and not is_file_spec(cfg.model):
+        raise ConfigError("model", f"{cfg.model!r} is unknown; allowed: {', '.join(MODELS)}, or "
+                                   f"path/to/module.py:build")
     all_datasets = [*datasets(), *text_available()]
-    if cfg.dataset != "synthetic" and cfg.dataset not in all_datasets:
-        raise ConfigError("dataset", f"{cfg.dataset!r} is unknown; allowed: {', '.join(all_datasets)}")
+    if cfg.dataset != "synthetic" and cfg.dataset not in all_datasets and not is_file_spec(cfg.dataset):
+        raise ConfigError("dataset", f"{cfg.dataset!r} is unknown; allowed: {', '.join(all_datasets)}, or "
+                                     f"path/to/module.py:build")
     _check_workload(cfg)
     if cfg.collective not in ALLREDUCE_ALGORITHMS:
         raise ConfigError("collective", f"{cfg.collective!r} is unknown; allowed: {', '.join(ALLREDUCE_ALGORITHMS)}")

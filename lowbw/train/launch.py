@@ -44,6 +44,7 @@ from lowbw.train.allocator import steady_allocator
 from lowbw.train.config import RunConfig
 from lowbw.train.rundir import RunDirError, RunLock, check_out, config_diff, finish, prepare_out
 from lowbw.train.timeouts import peer_timeout_s
+from lowbw.train.userfiles import FILES_BASE_ENV, is_file_spec
 
 __all__ = ["run", "free_port", "RunDirError", "WorkerError", "config_diff", "peer_timeout_s", "testbed_links"]
 
@@ -110,6 +111,10 @@ def run(cfg: RunConfig | dict[str, Any], out: str | os.PathLike, *, overwrite: b
                 from lowbw.train.workload import fill_cache  # imports torch: only for a procs run
 
                 fill_cache(cfg.dataset)
+            if is_file_spec(cfg.model):  # the user's model builds, before M processes start
+                from lowbw.train.workload import build_template  # lazy: imports torch
+
+                build_template(cfg, None, "cpu")
             lock.share()
             _run_procs(cfg, outp, quiet=quiet)
         return finish(outp, keep_checkpoint)
@@ -277,6 +282,7 @@ def _run_procs(cfg: RunConfig, out: Path, quiet: bool = False) -> None:
     env["OMP_NUM_THREADS"] = str(threads)
     env["LOWBW_THREADS"] = str(threads)
     env["LOWBW_LAUNCHED"] = "1"  # the launcher seals summary.json, not rank 0
+    env.setdefault(FILES_BASE_ENV, os.getcwd())  # user files' relative paths (workers may start elsewhere)
     if cfg.backend != "torchrun":  # torchrun's agent is the workers' parent; it dies with us instead
         env["LOWBW_PARENT_PID"] = str(os.getpid())
     root = str(Path(__file__).resolve().parents[2])

@@ -35,7 +35,7 @@ from lowbw.train.schemes import make_scheme
 from lowbw.train.schemes.base import LocalStep, StepContext
 from lowbw.train.state import Interval, RunState, WorkerStats
 from lowbw.train.targets import parse_targets
-from lowbw.train.workload import load_workload
+from lowbw.train.workload import build_template, load_workload
 
 __all__ = ["Trainer", "TIME_FIELDS", "WALL_FIELDS", "CHECKPOINT_FORMAT", "resolve_device"]
 
@@ -68,7 +68,7 @@ class Trainer:
         self.data = load_workload(cfg, self.device, data)  # dataset + model + evaluation sets
         self.N = self.data.n_train
         torch.manual_seed(cfg.seed)  # model initialisation: identical replicas on every backend
-        self.model_template = self.data.model(cfg.model, self.device)
+        self.model_template = build_template(cfg, self.data, self.device)
         engine = cfg.sim_engine
         if engine == "auto" or world.kind == "dist":
             engine = "vmap" if (self.device.type == "cuda" and world.kind == "sim") else "loop"

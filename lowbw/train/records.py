@@ -16,6 +16,7 @@ from typing import Any
 from lowbw.runio import atomic_write_json, provenance
 from lowbw.train.state import RunState
 from lowbw.train.targets import parse_targets
+from lowbw.train.userfiles import user_files
 from lowbw.train.world import bandwidth_at, has_worker_links
 
 __all__ = ["finite", "note_eval", "metrics_line", "summary", "write_config", "truncate_metrics", "progress_bar",
@@ -122,7 +123,7 @@ def write_config(path: Path, cfg, resumed: bool, *, data: dict[str, Any], model:
         "device": str(device),
         "emulation": os.environ.get("LOWBW_EMULATION"),
         "resumes": resumes,
-        "provenance": provenance(),
+        "provenance": {**provenance(), "user_files": user_files(cfg)},
     })
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 from lowbw.runio import lock_holders, seal_summary
 from lowbw.train.config import RunConfig
+from lowbw.train.userfiles import changed_files
 
 __all__ = ["RunDirError", "RunLock", "config_diff", "check_out", "prepare_out", "finish"]
 
@@ -78,6 +79,16 @@ def _old_config(out: Path) -> dict[str, Any] | None:
     return c.get("config", c) if isinstance(c, dict) else None
 
 
+def _changed_files(out: Path, cfg: RunConfig) -> list[str]:
+    """The user files (``model``/``dataset: my.py:build``) changed since the run in ``out`` recorded them."""
+    try:
+        c = json.loads((out / "config.json").read_text())
+        recorded = c["provenance"].get("user_files")
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return []
+    return changed_files(recorded, cfg)
+
+
 def _describe_diff(out: Path, keys: list[str], old: dict[str, Any], new: dict[str, Any]) -> str:
     shown = ", ".join(f"{k}: {old.get(k)!r} -> {new.get(k)!r}" for k in keys[:6])
     return shown + (f" (+{len(keys) - 6} more)" if len(keys) > 6 else "")
@@ -93,6 +104,10 @@ def check_out(cfg: RunConfig, out: Path, overwrite: bool) -> str:
         return "redo"
     old = _old_config(out)
     new = cfg.to_dict()
+    changed = _changed_files(out, cfg)
+    if changed and (complete or (out / "checkpoint").exists()):
+        raise RunDirError(f"{out} holds a run made with other user code: {'; '.join(changed)}; use another "
+                          f"--out, or --force to start over")
     if complete:
         keys = config_diff(old, new) if old is not None else []
         if keys:

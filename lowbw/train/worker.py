@@ -31,7 +31,7 @@ from lowbw.net.ratelimit import install_from_env
 from lowbw.rendezvous import init_process_group
 from lowbw.runio import set_parent_death_signal
 from lowbw.train.allocator import steady_allocator
-from lowbw.train.config import RunConfig, load_file
+from lowbw.train.config import RunConfig, load_file, parse_override
 from lowbw.train.ddp import DDPTrainer
 from lowbw.train.loop import Trainer, resolve_device
 from lowbw.train.rundir import RunLock, finish
@@ -49,6 +49,7 @@ def worker_main(cfg, out, keep_checkpoint: bool = False) -> dict[str, Any]:
     parent = os.environ.get("LOWBW_PARENT_PID")
     set_parent_death_signal(9, int(parent) if parent else None)
     out = Path(out).resolve()
+    out.mkdir(parents=True, exist_ok=True)  # started by torchrun or lowbw.cluster without our launcher
     lock = RunLock(out).acquire(shared=True)
     steady_allocator()
     torch.set_num_threads(int(os.environ.get("LOWBW_THREADS") or default_threads(cfg)))
@@ -87,10 +88,16 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lowbw.train.worker", description=__doc__.splitlines()[0])
     ap.add_argument("--config", required=True, help="run config (JSON or YAML)")
     ap.add_argument("--out", required=True, help="run directory")
+    ap.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                    help="override one key of the config (repeatable; as `lowbw train --set`)")
     a = ap.parse_args(argv)
     rank = os.environ.get("RANK", "?")
     try:
-        cfg = RunConfig.from_dict(load_file(a.config))
+        d = load_file(a.config)
+        for o in a.overrides:
+            k, v = parse_override(o)
+            d[k] = v
+        cfg = RunConfig.from_dict(d)
         worker_main(cfg, a.out)
     except BaseException as e:  # noqa: BLE001 (one line for the launcher, after the traceback)
         if isinstance(e, SystemExit) and e.code in (0, None):

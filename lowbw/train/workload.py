@@ -16,6 +16,9 @@ every target element. Two kinds exist:
   windows (the first ``test_limit`` of them when set), so every run is scored on the same characters;
   metrics ``val_loss`` (nats per character), ``val_ppl`` = exp(val_loss) and ``val_acc`` (next-character
   accuracy).
+* :class:`FileWorkload`: the user's own data (``dataset: my_data.py:build``, :mod:`lowbw.train.userfiles`):
+  a sample is one row of its tensors, batches are taken as given (no augmentation), the evaluation set is
+  ``val``; metrics ``val_loss`` and ``val_acc``, the run judged by the dataset's own ``metric``.
 """
 
 from __future__ import annotations
@@ -32,8 +35,11 @@ from lowbw.data.text import TEXT_SPECS, TextCorpus, load_text
 from lowbw.train.assign import TrainData, load_data
 from lowbw.train.augment import Augmenter
 from lowbw.train.models import GPT_SIZES, build_model, model_kind
+from lowbw.train.userfiles import UserDataset, build_dataset, is_file_spec
+from lowbw.train.userfiles import build_model as build_user_model
 
-__all__ = ["Workload", "ImageWorkload", "TextWorkload", "load_workload", "is_text_dataset", "WorkloadError",
+__all__ = ["Workload", "ImageWorkload", "TextWorkload", "FileWorkload", "load_workload", "build_template",
+           "is_text_dataset", "WorkloadError",
            "fill_cache", "text_block_size"]
 
 Batch = tuple[torch.Tensor, torch.Tensor]
@@ -45,7 +51,7 @@ class WorkloadError(ValueError):
 
 class Workload(Protocol):
     name: str  # the dataset's name
-    kind: str  # "image" | "text"
+    kind: str  # "image" | "text" | "file"
     n_train: int  # samples in one epoch
 
     def model(self, name: str, device) -> nn.Module: ...
@@ -184,9 +190,68 @@ class TextWorkload:
                 "val_chars": len(c.ids) - c.split, "val_chars_scored": int(self.val[1].numel())}
 
 
+# ----------------------------------------------------------------------------------------------- user files
+class FileWorkload:
+    """The user's own dataset (:class:`~lowbw.train.userfiles.UserDataset`), its tensors on the device."""
+
+    kind = "file"
+
+    def __init__(self, spec: str, data: UserDataset, device):
+        self.name, self.spec = spec, data
+        dev = torch.device(device)
+        self.x_train, self.y_train = data.x_train.to(dev), data.y_train.to(dev)
+        self.x_val, self.y_val = data.x_val.to(dev), data.y_val.to(dev)
+        self.n_train = len(self.y_train)
+
+    def model(self, name: str, device) -> nn.Module:
+        """A lowbw image model on the user's images ([n, C, H, W]; classes = the largest target + 1)."""
+        if model_kind(name) != "image" or self.x_train.dim() != 4:
+            raise WorkloadError(f"model={name!r} needs images [n, C, H, W]; dataset={self.name!r} holds "
+                                f"{tuple(self.x_train.shape)}: give model: path/to/module.py:build")
+        classes = int(max(self.y_train.max(), self.y_val.max())) + 1
+        return build_model(name, classes, self.x_train.shape[1], self.x_train.shape[2], device=device)
+
+    def train_batch(self, idx: torch.Tensor, gen: torch.Generator) -> Batch:
+        idx = idx.to(self.x_train.device)
+        return self.x_train[idx], self.y_train[idx]
+
+    def eval_sets(self) -> dict[str, Batch]:
+        return {"val": (self.x_val, self.y_val)}
+
+    def eval_input(self, x: torch.Tensor) -> torch.Tensor:
+        return x
+
+    def probe(self, n: int) -> Batch:
+        return self.x_train[:n], self.y_train[:n]
+
+    def derived_metrics(self, ev: dict[str, Any]) -> dict[str, float]:
+        return {}
+
+    def describe(self) -> dict[str, Any]:
+        return {"kind": self.kind, "train": self.n_train, "val": len(self.y_val), "test": 0,
+                "input_shape": list(self.x_train.shape[1:]), "target_shape": list(self.y_train.shape[1:]),
+                "metric": self.spec.metric, "direction": self.spec.direction}
+
+
+def build_template(cfg, workload, device) -> nn.Module:
+    """The run's model: the user's file (``model: my.py:build``) or the workload's lowbw model."""
+    if is_file_spec(cfg.model):
+        try:
+            return build_user_model(cfg.model, device)
+        except ValueError as e:
+            raise WorkloadError(str(e)) from None
+    return workload.model(cfg.model, device)
+
+
 def fill_cache(dataset: str) -> None:
-    """Fetch and verify ``dataset`` into the cache (before M processes start, so that they only read it)."""
-    if is_text_dataset(dataset):
+    """Fetch and verify ``dataset`` into the cache (before M processes start, so that they only read it); a
+    user's dataset file is built once and checked instead."""
+    if is_file_spec(dataset):
+        try:
+            build_dataset(dataset)
+        except ValueError as e:
+            raise WorkloadError(str(e)) from None
+    elif is_text_dataset(dataset):
         load_text(dataset)
     else:
         load(dataset)
@@ -199,10 +264,15 @@ def text_block_size(cfg) -> int:
     return GPT_SIZES[cfg.model].block_size if cfg.model in GPT_SIZES else 64
 
 
-def load_workload(cfg, device, data=None) -> ImageWorkload | TextWorkload:
+def load_workload(cfg, device, data=None) -> ImageWorkload | TextWorkload | FileWorkload:
     """The run's workload on ``device``; ``data``: an already loaded :class:`TrainData` or workload."""
     if data is not None and hasattr(data, "train_batch"):
         return data
+    if data is None and is_file_spec(cfg.dataset):
+        try:
+            return FileWorkload(cfg.dataset, build_dataset(cfg.dataset), device)
+        except ValueError as e:
+            raise WorkloadError(str(e)) from None
     if data is None and is_text_dataset(cfg.dataset):
         return TextWorkload(load_text(cfg.dataset), text_block_size(cfg), cfg.test_limit, device)
     return ImageWorkload(data if data is not None else load_data(cfg, device), cfg.augment, device)
