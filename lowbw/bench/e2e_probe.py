@@ -41,8 +41,8 @@ from lowbw.bench.presets import load_methods
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.hooks import make_hook, timed_hook
 from lowbw.net.testbed import Testbed
-from lowbw.rendezvous import init_process_group
 from lowbw.net.units import rate_mbit_arg
+from lowbw.rendezvous import init_process_group
 from lowbw.runio import atomic_write_json
 from lowbw.train.aggregate import aggregate_rank, make_compressor
 from lowbw.train.allocator import steady_allocator

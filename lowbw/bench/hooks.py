@@ -42,8 +42,8 @@ from lowbw.comm.hooks import HookTimer, make_hook, timed_hook
 from lowbw.compress.artopk import index_dtype, topk_count
 from lowbw.net.ratelimit import install_from_env
 from lowbw.net.testbed import Testbed
-from lowbw.rendezvous import init_process_group
 from lowbw.net.units import rate_mbit_arg
+from lowbw.rendezvous import init_process_group
 from lowbw.runio import atomic_write_json
 
 TORCH_HOOKS = ("torch-none", "torch-fp16", "torch-bf16")
