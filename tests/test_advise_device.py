@@ -123,3 +123,22 @@ def test_cli_device_h100_charges_topk_under_50ms_and_says_modelled():
     top = next(x for x in d["ranking"] if x["method"] == "topk1")
     assert top["compress_s"] < 0.05 and top["compress_basis"] == "modelled"
     assert d["inputs"]["device"] == "h100"
+
+
+def test_compute_fit_recovers_fixed_and_per_sample_costs():
+    from lowbw.bench.compute_fit import fit as compute_fit
+
+    fixed, per, resid = compute_fit([4, 8, 16, 32], [0.01 + 0.0005 * b for b in (4, 8, 16, 32)])
+    assert fixed == pytest.approx(0.01) and per == pytest.approx(0.0005) and resid < 1e-9
+
+
+def test_fitted_compute_is_charged_at_the_batch_used(tmp_path):
+    from lowbw.advise import workload
+
+    f = tmp_path / "fit.json"
+    f.write_text(json.dumps({"threads": 1, "models": {"gpt-mini": {"batches": [4, 8, 16, 32], "fixed_s": 0.01,
+                                                                   "per_sample_s": 0.0005}}}))
+    t, basis = workload._fitted_compute("gpt-mini", 32, f)
+    assert t == pytest.approx(0.026) and "fitted" in basis and "extrapolated" not in basis
+    assert "extrapolated" in workload._fitted_compute("gpt-mini", 64, f)[1]
+    assert workload._fitted_compute("resnet20", 32, f) is None
