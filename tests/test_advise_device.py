@@ -92,11 +92,13 @@ def test_fit_recovers_an_affine_cost():
 
 
 def test_bandwidth_for_solves_the_step_model():
-    # 2 workers, bf16 10B: every worker sends the 160 Gbit model once per all-reduce; DP overlaps the step's
-    # compute, so 50 % utilisation is a 1.6 s all-reduce: 100 Gbit/s
-    assert bandwidth_for(0.5, 1, 1e10, 2, 0.8, 2) / 1e9 == pytest.approx(100, rel=1e-3)
-    # DiLoCo H=100 blocks: compute / (compute + comm / H) = 0.5 at comm = 80 s: 2 Gbit/s
-    assert bandwidth_for(0.5, 100, 1e10, 2, 0.8, 2) / 1e9 == pytest.approx(2, rel=1e-3)
+    from lowbw.advise.steptime import LINK_GOODPUT
+
+    # 2 workers, bf16 10B: every worker sends the 160 Gbit model once per all-reduce (in TCP/IP frames); DP
+    # overlaps the step's compute, so 50 % utilisation is a 1.6 s all-reduce: 100 Gbit/s of payload
+    assert bandwidth_for(0.5, 1, 1e10, 2, 0.8, 2) / 1e9 == pytest.approx(100 / LINK_GOODPUT, rel=1e-3)
+    # DiLoCo H=100 blocks: compute / (compute + comm / H) = 0.5 at comm = 80 s: 2 Gbit/s of payload
+    assert bandwidth_for(0.5, 100, 1e10, 2, 0.8, 2) / 1e9 == pytest.approx(2 / LINK_GOODPUT, rel=1e-3)
     r = bandwidth_for(0.9, 300, 1e10, 2, 0.8, 2)
     assert utilisation(300, 1e10, 2, 0.8, 2, r) >= 0.9 > utilisation(300, 1e10, 2, 0.8, 2, r * 0.999)
 

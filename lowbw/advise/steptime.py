@@ -21,17 +21,21 @@ a stored measurement's per-call + per-byte fit summed over the model's tensors, 
 from __future__ import annotations
 
 from collections import Counter
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 from lowbw.advise.candidates import Candidate, Exchange
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.net.costlinks import WorkerLink, collective_time
 from lowbw.net.costmodel import step_time
+from lowbw.train.config_fields import RunConfig
 
-__all__ = ["StepPrediction", "predict", "comm_time", "DDP_BUCKET_BYTES"]
+__all__ = ["StepPrediction", "predict", "comm_time", "DDP_BUCKET_BYTES", "LINK_GOODPUT"]
 
 # every all-reduce the cost model times ("native" is gloo's ring: the same times as "ring")
 ALGORITHMS = tuple(a for a in ALLREDUCE_ALGORITHMS if a != "native")
+# payload bytes per byte on the wire (TCP/IPv4 with timestamps over Ethernet: 1448 of 1514), as the virtual clock
+# charges them (RunConfig.link_goodput's default): a link of rate r carries r x LINK_GOODPUT bits/s of payload
+LINK_GOODPUT = next(f.default for f in fields(RunConfig) if f.name == "link_goodput")
 # DDP's bucket size (``bucket_cap_mb`` 25): the bucket of the first layers is ready only when the backward
 # pass ends, so its exchange never hides behind compute (a model of one bucket overlaps nothing)
 DDP_BUCKET_BYTES = 25 * 2**20
@@ -50,16 +54,18 @@ class StepPrediction:
 
 
 def comm_time(ex: Exchange, links: tuple[WorkerLink, ...]) -> tuple[float, str]:
-    """(seconds of the exchange's calls in order, the collective used most) on ``links``."""
+    """(seconds of the exchange's calls in order, the collective used most) on ``links`` (their nominal rates;
+    each call's payload goes as ``nbytes / LINK_GOODPUT`` bytes on the wire)."""
     if len(links) < 2:
         return 0.0, "-"
     total, used = 0.0, Counter()
     for c in ex.calls:
+        wire = c.nbytes / LINK_GOODPUT
         if c.op == "all_gather":
-            total += collective_time("all_gather", "ring", c.nbytes, links)
+            total += collective_time("all_gather", "ring", wire, links)
             used["all-gather"] += 1
         else:
-            t, a = min((collective_time("all_reduce", a, c.nbytes, links), a) for a in ALGORITHMS)
+            t, a = min((collective_time("all_reduce", a, wire, links), a) for a in ALGORITHMS)
             total += t
             used[a] += 1
     return total, used.most_common(1)[0][0] if used else "-"

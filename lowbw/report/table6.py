@@ -3,8 +3,8 @@
 Their Table 6 gives the bandwidth (Gbit/s) that data-parallel training (DP) and DiLoCo every H = 100 and
 H = 300 steps need for 50 / 80 / 90 / 95 / 99 % compute utilisation, for a 10B-parameter model whose step
 computes for 0.8 s (:data:`PUBLISHED`). We solve the advisor's model for the same utilisations
-(:func:`lowbw.advise.utilisation.bandwidth_for`: bf16 parameters, as their model assumes; :data:`WORKERS`
-replicas on equal links without latency; the fastest all-reduce the cost model knows; DP's exchange
+(:func:`lowbw.advise.utilisation.bandwidth_for`: bf16 parameters, as their model assumes, in TCP/IP frames;
+:data:`WORKERS` replicas on equal links without latency; the fastest all-reduce the cost model knows; DP's exchange
 overlapping the step's compute, DiLoCo's outer exchange blocking).
 
 Their cells lie on a 50-point logarithmic grid from 0.1 to 1000 Gbit/s (every published value is
