@@ -5,7 +5,9 @@ For each distinct compressor setting of ``config/config.yaml``'s presets (compre
 feedback as the preset sets it) and each size n in ``--sizes`` (fp32 entries, as a near-square matrix so
 that PowerSGD sees a matrix), one compress + decompress of a seeded Gaussian tensor is timed ``--reps``
 times or more (within half a second) after one warm-up call (state kept across calls: training's steady
-state; CUDA calls synchronised), and the fastest kept (the median beside it). The fit is least squares of
+state; CUDA calls synchronised), and the fastest kept: on a CPU with one torch thread (the default) in CPU
+seconds of the calling thread, the call's cost on an idle core however busy the shared machine is (wall
+seconds beside), else in wall seconds. The fit is least squares of
 ``t(n) = fixed_s + per_byte_s * 4 n`` weighted by ``1 / t`` (relative errors: the small sizes fix the per-call
 cost, the large ones the per-byte cost); each row keeps its times and the fit's largest relative residual
 (the advisor uses the segments between measured sizes, :func:`lowbw.advise.device.per_call_s`).
@@ -24,7 +26,6 @@ import argparse
 import json
 import math
 import re
-import statistics
 import sys
 import time
 from pathlib import Path
@@ -87,28 +88,31 @@ def _shape(n: int) -> tuple[int, int]:
 
 def time_setting(comp, n: int | tuple[int, ...], dev: torch.device, reps: int, budget_s: float = 0.5
                  ) -> tuple[float, float]:
-    """(fastest, median) seconds of one compress + decompress of ``n`` fp32 entries (a near-square matrix; or
-    a tensor of shape ``n`` where it is a tuple) on ``dev``: at least
-    ``reps`` calls after one warm-up, more while they take under ``budget_s`` in all (at most 100). The fastest
-    call estimates the compressor's own cost on a machine that other programs also use (as ``timeit``
-    advises); the median is kept beside it."""
+    """(fastest, fastest wall) seconds of one compress + decompress of ``n`` fp32 entries (a near-square
+    matrix; or a tensor of shape ``n`` where it is a tuple) on ``dev``: at least ``reps`` calls after one
+    warm-up, more while they take under ``budget_s`` in all (at most 100). On a CPU with one torch thread the
+    first is the calling thread's CPU time (``time.thread_time``: the call's cost on an idle core, whatever
+    else the shared machine runs), else wall time (CUDA calls synchronised)."""
     shape = _shape(n) if isinstance(n, int) else tuple(n)
     g = torch.Generator().manual_seed(math.prod(shape) % 100_003)
     x = torch.randn(shape, generator=g).to(dev)
     state = State(seed=0)
     sync = torch.cuda.synchronize if dev.type == "cuda" else (lambda: None)
-    times: list[float] = []
+    on_thread = dev.type == "cpu" and torch.get_num_threads() == 1
+    cpu: list[float] = []
+    wall: list[float] = []
     start = time.perf_counter()
     i = 0
     while i <= reps or (time.perf_counter() - start < budget_s and i <= 100):
         sync()
-        t = time.perf_counter()
+        c, t = time.thread_time(), time.perf_counter()
         comp.decompress(comp.compress(x, name="t", state=state))
         sync()
         if i:
-            times.append(time.perf_counter() - t)
+            cpu.append(time.thread_time() - c)
+            wall.append(time.perf_counter() - t)
         i += 1
-    return min(times), statistics.median(times)
+    return (min(cpu) if on_thread else min(wall)), min(wall)
 
 
 def fit(sizes: list[int], times: list[float]) -> tuple[float, float, float]:
@@ -143,7 +147,7 @@ def run(device: str = "cpu", sizes: tuple[int, ...] = SIZES, reps: int = 5, thre
         times = [t for t, _ in timed]
         fixed, per_byte, resid = fit(list(sizes), times)
         rows.append({**s, "passes": float(comp.passes), "sizes": list(sizes), "times_s": times,
-                     "median_times_s": [m for _, m in timed],
+                     "wall_times_s": [m for _, m in timed],
                      "fixed_s": fixed, "per_byte_s": per_byte, "fit_max_rel_residual": resid})
         log(f"[{time.time() - t0:6.1f}s] {s['compressor']:<11} {json.dumps(s['compressor_args']):<36} "
             f"fixed {fixed * 1e6:8.1f} us  {1e-9 / per_byte if per_byte else math.inf:7.2f} GB/s  "
@@ -152,6 +156,7 @@ def run(device: str = "cpu", sizes: tuple[int, ...] = SIZES, reps: int = 5, thre
     conditions.check(cond, "lowbw bench compress_time")
     return {"device": device_key(dev), "device_name": torch.cuda.get_device_name(dev) if dev.type == "cuda"
             else "cpu", "torch_threads": torch.get_num_threads(), "reps": reps, "rows": rows,
+            "clock": "thread CPU time" if dev.type == "cpu" and torch.get_num_threads() == 1 else "wall",
             "what": "compress + decompress per call, fastest of the reps after one warm-up; fit t = fixed + "
                     "per_byte * 4 n weighted by 1/t", "seconds": time.time() - t0,
             "conditions": cond.to_json(), "provenance": provenance()}
@@ -162,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--device", default="cpu", help="cpu or cuda[:i]")
     ap.add_argument("--sizes", type=int, nargs="+", default=list(SIZES), help="fp32 entries per tensor")
     ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--threads", type=int, help="torch threads (default: torch's)")
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (default 1: CPU time is then the cost)")
     ap.add_argument("--out", help="output JSON (default paper/measured/compress_time/<device>.json)")
     a = ap.parse_args(argv)
     if a.device.startswith("cuda") and not torch.cuda.is_available():
