@@ -48,6 +48,17 @@ def test_run_config_sets_the_advice_links_and_batch():
     assert one["bandwidth_mbit"] == 5.0 and one["dataset"] == "cifar10"
 
 
+def test_run_config_uses_the_collective_the_advice_chose():
+    from types import SimpleNamespace
+
+    inputs = {"workers": 2, "rates_bps": [10e6] * 2, "latency_s": 0.02, "model": "gpt-mini", "kind": "lm",
+              "batch": 32}
+    advice = SimpleNamespace(step=SimpleNamespace(collective="allgather"))
+    assert V.run_config(advice, inputs, 28, {})["collective"] == "allgather"
+    gathered = SimpleNamespace(step=SimpleNamespace(collective="all-gather"))  # not an all-reduce: the preset's
+    assert "collective" not in V.run_config(gathered, inputs, 28, {})
+
+
 def test_measured_per_step_is_the_slope_after_the_warmup(tmp_path):
     lines = [{"step": s, "t_step": 0.5 + 0.1 * s, "t_meta": 0.01 * s, "t_compute": 0.03 * s}
              for s in range(0, 20, 2)]

@@ -24,7 +24,7 @@ EXPERIMENTS = [f"e{i}" for i in range(1, 12)]
 
 # The contract with lowbw.report: files in paper/generated/ the sources require (paper/README.md).
 LM_EXPERIMENTS = ["e4lm", "e9lm", "e10lm"]  # E4, E9 and E10 on the language model (their own subsubsections)
-CONTRACT = {"numbers.tex", "setup.tex"} | {
+CONTRACT = {"numbers.tex", "setup.tex", "tab_table6.tex"} | {
     f"{kind}_{e}.{ext}" for e in EXPERIMENTS + LM_EXPERIMENTS for kind, ext in (("tab", "tex"), ("fig", "pdf"))
 }
 OPTIONAL = {"headline.tex", "gpu.tex"}  # \input only if present (abstract and conclusion; stored GPU runs)
@@ -104,9 +104,9 @@ def test_results_subsections_follow_the_pattern():
 
 def _number_macros_used() -> dict[str, set[str]]:
     """Every \\E<number>... macro the sources use (the report's number macros), per file."""
-    from lowbw.report.catalog import PREFIX, SYSTEM_PREFIX
+    from lowbw.report.catalog import PREFIX, SYSTEM_PREFIX, TABLE6_PREFIX
 
-    pat = re.compile(r"\\((?:" + "|".join([*PREFIX.values(), SYSTEM_PREFIX]) + r")[A-Za-z]*)")
+    pat = re.compile(r"\\((?:" + "|".join([*PREFIX.values(), SYSTEM_PREFIX, TABLE6_PREFIX]) + r")[A-Za-z]*)")
     return {name: set(pat.findall(_strip_comments(tex))) for name, tex in _tex_sources().items()}
 
 
@@ -256,15 +256,16 @@ def write_dummy_generated(gen: Path, headline: bool = False, numbers: str = "all
     ``numbers``: "all" defines every catalogued macro but the ``...NotRun`` ones (every experiment ran with
     every setting), "none" only the ``...NotRun`` ones (no experiment ran); any other value is the name of one
     macro to leave out of "all"."""
-    from lowbw.report.catalog import MACROS, SYSTEM
+    from lowbw.report.catalog import MACROS, SYSTEM, TABLE6
 
     gen.mkdir(parents=True, exist_ok=True)
     ran = numbers != "none"
-    # the System section's recorded checks are written whatever ran
-    names = [n for n in MACROS if (n.endswith("NotRun") != ran or n in SYSTEM) and n != numbers]
+    # the System section's recorded checks and Table 6's reproduction are written whatever ran
+    names = [n for n in MACROS if (n.endswith("NotRun") != ran or n in SYSTEM or n in TABLE6) and n != numbers]
     defs = "".join(f"\\newcommand{{\\{n}}}{{1.23}}\n" for n in names)
     (gen / "numbers.tex").write_text("% dummy numbers\n\\newcommand{\\DummyNumber}{42}\n" + defs)
     (gen / "setup.tex").write_text(_dummy_table("tab:setup", "Dummy machine and software."))
+    (gen / "tab_table6.tex").write_text(_dummy_table("tab:table6", "Dummy Table 6."))
     pdf = _minimal_pdf()
     for e in EXPERIMENTS + LM_EXPERIMENTS:
         (gen / f"tab_{e}.tex").write_text(_dummy_table(f"tab:{e}", f"Dummy results of {e.upper()}.")

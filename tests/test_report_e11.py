@@ -180,3 +180,19 @@ def test_no_runs_is_not_run_and_no_target_is_skipped(tmp_path, monkeypatch):
     _run(tmp_path / "runs", "e10_even", "dense", 0, 1.0, None)
     _run(tmp_path / "runs", "e10_even", "diloco16", 0, 0.1, 60, DILOCO)
     assert stats(_ctx(tmp_path), store=tmp_path / "nostore") is None  # dense never reached: nothing to judge
+
+
+def test_a_method_measured_only_in_the_held_out_setting_is_named_not_ranked(tmp_path):
+    """randk1 ran only on even: held out, nothing is left to predict its steps from, so it is not ranked (it
+    would rest on bytes alone) but named; no held-out setting ranks a method measured nowhere else."""
+    from lowbw.report.e11 import stats
+
+    _two_networks(tmp_path)
+    for seed in (0, 1):
+        _run(tmp_path / "runs", "e10_even", "randk1", seed, 0.05, 45,
+             {"compressor": "randomk", "compressor_args": {"ratio": 0.01}, "error_feedback": "on"})
+    st = stats(_ctx(tmp_path), store=tmp_path / "nostore")
+    e = st.tables["settings"].set_index("experiment").loc["e10_even"]
+    assert "randk1 (measured nowhere else)" in e["left_out"]
+    assert "randk1" not in set(st.tables["methods"]["method"])
+    assert (st.tables["methods"]["confidence"] != "bytes only").all()

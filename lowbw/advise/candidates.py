@@ -34,7 +34,8 @@ from typing import Any
 from lowbw.advise.cache import load_cache, save_cache
 from lowbw.buckets import DEFAULT_BUCKET_MB, assign
 
-__all__ = ["Candidate", "Call", "Exchange", "FAMILIES", "candidates", "candidate_from_config", "exchange", "CAP",
+__all__ = ["Candidate", "Call", "Exchange", "FAMILIES", "candidates", "candidate_from_config", "compressor_of",
+           "exchange", "CAP",
            "CONFIG_FILE", "MODELLED_SYNC"]
 
 CONFIG_FILE = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
@@ -148,7 +149,8 @@ class Exchange:
     exact: bool  # False where a shape was extrapolated or the payload depends on the values (thresholding)
 
 
-def _make(c: Candidate):
+def compressor_of(c: Candidate):
+    """The candidate's compressor as its preset sets it (``lowbw.compress.make``; error feedback where set)."""
     from lowbw.compress import make  # lazy: lowbw.compress imports torch
 
     kw: dict[str, Any] = dict(c.compressor_args)
@@ -163,7 +165,7 @@ def _make(c: Candidate):
 
 def _parts(comp, shape: tuple[int, ...]) -> tuple[list[float], bool, float]:
     """(bytes of each payload part, summable, seconds to compress and decompress) for one tensor."""
-    import torch  # lazy: see _make
+    import torch  # lazy: see compressor_of
 
     from lowbw.compress import State  # lazy: the compressors import torch (a cache miss only)
 
@@ -216,7 +218,7 @@ def exchange(c: Candidate, shapes: tuple[tuple[str, tuple[int, ...]], ...],
         exact = exact and not big
         key = f"{spec}|{shape}"
         if key not in cache_:
-            comp = comp or _make(c)
+            comp = comp or compressor_of(c)
             cache_[key] = (_fitted_parts if big else _parts)(comp, shape)
             dirty = True
         parts, summable, dt = cache_[key]

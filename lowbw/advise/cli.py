@@ -40,8 +40,12 @@ def add_parser(sub) -> argparse.ArgumentParser:
     c = p.add_mutually_exclusive_group()
     c.add_argument("--step-ms", type=float, help="your device's forward+backward time per step (ms)")
     c.add_argument("--measure", action="store_true",
-                   help="time forward+backward on this machine (with --model-file the file must also define "
-                        "example_input(batch), returning one batch of your model's inputs)")
+                   help="time forward+backward and every method's compression on the device at hand (with "
+                        "--model-file the file must also define example_input(batch), returning one batch of your "
+                        "model's inputs)")
+    p.add_argument("--device", default="cpu",
+                   help="your device, whose compression times are used: cpu (this machine's, measured) or a GPU "
+                   "(v100, a100, h100, h200: measured where stored, else modelled from its memory bandwidth)")
     p.add_argument("--batch", type=int, default=32, help="samples per worker and step (default 32)")
     p.add_argument("--dense-steps", type=float, help="dense training's steps to your target (default: measured "
                    "on a like workload, else 1000)")
@@ -138,9 +142,11 @@ def advise(args) -> dict[str, Any]:
     """The ranking and its inputs (what --json prints)."""
     # lazy: `lowbw --help` imports this module for its parser; the advisor loads when used
     from lowbw.advise import efficiency
+    from lowbw.advise.device import device
     from lowbw.advise.rank import rank, reasons
 
     links = _links(args)  # cheap checks first: bad input fails before torch is imported
+    dev = device(args.device)
     if args.validate:
         # lazy: `lowbw --help` imports this module for its parser; the advisor loads when used
         from lowbw.advise.validate import check_inputs
@@ -163,14 +169,21 @@ def advise(args) -> dict[str, Any]:
         have = sorted({r["target"] for r in rows if r["metric"] == metric})
         target = have[len(have) // 2] if have else None
     bucket_mb = args.bucket_mb or None
-    ranking = rank(w, links, rows, metric, target, args.dense_steps, budget=args.max_steps, bucket_mb=bucket_mb)
+    if args.measure:
+        from lowbw.advise.device import device_at_hand  # lazy: imports torch
+
+        if dev.kind != device_at_hand():
+            raise ValueError(f"--device {args.device} with --measure: the device at hand is {device_at_hand()}")
+    ranking = rank(w, links, rows, metric, target, args.dense_steps, budget=args.max_steps, bucket_mb=bucket_mb,
+                   dev=dev, measure=args.measure)
+    bases = sorted({a.compression.basis for a in ranking if a.compression and a.candidate.compressor != "none"})
     inputs = {"model": w.model, "params": w.params, "kind": w.kind, "workers": len(links),
               "rates_bps": [x.up_bps for x in links], "latency_s": links[0].up_alpha_s, "metric": metric,
               "target": target, "compute_s": w.compute_s, "compute_basis": w.compute_basis, "batch": args.batch,
               "dense_steps": ranking[0].dense_steps if ranking else None,
               "dense_steps_source": _dense_source(args, ranking), "max_steps": args.max_steps,
-              "bucket_mb": bucket_mb,
-              "efficiency_table": str(args.efficiency or efficiency.default_path())}
+              "bucket_mb": bucket_mb, "efficiency_table": str(args.efficiency or efficiency.default_path()),
+              "device": dev.name, "compress_bases": bases}
     return {"ranking": [a.as_dict() for a in ranking], "inputs": inputs,
             "reasons": reasons(ranking, links), "_ranking": ranking, "_links": links}
 
@@ -203,8 +216,10 @@ def main(args) -> int:
     out.pop("_links")
     if not args.json:
         i = out["inputs"]
+        roof = " (a roofline of its memory bandwidth: --json per row)" if "modelled" in i["compress_bases"] else ""
         print(f"{i['model']} ({i['params']:,} parameters), {i['workers']} workers; compute "
-              f"{_fmt_s(i['compute_s'])} per step: {i['compute_basis']}")
+              f"{_fmt_s(i['compute_s'])} per step: {i['compute_basis']}; compression on {i['device']}: "
+              f"{' / '.join(i['compress_bases']) or '-'}{roof}")
         tgt = f"{i['metric']} {i['target']:g}" if i["target"] is not None else i["metric"]
         print(f"target: {tgt}; times assume dense needs {i['dense_steps']:.0f} steps ({i['dense_steps_source']}); "
               f"efficiency: {i['efficiency_table']}")

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from lowbw.advise.candidates import Candidate, candidates, exchange
+from lowbw.advise.device import DEVICES, CompressTime, Device, compress_time, measure_compress
 from lowbw.advise.efficiency import Efficiency, lookup
 from lowbw.advise.steptime import StepPrediction, predict
 from lowbw.advise.workload import Workload
@@ -35,6 +36,7 @@ class Advice:
     dense_steps: float  # dense's steps to the target the times assume
     exact_bytes: bool  # False where a shape was extrapolated or the bytes depend on the values
     budget: float | None = None  # the user's training budget in steps (None: unlimited)
+    compression: CompressTime | None = None  # the compression time per exchange on the user's device, and its basis
 
     @property
     def predicted_steps(self) -> float:
@@ -65,7 +67,9 @@ class Advice:
                 "collective": s.collective, "bytes_per_step": s.bytes_per_step, "predicted_step_s": s.step_s,
                 "compute_s": s.compute_s, "compress_s": s.compress_s, "comm_s": s.comm_s,
                 "predicted_steps_ratio": fin(e.ratio), "predicted_ttt_s": fin(self.ttt_s), "reaches": self.reaches,
-                "confidence": e.confidence, "basis": e.basis, "exact_bytes": self.exact_bytes}
+                "confidence": e.confidence, "basis": e.basis, "exact_bytes": self.exact_bytes,
+                "compress_basis": self.compression.basis if self.compression else None,
+                "compress_detail": self.compression.detail if self.compression else None}
 
 
 def _order(a: Advice) -> tuple[int, float]:
@@ -78,11 +82,15 @@ def _order(a: Advice) -> tuple[int, float]:
 def rank(w: Workload, links: tuple[WorkerLink, ...], rows: list[dict[str, Any]], metric: str = "test_acc",
          target: float | None = None, dense_steps: float | None = None,
          only: tuple[str, ...] | None = None, cands: tuple[Candidate, ...] | None = None,
-         budget: float | None = None, bucket_mb: float | None = DEFAULT_BUCKET_MB) -> list[Advice]:
+         budget: float | None = None, bucket_mb: float | None = DEFAULT_BUCKET_MB, dev: Device | None = None,
+         measure: bool = False) -> list[Advice]:
     """Every candidate (or those named in ``only``; or exactly ``cands``) for workload ``w`` on ``links`` (one
     per worker), best first; ``rows``: the efficiency table; ``budget``: the most steps the user trains (a
     method predicted to need more ranks with those predicted not to reach the target); ``bucket_mb``: the
-    compressed exchanges' bucket size (None: one call per tensor and part)."""
+    compressed exchanges' bucket size (None: one call per tensor and part); ``dev``: the user's device (default
+    ``cpu``), whose compression times :mod:`lowbw.advise.device` gives (``measure``: timed on the device at
+    hand)."""
+    dev = dev or DEVICES["cpu"]
     n = len(links)
     cands = list(cands) if cands is not None else [c for c in candidates() if only is None or c.name in only]
     base = model_key(w)
@@ -92,8 +100,10 @@ def rank(w: Workload, links: tuple[WorkerLink, ...], rows: list[dict[str, Any]],
     for c in cands:
         ex = exchange(c, w.shapes, bucket_mb)
         hh = exchange(DENSE, w.shapes) if c.households else None  # the household's dense average
-        step = predict(c, ex, w.compute_s, w.grad_bytes, links, hh)
-        out.append(Advice(c, step, lookup(rows, c.name, base, w.kind, n, metric, target), steps, ex.exact, budget))
+        ct = measure_compress(c, w.shapes) if measure else compress_time(c, w.shapes, dev, ex.compress_s)
+        step = predict(c, ex, w.compute_s, w.grad_bytes, links, hh, ct.seconds)
+        out.append(Advice(c, step, lookup(rows, c.name, base, w.kind, n, metric, target), steps, ex.exact, budget,
+                          ct))
     return sorted(out, key=_order)
 
 
@@ -129,6 +139,7 @@ def reasons(ranking: list[Advice], links: tuple[WorkerLink, ...], top: int = 3) 
         steps = ("steps assumed as dense's (nothing measured)" if e.confidence == "bytes only"
                  else f"{e.confidence} {e.ratio:.2f}x dense's steps ({e.basis.split(' in ', 1)[-1]})")
         out.append(f"{i}. {a.candidate.name}: {what}, at {steps}; step {a.step.step_s:.3g} s "
-                   f"(compute {a.step.compute_s:.3g}, compression {a.step.compress_s:.3g}, "
+                   f"(compute {a.step.compute_s:.3g}, compression {a.step.compress_s:.3g}"
+                   f"{' ' + a.compression.basis if a.compression and a.step.compress_s else ''}, "
                    f"communication {a.step.comm_s:.3g})")
     return out

@@ -5,37 +5,40 @@ The links are one :class:`lowbw.net.costlinks.WorkerLink` per worker (equal link
 knows for its size and links; an all-gather is a ring (lowbw.comm's, with its size exchange). Per step:
 
 * every step, no overlap:      compute + compress + comm
-* every step, overlapped (DDP buckets, fp16/bf16 hooks):  max(compute, compress + comm)
-  (:func:`lowbw.net.costmodel.step_time`: the compression sits on its bucket's critical path)
+* every step, overlapped (DDP buckets, fp16/bf16 hooks):  max(compute, compress + comm), but at least
+  compute + the last bucket's share (f = min(1, 25 MiB / fp32 gradient bytes)) of compress + comm: DDP's last
+  bucket is ready only when the backward pass ends (:func:`lowbw.net.costmodel.step_time`: the compression
+  sits on its bucket's critical path)
 * every H steps (local SGD, DiLoCo, SparseLoCo):  compute + (compress + comm) / H
 * hierarchical: compute + comm within a household (every step) + world comm / H
 * Streaming DiLoCo, F fragments, each exchanged every H/F steps and applied tau steps later:
   compute + max(0, comm / F - tau compute) / (H / F)  (a fragment's exchange hides behind tau steps of compute)
 
-Compression time is the whole model's once per exchange: at this machine's calibrated throughput of that
-compressor (``config/clock.json``'s ``clock_compress_mbyte_s``, MB of fp32 gradient per second) where it
-holds one, else the time the advisor measured compressing the model's shapes once.
+Compression time is the whole model's once per exchange on the user's device (:mod:`lowbw.advise.device`:
+a stored measurement's per-call + per-byte fit summed over the model's tensors, else a roofline).
 """
 
 from __future__ import annotations
 
-import json
-import statistics
 from collections import Counter
-from dataclasses import dataclass
-from functools import cache
-from pathlib import Path
+from dataclasses import dataclass, fields
 
 from lowbw.advise.candidates import Candidate, Exchange
-from lowbw.advise.workload import CLOCK_FILE
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.net.costlinks import WorkerLink, collective_time
 from lowbw.net.costmodel import step_time
+from lowbw.train.config_fields import RunConfig
 
-__all__ = ["StepPrediction", "predict", "comm_time", "compress_rate"]
+__all__ = ["StepPrediction", "predict", "comm_time", "DDP_BUCKET_BYTES", "LINK_GOODPUT"]
 
 # every all-reduce the cost model times ("native" is gloo's ring: the same times as "ring")
 ALGORITHMS = tuple(a for a in ALLREDUCE_ALGORITHMS if a != "native")
+# payload bytes per byte on the wire (TCP/IPv4 with timestamps over Ethernet: 1448 of 1514), as the virtual clock
+# charges them (RunConfig.link_goodput's default): a link of rate r carries r x LINK_GOODPUT bits/s of payload
+LINK_GOODPUT = next(f.default for f in fields(RunConfig) if f.name == "link_goodput")
+# DDP's bucket size (``bucket_cap_mb`` 25): the bucket of the first layers is ready only when the backward
+# pass ends, so its exchange never hides behind compute (a model of one bucket overlaps nothing)
+DDP_BUCKET_BYTES = 25 * 2**20
 
 
 @dataclass(frozen=True)
@@ -51,43 +54,30 @@ class StepPrediction:
 
 
 def comm_time(ex: Exchange, links: tuple[WorkerLink, ...]) -> tuple[float, str]:
-    """(seconds of the exchange's calls in order, the collective used most) on ``links``."""
+    """(seconds of the exchange's calls in order, the collective used most) on ``links`` (their nominal rates;
+    each call's payload goes as ``nbytes / LINK_GOODPUT`` bytes on the wire)."""
     if len(links) < 2:
         return 0.0, "-"
     total, used = 0.0, Counter()
     for c in ex.calls:
+        wire = c.nbytes / LINK_GOODPUT
         if c.op == "all_gather":
-            total += collective_time("all_gather", "ring", c.nbytes, links, exchange_sizes=not c.sizes_known)
+            total += collective_time("all_gather", "ring", wire, links, exchange_sizes=not c.sizes_known)
             used["all-gather"] += 1
         else:
-            t, a = min((collective_time("all_reduce", a, c.nbytes, links), a) for a in ALGORITHMS)
+            t, a = min((collective_time("all_reduce", a, wire, links), a) for a in ALGORITHMS)
             total += t
             used[a] += 1
     return total, used.most_common(1)[0][0] if used else "-"
 
 
-@cache
-def _rates(path: Path = CLOCK_FILE) -> dict[str, float]:
-    if not path.is_file():
-        return {}
-    by: dict[str, list[float]] = {}
-    for e in json.loads(path.read_text())["entries"].values():
-        if e.get("compressor", "none") != "none" and e.get("clock_compress_mbyte_s"):
-            by.setdefault(e["compressor"], []).append(float(e["clock_compress_mbyte_s"]))
-    return {k: statistics.median(v) for k, v in by.items()}
-
-
-def compress_rate(compressor: str) -> float | None:
-    """This machine's calibrated compression throughput of ``compressor`` (MB of fp32 gradient per s)."""
-    return _rates().get(compressor)
-
-
 def predict(c: Candidate, ex: Exchange, compute_s: float, grad_bytes: float, links: tuple[WorkerLink, ...],
-            household_ex: Exchange | None = None) -> StepPrediction:
+            household_ex: Exchange | None = None, compress_s: float | None = None) -> StepPrediction:
     """The step of candidate ``c`` whose world exchange is ``ex``; ``household_ex``: the exchange a
-    hierarchical candidate makes within its household every step (its links: the first N / households)."""
-    rate = compress_rate(c.compressor) if c.compressor != "none" else None
-    compress = grad_bytes / 1e6 / rate if rate else ex.compress_s
+    hierarchical candidate makes within its household every step (its links: the first N / households);
+    ``compress_s``: compression per exchange on the user's device (:mod:`lowbw.advise.device`; default the
+    exchange's own timing here); ``grad_bytes``: the fp32 gradient's bytes (DDP's buckets)."""
+    compress = ex.compress_s if compress_s is None else compress_s
     comm, coll = comm_time(ex, links)
     h = c.period
     if c.households and household_ex is not None:
@@ -105,6 +95,8 @@ def predict(c: Candidate, ex: Exchange, compute_s: float, grad_bytes: float, lin
         return StepPrediction(compute_s, compress / h, comm / h, compute_s + (compress + comm) / h,
                               ex.bytes_sent / h, coll)
     if c.overlap:
-        step = step_time(compute_s, comm, compress, overlap=True)
+        # the last bucket's share of the exchange starts when the backward pass ends
+        last = min(1.0, DDP_BUCKET_BYTES / grad_bytes) if grad_bytes > 0 else 1.0
+        step = max(step_time(compute_s, comm, compress, overlap=True), compute_s + last * (compress + comm))
         return StepPrediction(compute_s, compress, max(0.0, step - compute_s - compress), step, ex.bytes_sent, coll)
     return StepPrediction(compute_s, compress, comm, compute_s + compress + comm, ex.bytes_sent, coll)

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.advise.candidates import CONFIG_FILE
+from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.bench.presets import load_methods
 
 __all__ = ["Check", "WARMUP", "plan", "run_config", "measured_per_step", "validate", "format_checks"]
@@ -91,7 +92,11 @@ def run_config(advice, inputs: dict[str, Any], steps: int, preset: dict[str, Any
     n = inputs["workers"]
     rates = [r / 1e6 for r in inputs["rates_bps"]]
     link = ({"bandwidth_mbit": rates[0]} if len(set(rates)) == 1 else {"worker_bandwidth_mbit": rates})
-    return {**preset, "model": inputs["model"], "dataset": dataset_for(inputs["model"], inputs["kind"]),
+    # the all-reduce the advice chose (the cost model's fastest for the exchange), not the runs' default ring:
+    # the check times what the advisor recommends
+    chosen = advice.step.collective if advice is not None else None
+    coll = {"collective": chosen} if chosen in ALLREDUCE_ALGORITHMS else {}
+    return {**preset, **coll, "model": inputs["model"], "dataset": dataset_for(inputs["model"], inputs["kind"]),
             "workers": n, "batch_size": inputs["batch"] * n, "steps": steps, "epochs": 0, "seed": 0,
             "latency_ms": 1e3 * inputs["latency_s"], **link, "backend": "procs", "testbed": True,
             "log_every": 1, "eval_every": 1e6, "test_limit": 100, "progress": False}

@@ -4,9 +4,11 @@ and one worker's compute per step (forward and backward of its local batch).
 Three ways in: one of lowbw's models by name (built on the meta device: nothing allocated), a module of the
 user's (``path.py:build``, ``build()`` returns an ``nn.Module``), or a bare parameter count (the shapes of a
 GPT-style transformer of that size). Compute per step, in order of preference: the user's ``--step-ms``;
-``--measure`` (forward and backward timed here, median of 3 after a warm-up); lowbw's calibration of this
-machine (``config/clock.json``, per sample, where it holds the model); otherwise the model's multiply-adds
-counted on the meta device, at the rate the calibration measured for the MLP (a CPU estimate, labelled so).
+``--measure`` (forward and backward timed here, median of 3 after a warm-up); lowbw's fit of this machine over
+several batch sizes (``config/compute_fit.json``: a fixed cost per step plus a cost per sample, at the batch
+used); its calibration (``config/clock.json``, per sample, where it holds the model); otherwise the model's
+multiply-adds counted on the meta device, at the rate the calibration measured for the MLP (a CPU estimate,
+labelled so).
 """
 
 from __future__ import annotations
@@ -24,9 +26,11 @@ from typing import Any
 
 from lowbw.advise.cache import load_cache, save_cache
 
-__all__ = ["Workload", "from_model", "from_file", "from_params", "transformer_shapes", "CLOCK_FILE"]
+__all__ = ["Workload", "from_model", "from_file", "from_params", "transformer_shapes", "example_input", "build_named",
+           "CLOCK_FILE", "FIT_FILE"]
 
 CLOCK_FILE = Path(__file__).resolve().parents[2] / "config" / "clock.json"
+FIT_FILE = Path(__file__).resolve().parents[2] / "config" / "compute_fit.json"  # python -m lowbw.bench.compute_fit
 TRAIN_DIR = Path(__file__).resolve().parents[1] / "train"  # cached shapes and multiply-adds hold while its sources do
 GPT_VOCAB = 50257  # a GPT-2 tokenizer's vocabulary, for --params' transformer shapes
 
@@ -56,7 +60,7 @@ def _kind(name: str) -> str:
     return "lm" if name.startswith("gpt") else "image"
 
 
-def _example_input(name: str, model: Any, batch: int, device: str):
+def example_input(name: str, model: Any, batch: int, device: str):
     """A batch the named lowbw model accepts: token ids for the GPTs, images otherwise (MNIST's 1x28x28 for
     the MLP, ImageNet's 3x224x224 for the ImageNet models, CIFAR's 3x32x32 for the rest)."""
     import torch  # lazy: importing torch costs about a second
@@ -74,7 +78,7 @@ def _example_input(name: str, model: Any, batch: int, device: str):
 def _no_init(active: bool):
     """Skip ``torch.nn.init``'s initialisers while a model is built only for its shapes and multiply-adds:
     its values are never read (initialising an ImageNet model takes seconds)."""
-    import torch  # lazy: see _example_input
+    import torch  # lazy: see example_input
 
     if not active:
         yield
@@ -90,7 +94,8 @@ def _no_init(active: bool):
             setattr(torch.nn.init, n, f)
 
 
-def _build_named(name: str, device: str):
+def build_named(name: str, device: str):
+    """lowbw model ``name`` with its dataset's classes and input size (:func:`example_input`'s)."""
     from lowbw.train.models import IMAGENET_MODELS, build_model  # lazy: torch, on a cache miss only
 
     with contextlib.nullcontext():
@@ -108,7 +113,7 @@ def _macs(module, x) -> float:
     """Multiply-adds of one forward pass of ``x`` through ``module``: every Linear and
     Conv layer's output elements times its fan-in (attention's own products and element-wise work are left
     out: they are small beside the layers at the sizes lowbw trains)."""
-    import torch  # lazy: see _example_input
+    import torch  # lazy: see example_input
 
     total = [0.0]
 
@@ -134,9 +139,29 @@ def _clock_entries(path: Path = CLOCK_FILE) -> list[dict[str, Any]]:
     return list(json.loads(path.read_text())["entries"].values())
 
 
+def _fitted_compute(name: str, batch: int, path: Path = FIT_FILE) -> tuple[float, str] | None:
+    """Compute per step from this machine's fit over several batch sizes (fixed + per sample), if it holds
+    the model."""
+    if not path.is_file():
+        return None
+    d = json.loads(path.read_text())
+    m = d["models"].get(name)
+    if m is None:
+        return None
+    bs = m["batches"]
+    inside = "" if min(bs) <= batch <= max(bs) else f", extrapolated from batches {min(bs)}-{max(bs)}"
+    return (m["fixed_s"] + m["per_sample_s"] * batch,
+            f"fitted on this machine ({path.name}: {m['fixed_s'] * 1e3:.3g} ms + {m['per_sample_s'] * 1e3:.3g} "
+            f"ms/sample, {d['threads']} thread(s){inside})")
+
+
 def _calibrated_compute(name: str, batch: int, macs_of: Callable[[str], float]) -> tuple[float, str] | None:
-    """Compute per step from this machine's calibration: the model's own per-sample time if calibrated, else
-    its multiply-adds at the calibrated MLP's rate. None without a calibration file."""
+    """Compute per step from this machine's calibration: the fit over batch sizes where it holds the model,
+    else the clock's per-sample time (measured at one batch, applied linearly), else its multiply-adds at the
+    calibrated MLP's rate. None without a calibration file."""
+    fitted = _fitted_compute(name, batch)
+    if fitted is not None:
+        return fitted
     entries = _clock_entries()
     own = [e["clock_sample_s"] for e in entries if e.get("model") == name and e.get("compressor") == "none"]
     if own:
@@ -169,12 +194,12 @@ def _facts(name: str) -> dict[str, Any]:
         import torch  # lazy: only a model not yet in the cache needs torch (about a second to import)
 
         with _no_init(True):
-            model = _build_named(name, "cpu")
+            model = build_named(name, "cpu")
         with torch.no_grad():
             for p in model.parameters():
                 p.zero_()  # uninitialised memory may hold denormals, which slow the counting forward pass
         cached[name] = {"shapes": [[n, list(s)] for n, s in _shapes(model)],
-                        "macs": 3.0 * _macs(model, _example_input(name, model, 1, "cpu"))}  # backward ~ 2x forward
+                        "macs": 3.0 * _macs(model, example_input(name, model, 1, "cpu"))}  # backward ~ 2x forward
         save_cache("models", TRAIN_DIR, cached)
     return cached[name]
 
@@ -199,8 +224,8 @@ def from_model(name: str, batch: int = 32, step_ms: float | None = None, measure
     if measure:
         import torch  # lazy: --measure trains nothing but times forward + backward, which needs torch
 
-        m = _build_named(name, "cpu")
-        x = _example_input(name, m, batch, "cpu")
+        m = build_named(name, "cpu")
+        x = example_input(name, m, batch, "cpu")
         return Workload(name, _kind(name), _shapes(m), _measure(m, x, lambda y: y.float().sum()),
                         f"measured here (--measure, batch {batch}, {torch.get_num_threads()} threads)")
     shapes = tuple((n, tuple(s)) for n, s in _facts(name)["shapes"])
@@ -234,7 +259,7 @@ def _load_callable(spec: str) -> Callable:
 def from_file(spec: str, batch: int = 32, step_ms: float | None = None, measure: bool = False) -> Workload:
     """The user's own ``nn.Module`` from ``path.py:build`` (``build()`` returns it). Compute: ``step_ms``, or
     ``measure`` when the module also defines ``example_input(batch)`` (its loss: the output's sum)."""
-    import torch  # lazy: see _example_input
+    import torch  # lazy: see example_input
 
     fn = _load_callable(spec)
     model = fn()

@@ -42,6 +42,9 @@ class ARTopK(Sparse):
     """ARTopk with ``ratio`` (k = ceil(ratio n)), ``mode`` star | var, error feedback (on by default)."""
 
     name = "artopk"
+    # its residual (read 2, write 1), the selection (read 1, mask 0.25), the new residual (read 1, write 1),
+    # decode into zeros (write 1)
+    passes = 7.25
     summable = True  # aggregates with broadcast + all-reduce, never all-gather of payloads
     has_own_memory = True
 

@@ -247,6 +247,14 @@ class Compressor:
     #: True where every rank's payload parts have lengths set by the tensor's shape alone (top-k): a
     #: bucket's all-gather then needs no size exchange (lowbw.compress.packing)
     fixed_size: ClassVar[bool] = False
+    #: memory traffic of one compress + decompress of n fp32 entries, in passes over the gradient (4 n bytes):
+    #: each full read or write of an n-entry fp32 tensor (input, temporaries, state, output) counts 1, a
+    #: 16-bit one 0.5, an 8-bit one 0.25; payloads of k << n entries count nothing. A device's roofline
+    #: (:mod:`lowbw.advise.device`) times a compressor it has no measurement of as passes x 4 n / bandwidth.
+    passes: ClassVar[float] = 4.0
+    #: the passes of ``_subtract_decoded`` (error feedback's new residual): a dense decode (write 1) and the
+    #: subtraction (read 2, write 1); sparse payloads override it with 0 (a scatter of k entries)
+    subtract_passes: ClassVar[float] = 4.0
 
     def __init__(self) -> None:
         self._default_state: State | None = None
@@ -452,6 +460,11 @@ class ErrorFeedback(Compressor):
     @property
     def fixed_size(self) -> bool:  # type: ignore[override]
         return self.inner.fixed_size
+
+    @property
+    def passes(self) -> float:  # type: ignore[override]
+        """The inner compressor's passes, plus g + e (read 2, write 1) and the new residual's subtraction."""
+        return self.inner.passes + 3.0 + self.inner.subtract_passes
 
     @property
     def name(self) -> str:  # type: ignore[override]

@@ -37,6 +37,9 @@ class SparseLoCo(Compressor):
     per chunk; ``decay``: the accumulator's decay (beta; 1 = plain error feedback)."""
 
     name = "sparseloco"
+    # error feedback (read 2, write 1), top-k per chunk (read 1, write 1 magnitudes), 2-bit values (nothing
+    # per entry), new residual (read 1, write 1), decode into zeros (write 1)
+    passes = 8.0
     has_own_memory = True
 
     def __init__(self, ratio: float = 0.02, chunk: int = 4096, decay: float = 0.95):

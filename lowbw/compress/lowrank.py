@@ -57,6 +57,9 @@ class PowerSGD(Compressor):
     """
 
     name = "powersgd"
+    # error feedback M = g + e (read 2, write 1), P = M Q and Q = M^T P (read 2), decode P Q^T (write 1),
+    # new residual e = M - P Q^T (read 2, write 1); the rank-r factors cost nothing per entry
+    passes = 9.0
     summable = True  # aggregates with all-reduce only (two rounds: P then Q)
     has_own_memory = True
 

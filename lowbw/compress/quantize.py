@@ -80,6 +80,8 @@ class Cast(Compressor):
     """
 
     summable = True
+    # fp16/bf16: read 1, write 0.5; decode read 0.5, write 1 (none: the cast is a no-op copy, read 1 write 1)
+    passes = 3.0
     _WIRE = {"none": torch.float32, "fp16": torch.float16, "bf16": torch.bfloat16}
 
     def __init__(self, kind: str = "none"):
@@ -163,6 +165,9 @@ class Blockwise(Compressor):
         self.code_dtype = torch.int16 if bits == 16 else torch.int8
 
     name = "blockwise"
+    # absmax per block (read 1), scaled and rounded codes (read 1, write 1 fp32 temporary, 0.25 codes),
+    # decode (codes 0.25, fp32 levels write 1, scale read 1 write 1)
+    passes = 6.5
 
     @staticmethod
     def _prepare(tensor: Tensor) -> Tensor:  # the finite check happens on the block scales (free)
@@ -329,6 +334,9 @@ class QSGD(Compressor):
     """
 
     name = "qsgd"
+    # norm (read 1), scaled levels and uniform noise (read 1, write 2), rounded codes (read 2, write 0.25),
+    # decode (write 1, scale read 1 write 1)
+    passes = 9.0
     batched = True  # the row loop of Compressor._encode_batch: no threads; each row draws from its own State
 
     def __init__(self, levels: int = 127, block_size: int = 512):
@@ -390,6 +398,8 @@ class TernGrad(Compressor):
     per tensor: unbiased. 2-bit codes (packed 4 per byte) + one fp32 scale."""
 
     name = "terngrad"
+    # max (read 1), noise and comparison (read 2, write 1.25), decode (write 1, scale read 1 write 1)
+    passes = 7.5
     batched = True  # the row loop of Compressor._encode_batch: no threads; each row draws from its own State
 
     def __init__(self) -> None:
@@ -428,6 +438,8 @@ class TwoBit(Compressor):
     parameter both sides know, so nothing else is sent."""
 
     name = "twobit"
+    # two comparisons against the threshold (read 2, write 0.5), decode (write 1, select read 1 write 1)
+    passes = 5.5
     batched = True  # the row loop of Compressor._encode_batch: no threads; each row draws from its own State
 
     def __init__(self, threshold: float = 0.5):

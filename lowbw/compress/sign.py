@@ -43,6 +43,7 @@ class SignSGD(Compressor):
     (whose sign is the majority vote). Scale-free: the learning rate carries the magnitude."""
 
     name = "signsgd"
+    passes = 2.0  # signs packed to bits (read 1), decode to +-1 (write 1)
 
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         return [_sign_bits(x)], {}
@@ -55,6 +56,7 @@ class ScaledSign(Compressor):
     """Scaled sign (Karimireddy et al. 2019, EF-SignSGD): ``||g||_1 / n * sign(g)``. Bits + one fp32 scale."""
 
     name = "ef_signsgd"
+    passes = 4.0  # L1 norm (read 1), signs (read 1), decode (write 1) and scale (read 1 write 1)
 
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         n = x.numel()
@@ -78,6 +80,8 @@ class OneBit(Compressor):
     """
 
     name = "onebit"
+    # column means of each sign (read 2, write 1 mask), signs (read 1), decode (write 1, select read 1 write 1)
+    passes = 7.0
 
     def __init__(self, granularity: str = "block", block_size: int = 2048):
         super().__init__()

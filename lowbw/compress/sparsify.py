@@ -89,6 +89,10 @@ def topk_rows(x: Tensor, k: int) -> Tensor:
 class Sparse(Compressor):
     """Base of the sparsifiers: payload ``[indices, values]`` (or ``[values]`` when indices are shared)."""
 
+    # selection by magnitude (read 1, a byte mask 0.25), decode into zeros (write 1); k entries: nothing
+    passes = 2.5
+    subtract_passes = 0.0  # a scatter of k entries
+
     def decode(self, payload: Payload) -> Tensor:
         out = torch.zeros(payload.numel, dtype=torch.float32, device=payload.parts[-1].device)
         self.decode_add(payload, out)
@@ -208,6 +212,7 @@ class RandomK(Sparse):
 
     name = "randomk"
     summable = True
+    passes = 1.0  # the seeded indices and a gather of k entries cost nothing per entry; decode into zeros (write 1)
 
     def __init__(self, ratio: float = 0.01, seed: int = 0, unbiased: bool = False):
         super().__init__()
@@ -250,6 +255,9 @@ class DGC(Sparse):
     """
 
     name = "dgc"
+    # its momentum and accumulation (read 4, write 2), the sampled threshold selection (read 1, mask 0.25),
+    # clearing the sent entries (nothing per entry), decode into zeros (write 1)
+    passes = 8.25
     has_own_memory = True
 
     def __init__(self, ratio: float = 0.001, momentum: float = 0.9, clip_norm: float | None = None,

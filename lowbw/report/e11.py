@@ -9,7 +9,8 @@ clock. For each setting the advisor is built without it -- its efficiency table
 (for a re-timed experiment those runs are also its other networks' runs, so all of them go) -- and ranks the
 methods measured there (:func:`lowbw.advise.rank.rank`, each method as its runs' config sets it,
 :func:`lowbw.advise.candidates.candidate_from_config`; a scheme whose step the advisor does not model, such as
-ssp or async, is left out and counted). Its inputs are what a user gives: the model, the workers, the links
+ssp or async, is left out and counted, and so is a method measured nowhere but in the held-out setting: nothing
+would be left to predict its steps from). Its inputs are what a user gives: the model, the workers, the links
 (a bandwidth trace as its time-weighted mean rate) and the compute per step (the setting's runs' median
 virtual compute per step, as ``--step-ms``). A stricter variant holds out every run of the same dataset,
 model and workers (all experiments, all networks).
@@ -235,16 +236,24 @@ def _evaluate(s: dict, runs, cfgs, holdout: str) -> dict[str, Any] | None:
                             "seeds": len(times), "step_s": statistics.fmean(s["per_step"](r) for _, r in gm.iterrows())}
         c = candidate_from_config(str(method), cfgs[_ids(gm)[0]])
         (cands.append(c) if c is not None else left_out.append(str(method)))
+    # a method measured only in the held-out setting has no steps to the target left to predict it from: the
+    # advisor could only assume dense's steps ("bytes only"), so it is not ranked but named (E9's methods were
+    # measured nowhere else and made held-out E9 settings pick dense)
+    table = efficiency.rows_from_runs(rest)
+    have = {str(r["method"]) for r in table}
+    unmeasured = [c.name for c in cands if c.name not in have]
+    cands = [c for c in cands if c.name in have]
+    left_out += [f"{m} (measured nowhere else)" for m in unmeasured]
     if len(cands) < 2:  # one ranked method cannot be chosen wrongly: not a test of the advisor
         return None
     compute = statistics.median(float(r["t_virtual_compute"]) / max(1, int(r["step"])) for _, r in mine.iterrows())
     batch = int(mine["batch_size"].iloc[0]) if "batch_size" in mine else 32
     w = from_model(s["model"], batch, step_ms=compute * 1e3)
     budget = float(mine["step"].max())  # the held-out runs' length: what a user would give as --max-steps
-    ranking = rank(w, s["links"], efficiency.rows_from_runs(rest), metric, value, cands=tuple(cands), budget=budget)
+    ranking = rank(w, s["links"], table, metric, value, cands=tuple(cands), budget=budget)
     order = [a.candidate.name for a in ranking]
     pick = order[0]
-    reached = {m: v for m, v in measured.items() if v["reached"] and m in order}
+    reached = {m: v for m, v in measured.items() if v["reached"] and m in order}  # the best among those ranked
     best = min(reached, key=lambda m: reached[m]["ttt_s"]) if reached else None
     regret = (measured[pick]["ttt_s"] / reached[best]["ttt_s"] - 1) if best and measured[pick]["reached"] else math.inf
     rho = spearman([order.index(m) for m in reached], [reached[m]["ttt_s"] for m in reached])
