@@ -225,7 +225,7 @@ def exchange(c: Candidate, shapes: tuple[tuple[str, tuple[int, ...]], ...],
         total_s += dt
         per_tensor.append((parts, summable))
     if f"{spec}|fixed" not in cache_:
-        comp = comp or _make(c)
+        comp = comp or compressor_of(c)
         cache_[f"{spec}|packs"] = bool(comp.packs)
         cache_[f"{spec}|fixed"] = bool(comp.fixed_size)
         dirty = True
