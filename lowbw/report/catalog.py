@@ -205,15 +205,16 @@ MACROS: dict[str, str] = {
     # E7 fluctuating bandwidth
     "ESevenTarget": "target test accuracy (%)",
     "ESevenAdaptiveSeeds": "how many of the adaptive method's seeds reached the target (words)",
-    "ESevenTttAdaptive": "adaptive choice's mean virtual time to the target (duration or never)",
+    "ESevenTttAdaptive": "adaptive choice's median virtual time to the target over all seeds, a seed that never "
+                         "arrived counting as the slowest (duration or never)",
     "ESevenAccAdaptive": "its mean final test accuracy (%)",
     **{f"ESeven{q}Fixed{w}": d for w in E7_DENSITIES.values() for q, d in (
-        ("Ttt", "mean virtual time to the target of a fixed density (duration or never)"),
+        ("Ttt", "median virtual time to the target of a fixed density over all seeds (duration or never)"),
         ("Acc", "mean final test accuracy of a fixed density (%)"),
         ("Density", "that top-k density"))},
     "ESevenBestFixed": "the fixed density first to the target",
-    "ESevenAdaptiveVsBest": "best fixed time / adaptive time",
-    "ESevenAdaptiveP": "Welch p of adaptive vs best fixed time to target",
+    "ESevenAdaptiveVsBest": "best fixed median time / adaptive median time (all seeds)",
+    "ESevenAdaptiveP": "Mann-Whitney U p of adaptive vs best fixed time to target over all seeds",
     "ESevenSignificance": "whether that difference is significant (words)",
     # E8 simulator vs testbed
     "EEightTolerance": "the step-time tolerance (%)",

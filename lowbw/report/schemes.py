@@ -14,7 +14,7 @@ from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import accuracy_curves
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.stats import welch
-from lowbw.report.training import eval_lines, group_accuracy, group_times, matching, retime, run_times
+from lowbw.report.training import eval_lines, group_accuracy, group_times, matching, retime, run_times, ttt_cell
 
 __all__ = ["E5", "E6"]
 
@@ -124,10 +124,9 @@ def table(st: Stats, key: str, caption: str) -> str:
     for i, r in acc.iterrows():
         t = times.loc[r["group"]]
         sig = r"$^{*}$" if r["significant"] and b is not None and i != b else ""
-        k = int(t["seeds_reached"])
-        ttt = "--" if k == 0 else fmt_duration(t["ttt_mean_s"]) + ("" if k == n else f" ({k}/{n})")
-        speed = (fmt_num(base_t["ttt_mean_s"] / t["ttt_mean_s"], 3)
-                 if base_t is not None and k and base_t["seeds_reached"] else "--")
+        ttt = ttt_cell(t)
+        both = base_t is not None and t["seeds_reached"] == t["seeds"] and base_t["seeds_reached"] == base_t["seeds"]
+        speed = fmt_num(base_t["ttt_mean_s"] / t["ttt_mean_s"], 3) if both else "--"  # every seed of both arrived
         rows.append([", ".join(escape(r[c]) for c in st.meta["by"]),
                      fmt_num(100 * r["test_acc_mean"], 3) + r" $\pm$ " + fmt_num(100 * r["test_acc_std"], 2) + sig,
                      fmt_num(r["bytes_per_worker_step"] / 1e3, 3), ttt, speed])
