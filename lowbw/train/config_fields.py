@@ -178,6 +178,12 @@ class RunConfig:
     compressor_args: dict = _f({}, "keyword arguments of the compressor, e.g. {ratio: 0.01}", group="sync")
     error_feedback: str = _f("auto", "wrap the compressor in error feedback: auto (when the method wants it), "
                              "on, off", enum=["auto", "on", "off"], group="sync")
+    compress_target: str = _f("gradient", "sync with a compressor: what each worker compresses (with its error "
+                              "feedback) and the group averages: gradient (then one optimiser step on the "
+                              "average) or update (each worker's own optimiser direction from its uncompressed "
+                              "gradient, e.g. Adam's m/sqrt(v), applied averaged: error feedback on the update, "
+                              "so that no residual enters Adam's second moment; the 1-bit Adam line's remedy)",
+                              enum=["gradient", "update"], group="sync")
     granularity: str = _f("auto", "aggregate each parameter tensor separately (layer) or the whole gradient as "
                           "one flat vector (flat, like one DDP bucket); auto: flat when dense, layer with a "
                           "compressor (as GRACE compresses per tensor)", enum=["auto", "layer", "flat"],
