@@ -152,7 +152,7 @@ def _experiment(key: str, experiments: list[str], by: list[str], baseline: dict[
 
 E5 = _experiment(
     "e5", ["e5_batch"], ["method"], {"method": "b128"}, "E5: batch-size schemes",
-    "Batch size schemes ({n} seeds): b128 = constant global batch 128; b1024 = batch 1024 with the linear "
+    "Batch size schemes ({n} seeds): b128 = constant global batch 128; b1024 = batch 1024 with the square-root "
     "scaling rule and warm-up; dyn = dynamic batch size (the draft's prose rule); adam* = the same schemes "
     "with Adam at learning rate $10^{{-3}}$. Bytes per worker and step, virtual time to {target}\\,\\% at "
     "{focus}\\,Mbit/s and speed-up over SGD at batch 128. $^*$: accuracy differs from SGD b128 (Welch $p<0.05$).")

@@ -135,7 +135,9 @@ class RunConfig:
     lr_milestones: list[float] = _f([0.5, 0.75], "step: fractions of training at which lr is multiplied by "
                                     "lr_gamma (thesis: 32k and 48k of 64k iterations)", group="optim")
     lr_gamma: float = _f(0.1, "step: factor at each milestone", exclusive_minimum=0, maximum=1, group="optim")
-    lr_scaling: str = _f("none", "linear: lr x B / base_batch_size (Goyal et al. 2017)", enum=["none", "linear"],
+    lr_scaling: str = _f("none", "linear: lr x B / base_batch_size (Goyal et al. 2017); sqrt: lr x sqrt(B / "
+                         "base_batch_size) (Krizhevsky 2014, Hoffer et al. 2017: where the linear rule's rate "
+                         "exceeds what the model trains stably at)", enum=["none", "linear", "sqrt"],
                          group="optim")
     base_batch_size: int = _f(128, "batch size at which lr is given (linear scaling rule)", minimum=1,
                               group="optim")
@@ -383,9 +385,11 @@ class RunConfig:
         return int(round(self.overlap_epochs * n_train * self.copies_per_sample))
 
     def lr_target(self) -> float:
-        """Peak learning rate (after linear scaling)."""
+        """Peak learning rate (after linear or square-root scaling)."""
         if self.lr_scaling == "linear":
             return self.lr * self.global_batch / self.base_batch_size
+        if self.lr_scaling == "sqrt":
+            return self.lr * math.sqrt(self.global_batch / self.base_batch_size)
         return self.lr
 
     def derived(self, n_train: int | None = None) -> dict[str, Any]:
