@@ -154,7 +154,7 @@ def _cos(a, b):
 # ------------------------------------------------------------------ bytes on the wire, worked out by hand
 # Independent of the implementation's own helpers: every number below comes from the parameters' shapes,
 # the wire dtypes' sizes and each compressor's documented format (defaults: top-k/random-k/AR-top-k 1 %, DGC
-# 0.1 %, SparseLoCo 2 % per 4096-value chunk, block-wise 8-bit blocks of 2048, QSGD 127 levels in int8 per 512,
+# 0.1 %, SparseLoCo (authors) 82 of a 64 x 64 tile, block-wise 8-bit blocks of 2048, QSGD 127 levels in int8 per 512,
 # PowerSGD rank 1 with min_compression_rate 2, DeMo 32 coefficients per block). With 2 workers a ring
 # all-reduce of k values sends each value once (its two chunks, one per phase), a broadcast sends the root's
 # tensor once, and a ring all-gather sends this rank's block once after its shape header of (2 + 8 dims)
@@ -163,7 +163,9 @@ N_ELEMS = [512, 32, 1024, 32, 128, 4]  # SHAPES' element counts: 32x16, 32, 32x3
 N_DIMS = [2, 1, 2, 1, 2, 1]
 assert [math.prod(s) for s in SHAPES] == N_ELEMS and [len(s) for s in SHAPES] == N_DIMS
 K1 = [6, 1, 11, 1, 2, 1]  # ceil(1 % of n), at least 1: 5.12, 0.32, 10.24, 0.32, 1.28, 0.04
-K2 = [11, 1, 21, 1, 3, 1]  # ceil(2 % of n): 10.24, 0.64, 20.48, 0.64, 2.56, 0.08
+# SparseLoCo's authors' variant: 82 per 2-D tile (these matrices are one tile each, clamped to the tile's size:
+# 512, 1024 and 128 values all exceed 82), max(1, round(n * 82 / 4096)) per 1-D run: 0.64 -> 1, 0.08 -> 1
+K_SLC = [82, 1, 82, 1, 82, 1]
 HDR = 80  # a ring all-gather's shape header
 
 
@@ -196,8 +198,8 @@ def _packed(name: str, n: int, d: int, i: int) -> int:
         return 8 * K1[i] + _payload_header(d, 2)
     if name == "dgc":  # k = ceil(0.1 % of n) int32 indices + fp32 values: 1, but 2 for the 32x32 (1.024)
         return 8 * (2 if n == 1024 else 1) + _payload_header(d, 2)
-    if name == "sparseloco":  # k int16 indices, k 2-bit codes, two fp32 levels per (single) chunk
-        return 2 * K2[i] + _ceil(2 * K2[i], 8) + 8 + _payload_header(d, 3)
+    if name == "sparseloco":  # k int16 indices, k 2-bit codes, a shift and 4 bin means (fp32) per tensor
+        return 2 * K_SLC[i] + _ceil(2 * K_SLC[i], 8) + 20 + _payload_header(d, 3)
     raise AssertionError(name)
 
 

@@ -93,10 +93,17 @@ def _data_bytes(name: str, shape: tuple[int, ...]) -> int:
     n = math.prod(shape)
     k = 0 if n == 0 else max(1, math.ceil(0.01 * n))
     ceil = math.ceil
-    if name == "sparseloco":  # chunks of 4096, 2 % kept: int16 index + 2-bit code each, 2 fp32 levels a chunk
-        full, tail = divmod(n, 4096)
-        kk = full * 82 + (max(1, ceil(0.02 * tail)) if tail else 0)
-        return 2 * kk + ceil(2 * kk / 8) + 8 * (full + (tail > 0))
+    if name == "sparseloco":  # authors: tiles <= 64 x 64 (1-D: runs <= 4096), 82 kept of a full tile, int16
+        from lowbw.compress.demo import largest_divisor_at_most as div  # index + 2-bit code each, 5 fp32 a tensor
+
+        if len(shape) >= 2 and n:
+            rows, cols = shape[0], n // shape[0]
+            size = div(rows, 64) * div(cols, 64)
+            kk = (n // size) * min(82, size)
+        else:
+            run = div(n, 4096) if n else 1
+            kk = (n // run) * min(max(1, round(run * 82 / 4096)), run)
+        return 2 * kk + ceil(2 * kk / 8) + 20
     if name == "demo":  # DCT blocks: largest divisors <= 64 of rows and columns; 32 of each: int16 + fp32
         from lowbw.compress.demo import largest_divisor_at_most as div
 

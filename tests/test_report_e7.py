@@ -42,3 +42,33 @@ def test_every_method_is_named_and_drawn_in_both_panels():
                                                        if x not in adaptive)
     lo, hi = chosen.get_ylim()
     assert lo <= 0.001 and hi >= 0.1  # every fixed density is inside the right panel
+
+
+def test_numbers_count_the_seed_that_never_arrived():
+    """The case E7 had: 2 of 3 adaptive seeds reach the target. Its time is the median over all three (the
+    third counted as the slowest), not the arrivals' mean, and the test is over all seeds (Mann-Whitney: with
+    three seeds a side never significant)."""
+    import math
+
+    import pandas as pd
+
+    from lowbw.report.e7 import ADAPTIVE, FIXED, numbers
+    from lowbw.report.experiment import Stats
+    from lowbw.report.stats import censored
+
+    nan = float("nan")
+    ttt = {"moo": [8.0, 9.0, nan], "topk01": [12.0, 13.0, 14.0], "topk1": [10.0, 11.0, 12.0],
+           "topk10": [nan, nan, nan]}
+    role = {"moo": ADAPTIVE, "topk01": FIXED, "topk1": FIXED, "topk10": FIXED}
+    density = {"moo": 0.01, "topk01": 0.001, "topk1": 0.01, "topk10": 0.1}
+    runs = pd.DataFrame([{"method": m, "seed": s, "ttt_s": t} for m, ts in ttt.items() for s, t in enumerate(ts)])
+    methods = pd.DataFrame([{"method": m, "role": role[m], "density": density[m], "test_acc_mean": 0.9,
+                             "ttt_median_s": censored(ts).median, "seeds_reached": censored(ts).arrived,
+                             "seeds": 3} for m, ts in ttt.items()])
+    out = numbers(Stats({"runs": runs, "methods": methods}, {"target_acc": 0.9, "seeds": 3, "workers": 4}))
+    assert out["ESevenTttAdaptive"] == "9 s"  # median of (8, 9, never); the arrivals' mean would be 8.5
+    assert out["ESevenAdaptiveSeeds"] == "with only 2 of its 3 seeds"
+    assert out["ESevenBestFixed"] == "topk1" and out["ESevenAdaptiveVsBest"] == "1.22"  # 11 / 9
+    assert out["ESevenTttFixedTen"] == "never"
+    assert float(out["ESevenAdaptiveP"]) >= 0.1 and out["ESevenSignificance"] == "not significant"
+    assert not math.isnan(float(out["ESevenAdaptiveP"]))

@@ -59,3 +59,10 @@ def test_cosine_and_warmup_with_linear_scaling():
     assert s(2000) == pytest.approx(0.4)
     assert s(6000) == pytest.approx(0.4 * 0.5 * (1 + math.cos(math.pi * 0.5)))
     assert s(10000) == pytest.approx(0.0, abs=1e-12)
+
+
+def test_square_root_scaling_warms_up_from_the_unscaled_lr():
+    """lr_scaling: sqrt: batch 512 at base 128 -> lr x 2, reached after the warm-up from the unscaled lr."""
+    s, cfg = sched(lr=0.1, epochs=10, batch_size=512, lr_scaling="sqrt", warmup_epochs=2, lr_schedule="cosine")
+    assert cfg.lr_target() == pytest.approx(0.2)
+    assert s(0) == pytest.approx(0.1) and s(2000) == pytest.approx(0.2)

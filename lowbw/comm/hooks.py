@@ -329,13 +329,10 @@ def _aggregate_together(comp, job: _Job, coll, cstate) -> None:
                 o.div_(n)
     else:
         blobs = coll.all_gather(_pack(payloads))
-        outs = [torch.zeros(p.numel, dtype=torch.float32, device=job.buffer.device) for p in payloads]
-        for r, blob in enumerate(blobs):
-            for p, parts, o in zip(payloads, _unpack(blob, payloads, r), outs):
-                comp.decode_add(replace(p, parts=parts), o)
-        if n > 1:
-            for o in outs:
-                o.div_(n)
+        per_rank = [_unpack(blob, payloads, r) for r, blob in enumerate(blobs)]
+        outs = [comp.combine([replace(p, parts=parts[i]) for parts in per_rank],
+                             torch.zeros(p.numel, dtype=torch.float32, device=job.buffer.device))
+                for i, p in enumerate(payloads)]
     for t, o in zip(job.tensors, outs):
         t.copy_(o.view(t.shape))
 

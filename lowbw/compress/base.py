@@ -428,11 +428,18 @@ class Compressor:
             gathered = yield Request("all_gather", payload.parts, self.fixed_size)
             device = payload.parts[0].device if payload.parts else torch.device("cpu")
             out = torch.zeros(payload.numel, dtype=torch.float32, device=device)
-            for r in range(n):
-                self.decode_add(replace(payload, parts=tuple(g[r] for g in gathered)), out)
-            if n > 1:
-                out /= n
+            self.combine([replace(payload, parts=tuple(g[r] for g in gathered)) for r in range(n)], out)
         return out.to(payload.dtype).view(payload.shape)
+
+    def combine(self, payloads: list[Payload], out: Tensor) -> Tensor:
+        """The group's average of the gathered payloads of one tensor (rank order) into ``out``, a zeroed flat
+        fp32 tensor: here the decoded payloads summed in rank order and divided by their number. A compressor
+        whose authors aggregate otherwise (SparseLoCo's mean over the senders of each index) overrides it."""
+        for p in payloads:
+            self.decode_add(p, out)
+        if len(payloads) > 1:
+            out /= len(payloads)
+        return out
 
 
 class ErrorFeedback(Compressor):

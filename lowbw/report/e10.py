@@ -37,6 +37,7 @@ from lowbw.report.common import fmt_duration, plotting, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.report.stats import censored
 from lowbw.report.training import time_to_target
 from lowbw.train.config import RunConfig
 
@@ -125,9 +126,10 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
                                   else c, kind="stable", ignore_index=True)
 
     def _ms(x) -> tuple[float, float]:
+        """Mean and std over every seed; NaN where a seed has none (a time to target that never came: the
+        mean of the arrivals alone is never taken, the median over all seeds is, below)."""
         x = np.asarray(x, dtype=float)
-        x = x[np.isfinite(x)]
-        if not len(x):
+        if not len(x) or not np.isfinite(x).all():
             return math.nan, math.nan
         return float(x.mean()), float(x.std(ddof=1)) if len(x) > 1 else 0.0
 
@@ -135,7 +137,9 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
     for (net, meth), g in per_run.groupby(["network", "method"], sort=False):
         tr, er, tt, acc = _ms(g["ttt_ratio"]), _ms(g["end_ratio"]), _ms(g["ttt_s"]), _ms(g["quality"])
         slow.append({"network": net, "method": meth, "links": g["links"].iloc[0], "ttt_mean_s": tt[0],
-                     "ttt_std_s": tt[1], "ttt_ratio_mean": tr[0], "ttt_ratio_std": tr[1],
+                     "ttt_std_s": tt[1], "ttt_median_s": censored(g["ttt_s"]).median,
+                     "ttt_ratio_median": censored(g["ttt_ratio"]).median,
+                     "ttt_ratio_mean": tr[0], "ttt_ratio_std": tr[1],
                      "end_ratio_mean": er[0], "end_ratio_std": er[1], f"{goal.metric}_mean": acc[0],
                      f"{goal.metric}_std": acc[1],
                      "seeds_reached": int(np.isfinite(g["ttt_ratio"].to_numpy(float)).sum()),
@@ -340,15 +344,19 @@ def _check_numbers(st: Stats) -> dict[str, str]:
 
 def _cell(r, ratio: bool) -> str:
     k, n = int(r["seeds_reached"]), int(r["seeds"])
+    # every seed arrived: the mean; else the median over all seeds (a seed that never arrived, or whose run on
+    # the even network never did, counts as the slowest), "--" where that median is never reached
     if ratio:
         run = r"($\times$" + fmt_num(r["end_ratio_mean"], 3) + ")" if math.isfinite(r["end_ratio_mean"]) else ""
-        if k == 0:
-            return "-- " + run
-        s = r"$\times$" + fmt_num(r["ttt_ratio_mean"], 3) + " " + run
+        x = r["ttt_ratio_mean"] if k == n else r["ttt_ratio_median"]
+        if k == 0 or not math.isfinite(x):
+            return "-- " + run + ("" if k in (0, n) else f" ({k}/{n})")
+        s = ("" if k == n else "median ") + r"$\times$" + fmt_num(x, 3) + " " + run
     else:
-        if not math.isfinite(r["ttt_mean_s"]):
-            return "--"
-        s = fmt_duration(r["ttt_mean_s"])
+        x = r["ttt_mean_s"] if k == n else r["ttt_median_s"]
+        if not math.isfinite(x):
+            return "--" + ("" if k in (0, n) else f" ({k}/{n})")
+        s = ("" if k == n else "median ") + fmt_duration(x)
     return s + ("" if k == n else f" ({k}/{n})")
 
 

@@ -17,8 +17,8 @@ from lowbw.report.experiment import Context, Experiment, MissingData, Stats
 from lowbw.report.figures import ttt_facets
 from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
-from lowbw.report.stats import mean_std
-from lowbw.report.training import group_accuracy, group_times, require_baseline, run_times
+from lowbw.report.stats import MIN_CORRELATION_METHODS, mean_std
+from lowbw.report.training import group_accuracy, group_times, require_baseline, run_times, ttt_cell
 from lowbw.store import ANCHOR_STORE, load_store
 
 __all__ = ["E4", "E4LM"]
@@ -99,11 +99,13 @@ def numbers(st: Stats) -> dict[str, str]:
     out[f"{p}SigWorseList"] = escape(", ".join(worse.index)) or "none"
     out[f"{p}Never"] = escape(", ".join(at.index[at["seeds_reached"] == 0])) or "none"
     # "fastest" counts only methods every seed of which reached the target: the others are named with how many
-    # did and their mean over those, so a faster partial mean is visible rather than silently left out
+    # did and their median over all seeds (a seed that never arrived counts as the slowest), never a mean of
+    # the arrivals alone
     partial = at[(at["seeds_reached"] > 0) & (at["seeds_reached"] < n)]
     if not partial.empty:
         out[f"{p}Partial"] = "; ".join(
-            f"{escape(m)} ({int(r['seeds_reached'])} of {n} seeds, {fmt_duration(r['ttt_mean_s'])})"
+            f"{escape(m)} ({int(r['seeds_reached'])} of {n} seeds, "
+            + (f"median {fmt_duration(r['ttt_median_s'])})" if math.isfinite(r["ttt_median_s"]) else "median never)")
             for m, r in partial.iterrows())
     per_bw = []
     for mb in st.tables["times"]["bandwidth_mbit"].unique():  # the config's order
@@ -136,8 +138,9 @@ def _anchor_numbers(p: str, anchor) -> dict[str, str]:
 
 def _rank_numbers(p: str, ranks) -> dict[str, str]:
     """Spearman's rank correlation of the methods' times to target on the two workloads, and the fastest on
-    each (among the methods both measured to the target with every seed)."""
-    if ranks is None or len(ranks) < 3:
+    each (among the methods both measured to the target with every seed); no claim over fewer than
+    :data:`~lowbw.report.stats.MIN_CORRELATION_METHODS` methods."""
+    if ranks is None or len(ranks) < MIN_CORRELATION_METHODS:
         return {}
 
     rho = float(spearmanr(ranks["ttt_lm_s"], ranks["ttt_mlp_s"]).statistic)
@@ -148,8 +151,7 @@ def _rank_numbers(p: str, ranks) -> dict[str, str]:
 
 
 def _ttt_cell(r, n: int) -> str:
-    k = int(r["seeds_reached"])
-    return "--" if k == 0 else fmt_duration(r["ttt_mean_s"]) + ("" if k == n else f" ({k}/{n})")
+    return ttt_cell(r)
 
 
 def table(st: Stats) -> str:

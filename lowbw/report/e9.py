@@ -24,7 +24,14 @@ from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import log_ticks
 from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
-from lowbw.report.training import first_at_target, group_accuracy, group_times, require_baseline, time_to_target
+from lowbw.report.training import (
+    first_at_target,
+    group_accuracy,
+    group_times,
+    require_baseline,
+    time_to_target,
+    ttt_cell,
+)
 
 __all__ = ["E9", "E9LM", "LINKS", "BASELINE"]
 
@@ -148,8 +155,7 @@ def _per_method(st: Stats, n: int, Q: str) -> dict[str, str]:
 
 
 def _ttt_cell(t, n_seeds: int) -> str:
-    k = int(t["seeds_reached"])
-    return "--" if k == 0 else fmt_duration(t["ttt_mean_s"]) + ("" if k == n_seeds else f" ({k}/{n_seeds})")
+    return ttt_cell(t)
 
 
 def table(st: Stats) -> str:
@@ -199,12 +205,14 @@ def _label_points(ax, xs, ys, labels) -> None:
 
 def figure(st: Stats):
     """Per number of workers: virtual time to the target on the middle link against the bytes each worker
-    sent until then, one point per method (mean over the seeds that reached it), by family. Both axes are
-    logarithmic: a method that reached the target before it sent a byte (or at time 0) has no point."""
+    sent until then, one point per method where every seed reached it (the mean over its seeds), by family.
+    Both axes are logarithmic: a method that reached the target before it sent a byte (or at time 0) has no
+    point."""
     plt, sns = plotting()
     d = st.tables["runs"]
-    d = d[(d["link"] == LINKS[1][0]) & d["ttt_s"].notna()]
-    d = d[(d["ttt_s"] > 0) & (d["bytes_to_target_per_worker"] > 0)]
+    d = d[d["link"] == LINKS[1][0]]
+    every = d.groupby(["workers", "method"])["ttt_s"].transform(lambda t: bool(t.notna().all()))
+    d = d[every.astype(bool) & (d["ttt_s"] > 0) & (d["bytes_to_target_per_worker"] > 0)]
     mean = d.groupby(["workers", "method", "family"], as_index=False)[["ttt_s", "bytes_to_target_per_worker"]].mean()
     ns = st.meta["workers"]
     fig, axes = plt.subplots(1, len(ns), figsize=(7.0, 2.6), sharey=True, squeeze=False)

@@ -99,7 +99,9 @@ def accuracy_curves(curves, xlabel: str, title: str, order: Sequence[str] | None
 
 def ttt_facets(per_run, accuracy, by: str, baseline: str, order: Sequence[str], goal, max_cols: int = 7):
     """Small multiples, one panel per ``by`` value: virtual time to the target against the link bandwidth,
-    mean +- std over the seeds that reached it (error bars), the ``baseline``'s curve in grey in every panel;
+    mean +- std over the seeds at each bandwidth where every seed reached it (error bars; a bandwidth where some
+    seed never did has no point: a mean over the arrivals alone is biased), the ``baseline``'s curve in grey in
+    every panel;
     the panel's title gives the final quality (mean +- std: test accuracy in %, or validation loss) and, where
     some seeds never reached the target at some bandwidth, how many did.
 
@@ -115,7 +117,8 @@ def ttt_facets(per_run, accuracy, by: str, baseline: str, order: Sequence[str], 
     rows = -(-n // cols)
     fig, axes = plt.subplots(rows, cols, figsize=(7.2, 0.2 + 1.55 * rows), sharex=True, sharey=True,
                              squeeze=False)
-    d = per_run[np.isfinite(per_run["ttt_s"])]
+    every = per_run.groupby([by, "bandwidth_mbit"])["ttt_s"].transform(lambda t: bool(np.isfinite(t).all()))
+    d = per_run[every.astype(bool)]
     base = d[d[by] == baseline]
     acc = accuracy.set_index(by)
     seeds = int(per_run["seed"].nunique())

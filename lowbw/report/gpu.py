@@ -8,8 +8,10 @@ build wrote, so the paper builds without them (``paper/sections`` input the file
 Per workload and method (the grid axis ``method``, else the run's ``name``): seeds, the final and best value of
 the workload's quality (test accuracy for images, validation loss for the language model; mean +- std over
 seeds), measured wall seconds per training step (``t_step`` / steps: the GPU's own time, compute, compression
-and simulated exchange), and the epochs (images) or steps (text) to the target (mean over the seeds that
-reached it, and how many did).
+and simulated exchange), and the epochs (images) or steps (text) to the target (the mean where every seed
+reached it, else the median over all seeds, a seed that never arrived counting as the slowest, and how many
+did). A method whose final value is worse than its best by more than ``OVERFIT`` is marked as overfitting, and
+the caption says how many seeds the runs have where the paper's other tables have three.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from pathlib import Path
 
 from lowbw.report.experiment import Stats
 from lowbw.report.latex import booktabs, escape, fmt_num, fmt_pm
+from lowbw.report.stats import censored
 from lowbw.runio import atomic_write_text
 from lowbw.store import DEFAULT_STORE, load_store
 from lowbw.train.targets import parse_target
@@ -30,6 +33,9 @@ TARGET = 0.91  # ResNet-20 on CIFAR-10: He et al. 2016's 91.25% (the thesis' Tab
 GOALS = {"cifar10": (TARGET, "test_acc"), "shakespeare": ("val_loss<=1.6", "val_loss")}
 DATASET_WORDS = {"shakespeare": "Tiny Shakespeare", "cifar10": "CIFAR-10"}  # datasets as captions name them
 _OUT_FILES = ("gpu.tex", "stats/gpu_runs.csv", "stats/gpu_methods.csv")
+# final worse than the best evaluation by more than this (nats/char, or a fraction of test accuracy): overfitting
+OVERFIT = {"val_loss": 0.05, "test_acc": 0.01}
+SEEDS_PROMISED = 3  # the seeds the paper's other tables have
 
 
 def _target_name(target) -> str:
@@ -71,7 +77,13 @@ def stats(store: str | Path = DEFAULT_STORE, target: float = TARGET) -> Stats | 
         "final_mean": g["final"].mean(), "final_std": g["final"].std(), "best_mean": g["best"].mean(),
         "step_s_mean": g["step_s"].mean(), "epochs_to_target_mean": g["epochs_to_target"].mean(),
         "steps_to_target_mean": g["steps_to_target"].mean(), "seeds_reached": g["steps_to_target"].count(),
+        # over all seeds, a seed that never arrived counting as the slowest (lowbw.report.stats.censored)
+        "epochs_to_target_median": g["epochs_to_target"].agg(lambda x: censored(x).median),
+        "steps_to_target_median": g["steps_to_target"].agg(lambda x: censored(x).median),
     }).reset_index()
+    worse = np.where(methods["metric"] == "val_loss", methods["final_mean"] - methods["best_mean"],
+                     methods["best_mean"] - methods["final_mean"])
+    methods["overfits"] = worse > methods["metric"].map(OVERFIT).fillna(np.inf).to_numpy(float)
     where = sorted({(r.gpu, r.measured_date, r.torch_version, r.cuda_version) for r in runs.itertuples()})
     return Stats({"runs": runs, "methods": methods},
                  {"source": str(store), "target_acc": target, "measured": [list(w) for w in where],
@@ -87,15 +99,21 @@ def measured_on(st: Stats) -> str:
 
 
 def table(st: Stats) -> str:
+    import numpy as np
+
     runs, m = st.tables["runs"], st.tables["methods"]
     rows = []
     for r in m.itertuples():
         acc = r.metric.endswith("_acc")
         scale = 100 if acc else 1
-        reach = (f"{fmt_num(r.epochs_to_target_mean if acc else r.steps_to_target_mean, 3)} "
-                 f"({r.seeds_reached}/{r.seeds})") if r.seeds_reached else f"-- (0/{r.seeds})"
+        if r.seeds_reached == r.seeds:
+            reach = f"{fmt_num(r.epochs_to_target_mean if acc else r.steps_to_target_mean, 3)} ({r.seeds}/{r.seeds})"
+        else:
+            med = r.epochs_to_target_median if acc else r.steps_to_target_median
+            reach = (f"median {fmt_num(med, 3)}" if np.isfinite(med) else "--") + f" ({r.seeds_reached}/{r.seeds})"
         std = r.final_std if r.final_std == r.final_std else 0.0
-        rows.append([escape(f"{r.model} / {r.method}"), str(r.seeds), fmt_pm(scale * r.final_mean, scale * std),
+        rows.append([escape(f"{r.model} / {r.method}"), str(r.seeds),
+                     fmt_pm(scale * r.final_mean, scale * std) + (r"$^\dagger$" if r.overfits else ""),
                      fmt_num(scale * r.best_mean, 3), fmt_num(r.step_s_mean, 3), reach])
     parts = []
     for (ds, model), g in runs.groupby(["dataset", "model"], sort=False):
@@ -109,7 +127,17 @@ def table(st: Stats) -> str:
     caption = (f"GPU runs kept in the repository ({'; '.join(parts)}), {measured_on(st)}, commit "
                f"{escape(', '.join(st.meta['commits']))}. Final value (mean $\\pm$ std over seeds), the best "
                f"evaluation of the run, seconds per step measured on the GPU, and the epochs or steps to the target "
-               f"(mean over the seeds that reached it).")
+               f"(the mean where every seed reached it, else the median over all seeds; (k/n): k of n seeds reached "
+               f"it).")
+    if m["overfits"].any():
+        caption += (" $^\\dagger$: the run ends worse than its best evaluation (by more than "
+                    f"{OVERFIT['val_loss']:g} nats/char or {100 * OVERFIT['test_acc']:g} percentage point): it "
+                    "overfits, and its final and best values are both stated. nanoGPT's GPU recipe trains "
+                    "gpt-medium with dropout 0.2, the setting of the next GPU run; these runs have none.")
+    few = m[m["seeds"] < SEEDS_PROMISED]
+    if not few.empty:
+        caption += (f" {len(few)} of the {len(m)} methods have fewer than the {SEEDS_PROMISED} seeds the paper's "
+                    f"other tables have ({' or '.join(sorted({str(int(s)) for s in few['seeds']}))}).")
     return booktabs(rows, ["Model / method", "Seeds", "Final", "Best", "s / step", "To target"], caption, "tab:gpu")
 
 

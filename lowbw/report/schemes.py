@@ -14,7 +14,7 @@ from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import accuracy_curves
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.stats import welch
-from lowbw.report.training import eval_lines, group_accuracy, group_times, matching, retime, run_times
+from lowbw.report.training import eval_lines, group_accuracy, group_times, matching, retime, run_times, ttt_cell
 
 __all__ = ["E5", "E6"]
 
@@ -127,10 +127,9 @@ def table(st: Stats, key: str, caption: str, names: dict[str, str], per_epoch: b
     for i, r in acc.iterrows():
         t = times.loc[r["group"]]
         sig = r"$^{*}$" if r["significant"] and b is not None and i != b else ""
-        k = int(t["seeds_reached"])
-        ttt = "--" if k == 0 else fmt_duration(t["ttt_mean_s"]) + ("" if k == n else f" ({k}/{n})")
-        speed = (fmt_num(base_t["ttt_mean_s"] / t["ttt_mean_s"], 3)
-                 if base_t is not None and k and base_t["seeds_reached"] else "--")
+        ttt = ttt_cell(t)
+        both = base_t is not None and t["seeds_reached"] == t["seeds"] and base_t["seeds_reached"] == base_t["seeds"]
+        speed = fmt_num(base_t["ttt_mean_s"] / t["ttt_mean_s"], 3) if both else "--"  # every seed of both arrived
         sent = (fmt_num(r["bytes_per_worker_epoch"] / 1e6, 3) if per_epoch
                 else fmt_num(r["bytes_per_worker_step"] / 1e3, 3))
         rows.append([", ".join(escape(r[c]) for c in st.meta["by"]),
@@ -166,9 +165,9 @@ E5 = _experiment(
     "Batch size schemes ({n} seeds): {schemes}. Megabytes each worker sends per epoch (a $k$ times larger batch "
     "sends as much per step in $k$ times fewer steps), virtual time to {target}\\,\\% at "
     "{focus}\\,Mbit/s and speed-up over SGD at batch 128. $^*$: accuracy differs from SGD b128 (Welch $p<0.05$).",
-    {"b128": "constant global batch 128", "b1024": "batch 1024 with the linear scaling rule and warm-up",
+    {"b128": "constant global batch 128", "b1024": "batch 1024 with the square-root scaling rule and warm-up",
      "dyn": "dynamic batch size (the draft's prose rule)", "dynlit": "dynamic batch size (the draft's formula)",
-     "adam128": "b128 with Adam at learning rate $10^{-3}$", "adam1024": "b1024 with Adam",
+     "adam128": "b128 with Adam at learning rate $10^{-3}$", "adam1024": "b1024 with Adam (linear scaling)",
      "adamdyn": "dyn with Adam"}, per_epoch=True)
 
 E6 = _experiment(

@@ -15,12 +15,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from lowbw.report.common import fmt_duration
 from lowbw.report.experiment import MissingData
-from lowbw.report.stats import mean_std, welch
+from lowbw.report.stats import censored, mean_std, welch
 from lowbw.train.targets import Target, parse_target
 
 __all__ = ["retime", "time_to_target", "eval_lines", "run_times", "group_times", "group_accuracy",
-           "matching", "require_baseline"]
+           "matching", "require_baseline", "ttt_cell"]
 
 
 def retime(m: pd.DataFrame, mbit: float | None = None, latency_ms: float | None = None) -> pd.Series:
@@ -81,16 +82,29 @@ def run_times(runs: pd.DataFrame, metrics: pd.DataFrame, by: list[str], target: 
 
 
 def group_times(per_run: pd.DataFrame, by: list[str]) -> pd.DataFrame:
-    """Tidy: one row per group and bandwidth -- ``ttt_mean_s``/``ttt_std_s`` over the seeds that reached the
-    target (NaN if none did), ``seeds_reached`` and ``seeds``."""
+    """Tidy: one row per group and bandwidth, over all its seeds (a seed that never reached the target counts,
+    :func:`lowbw.report.stats.censored`): ``ttt_mean_s``/``ttt_std_s`` only where every seed reached it (NaN
+    otherwise: a mean over the seeds that arrived is never taken), ``ttt_median_s`` and its bootstrap interval
+    ``ttt_lo_s``/``ttt_hi_s`` (inf: half or more never arrived), ``seeds_reached`` and ``seeds``."""
     rows = []
     for key, g in per_run.groupby([*by, "bandwidth_mbit"], sort=False):
         t = g["ttt_s"].to_numpy(dtype=float)
-        ms = mean_std(t)
-        rows.append({**dict(zip([*by, "bandwidth_mbit"], key)), "ttt_mean_s": float(np.nanmean(t))
-                     if np.isfinite(t).any() else math.nan, "ttt_std_s": ms.std, "seeds_reached": ms.n,
-                     "seeds": len(t)})
+        c = censored(t)
+        rows.append({**dict(zip([*by, "bandwidth_mbit"], key)), "ttt_mean_s": c.mean,
+                     "ttt_std_s": mean_std(t).std if c.all_arrived else math.nan, "ttt_median_s": c.median,
+                     "ttt_lo_s": c.lo, "ttt_hi_s": c.hi, "seeds_reached": c.arrived, "seeds": c.n})
     return pd.DataFrame(rows)
+
+
+def ttt_cell(r) -> str:
+    """A table cell for one group's time to target (a row of :func:`group_times`): the mean when every seed
+    reached the target; else the median over all seeds with the arrivals, ``(k/n)``, or ``--`` when that
+    median is not reached (half or more never arrived)."""
+    k, n = int(r["seeds_reached"]), int(r["seeds"])
+    if k == n and n:
+        return fmt_duration(r["ttt_mean_s"])
+    med = float(r["ttt_median_s"])
+    return ("--" if not math.isfinite(med) else "median " + fmt_duration(med)) + (f" ({k}/{n})" if k else "")
 
 
 def matching(runs: pd.DataFrame, config: dict[str, Any]) -> np.ndarray:

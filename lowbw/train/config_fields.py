@@ -135,7 +135,9 @@ class RunConfig:
     lr_milestones: list[float] = _f([0.5, 0.75], "step: fractions of training at which lr is multiplied by "
                                     "lr_gamma (thesis: 32k and 48k of 64k iterations)", group="optim")
     lr_gamma: float = _f(0.1, "step: factor at each milestone", exclusive_minimum=0, maximum=1, group="optim")
-    lr_scaling: str = _f("none", "linear: lr x B / base_batch_size (Goyal et al. 2017)", enum=["none", "linear"],
+    lr_scaling: str = _f("none", "linear: lr x B / base_batch_size (Goyal et al. 2017); sqrt: lr x sqrt(B / "
+                         "base_batch_size) (Krizhevsky 2014, Hoffer et al. 2017: where the linear rule's rate "
+                         "exceeds what the model trains stably at)", enum=["none", "linear", "sqrt"],
                          group="optim")
     base_batch_size: int = _f(128, "batch size at which lr is given (linear scaling rule)", minimum=1,
                               group="optim")
@@ -178,6 +180,12 @@ class RunConfig:
     compressor_args: dict = _f({}, "keyword arguments of the compressor, e.g. {ratio: 0.01}", group="sync")
     error_feedback: str = _f("auto", "wrap the compressor in error feedback: auto (when the method wants it), "
                              "on, off", enum=["auto", "on", "off"], group="sync")
+    compress_target: str = _f("gradient", "sync with a compressor: what each worker compresses (with its error "
+                              "feedback) and the group averages: gradient (then one optimiser step on the "
+                              "average) or update (each worker's own optimiser direction from its uncompressed "
+                              "gradient, e.g. Adam's m/sqrt(v), applied averaged: error feedback on the update, "
+                              "so that no residual enters Adam's second moment; the 1-bit Adam line's remedy)",
+                              enum=["gradient", "update"], group="sync")
     granularity: str = _f("auto", "aggregate each parameter tensor separately, one call each (layer), the whole "
                           "gradient as one flat vector (flat), or per DDP bucket of bucket_mb MB (bucket: each "
                           "tensor compressed alone, the bucket's payloads in one call per round); auto: bucket "
@@ -380,9 +388,11 @@ class RunConfig:
         return int(round(self.overlap_epochs * n_train * self.copies_per_sample))
 
     def lr_target(self) -> float:
-        """Peak learning rate (after linear scaling)."""
+        """Peak learning rate (after linear or square-root scaling)."""
         if self.lr_scaling == "linear":
             return self.lr * self.global_batch / self.base_batch_size
+        if self.lr_scaling == "sqrt":
+            return self.lr * math.sqrt(self.global_batch / self.base_batch_size)
         return self.lr
 
     def derived(self, n_train: int | None = None) -> dict[str, Any]:

@@ -200,6 +200,13 @@ def _check_sync(cfg) -> None:
                     and not (s == "noloco" and f.name in ("outer_lr", "outer_momentum"))):
                 raise ConfigError(f.name, f"only used with sync=diloco (noloco: outer_lr, outer_momentum; "
                                           f"sync={s})")
+    if cfg.compress_target == "update":
+        if s != "sync" or cfg.compressor == "none":
+            raise ConfigError("compress_target", f"update compresses each worker's optimiser step: needs sync=sync "
+                                                 f"and a compressor (sync={s}, compressor={cfg.compressor})")
+        if cfg.optimizer not in ("sgd", "adam", "adamw") or cfg.ddp_hook or cfg.adaptive != "off":
+            raise ConfigError("compress_target", "update needs optimizer sgd, adam or adamw, no ddp_hook and "
+                                                 "adaptive off")
     if s == "noloco" and (M < 2 or M % 2):
         raise ConfigError("workers", f"noloco pairs the workers: needs an even number >= 2, got {M}")
     _check_new_schemes(cfg)

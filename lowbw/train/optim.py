@@ -40,21 +40,49 @@ class FlatOptimizer:
     @torch.no_grad()
     def step(self, p: torch.Tensor, g: torch.Tensor, lr: float) -> None:
         """In-place update of every row of ``p`` with the gradient rows ``g``."""
-        self.t += 1
         if self.kind == "sgd":
-            d = g.clone()
-            if self.wd:
-                d.add_(p * self._wd())
-            if self.momentum:
-                buf = self.state.get("momentum")
-                buf = d.clone() if buf is None else buf.mul_(self.momentum).add_(d)
-                self.state["momentum"] = buf
-                d = d.add(buf, alpha=self.momentum) if self.nesterov else buf
-            p.sub_(d, alpha=lr)
+            p.sub_(self._sgd(p, g), alpha=lr)
             return
-        b1, b2 = self.betas
         if self.kind == "adamw" and self.wd:
             p.mul_(1 - lr * self._wd())
+        num, denom = self._adam(p, g)
+        p.addcdiv_(num, denom, value=-lr)
+
+    @torch.no_grad()
+    def direction(self, p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """The rows' update direction d from the gradient rows ``g``, the state advanced one step as by
+        :meth:`step` (``p`` is read for L2 weight decay, not changed): SGD's (momentum) buffer, Adam's
+        m_hat / (sqrt(v_hat) + eps). :meth:`apply` then moves ``p`` by -lr d (after AdamW's decoupled decay):
+        the same update as :meth:`step` up to rounding (``compress_target: update`` sends d)."""
+        if self.kind == "sgd":
+            return self._sgd(p, g)
+        num, denom = self._adam(p, g)
+        return num.div_(denom)
+
+    @torch.no_grad()
+    def apply(self, p: torch.Tensor, d: torch.Tensor, lr: float) -> None:
+        """p <- p (1 - lr wd) for AdamW (decoupled decay), then p <- p - lr d."""
+        if self.kind == "adamw" and self.wd:
+            p.mul_(1 - lr * self._wd())
+        p.sub_(d, alpha=lr)
+
+    def _sgd(self, p: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """SGD's direction (L2 decay, momentum buffer, Nesterov), the state advanced one step."""
+        self.t += 1
+        d = g.clone()
+        if self.wd:
+            d.add_(p * self._wd())
+        if self.momentum:
+            buf = self.state.get("momentum")
+            buf = d.clone() if buf is None else buf.mul_(self.momentum).add_(d)
+            self.state["momentum"] = buf
+            d = d.add(buf, alpha=self.momentum) if self.nesterov else buf
+        return d
+
+    def _adam(self, p: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """Adam's moments advanced one step: (m / bc1, sqrt(v / bc2) + eps)."""
+        self.t += 1
+        b1, b2 = self.betas
         d = g.clone()
         if self.kind == "adam" and self.wd:
             d.add_(p * self._wd())
@@ -65,8 +93,8 @@ class FlatOptimizer:
         t = int(self.t)
         bc1 = 1 - b1 ** t
         bc2 = 1 - b2 ** t
-        denom = (v / bc2).sqrt_().add_(self.eps)
-        p.addcdiv_(m / bc1, denom, value=-lr)
+        return m / bc1, (v / bc2).sqrt_().add_(self.eps)
+
 
     def state_dict(self) -> dict:
         return {"state": {k: v.clone() for k, v in self.state.items()}, "t": self.t}

@@ -25,8 +25,8 @@ class LRSchedule:
         self.floor = cfg.lr_min
         if cfg.warmup_from >= 0:
             self.start = cfg.warmup_from
-        elif cfg.lr_scaling == "linear" and self.target > cfg.lr:
-            self.start = cfg.lr  # Goyal et al.: from the unscaled lr to k x lr
+        elif cfg.lr_scaling in ("linear", "sqrt") and self.target > cfg.lr:
+            self.start = cfg.lr  # Goyal et al.: from the unscaled lr to the scaled one
         else:
             self.start = self.target / 10
 

@@ -14,6 +14,12 @@ synchronisation), and is evaluated meanwhile on worker 0's model (its replicas n
 reports a node's model). At p = 1 it is model averaging after every step (``sync: local`` with
 ``world_period: 1``), bit for bit. With ``sync: diloco`` it composes with DiLoCo's outer steps (the paper's
 SPARTA + DiLoCo): the sparse averages run between them.
+
+Variant (named, not the reference's draw): EXO Gym (exo-explore/gym, ``exogym/strategy/sparta.py``,
+``RandomIndexSelector``), the authors' code, draws a Bernoulli(p) mask per parameter tensor on rank 0 and
+broadcasts it (a random number of entries, about p P, and a broadcast of the mask each step); ours takes
+exactly k = round(p P) entries of the flat parameter vector from a seed every worker shares (nothing
+broadcast; the bytes are the same each step). The averaging itself matches the reference to rounding.
 """
 
 from __future__ import annotations

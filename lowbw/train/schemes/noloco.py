@@ -11,7 +11,9 @@ at outer step k:
    message of the full model (4 P bytes) each way, no collective;
 2. thetabar = (theta_i + theta_j) / 2;
 3. m_i <- beta m_i + eta (thetabar - phi_i)   (beta = ``outer_momentum``, eta = ``outer_lr``; defaults 0.9,
-   0.7: the authors' code's);
+   0.7: the defaults of the authors' code; a named variant: their experiments' configs, gensyn-ai/noloco at
+   a1b4a42 ``configs/no_reduce_exp``, run beta = 0.3 for NoLoCo and 0.5 for its ``mean`` variant, eta = 0.7,
+   where the ``noloco16`` preset runs the default 0.9);
 4. phi_i <- phi_i + m_i;  theta_i <- phi_i (the inner optimiser keeps its state).
 
 Steps 2-4 are :func:`lowbw.comm.noloco.noloco_outer`, the wrapper's function (its module docstring gives the

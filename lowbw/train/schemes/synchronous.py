@@ -127,10 +127,13 @@ class Synchronous(Scheme):
         st.step += 1
         act = self.action(st.step, st.samples / ctx.total)
         world.now = st.clock["t_virtual"]
-        grads, stats, exchanges = self.gradients(ctx, b, act)
-        t_opt = time.perf_counter()
-        self.opt.step(self.rep.params, clip_rows(grads, cfg.grad_clip), ctx.lr)
-        t_opt = (time.perf_counter() - t_opt) / len(stats)  # per replica: the optimiser's update of its row
+        if cfg.compress_target == "update" and act.grad is not None:
+            grads, stats, exchanges, t_opt = self.update_step(ctx, b, act)
+        else:
+            grads, stats, exchanges = self.gradients(ctx, b, act)
+            t_opt = time.perf_counter()
+            self.opt.step(self.rep.params, clip_rows(grads, cfg.grad_clip), ctx.lr)
+            t_opt = (time.perf_counter() - t_opt) / len(stats)  # per replica: the optimiser's update of its row
         ms = self.model_sync(st.step, act)  # model averaging / diloco's outer steps (landing, starting)
         exchanges += ms.foreground
         # replicas are equal after a world average, or after a world gradient step from equal replicas
@@ -169,6 +172,26 @@ class Synchronous(Scheme):
             self.adapt(ctx.state.step, ctx.state.clock)
         ex = self.aggregate(act.grad)
         return torch.stack(ex.outputs), ls.stats, [ex]
+
+    def update_step(self, ctx: StepContext, b: int, act: Action) -> tuple[torch.Tensor, list[WorkerStats],
+                                                                          list[Exchange], float]:
+        """``compress_target: update``: every replica's optimiser direction from its own (clipped, uncompressed)
+        gradient, d_i = Adam's m_i / (sqrt(v_i) + eps) or SGD's buffer, compressed with the run's compressor and
+        error feedback and averaged over the group at ``act.grad``; every replica applies the average
+        (``FlatOptimizer.apply``). The residual of error feedback is then a residual of updates, which the
+        optimiser never sees, instead of a residual of gradients that, sent in bursts, enters Adam's second
+        moment (Tang et al. 2021's 1-bit Adam compresses with error feedback after the variance is fixed, for
+        the same reason). Returns the gradient rows, the statistics, the exchanges and the optimiser's seconds
+        per replica."""
+        ls = ctx.local_step(b)
+        t0 = time.perf_counter()
+        d = self.opt.direction(self.rep.params, clip_rows(ls.grads, self.cfg.grad_clip))
+        t_opt = time.perf_counter() - t0
+        ex = self.aggregate(act.grad, d)
+        t0 = time.perf_counter()
+        self.opt.apply(self.rep.params, torch.stack(ex.outputs), ctx.lr)
+        t_opt = (t_opt + time.perf_counter() - t0) / len(ls.stats)
+        return ls.grads, ls.stats, [ex], t_opt
 
     def overlap(self, st: RunState, ms: ModelSync) -> None:
         """The virtual clock of background exchanges (diloco with tau > 0; :mod:`lowbw.train.streaming`):
