@@ -25,6 +25,7 @@ from dataclasses import dataclass, fields
 
 from lowbw.advise.candidates import Candidate, Exchange
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.buckets import DEFAULT_BUCKET_MB, cap_bytes
 from lowbw.net.costlinks import WorkerLink, collective_time
 from lowbw.net.costmodel import step_time
 from lowbw.train.config_fields import RunConfig
@@ -38,7 +39,7 @@ ALGORITHMS = tuple(a for a in ALLREDUCE_ALGORITHMS if a != "native")
 LINK_GOODPUT = next(f.default for f in fields(RunConfig) if f.name == "link_goodput")
 # DDP's bucket size (``bucket_cap_mb`` 25): the bucket of the first layers is ready only when the backward
 # pass ends, so its exchange never hides behind compute (a model of one bucket overlaps nothing)
-DDP_BUCKET_BYTES = 25 * 2**20
+DDP_BUCKET_BYTES = cap_bytes(DEFAULT_BUCKET_MB)
 
 
 @dataclass(frozen=True)

@@ -13,9 +13,9 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
-__all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "TABLE6_PREFIX", "TABLE6", "MACROS", "E1_ALGS",
-           "E1_EXCHANGE_METHODS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "E9_METHODS",
-           "E10_NETWORKS", "CLAIMS", "AXIS_NOT_RUN", "not_run_macro", "not_run_macros", "check_numbers", "word"]
+__all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E1_EXCHANGE_METHODS", "E2_INPUTS",
+           "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS", "CLAIMS",
+           "AXIS_NOT_RUN", "not_run_macro", "not_run_macros", "check_numbers", "word"]
 
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
           "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen",
@@ -459,18 +459,6 @@ SYSTEM: dict[str, str] = {
     "SysUndisturbedMs": "the undisturbed time (ms, a range)",
 }
 MACROS.update(SYSTEM)
-
-# Charles et al.'s Table 6 reproduced by the advisor's model (lowbw.report.table6), whatever the profile ran
-TABLE6_PREFIX = "TableSix"
-TABLE6: dict[str, str] = {
-    "TableSixCells": "cells of their Table 6 (methods x utilisations)",
-    "TableSixWithin": "cells the advisor's model, on their grid, reproduces within 10%",
-    "TableSixWorkers": "replicas in the advisor's model of their setting",
-    "TableSixOnGrid": "published cells on the inferred 50-point log grid of 0.1-1000 Gbit/s",
-    "TableSixDpWithin": "data-parallel cells within 10%",
-    "TableSixDilocoRatio": "median ratio of their DiLoCo rates to the advisor's (continuous)",
-}
-MACROS.update(TABLE6)
 
 
 # An experiment's axes that have their own subsection and NotRun macro (written when only that axis is absent):

@@ -23,9 +23,19 @@ import statistics
 from lowbw.advise.utilisation import bandwidth_for, utilisation
 from lowbw.report.latex import booktabs
 
-__all__ = ["PUBLISHED", "UTILISATIONS", "PARAMS", "STEP_S", "WORKERS", "BYTES_PER_PARAM", "TOLERANCE", "grid",
+__all__ = ["TABLE6_PREFIX", "TABLE6", "PUBLISHED", "UTILISATIONS", "PARAMS", "STEP_S", "WORKERS", "BYTES_PER_PARAM",
+           "TOLERANCE", "grid",
            "on_grid", "rows", "numbers", "table"]
 
+TABLE6_PREFIX = "TableSix"  # the macros of numbers.tex this module writes, whatever the profile ran
+TABLE6: dict[str, str] = {
+    "TableSixCells": "cells of their Table 6 (methods x utilisations)",
+    "TableSixWithin": "cells the advisor's model, on their grid, reproduces within 10%",
+    "TableSixWorkers": "replicas in the advisor's model of their setting",
+    "TableSixOnGrid": "published cells on the inferred 50-point log grid of 0.1-1000 Gbit/s",
+    "TableSixDpWithin": "data-parallel cells within 10%",
+    "TableSixDilocoRatio": "median ratio of their DiLoCo rates to the advisor's (continuous)",
+}
 PARAMS = 1e10  # their model's parameters
 STEP_S = 0.8  # their step's compute (s)
 WORKERS = 2  # replicas (datacenters) in our model
