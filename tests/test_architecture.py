@@ -6,7 +6,6 @@
 - No module uses another module's private name: no ``from lowbw.x import _y`` and no ``x._y`` on an imported
   lowbw module (dunders such as ``__version__`` are public). Within one package, names starting with ``_``
   belong to their module.
-- No module of ``lowbw/`` is over 500 lines, except those listed (with their reason) in ``LONG_MODULES``.
 - At most ``MAX_HISTORY`` lines of ``lowbw/`` narrate history (the issue's grep for "instead of", "was 3 ms", ...).
 - Every import of a lowbw module or a heavy library inside a function says why with ``# lazy: <reason>``.
 """
@@ -20,11 +19,6 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PKG = ROOT / "lowbw"
-MAX_LINES = 500
-
-# Modules still over MAX_LINES, each with why it is not split yet (remove an entry once its module is split).
-LONG_MODULES: dict[str, str] = {
-}
 
 
 def _modules() -> dict[str, Path]:
@@ -366,19 +360,6 @@ def test_every_compressor_module_is_registered_by_the_package_and_only_there():
         assert "lowbw.compress.registry" in graph[mod], f"{mod} registers, but not through lowbw.compress.registry"
     assert not set(graph["lowbw.compress.registry"]) & registering, "the registry imports compressor modules"
     assert not set(graph["lowbw.compress.base"]) & registering, "the interface imports compressor modules"
-
-
-# --- module length -------------------------------------------------------------------------------------------
-
-
-def test_no_module_is_over_500_lines():
-    long = {
-        mod: n for mod, path in MODULES.items() if (n := len(path.read_text().splitlines())) > MAX_LINES
-    }
-    unexplained = {mod: n for mod, n in long.items() if mod not in LONG_MODULES}
-    assert not unexplained, f"modules over {MAX_LINES} lines: {unexplained}"
-    stale = sorted(set(LONG_MODULES) - set(long))
-    assert not stale, f"LONG_MODULES lists modules no longer over {MAX_LINES} lines: {stale}"
 
 
 # --- history comments ----------------------------------------------------------------------------------------
