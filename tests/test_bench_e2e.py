@@ -443,7 +443,10 @@ def test_call_sequence_records_a_compressors_calls(method, ops):
     seq = call_sequence(cfg, 2, ([3, 16, 16], 10), reps=3)
     assert {op for op, _ in seq} == ops
     assert all(g >= 0 for _, g in seq) and sum(g for _, g in seq) > 0
-    if method == "topk1":  # per layer (3 weights, 3 biases) its values and its indices, back to back
+    if method == "topk1":  # the trainer's default: one bucket, one all-gather of every layer's payload
+        assert len(seq) == 1
+        # per layer (3 weights, 3 biases) its values and its indices, back to back
+        seq = call_sequence({**cfg, "granularity": "layer"}, 2, ([3, 16, 16], 10), reps=3)
         assert len(seq) == 12
         assert max(g for _, g in seq[1::2]) < min(g for _, g in seq[0::2])
     dense = {**cfg, "compressor": "none", "compressor_args": {}, "error_feedback": "auto"}
@@ -529,10 +532,10 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
     assert [max(ts) for ts in zip(*by_rank)] == pytest.approx(s["compute_together_s"])
     assert 0.2 < res["compute_scale"] < 20
     assert res["overhead_ms"] > 0
-    if not ddp:  # topk1's 12 calls replayed after their CPU work, each rep timed
-        assert [op for op, _ in s["sequence"]] == ["all_gather"] * 12
+    if not ddp:  # topk1's one bucketed all-gather (the trainer's default) replayed after its CPU work, each rep timed
+        assert [op for op, _ in s["sequence"]] == ["all_gather"]
         assert len(s["sequence_s"]) == len(s["sequence_last_in_s"]) == e2e_probe.PROBE_REPS
-        assert len(s["sequence_by_call_s"]) == 12
+        assert len(s["sequence_by_call_s"]) == 1
         # the slowest worker's calls hold its waits for later peers: never below the calls alone
         assert res["overhead_sequence_ms"] >= res["overhead_sequence_last_in_ms"] > 0
         assert all(w > 0 for w in s["sequence_work_s"])
@@ -546,15 +549,16 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
 @pytest.mark.netns
 def test_probe_makes_a_per_layer_exchange_in_situ(tmp_path):
     """A synchronous top-k cell (its calls per step are one exchange's): the probe runs the compressor's real
-    exchange between tiny real messages before each compute, on the slowest worker per rep."""
+    exchange between tiny real messages before each compute, on the slowest worker per rep (bucketed, the
+    trainer's default: one all-gather a step)."""
     from lowbw.bench import e2e_probe
 
     out = tmp_path / "probe.json"
-    assert e2e_probe.main(["--workers", "2", "--rate", "1000", "--gaps", "0", "--calls", "12",
+    assert e2e_probe.main(["--workers", "2", "--rate", "1000", "--gaps", "0", "--calls", "1",
                            "--method", "topk1", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     s = res["samples"][0]
-    assert s["exchange_calls"] == 12
+    assert s["exchange_calls"] == 1
     assert len(s["exchange_work_s"]) == len(s["exchange_calls_s"]) == e2e_probe.PROBE_COMPUTE_REPS
     assert all(w > 0 for w in s["exchange_work_s"]) and all(c > 0 for c in s["exchange_calls_s"])
     assert res["overhead_exchange_ms"] > 0 and res["compress_scale_apart"] > 0
@@ -678,7 +682,7 @@ def test_a_language_model_cell_builds_and_its_sim_twin_runs(tmp_path, monkeypatc
     x, y = probe_batch(shape, 3)
     assert probe_model("gpt-small", shape)(x).shape == (3, 64, 65) and y.shape == (3, 64)
     seq = call_sequence(e2e_grid.sim_twin(cfgs["topk1"]), 2, shape, reps=1)
-    assert {op for op, _ in seq} == {"all_gather"} and len(seq) % 2 == 0  # per tensor: values, then indices
+    assert {op for op, _ in seq} == {"all_gather"} and len(seq) == 1  # bucketed: one packed all-gather
     sim = tmp_path / "sim"
     run(e2e_grid.sim_twin(cfgs["topk1"]), sim, overwrite=True, quiet=True)
     assert e2e_calibration.cell_calls_per_step(sim, steps, 2) == pytest.approx(len(seq))

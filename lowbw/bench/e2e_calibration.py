@@ -109,11 +109,14 @@ def compute_scale_over(samples: list[dict[str, Any]], period: int) -> float | No
 
 # ----------------------------------------------------------------------------------------------- the cell's sim run
 def _per_step(sim_dir: Path, steps: int, workers: int) -> tuple[float, float, float]:
-    """(calls, CPU seconds of compute, of compression) per step of a cell's sim run; a call is 2 (N-1)
-    latency terms (an all-gather's sizes and payload, a ring all-reduce's two phases)."""
+    """(calls, CPU seconds of compute, of compression) per step of a cell's sim run: the calls the run counted
+    (``messages``); in a run from before that count, its latency terms / 2 (N-1) (an all-gather's sizes and
+    payload, a ring all-reduce's two phases)."""
     s0, s1 = train_window(metrics_lines(sim_dir), steps)
     n = s1["step"] - s0["step"]
     compute, compress = ((s1[f"t_virtual_{k}"] - s0[f"t_virtual_{k}"]) / n for k in ("compute", "compress"))
+    if "messages" in s0 and "messages" in s1:
+        return (s1["messages"] - s0["messages"]) / n, compute, compress
     return (s1["comm_alpha_terms"] - s0["comm_alpha_terms"]) / (2 * (workers - 1)) / n, compute, compress
 
 
