@@ -196,6 +196,12 @@ class Compressor:
     summable: ClassVar[bool] = False
     #: True for compressors with their own memory (DGC, PowerSGD, ARTopk): ErrorFeedback refuses to wrap them
     has_own_memory: ClassVar[bool] = False
+    #: where a run's ``grad_clip`` applies (lowbw.train.schemes.synchronous): "aggregate", the averaged
+    #: gradient after the exchange (DDP: ``clip_grad_norm_`` after backward, whose hook did the all-reduce), or
+    #: "worker", each worker's raw gradient before compression, for compressors whose aggregate is an update
+    #: direction of a size the method fixes (a sign: clipping it would shrink every step to lr / ||sign||, while
+    #: the references clip the raw gradient and never rescale the signed update)
+    clip_at: ClassVar[str] = "aggregate"
 
     def __init__(self) -> None:
         self._default_state: State | None = None
@@ -375,6 +381,10 @@ class ErrorFeedback(Compressor):
     @property
     def summable(self) -> bool:  # type: ignore[override]
         return self.inner.summable
+
+    @property
+    def clip_at(self) -> str:  # type: ignore[override]
+        return self.inner.clip_at
 
     @property
     def name(self) -> str:  # type: ignore[override]

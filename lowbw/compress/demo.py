@@ -108,6 +108,7 @@ class DeMo(Compressor):
     :meth:`aggregate` returns sign(Q) (the paper's signum update) or Q."""
 
     name = "demo"
+    clip_at = "worker"  # bloc97/DeMo clips each worker's raw gradient before the step, never the signed update
     has_own_memory = True
 
     def __init__(self, chunk: int = 64, topk: int = 32, decay: float = 0.999, sign: bool = True):

@@ -43,6 +43,7 @@ class SignSGD(Compressor):
     (whose sign is the majority vote). Scale-free: the learning rate carries the magnitude."""
 
     name = "signsgd"
+    clip_at = "worker"  # the mean sign is the step (Bernstein et al.): clip the raw gradient, never the signs
 
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         return [_sign_bits(x)], {}
@@ -55,6 +56,7 @@ class ScaledSign(Compressor):
     """Scaled sign (Karimireddy et al. 2019, EF-SignSGD): ``||g||_1 / n * sign(g)``. Bits + one fp32 scale."""
 
     name = "ef_signsgd"
+    clip_at = "worker"  # the scaled sign is the step (Karimireddy et al.'s x -= C(p)): clip its input gradient
 
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         n = x.numel()
