@@ -7,7 +7,12 @@
 # script resumes where it stopped. Store the finished runs with
 #   python -m lowbw store add --cpu --to paper/measured/lm runs/e9_lmc*/*/seed~*
 # Usage (from the repository root): nohup nice -n 19 config/profiles/lm_evidence/campaign.sh > runs/lmc.log 2>&1 &
+# SHARD=k/n (default 0/1) runs only every n-th sweep point from the k-th, so n processes share the sweep; the
+# shard that finds every sweep point complete when it is done takes a lock, picks, and runs the tuned seeds.
 set -u
+SHARD=${SHARD:-0/1}
+K=${SHARD%/*}
+N=${SHARD#*/}
 CONFIG=config/lm_evidence.yaml
 PY=${PYTHON:-python}
 export OMP_NUM_THREADS=1
@@ -42,9 +47,20 @@ EOF
     && echo "$(date -u +%FT%TZ) done $d" || echo "$(date -u +%FT%TZ) FAILED $d (see $d/train.log)"
 }
 
+i=0
 for phase in default curve other; do
-  for d in $(points $phase); do train "$d"; done
+  for d in $(points $phase); do
+    if [ $((i % N)) -eq "$K" ]; then train "$d"; fi
+    i=$((i + 1))
+  done
 done
+for phase in default curve other; do
+  for d in $(points $phase); do
+    if [ ! -f "$d/summary.json" ]; then echo "shard $SHARD done; $d not yet complete: another shard picks"; exit 0; fi
+  done
+done
+mkdir runs/.lmc_pick.lock 2>/dev/null || { echo "shard $SHARD: another shard picks"; exit 0; }
 "$PY" -m lowbw.report.lmc pick --config "$CONFIG" --runs runs || { echo "pick failed"; exit 1; }
 for d in $(points tuned); do train "$d"; done
+rmdir runs/.lmc_pick.lock
 echo "$(date -u +%FT%TZ) campaign complete"
