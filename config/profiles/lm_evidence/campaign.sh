@@ -2,7 +2,7 @@
 # The lm_evidence profile's runs in the order that gives a usable grid soonest, one at a time at nice 19, each
 # with `python -m lowbw train` into the directory the workflow uses (runs/<experiment>/<point>): the sweep's
 # default points, dense's 2400-step curve, the sweep's other points, the pick of each method's values
-# (python -m lowbw.report.lmc pick: rewrites config/lm_evidence.yaml's tuned block), then the tuned seeds. A
+# (python -m lowbw.report.lmc_sweep pick: rewrites config/lm_evidence.yaml's tuned block), then the tuned seeds. A
 # run already complete is skipped (lowbw train does nothing for a complete run of the same config), so the
 # script resumes where it stopped. Store the finished runs with
 #   python -m lowbw store add --cpu --to paper/measured/lm runs/e9_lmc*/*/seed~*
@@ -60,7 +60,7 @@ for phase in default curve other; do
   done
 done
 mkdir runs/.lmc_pick.lock 2>/dev/null || { echo "shard $SHARD: another shard picks"; exit 0; }
-"$PY" -m lowbw.report.lmc pick --config "$CONFIG" --runs runs || { echo "pick failed"; exit 1; }
+"$PY" -m lowbw.report.lmc_sweep pick --config "$CONFIG" --runs runs || { echo "pick failed"; exit 1; }
 for d in $(points tuned); do train "$d"; done
 rmdir runs/.lmc_pick.lock
 echo "$(date -u +%FT%TZ) campaign complete"
