@@ -48,7 +48,8 @@ BENCH = [f for name, f in BENCH_FILES.items()
 # e2e_lm_realtime.json) are measured by hand only: the report reads the files where they are, and reruns when they
 # change
 BENCH += [f for f in ["runs/bench/e2e_lm.json", "runs/bench/e2e_lm_realtime.json"] if os.path.exists(f)]
-EXPERIMENTS = [f"e{i}" for i in range(1, 11)] + ["e4lm", "e9lm", "e10lm"]  # the language model's E4, E9, E10
+# the language model's E4, E9, E10, and E9 near convergence (the lm_evidence profile's runs, or those stored)
+EXPERIMENTS = [f"e{i}" for i in range(1, 11)] + ["e4lm", "e9lm", "e10lm", "e9lmc"]
 GENERATED = (
     ["paper/generated/numbers.tex", "paper/generated/setup.tex"]
     + [f"paper/generated/{kind}_{e}.{ext}" for e in EXPERIMENTS
@@ -273,6 +274,9 @@ rule report:
         stored=glob_wildcards(f"{STORE}/{{path}}/summary.json").path
         and expand(f"{STORE}/{{path}}/summary.json", path=glob_wildcards(f"{STORE}/{{path}}/summary.json").path),
         system="paper/measured/system.json",  # the System section's recorded checks (lowbw.report.system)
+        # the lm_evidence profile's runs kept in the repository (lowbw.report.lmc reads them where runs/ lacks them)
+        lmc=glob_wildcards("paper/measured/lm/{path}/summary.json").path
+        and expand("paper/measured/lm/{path}/summary.json", path=glob_wildcards("paper/measured/lm/{path}/summary.json").path),
     output:
         GENERATED,
     log:
