@@ -122,6 +122,35 @@ def _kept_numbers(path: Path, rebuilt: list[str]) -> dict[str, str]:
     return {name: value for name, value in found if not mine.match(name)}
 
 
+def _key_words(key: str) -> str:
+    """A clock key's model and compressor (the key itself where it is not such JSON)."""
+    try:
+        d = json.loads(key)
+        return f"{d['model']} {d['compressor']}"
+    except (ValueError, KeyError, TypeError):
+        return key
+
+
+def check_clock(config: dict[str, Any]) -> None:
+    """With ``report: clock_idle_only``, refuse (one line, naming them) when a ``clock_calibration`` entry that
+    the config's runs use was last measured on a busy machine (:func:`lowbw.train.clock_table.busy_keys`): their
+    virtual times would carry that load. Off by default: the default profile still has such an entry (gpt-small's
+    anchor), which ``bench clock --strict`` could not remeasure on the shared machine."""
+    path = config.get("clock_calibration")
+    if not (config.get("report") or {}).get("clock_idle_only") or not path:
+        return
+    from lowbw.bench.clock import grid_configs  # lazy: imports torch
+    from lowbw.train.clock_table import busy_keys
+
+    busy = busy_keys(path)
+    used = sorted(k for k in grid_configs(config) if k in busy)
+    if used:
+        names = "; ".join(f"{_key_words(k)} ({busy[k]})" for k in used)
+        raise ValueError(f"{path}: {len(used)} clock entries this grid uses were measured on a busy machine: {names}; "
+                         f"remeasure them with `python -m lowbw bench clock --strict --add --config <config> --out "
+                         f"{path}` on an idle machine (report.clock_idle_only is set)")
+
+
 def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path = "paper/generated",
           only: list[str] | None = None) -> BuildResult:
     """Write every generated file of the paper. ``only`` limits to some experiment keys (e.g. ["e1"])."""
@@ -134,6 +163,7 @@ def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path
     unknown = sorted(set(only or []) - {e.key for e in ALL})
     if unknown:
         raise ValueError(f"unknown experiment(s) {unknown}; known: {[e.key for e in ALL]}")
+    check_clock(config)
     ctx = Context(config=config, runs_dir=Path(runs_dir), out=Path(out))
     # every experiment is computed before a file is written: a run that cannot be read fails the build with the
     # output as it was, not with some experiments' tables newer than numbers.tex
