@@ -41,8 +41,8 @@ def split_point(point: str) -> tuple[str, str | None, float | None]:
 
 def sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
     """One row per sweep run: ``method``, ``knob`` (lr | outer_lr | default), ``lr``, ``outer_lr`` (NaN where
-    the method has no outer step), ``final_val_loss``, ``best_val_loss``, and ``picked`` (the point whose value
-    of its knob was picked; the default counts for both knobs)."""
+    the method has no outer step), ``final_val_loss``, ``best_val_loss``, and ``picked`` (the point supplies a
+    picked value: an ``lr`` or ``outer_lr`` point its knob's, the default point either)."""
     rows = []
     for _, r in runs.iterrows():
         method, knob, _ = split_point(str(r["name"]))
@@ -52,11 +52,15 @@ def sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
                      "final_val_loss": float(r["final_val_loss"]), "best_val_loss": float(r["best_val_loss"])})
     t = pd.DataFrame(rows).sort_values(["method", "knob", "lr", "outer_lr"], ignore_index=True)
     p = picks(t)
-    t["picked"] = [(r["knob"] in ("default", "lr") and r["lr"] == p[r["method"]]["lr"])
-                   and (math.isnan(r["outer_lr"]) or r["knob"] == "lr"
-                        or r["outer_lr"] == p[r["method"]].get("outer_lr"))
-                   for _, r in t.iterrows()]
+    t["picked"] = [_supplies(r, p[r["method"]]) for _, r in t.iterrows()]
     return t
+
+
+def _supplies(r: pd.Series, pick: dict[str, float]) -> bool:
+    """Does sweep row ``r`` supply one of its method's picked values (the default point: either knob's)?"""
+    lr_ok = r["lr"] == pick["lr"]
+    outer_ok = "outer_lr" in pick and r["outer_lr"] == pick["outer_lr"]
+    return {"lr": lr_ok, "outer_lr": outer_ok, "default": lr_ok or outer_ok}[r["knob"]]
 
 
 def _score(v: float) -> float:
