@@ -25,7 +25,7 @@ def fake_lm_run(d, name, seed, losses, bytes_per_step, sync="sync"):
                                            "comm_alpha_terms": 0.0, "comm_beta_bytes": float(s * bytes_per_step),
                                            "bytes_sent": float(4 * s * bytes_per_step)})
     atomic_write_json(d / "summary.json", {"complete": True, "final_val_loss": losses[-1],
-                                           "best_val_loss": min(losses), "bytes_sent": 4.0 * len(losses) *
+                                           "best_val_loss": min(losses), "bytes_sent_total": 4.0 * len(losses) *
                                            bytes_per_step, "step": len(losses)})
 
 

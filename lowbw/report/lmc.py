@@ -98,7 +98,7 @@ def stats(ctx: Context) -> Stats | None:
     for _, r in runs.iterrows():
         m = per[r["run"]]
         row = {"method": r["method"], "seed": int(r["seed"]), "run": r["run"],
-               "final_val_loss": float(r["final_val_loss"]), "bytes_total": float(r["bytes_sent"])}
+               "final_val_loss": float(r["final_val_loss"]), "bytes_total": float(r["bytes_sent_total"])}
         for mb in HEADLINE_MBIT:
             row[f"ttt_s@{mb:g}"], row[f"bytes_to_target@{mb:g}"] = _ttt(m, target, mb, lat)
             row[f"loss_at_equal_time@{mb:g}"] = _loss_at(m, ends[mb], mb, lat)
