@@ -12,12 +12,12 @@ from lowbw.report.experiment import Context
 from lowbw.runio import append_jsonl, atomic_write_json
 
 
-def fake_lm_run(d, name, seed, losses, bytes_per_step, sync="sync"):
+def fake_lm_run(d, name, seed, losses, bytes_per_step, sync="sync", lr=0.004):
     """A run of ``len(losses)`` evaluated steps, 1 s compute each, ``bytes_per_step`` bytes on the wire each."""
     d.mkdir(parents=True)
     atomic_write_json(d / "config.json", {"config": {"name": name, "seed": seed, "steps": len(losses),
                                                      "workers": 4, "dataset": "shakespeare", "model": "gpt-mini",
-                                                     "lr": 0.004, "outer_lr": 0.7, "sync": sync},
+                                                     "lr": lr, "outer_lr": 0.7, "sync": sync},
                                           "provenance": {"host": "h"}})
     for s, v in enumerate(losses, 1):
         append_jsonl(d / "metrics.jsonl", {"step": s, "val_loss": v, "t_virtual": float(s),
@@ -59,6 +59,13 @@ def test_target_ttt_and_headline_are_chosen_by_the_numbers(tmp_path):
     assert m.loc["diloco16", "loss_at_equal_time@10"] == pytest.approx(2.19)
     assert m.loc["dense", "loss_at_equal_time@10"] == pytest.approx(2.5)
     assert "tab:e9lmc" in lmc.table(st)
+    assert lmc.sweep_latex(st) is None  # no sweep runs: no appendix (the store's are not mixed in)
+    fake_lm_run(tmp_path / "runs" / "e9_lmc_sweep" / "method~dense" / "seed~0", "dense", 0, [3.0, 2.1], 1e5)
+    fake_lm_run(tmp_path / "runs" / "e9_lmc_sweep" / "method~dense+lrx2" / "seed~0", "dense+lrx2", 0, [3.0, 2.0],
+                1e5, lr=0.008)
+    st = lmc.stats(Context({"report": {"latency_ms": 0.0}}, tmp_path / "runs", tmp_path / "out"))
+    app = lmc.sweep_latex(st)
+    assert "tab:e9lmc-sweep" in app and app.count("checkmark") == 1 and lmc.numbers(st)["ENineLmcSweepPoints"] == "2"
     assert lmc.figure(st).axes[0].get_xlabel().startswith("virtual time")
 
 

@@ -37,6 +37,7 @@ class Section:
     numbers: dict[str, str]
     figure: Any = None
     incomplete: str | None = None  # why it was not reported though it has runs (MissingData's message)
+    appendix: str | None = None  # its appendix table (Experiment.appendix), None: no appendix file
 
 
 @dataclass
@@ -74,7 +75,8 @@ def run_experiment(exp: Experiment, ctx: Context) -> Section:
         return not_run(exp)
     numbers = exp.numbers(st)
     check_numbers(exp.key, numbers)
-    return Section(exp.key, st, exp.table(st), numbers, exp.figure(st))
+    return Section(exp.key, st, exp.table(st), numbers, exp.figure(st),
+                   appendix=exp.appendix(st) if exp.appendix is not None else None)
 
 
 def _setup_tex(prov: dict[str, Any], config: dict[str, Any]) -> str:
@@ -177,6 +179,11 @@ def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path
         files.extend(_save_figure(sec.figure, ctx.out, sec.key))
         if sec.stats is not None:
             files.extend(_stats_csv(sec.stats, sec.key, ctx.out))
+        appendix = ctx.out / f"appendix_{sec.key}.tex"  # \IfFileExists in paper.tex: absent, no appendix
+        if sec.appendix:
+            files.append(atomic_write_text(appendix, sec.appendix))
+        elif appendix.exists():
+            appendix.unlink()  # an older build's, whose data this build no longer has
     if not only:  # GPU runs kept in the repository (lowbw.store), labelled with their GPU and date; none: no file
 
         files.extend(write_gpu(ctx.out))

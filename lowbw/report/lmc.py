@@ -44,19 +44,30 @@ def _method(name: str) -> str:
     return name.removesuffix("-tuned")
 
 
-def _load(ctx: Context, exp: str) -> tuple[pd.DataFrame | None, pd.DataFrame | None, str]:
-    """(runs, metrics, where) of experiment ``exp``: this profile's runs, else the store's, else (None, None)."""
-    for root, where in ((ctx.runs_dir, "measured by this build"), (LMC_STORE, "stored")):
-        d = Path(root) / exp
-        if d.is_dir():
-            runs = load_runs(d, incomplete="skip")
-            if not runs.empty:
-                if where == "stored":
-                    prov = load_store(LMC_STORE)
-                    runs = runs.merge(prov[["run", "measured_date"]].assign(
-                        run=prov["run"].str.removeprefix(f"{exp}/")), on="run", how="left")
-                return runs, load_metrics(d, incomplete="skip"), where
-    return None, None, ""
+def _source(ctx: Context) -> tuple[Path, str] | None:
+    """Where the tuned grid's complete runs are, (root, words): this build's runs, else the store; None: neither.
+    The sweep and dense's long run are read from the same root, so that one source's numbers are reported."""
+    for root, where in ((Path(ctx.runs_dir), "measured by this build"), (LMC_STORE, "stored")):
+        d = root / TUNED
+        if d.is_dir() and not load_runs(d, incomplete="skip").empty:
+            return root, where
+    return None
+
+
+def _load(root: Path, exp: str) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """(runs, metrics) of experiment ``exp``'s complete runs under ``root`` (with the store's measured dates
+    where ``root`` is the store), or (None, None)."""
+    d = root / exp
+    if not d.is_dir():
+        return None, None
+    runs = load_runs(d, incomplete="skip")
+    if runs.empty:
+        return None, None
+    if root == LMC_STORE:
+        prov = load_store(LMC_STORE)
+        runs = runs.merge(prov[["run", "measured_date"]].assign(run=prov["run"].str.removeprefix(f"{exp}/")),
+                          on="run", how="left")
+    return runs, load_metrics(d, incomplete="skip")
 
 
 def _ttt(m: pd.DataFrame, target: float, mbit: float, lat: float) -> tuple[float, float]:
@@ -83,9 +94,11 @@ def _censored_median(t: np.ndarray) -> float:
 def stats(ctx: Context) -> Stats | None:
     """Tables ``runs`` (per run: final loss, and per headline link ttt, bytes to target, loss at equal time),
     ``methods`` (per method: over seeds), ``sweep`` (the recorded sweep) and ``curve`` (dense's long run)."""
-    runs, mets, where = _load(ctx, TUNED)
-    if runs is None:
+    src = _source(ctx)
+    if src is None:
         return None
+    root, where = src
+    runs, mets = _load(root, TUNED)
     runs = runs.assign(method=runs["name"].map(_method))
     if BASELINE not in set(runs["method"]):
         raise MissingData(f"{TUNED}: no {BASELINE} run")
@@ -122,13 +135,13 @@ def stats(ctx: Context) -> Stats | None:
             row[f"loss_at_equal_time@{mb:g}"] = float(g[f"loss_at_equal_time@{mb:g}"].mean())
         mrows.append(row)
     methods = pd.DataFrame(mrows)
-    sweep, _, _ = _load(ctx, SWEEP)
-    curve, curve_m, _ = _load(ctx, CURVE)
+    sweep, _ = _load(root, SWEEP)
+    curve, curve_m = _load(root, CURVE)
     tables = {"runs": per_run, "methods": methods,
               "sweep": sweep_table(sweep) if sweep is not None else pd.DataFrame(),
               "curve": curve_m if curve is not None else pd.DataFrame(), "metrics": mets}
     dates = sorted(set(runs.get("measured_date", pd.Series(dtype=str)).dropna().astype(str)))
-    return Stats(tables, {"source": f"runs/{TUNED}" if where != "stored" else str(LMC_STORE / TUNED),
+    return Stats(tables, {"source": str(root / TUNED),
                           "where": where, "dates": dates, "target": target, "dense_final": dense_final,
                           "latency_ms": lat, "equal_time_s": ends, "seeds": int(runs["seed"].nunique()),
                           "steps": int(runs["steps"].iloc[0]), "workers": int(runs["workers"].iloc[0]),
@@ -207,9 +220,8 @@ def table(st: Stats) -> str:
            f"equal wall-clock time (when the fastest whole run ends at that link); median time to "
            f"{fmt_num(st.meta['target'], 3)} over all seeds (arrivals/seeds; never: most seeds never arrived); "
            "GB sent by all workers in the run.")
-    main = booktabs(rows, ["method", "final loss", "loss @T, 10M", "to target, 10M", "loss @T, 1G",
+    return booktabs(rows, ["method", "final loss", "loss @T, 10M", "to target, 10M", "loss @T, 1G",
                            "to target, 1G", "GB"], cap, "tab:e9lmc")
-    return main if st.tables["sweep"].empty else main + "\n" + sweep_latex(st)
 
 
 def figure(st: Stats):
@@ -236,9 +248,12 @@ def figure(st: Stats):
     return fig
 
 
-def sweep_latex(st: Stats) -> str:
-    """The appendix table: every sweep point's final and best validation loss, the picked values marked."""
+def sweep_latex(st: Stats) -> str | None:
+    """The appendix table: every sweep point's final and best validation loss, the picked values marked (None
+    without sweep runs)."""
     t = st.tables["sweep"]
+    if t.empty:
+        return None
     rows = [[escape(r["method"]), escape(r["knob"]), fmt_num(r["lr"], 3),
              "" if not math.isfinite(r["outer_lr"]) else fmt_num(r["outer_lr"], 2), fmt_num(r["final_val_loss"], 3),
              fmt_num(r["best_val_loss"], 3), "$\\checkmark$" if r["picked"] else ""] for _, r in t.iterrows()]
@@ -248,4 +263,5 @@ def sweep_latex(st: Stats) -> str:
 
 
 E9LMC = Experiment("e9lmc", "E9 the language model near convergence, each method tuned", stats, numbers, table,
-                   figure, "no e9_lmc runs (the lm_evidence profile) and none stored in paper/measured/lm")
+                   figure, "no e9_lmc runs (the lm_evidence profile) and none stored in paper/measured/lm",
+                   appendix=sweep_latex)
