@@ -255,6 +255,12 @@ class Compressor:
     #: the passes of ``_subtract_decoded`` (error feedback's new residual): a dense decode (write 1) and the
     #: subtraction (read 2, write 1); sparse payloads override it with 0 (a scatter of k entries)
     subtract_passes: ClassVar[float] = 4.0
+    #: where a run's ``grad_clip`` applies (lowbw.train.schemes.synchronous): "aggregate", the averaged
+    #: gradient after the exchange (DDP: ``clip_grad_norm_`` after backward, whose hook did the all-reduce), or
+    #: "worker", each worker's raw gradient before compression, for compressors whose aggregate is an update
+    #: direction of a size the method fixes (a sign: clipping it would shrink every step to lr / ||sign||, while
+    #: the references clip the raw gradient and never rescale the signed update)
+    clip_at: ClassVar[str] = "aggregate"
 
     def __init__(self) -> None:
         self._default_state: State | None = None
@@ -472,6 +478,10 @@ class ErrorFeedback(Compressor):
     def passes(self) -> float:  # type: ignore[override]
         """The inner compressor's passes, plus g + e (read 2, write 1) and the new residual's subtraction."""
         return self.inner.passes + 3.0 + self.inner.subtract_passes
+
+    @property
+    def clip_at(self) -> str:  # type: ignore[override]
+        return self.inner.clip_at
 
     @property
     def name(self) -> str:  # type: ignore[override]

@@ -111,6 +111,7 @@ class DeMo(Compressor):
     # momentum update (read 2, write 1), chunked DCT (read 1, write 1), top-k per chunk (read 1), inverse
     # DCT of the sent entries (write 1), momentum less what was sent (read 2, write 1), decode (write 1)
     passes = 11.0
+    clip_at = "worker"  # bloc97/DeMo clips each worker's raw gradient before the step, never the signed update
     has_own_memory = True
 
     def __init__(self, chunk: int = 64, topk: int = 32, decay: float = 0.999, sign: bool = True):

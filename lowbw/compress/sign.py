@@ -44,6 +44,7 @@ class SignSGD(Compressor):
 
     name = "signsgd"
     passes = 2.0  # signs packed to bits (read 1), decode to +-1 (write 1)
+    clip_at = "worker"  # the mean sign is the step (Bernstein et al.): clip the raw gradient, never the signs
 
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         return [_sign_bits(x)], {}
@@ -57,6 +58,7 @@ class ScaledSign(Compressor):
 
     name = "ef_signsgd"
     passes = 4.0  # L1 norm (read 1), signs (read 1), decode (write 1) and scale (read 1 write 1)
+    clip_at = "worker"  # the scaled sign is the step (Karimireddy et al.'s x -= C(p)): clip its input gradient
 
     def _encode(self, x: Tensor, name: str, state: State, shape: torch.Size) -> tuple[list[Tensor], dict[str, Any]]:
         n = x.numel()

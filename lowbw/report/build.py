@@ -39,6 +39,7 @@ class Section:
     numbers: dict[str, str]
     figure: Any = None
     incomplete: str | None = None  # why it was not reported though it has runs (MissingData's message)
+    appendix: str | None = None  # its appendix table (Experiment.appendix), None: no appendix file
 
 
 @dataclass
@@ -78,7 +79,8 @@ def run_experiment(exp: Experiment, ctx: Context) -> Section:
     check_numbers(exp.key, numbers)
     table = exp.table(st)
     check_caption(exp.key, table, ctx.config.get("profile"))
-    return Section(exp.key, st, table, numbers, exp.figure(st))
+    return Section(exp.key, st, table, numbers, exp.figure(st),
+                   appendix=exp.appendix(st) if exp.appendix is not None else None)
 
 
 def _setup_tex(prov: dict[str, Any], config: dict[str, Any]) -> str:
@@ -126,6 +128,35 @@ def _kept_numbers(path: Path, rebuilt: list[str]) -> dict[str, str]:
     return {name: value for name, value in found if not mine.match(name)}
 
 
+def _key_words(key: str) -> str:
+    """A clock key's model and compressor (the key itself where it is not such JSON)."""
+    try:
+        d = json.loads(key)
+        return f"{d['model']} {d['compressor']}"
+    except (ValueError, KeyError, TypeError):
+        return key
+
+
+def check_clock(config: dict[str, Any]) -> None:
+    """With ``report: clock_idle_only``, refuse (one line, naming them) when a ``clock_calibration`` entry that
+    the config's runs use was last measured on a busy machine (:func:`lowbw.train.clock_table.busy_keys`): their
+    virtual times would carry that load. Off by default: the default profile still has such an entry (gpt-small's
+    anchor), which ``bench clock --strict`` could not remeasure on the shared machine."""
+    path = config.get("clock_calibration")
+    if not (config.get("report") or {}).get("clock_idle_only") or not path:
+        return
+    from lowbw.bench.clock import grid_configs  # lazy: imports torch
+    from lowbw.train.clock_table import busy_keys
+
+    busy = busy_keys(path)
+    used = sorted(k for k in grid_configs(config) if k in busy)
+    if used:
+        names = "; ".join(f"{_key_words(k)} ({busy[k]})" for k in used)
+        raise ValueError(f"{path}: {len(used)} clock entries this grid uses were measured on a busy machine: {names}; "
+                         f"remeasure them with `python -m lowbw bench clock --strict --add --config <config> --out "
+                         f"{path}` on an idle machine (report.clock_idle_only is set)")
+
+
 def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path = "paper/generated",
           only: list[str] | None = None) -> BuildResult:
     """Write every generated file of the paper. ``only`` limits to some experiment keys (e.g. ["e1"])."""
@@ -138,6 +169,7 @@ def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path
     unknown = sorted(set(only or []) - {e.key for e in ALL})
     if unknown:
         raise ValueError(f"unknown experiment(s) {unknown}; known: {[e.key for e in ALL]}")
+    check_clock(config)
     ctx = Context(config=config, runs_dir=Path(runs_dir), out=Path(out))
     # every experiment is computed before a file is written: a run that cannot be read fails the build with the
     # output as it was, not with some experiments' tables newer than numbers.tex
@@ -151,6 +183,11 @@ def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path
         files.extend(_save_figure(sec.figure, ctx.out, sec.key))
         if sec.stats is not None:
             files.extend(_stats_csv(sec.stats, sec.key, ctx.out))
+        appendix = ctx.out / f"appendix_{sec.key}.tex"  # \IfFileExists in paper.tex: absent, no appendix
+        if sec.appendix:
+            files.append(atomic_write_text(appendix, sec.appendix))
+        elif appendix.exists():
+            appendix.unlink()  # an older build's, whose data this build no longer has
     if not only:  # GPU runs kept in the repository (lowbw.store), labelled with their GPU and date; none: no file
 
         files.extend(write_gpu(ctx.out))

@@ -20,7 +20,9 @@ __all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E1_EXCHANG
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
           "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen",
           # the same experiments on the character-level language model (E4, E9, E10's main workload)
-          "e4lm": "EFourLm", "e9lm": "ENineLm", "e10lm": "ETenLm", "e11": "EEleven"}
+          "e4lm": "EFourLm", "e9lm": "ENineLm", "e10lm": "ETenLm", "e11": "EEleven",
+          # the language model near convergence, each method tuned (lm_evidence profile or its stored runs)
+          "e9lmc": "ENineLmc"}
 
 # E1's packed exchange (lowbw.report.e1_exchange): bench exchange's method presets -> their words in EOneExch*
 E1_EXCHANGE_METHODS = {"powersgd": "Powersgd", "topk1": "Topk"}
@@ -405,6 +407,32 @@ MACROS.update({
     "ETenLmEvenFastestTtt": "its mean virtual time (duration)",
     "ETenLmEvenLinks": "the even network's links (words)",
     **_per_network("ETenLm"),
+})
+# E9 on the language model near convergence, each method tuned (lowbw.report.lmc)
+MACROS.update({
+    "ENineLmcTarget": "target validation loss: dense's final + 0.1, rounded up to 0.05 (nats/char)",
+    "ENineLmcDenseLoss": "dense's final validation loss, mean over seeds (nats/char)",
+    "ENineLmcSeeds": "seeds per method",
+    "ENineLmcSteps": "steps per run",
+    "ENineLmcMethods": "how many methods were compared",
+    "ENineLmcWhere": "whether the runs were measured by this build or stored (words)",
+    "ENineLmcCurveLoss": "dense's final validation loss in its long run (nats/char)",
+    "ENineLmcCurveSteps": "that run's steps",
+    "ENineLmcDenseGap": "dense's final loss minus the long run's (nats/char)",
+    "ENineLmcSweepPoints": "points of the recorded sweep",
+    "ENineLmcNever": "methods no seed of which reached the target at 10 Mbit/s (list)",
+    "ENineLmcEndsHigher": "methods whose final loss is significantly above dense's (Welch, p < 0.05; list)",
+    **{f"ENineLmc{w}{k}": f"{what} ({link})" for w, link in (("Ten", "10 Mbit/s"), ("Gbit", "1 Gbit/s"))
+       for k, what in (("Best", "method with the smallest median time to target over all seeds"),
+                       ("BestTtt", "its median time (duration)"), ("BestArrived", "its arrivals (k of n)"),
+                       ("BestBytes", "MB sent by all its workers until the target, median"),
+                       ("BestEnds", "whether it ends as low as dense (words, chosen by the report)"),
+                       ("BestFinal", "its final validation loss, mean (nats/char)"),
+                       ("DenseTtt", "dense's median time to target (duration, or never)"),
+                       ("Speedup", "dense's median time / the fastest method's"),
+                       ("EqualTime", "the equal wall-clock budget: when the fastest whole run ends (duration)"),
+                       ("EqualTimeBest", "the method with the lowest loss at that budget"),
+                       ("EqualTimeLoss", "its loss there, mean over seeds (nats/char)"))},
 })
 # E11 how good is the advisor (leave-one-setting-out; lowbw.report.e11)
 MACROS.update({

@@ -74,3 +74,5 @@ class Experiment:
     table: Callable[[Stats], str]  # a complete LaTeX table environment, label tab:<key>
     figure: Callable[[Stats], Any]  # a matplotlib Figure
     missing: str  # why there is no data, e.g. "runs/bench/collectives.json absent"
+    # a table for the paper's appendix (generated/appendix_<key>.tex; None: none, or nothing to put there)
+    appendix: Callable[[Stats], str | None] | None = None

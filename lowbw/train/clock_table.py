@@ -15,7 +15,7 @@ from typing import Any
 
 from lowbw.train.config_fields import RunConfig
 
-__all__ = ["KEY_FIELDS", "TEXT_KEY_FIELDS", "clock_key", "calibrated_clock"]
+__all__ = ["KEY_FIELDS", "TEXT_KEY_FIELDS", "clock_key", "calibrated_clock", "busy_keys"]
 
 # the run-config keys that decide a worker's compute and (de)compression time per step
 KEY_FIELDS = ("model", "dataset", "local_batch", "optimizer", "compressor", "compressor_args", "error_feedback",
@@ -50,6 +50,19 @@ def calibrated_clock(path: str, cfg: dict[str, Any], run: str) -> dict[str, floa
                          f"--config <this config> --out {path}`")
     e = table[key]
     return {k: cfg.get(k) or e[k] for k in ("clock_sample_s", "clock_compress_mbyte_s")}
+
+
+def busy_keys(path: str | Path) -> dict[str, str]:
+    """key -> the date of its last measurement, for every entry of the table at ``path`` last measured while the
+    machine was busy (``bench clock`` records the conditions of each measurement: the table's own for the keys
+    it wrote, an ``added`` record for the keys ``--add`` measured later; the latest record of a key counts)."""
+    doc = json.loads(Path(path).read_text())
+    last: dict[str, dict[str, Any]] = {k: doc.get("conditions") or {} for k in doc["entries"]}
+    for rec in doc.get("added") or []:
+        for k in rec.get("keys") or []:
+            if k in last:
+                last[k] = rec.get("conditions") or {}
+    return {k: str(c.get("date", "?"))[:10] for k, c in last.items() if c.get("busy")}
 
 
 _TABLES: dict[str, dict[str, Any]] = {}

@@ -268,6 +268,11 @@ def _check_backends_and_network(cfg) -> None:
             raise ConfigError("ddp_hook", "DDP communication hooks need real processes (backend procs or torchrun)")
         if s != "sync":
             raise ConfigError("ddp_hook", "DDP hooks implement sync=sync")
+        if cfg.grad_clip and cfg.compressor in ("demo", "signsgd", "ef_signsgd"):
+            # these clip each worker's raw gradient before compression (Compressor.clip_at), which a DDP hook,
+            # running inside backward, cannot do
+            raise ConfigError("grad_clip", f"{cfg.grad_clip}: {cfg.compressor} clips each worker's gradient before "
+                                           "compression, which a DDP hook cannot: ddp_hook=false or grad_clip=0")
     if cfg.testbed and cfg.backend != "procs":
         raise ConfigError("testbed", "the tc testbed launches real processes: backend=procs")
     if cfg.testbed_realtime and not cfg.testbed:

@@ -132,7 +132,10 @@ class Synchronous(Scheme):
         else:
             grads, stats, exchanges = self.gradients(ctx, b, act)
             t_opt = time.perf_counter()
-            self.opt.step(self.rep.params, clip_rows(grads, cfg.grad_clip), ctx.lr)
+            # grad_clip where the method's reference clips (:meth:`clips_workers`): the gradient rows the step
+            # applies (the averaged gradient, as DDP; a local step's own), or, already, each worker's raw gradient
+            self.opt.step(self.rep.params, grads if self.clips_workers(act) else clip_rows(grads, cfg.grad_clip),
+                          ctx.lr)
             t_opt = (time.perf_counter() - t_opt) / len(stats)  # per replica: the optimiser's update of its row
         ms = self.model_sync(st.step, act)  # model averaging / diloco's outer steps (landing, starting)
         exchanges += ms.foreground
@@ -170,6 +173,8 @@ class Synchronous(Scheme):
             return ls.grads, ls.stats, []
         if self.policy is not None:
             self.adapt(ctx.state.step, ctx.state.clock)
+        if self.clips_workers(act):
+            ls.grads.copy_(clip_rows(ls.grads, self.cfg.grad_clip))
         ex = self.aggregate(act.grad)
         return torch.stack(ex.outputs), ls.stats, [ex]
 
@@ -272,6 +277,17 @@ class Synchronous(Scheme):
     def compresses(self, act: Action) -> bool:
         """Does step action ``act`` run the compressor (a gradient average)?"""
         return self.comp is not None and act.grad is not None
+
+    def clips_workers(self, act: Action) -> bool:
+        """Does ``grad_clip`` apply to each worker's raw gradient before the exchange of ``act``, not to the
+        rows the step applies? Where the compressor's aggregate is an update direction of a size the method
+        fixes (``Compressor.clip_at == "worker"``: DeMo, the sign methods): their references clip the raw
+        gradient and never rescale the update (clipping DeMo's sign update, of norm sqrt(P), moved every
+        weight by lr / sqrt(P)). Everywhere else the step's rows are clipped: the averaged gradient (DDP's
+        ``clip_grad_norm_`` after the all-reduce; compressors with or without error feedback, as a DDP comm
+        hook) or a local step's own gradient (local SGD, DiLoCo's inner steps, DES-LOC, SPARTA, NoLoCo; never
+        an outer step's pseudo-gradient)."""
+        return bool(self.cfg.grad_clip) and self.compresses(act) and self.comp.clip_at == "worker"
 
     def compressed_bytes(self, act: Action) -> int:
         """fp32 bytes step action ``act`` compresses: the gradient row."""

@@ -1,0 +1,267 @@
+"""E9 on the language model near convergence (the lm_evidence profile, issue 41): gpt-mini trained for one
+epoch by every method at its own tuned values (``runs/e9_lmc``, 3 seeds), with the recorded sweep that picked
+them (``runs/e9_lmc_sweep``, the appendix table) and dense's long run (``runs/e9_lmc_curve``). Where this
+profile's runs are absent (the default profile) the runs kept in the repository are read
+(``paper/measured/lm``, ``python -m lowbw store add --cpu``): a fresh clone's PDF shows them as stored evidence
+and a run of the profile replaces them.
+
+The target is chosen by the numbers: dense's final validation loss (mean over its seeds) + 0.1 nats/char,
+rounded up to 0.05. Time to target is censored: a seed that never reaches it counts (arrivals k/n and the
+median over all seeds, infinite where more than half never arrive). Beside it, the final validation loss at
+equal tokens (every run sees the same 1024 x 16 windows) and at equal wall-clock time at each headline link
+(the loss of each run's last evaluation by the time the fastest whole run of the grid ends there).
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+from scipy.stats import ttest_ind
+
+from lowbw.report.catalog import PREFIX
+from lowbw.report.common import fmt_duration, report_links
+from lowbw.report.experiment import Context, Experiment, MissingData, Stats
+from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.report.lmc_sweep import SWEEP, sweep_table
+from lowbw.report.training import eval_lines, retime
+from lowbw.results import load_metrics, load_runs
+from lowbw.store import load_store
+
+__all__ = ["E9LMC", "LMC_STORE", "TUNED", "CURVE", "HEADLINE_MBIT", "stats", "numbers", "table", "figure",
+           "sweep_latex"]
+
+LMC_STORE = Path("paper/measured/lm")  # the lm_evidence profile's runs, kept in the repository
+TUNED, CURVE = "e9_lmc", "e9_lmc_curve"  # the tuned grid and dense's long run
+HEADLINE_MBIT = (10.0, 1000.0)  # the links the headline compares at (Mbit/s per worker)
+BASELINE = "dense"
+MARGIN = 0.1  # nats/char above dense's final validation loss: the target
+
+
+def _method(name: str) -> str:
+    return name.removesuffix("-tuned")
+
+
+def _source(ctx: Context) -> tuple[Path, str] | None:
+    """Where the tuned grid's complete runs are, (root, words): this build's runs, else the store; None: neither.
+    The sweep and dense's long run are read from the same root, so that one source's numbers are reported."""
+    for root, where in ((Path(ctx.runs_dir), "measured by this build"), (LMC_STORE, "stored")):
+        d = root / TUNED
+        if d.is_dir() and not load_runs(d, incomplete="skip").empty:
+            return root, where
+    return None
+
+
+def _load(root: Path, exp: str) -> tuple[pd.DataFrame | None, pd.DataFrame | None]:
+    """(runs, metrics) of experiment ``exp``'s complete runs under ``root`` (with the store's measured dates
+    where ``root`` is the store), or (None, None)."""
+    d = root / exp
+    if not d.is_dir():
+        return None, None
+    runs = load_runs(d, incomplete="skip")
+    if runs.empty:
+        return None, None
+    if root == LMC_STORE:
+        prov = load_store(LMC_STORE)
+        runs = runs.merge(prov[["run", "measured_date"]].assign(run=prov["run"].str.removeprefix(f"{exp}/")),
+                          on="run", how="left")
+    return runs, load_metrics(d, incomplete="skip")
+
+
+def _ttt(m: pd.DataFrame, target: float, mbit: float, lat: float) -> tuple[float, float]:
+    """(virtual seconds, bytes sent by then) to the first evaluation with val_loss <= target (NaN, NaN if never)."""
+    ev = eval_lines(m, "val_loss")
+    hit = ev[ev["val_loss"] <= target].iloc[:1]
+    if hit.empty:
+        return math.nan, math.nan
+    return float(retime(hit, mbit, lat).iloc[0]), float(hit["bytes_sent"].iloc[0])
+
+
+def _loss_at(m: pd.DataFrame, t: float, mbit: float, lat: float) -> float:
+    """val_loss of the last evaluation at or before virtual time ``t`` at ``mbit`` (NaN if none)."""
+    ev = eval_lines(m, "val_loss")
+    ev = ev[retime(ev, mbit, lat).to_numpy() <= t + 1e-9]
+    return float(ev["val_loss"].iloc[-1]) if not ev.empty else math.nan
+
+
+def _censored_median(t: np.ndarray) -> float:
+    """Median over every seed, a seed that never arrived counting as infinitely late."""
+    return float(np.median(np.where(np.isfinite(t), t, np.inf)))
+
+
+def stats(ctx: Context) -> Stats | None:
+    """Tables ``runs`` (per run: final loss, and per headline link ttt, bytes to target, loss at equal time),
+    ``methods`` (per method: over seeds), ``sweep`` (the recorded sweep) and ``curve`` (dense's long run)."""
+    src = _source(ctx)
+    if src is None:
+        return None
+    root, where = src
+    runs, mets = _load(root, TUNED)
+    runs = runs.assign(method=runs["name"].map(_method))
+    if BASELINE not in set(runs["method"]):
+        raise MissingData(f"{TUNED}: no {BASELINE} run")
+    _, lat, _ = report_links(ctx)
+    dense_final = float(runs.loc[runs["method"] == BASELINE, "final_val_loss"].mean())
+    target = math.ceil((dense_final + MARGIN) / 0.05 - 1e-9) * 0.05
+    per = {r["run"]: mets[mets["run"] == r["run"]] for _, r in runs.iterrows()}
+    ends = {mb: min(float(retime(m, mb, lat).max()) for m in per.values()) for mb in HEADLINE_MBIT}
+    rows = []
+    for _, r in runs.iterrows():
+        m = per[r["run"]]
+        row = {"method": r["method"], "seed": int(r["seed"]), "run": r["run"],
+               "final_val_loss": float(r["final_val_loss"]), "bytes_total": float(r["bytes_sent_total"])}
+        for mb in HEADLINE_MBIT:
+            row[f"ttt_s@{mb:g}"], row[f"bytes_to_target@{mb:g}"] = _ttt(m, target, mb, lat)
+            row[f"loss_at_equal_time@{mb:g}"] = _loss_at(m, ends[mb], mb, lat)
+        rows.append(row)
+    per_run = pd.DataFrame(rows)
+    dense = per_run.loc[per_run["method"] == BASELINE, "final_val_loss"].to_numpy()
+    mrows = []
+    for method, g in per_run.groupby("method", sort=False):
+        f = g["final_val_loss"].to_numpy()
+        p = float(ttest_ind(f, dense, equal_var=False).pvalue) if len(f) > 1 and len(dense) > 1 else math.nan
+        row = {"method": method, "seeds": len(g), "final_mean": float(f.mean()),
+               "final_std": float(f.std(ddof=1)) if len(f) > 1 else math.nan, "p_vs_dense": p,
+               "as_low_as_dense": bool(f.mean() <= dense.mean() or not p < 0.05),
+               "bytes_total_mean": float(g["bytes_total"].mean())}
+        for mb in HEADLINE_MBIT:
+            t = g[f"ttt_s@{mb:g}"].to_numpy(dtype=float)
+            row[f"arrived@{mb:g}"] = int(np.isfinite(t).sum())
+            row[f"ttt_median_s@{mb:g}"] = _censored_median(t)
+            row[f"bytes_to_target@{mb:g}"] = float(np.nanmedian(g[f"bytes_to_target@{mb:g}"])) if np.isfinite(
+                t).any() else math.nan
+            row[f"loss_at_equal_time@{mb:g}"] = float(g[f"loss_at_equal_time@{mb:g}"].mean())
+        mrows.append(row)
+    methods = pd.DataFrame(mrows)
+    sweep, _ = _load(root, SWEEP)
+    curve, curve_m = _load(root, CURVE)
+    tables = {"runs": per_run, "methods": methods,
+              "sweep": sweep_table(sweep) if sweep is not None else pd.DataFrame(),
+              "curve": curve_m if curve is not None else pd.DataFrame(), "metrics": mets}
+    dates = sorted(set(runs.get("measured_date", pd.Series(dtype=str)).dropna().astype(str)))
+    return Stats(tables, {"source": str(root / TUNED),
+                          "where": where, "dates": dates, "target": target, "dense_final": dense_final,
+                          "latency_ms": lat, "equal_time_s": ends, "seeds": int(runs["seed"].nunique()),
+                          "steps": int(runs["steps"].iloc[0]), "workers": int(runs["workers"].iloc[0]),
+                          "curve_final": float(curve["final_val_loss"].iloc[0]) if curve is not None else math.nan,
+                          "curve_steps": int(curve["steps"].iloc[0]) if curve is not None else 0})
+
+
+def _fastest(methods: pd.DataFrame, mb: float) -> pd.Series | None:
+    """The method with the smallest censored median time to target at ``mb`` (None if none arrived)."""
+    col = f"ttt_median_s@{mb:g}"
+    ok = methods[np.isfinite(methods[col])]
+    return None if ok.empty else ok.loc[ok[col].idxmin()]
+
+
+def numbers(st: Stats) -> dict[str, str]:
+    p, ms = PREFIX["e9lmc"], st.tables["methods"].set_index("method", drop=False)
+    out = {f"{p}Target": fmt_num(st.meta["target"], 3), f"{p}DenseLoss": fmt_num(st.meta["dense_final"], 3),
+           f"{p}Seeds": str(st.meta["seeds"]), f"{p}Steps": str(st.meta["steps"]),
+           f"{p}Methods": str(len(ms)), f"{p}Where": st.meta["where"]}
+    if math.isfinite(st.meta["curve_final"]):
+        out[f"{p}CurveLoss"] = fmt_num(st.meta["curve_final"], 3)
+        out[f"{p}CurveSteps"] = str(st.meta["curve_steps"])
+        out[f"{p}DenseGap"] = fmt_num(st.meta["dense_final"] - st.meta["curve_final"], 2)
+    if not st.tables["sweep"].empty:
+        out[f"{p}SweepPoints"] = str(len(st.tables["sweep"]))
+    words = {10.0: "Ten", 1000.0: "Gbit"}
+    dense = ms.loc[BASELINE]
+    for mb in HEADLINE_MBIT:
+        w = words[mb]
+        best = _fastest(st.tables["methods"], mb)
+        if best is None:
+            out[f"{p}{w}Best"] = "none"
+            continue
+        col = f"ttt_median_s@{mb:g}"
+        out[f"{p}{w}Best"] = escape(best["method"])
+        out[f"{p}{w}BestTtt"] = fmt_duration(best[col])
+        out[f"{p}{w}BestArrived"] = f"{int(best[f'arrived@{mb:g}'])} of {int(best['seeds'])}"
+        out[f"{p}{w}BestBytes"] = fmt_num(best[f"bytes_to_target@{mb:g}"] / 1e6, 3)
+        out[f"{p}{w}BestEnds"] = ("ends as low as dense" if best["as_low_as_dense"] else
+                                 "ends higher than dense")
+        out[f"{p}{w}BestFinal"] = fmt_num(best["final_mean"], 3)
+        dense_t = dense[col]
+        out[f"{p}{w}DenseTtt"] = fmt_duration(dense_t) if math.isfinite(dense_t) else "never"
+        if math.isfinite(dense_t) and best["method"] != BASELINE:
+            out[f"{p}{w}Speedup"] = fmt_num(dense_t / best[col], 3)
+        out[f"{p}{w}EqualTime"] = fmt_duration(st.meta["equal_time_s"][mb])
+        lo = ms[f"loss_at_equal_time@{mb:g}"].idxmin()
+        out[f"{p}{w}EqualTimeBest"] = escape(str(lo))
+        out[f"{p}{w}EqualTimeLoss"] = fmt_num(ms.loc[lo, f"loss_at_equal_time@{mb:g}"], 3)
+    never = [m for m in ms.index if ms.loc[m, "arrived@10"] == 0]
+    out[f"{p}Never"] = escape(", ".join(never)) or "none"
+    out[f"{p}EndsHigher"] = escape(", ".join(m for m in ms.index if not ms.loc[m, "as_low_as_dense"])) or "none"
+    return out
+
+
+def _fmt_ttt(median: float, arrived: int, n: int) -> str:
+    return f"{fmt_duration(median) if math.isfinite(median) else 'never'} ({arrived}/{n})"
+
+
+def table(st: Stats) -> str:
+    """Per method: final validation loss (equal tokens), loss at equal time and censored time to target at
+    10 Mbit/s and 1 Gbit/s, bytes per run."""
+    rows = []
+    for _, r in st.tables["methods"].iterrows():
+        n = int(r["seeds"])
+        sd = "" if not math.isfinite(r["final_std"]) else f" $\\pm$ {fmt_num(r['final_std'], 2)}"
+        rows.append([escape(r["method"]), f"{fmt_num(r['final_mean'], 3)}{sd}",
+                     fmt_num(r["loss_at_equal_time@10"], 3), _fmt_ttt(r["ttt_median_s@10"], r["arrived@10"], n),
+                     fmt_num(r["loss_at_equal_time@1000"], 3),
+                     _fmt_ttt(r["ttt_median_s@1000"], r["arrived@1000"], n),
+                     fmt_num(r["bytes_total_mean"] / 1e9, 3)])
+    cap = (f"Language model near convergence ({st.meta['where']}; {escape(st.meta['source'])}"
+           + (f", measured {', '.join(st.meta['dates'])}" if st.meta["dates"] else "")
+           + f"): gpt-mini, {st.meta['workers']} workers, {st.meta['steps']} steps, every method at its tuned values, "
+           f"{st.meta['seeds']} seeds. Final validation loss (nats/char, mean $\\pm$ std: equal tokens); loss at "
+           f"equal wall-clock time (when the fastest whole run ends at that link); median time to "
+           f"{fmt_num(st.meta['target'], 3)} over all seeds (arrivals/seeds; never: most seeds never arrived); "
+           "GB sent by all workers in the run.")
+    return booktabs(rows, ["method", "final loss", "loss @T, 10M", "to target, 10M", "loss @T, 1G",
+                           "to target, 1G", "GB"], cap, "tab:e9lmc")
+
+
+def figure(st: Stats):
+    """Validation loss against virtual time at 10 Mbit/s, mean over seeds, one line per method; the target."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7.0, 3.6))
+    mets, lat = st.tables["metrics"], st.meta["latency_ms"]
+    runs = st.tables["runs"]
+    for method, g in runs.groupby("method", sort=False):
+        curves = []
+        for run in g["run"]:
+            ev = eval_lines(mets[mets["run"] == run], "val_loss")
+            curves.append(pd.Series(ev["val_loss"].to_numpy(), index=retime(ev, 10.0, lat).to_numpy()))
+        c = pd.concat(curves, axis=1).sort_index().interpolate(limit_area="inside").mean(axis=1)
+        ax.plot(c.index, c.to_numpy(), lw=1.0, label=method, ls="-" if method == BASELINE else "--")
+    ax.axhline(st.meta["target"], color="k", lw=0.6, ls=":")
+    ax.set_xscale("log")
+    ax.set_xlabel("virtual time at 10 Mbit/s (s)")
+    ax.set_ylabel("validation loss (nats/char)")
+    ax.set_ylim(top=min(4.2, float(ax.get_ylim()[1])))
+    ax.legend(fontsize=5, ncol=3)
+    fig.tight_layout()
+    return fig
+
+
+def sweep_latex(st: Stats) -> str | None:
+    """The appendix table: every sweep point's final and best validation loss, the picked values marked (None
+    without sweep runs)."""
+    t = st.tables["sweep"]
+    if t.empty:
+        return None
+    rows = [[escape(r["method"]), escape(r["knob"]), fmt_num(r["lr"], 3),
+             "" if not math.isfinite(r["outer_lr"]) else fmt_num(r["outer_lr"], 2), fmt_num(r["final_val_loss"], 3),
+             fmt_num(r["best_val_loss"], 3), "$\\checkmark$" if r["picked"] else ""] for _, r in t.iterrows()]
+    return booktabs(rows, ["method", "point", "lr", "outer lr", "final", "best", "picked"],
+                    "The language model's recorded sweep (seed 0): final and best validation loss of each point; "
+                    "each method's picked inner (and outer) learning rate marked.", "tab:e9lmc-sweep")
+
+
+E9LMC = Experiment("e9lmc", "E9 the language model near convergence, each method tuned", stats, numbers, table,
+                   figure, "no e9_lmc runs (the lm_evidence profile) and none stored in paper/measured/lm",
+                   appendix=sweep_latex)

@@ -1,0 +1,143 @@
+"""The lm_evidence profile's recorded sweep (config/lm_evidence.yaml): one row per sweep point, and each method's
+picked values written into the config's tuned block.
+
+A sweep point is a preset ``<method>`` (the method's defaults), ``<method>+lrx<m>`` (inner learning rate x m,
+lr_min = lr / 10) or ``<method>+olr<v>`` (outer learning rate v at the default inner lr). Each method's inner lr
+is the one whose seed-0 run ends with the lowest validation loss among its ``lrx`` points and its default, its
+outer lr likewise among its ``olr`` points and its default (coordinate-wise: the profile's budget has no joint
+grid). A run whose loss is not finite counts as the worst.
+
+    python -m lowbw.report.lmc_sweep pick --config config/lm_evidence.yaml --runs runs
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import re
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from lowbw.results import load_runs
+
+__all__ = ["SWEEP", "split_point", "sweep_table", "picks", "tuned_block", "write_tuned", "main"]
+
+SWEEP = "e9_lmc_sweep"  # the sweep's experiment
+BEGIN, END = "  # BEGIN tuned", "  # END tuned"  # the config's tuned block (its first and last line)
+_POINT = re.compile(r"^(?P<method>[A-Za-z0-9_]+)(?:\+(?P<knob>lrx|olr)(?P<value>[0-9.]+))?$")
+
+
+def split_point(point: str) -> tuple[str, str | None, float | None]:
+    """``"dense+lrx2"`` -> ``("dense", "lr", 2.0)``; ``"diloco16+olr0.5"`` -> ``("diloco16", "outer_lr", 0.5)``;
+    ``"dense"`` -> ``("dense", None, None)``."""
+    m = _POINT.match(point)
+    if m is None:
+        raise ValueError(f"sweep point {point!r} is not <method>, <method>+lrx<m> or <method>+olr<v>")
+    knob = {"lrx": "lr", "olr": "outer_lr", None: None}[m["knob"]]
+    return m["method"], knob, (float(m["value"]) if m["value"] else None)
+
+
+def sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per sweep run: ``method``, ``knob`` (lr | outer_lr | default), ``lr``, ``outer_lr`` (NaN where
+    the method has no outer step), ``final_val_loss``, ``best_val_loss``, and ``picked`` (the point supplies a
+    picked value: an ``lr`` or ``outer_lr`` point its knob's, the default point either)."""
+    rows = []
+    for _, r in runs.iterrows():
+        method, knob, _ = split_point(str(r["name"]))
+        outer = r.get("outer_lr") if str(r.get("sync")) in ("diloco", "noloco") else math.nan
+        rows.append({"method": method, "point": r["name"], "knob": knob or "default", "lr": float(r["lr"]),
+                     "outer_lr": float(outer) if outer is not None else math.nan,
+                     "final_val_loss": float(r["final_val_loss"]), "best_val_loss": float(r["best_val_loss"])})
+    t = pd.DataFrame(rows).sort_values(["method", "knob", "lr", "outer_lr"], ignore_index=True)
+    p = picks(t)
+    t["picked"] = [_supplies(r, p[r["method"]]) for _, r in t.iterrows()]
+    return t
+
+
+def _supplies(r: pd.Series, pick: dict[str, float]) -> bool:
+    """Does sweep row ``r`` supply one of its method's picked values (the default point: either knob's)?"""
+    lr_ok = r["lr"] == pick["lr"]
+    outer_ok = "outer_lr" in pick and r["outer_lr"] == pick["outer_lr"]
+    return {"lr": lr_ok, "outer_lr": outer_ok, "default": lr_ok or outer_ok}[r["knob"]]
+
+
+def _score(v: float) -> float:
+    return v if math.isfinite(v) else math.inf
+
+
+def picks(table: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """method -> ``{"lr": ..., "outer_lr": ...}`` (outer_lr only for outer-step methods): the value of each knob
+    whose point ends lowest (ties: the default's)."""
+    out: dict[str, dict[str, float]] = {}
+    for method, g in table.groupby("method", sort=False):
+        if not (g["knob"] == "default").any():
+            raise ValueError(f"sweep of {method}: its default point has no complete run")
+        d = g[g["knob"] == "default"].iloc[0]
+        best = {}
+        for knob in ("lr", "outer_lr"):
+            if knob == "outer_lr" and math.isnan(d["outer_lr"]):
+                continue
+            cand = pd.concat([g[g["knob"] == "default"], g[g["knob"] == knob]])
+            scores = [_score(v) for v in cand["final_val_loss"]]
+            best[knob] = float(cand.iloc[scores.index(min(scores))][knob])
+        out[str(method)] = best
+    return out
+
+
+def tuned_block(table: pd.DataFrame) -> list[str]:
+    """The config's tuned block: one ``<method>-tuned`` preset per method, its values and where they came from."""
+    lines = [BEGIN + ": written by `python -m lowbw.report.lmc_sweep pick` from e9_lmc_sweep (do not edit by hand)"]
+    for method, p in picks(table).items():
+        g = table[table["method"] == method]
+        d = g[g["knob"] == "default"].iloc[0]
+        keys = {"lr": p["lr"], "lr_min": p["lr"] / 10}
+        why = [f"lr x{p['lr'] / d['lr']:g} of {len(g[g['knob'].isin(['default', 'lr'])])}"]
+        if "outer_lr" in p:
+            keys["outer_lr"] = p["outer_lr"]
+            why.append(f"outer lr {p['outer_lr']:g} of {len(g[g['knob'].isin(['default', 'outer_lr'])])}")
+        body = ", ".join(f"{k}: {v:g}" for k, v in keys.items())
+        lines.append(f"  {method}-tuned: {{<<: *{method}, {body}}}  # sweep (seed 0, final val loss): "
+                     + "; ".join(why))
+    lines.append(END)
+    return lines
+
+
+def write_tuned(config: Path, table: pd.DataFrame) -> None:
+    """Replace ``config``'s tuned block (from its BEGIN line to its END line) by :func:`tuned_block`."""
+    text = config.read_text(encoding="utf-8").splitlines()
+    starts = [i for i, s in enumerate(text) if s.startswith(BEGIN)]
+    ends = [i for i, s in enumerate(text) if s.startswith(END)]
+    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
+        raise ValueError(f"{config}: needs exactly one '{BEGIN.strip()}' line before one '{END.strip()}' line")
+    text[starts[0]:ends[0] + 1] = tuned_block(table)
+    tmp = config.with_suffix(config.suffix + ".tmp")
+    tmp.write_text("\n".join(text) + "\n", encoding="utf-8")
+    tmp.replace(config)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m lowbw.report.lmc_sweep", description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    p = sub.add_parser("pick", help="write each method's picked values into the config's tuned block")
+    p.add_argument("--config", type=Path, default=Path("config/lm_evidence.yaml"))
+    p.add_argument("--runs", type=Path, default=Path("runs"))
+    a = ap.parse_args(argv)
+    root = a.runs / SWEEP
+    if not root.is_dir():
+        print(f"lowbw.report.lmc_sweep: {root}: no sweep runs", file=sys.stderr)
+        return 2
+    try:
+        table = sweep_table(load_runs(root))
+        write_tuned(a.config, table)
+    except (ValueError, OSError) as e:
+        print(f"lowbw.report.lmc_sweep: {e}", file=sys.stderr)
+        return 2
+    print(table.to_string(index=False))
+    print(f"wrote {a.config}'s tuned block")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

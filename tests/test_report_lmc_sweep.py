@@ -1,0 +1,55 @@
+"""The lm_evidence sweep's pick: each knob's best point, the default on ties, non-finite runs last, and the
+config's tuned block rewritten in place."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+import yaml
+
+from lowbw.report.lmc_sweep import picks, split_point, sweep_table, write_tuned
+
+
+def _runs(rows):
+    return pd.DataFrame([{"name": n, "lr": lr, "outer_lr": o, "sync": s, "final_val_loss": v, "best_val_loss": v}
+                         for n, lr, o, s, v in rows])
+
+
+RUNS = _runs([
+    ("dense", 0.004, 0.7, "sync", 2.10), ("dense+lrx0.5", 0.002, 0.7, "sync", 2.20),
+    ("dense+lrx2", 0.008, 0.7, "sync", 2.05),
+    ("diloco16", 0.004, 0.7, "diloco", 2.30), ("diloco16+lrx0.5", 0.002, 0.7, "diloco", 2.25),
+    ("diloco16+lrx2", 0.008, 0.7, "diloco", math.nan), ("diloco16+olr0.5", 0.004, 0.5, "diloco", 2.40),
+    ("diloco16+olr1", 0.004, 1.0, "diloco", 2.30),
+])
+
+
+def test_points_are_split_and_bad_names_refused():
+    assert split_point("dense+lrx0.5") == ("dense", "lr", 0.5)
+    assert split_point("diloco16_eager+olr1") == ("diloco16_eager", "outer_lr", 1.0)
+    assert split_point("demo") == ("demo", None, None)
+    with pytest.raises(ValueError, match="dense-x2"):
+        split_point("dense-x2")
+
+
+def test_each_knob_picks_its_lowest_final_loss_default_on_ties_nan_last():
+    t = sweep_table(RUNS)
+    p = picks(t)
+    assert p == {"dense": {"lr": 0.008}, "diloco16": {"lr": 0.002, "outer_lr": 0.7}}
+    assert set(t.loc[t["picked"], "point"]) == {"dense+lrx2", "diloco16+lrx0.5", "diloco16"}  # its outer lr
+
+
+def test_the_tuned_block_is_rewritten_and_the_config_stays_valid_yaml(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("methods:\n  dense: &dense {compressor: none}\n  diloco16: &diloco16 {sync: diloco}\n"
+                   "  # BEGIN tuned: old\n  dense-tuned: {<<: *dense}\n  # END tuned\nexperiments: {}\n")
+    write_tuned(cfg, sweep_table(RUNS))
+    m = yaml.safe_load(cfg.read_text())["methods"]
+    assert m["dense-tuned"] == {"compressor": "none", "lr": 0.008, "lr_min": 0.0008}
+    assert m["diloco16-tuned"] == {"sync": "diloco", "lr": 0.002, "lr_min": 0.0002, "outer_lr": 0.7}
+    assert "outer lr 0.7 of 3" in cfg.read_text()
+    cfg.write_text("methods: {}\n")
+    with pytest.raises(ValueError, match="BEGIN tuned"):
+        write_tuned(cfg, sweep_table(RUNS))
