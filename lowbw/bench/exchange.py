@@ -44,10 +44,24 @@ from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
+import torch
+import torch.distributed as dist
+import torch.nn.functional as F
+
 from lowbw.bench import conditions
+from lowbw.bench.e2e_calls import probe_batch, probe_model
 from lowbw.bench.e2e_grid import add_realtime_flag, check_realtime
 from lowbw.bench.presets import load_methods, method_config
+from lowbw.buckets import cap_bytes
+from lowbw.comm import DistCollective, Meter
+from lowbw.net.costmodel import call_steps
+from lowbw.net.testbed import Testbed
 from lowbw.net.units import parse_delay, parse_rate
+from lowbw.runio import atomic_write_json, provenance
+from lowbw.train.aggregate import aggregate_rank, make_compressor, make_states
+from lowbw.train.config import RunConfig
+from lowbw.train.models import model_kind, model_names
+from lowbw.train.world import bytes_sent_of
 
 __all__ = ["main", "bound_seconds", "check_targets"]
 
@@ -59,8 +73,6 @@ BYTES_TOL = 0.02  # bytes on the wire of bucket against layer
 def bound_seconds(calls: list[tuple], bytes_sent: float, delay_s: float, rate_bps: float) -> float:
     """``sum(latency steps of each call) x delay + bytes_sent x 8 / rate`` (calls: (op, nbytes, algorithm, N,
     sizes known))."""
-    from lowbw.net.costmodel import call_steps
-
     steps = sum(len(call_steps(op, alg, nbytes, n, exchange_sizes=not known)) for op, nbytes, alg, n, known in calls)
     return steps * delay_s + 8.0 * bytes_sent / rate_bps
 
@@ -89,16 +101,6 @@ def check_targets(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 # ----------------------------------------------------------------------------------------------- one worker
 def _worker(spec_path: str) -> int:
-    import torch
-    import torch.distributed as dist
-    import torch.nn.functional as F
-
-    from lowbw.bench.e2e_calls import probe_batch, probe_model
-    from lowbw.comm import DistCollective, Meter
-    from lowbw.train.aggregate import aggregate_rank, make_compressor, make_states
-    from lowbw.train.config import RunConfig
-    from lowbw.train.world import bytes_sent_of
-
     spec = json.loads(Path(spec_path).read_text())
     dist.init_process_group("gloo", init_method="env://", timeout=timedelta(seconds=spec["timeout_s"]))
     rank, N = dist.get_rank(), dist.get_world_size()
@@ -200,11 +202,6 @@ def main(argv: list[str] | None = None) -> int:
     if a.worker:
         return _worker(a.worker)
     check_realtime(ap, a.realtime)
-    from lowbw.buckets import cap_bytes
-    from lowbw.net.testbed import Testbed
-    from lowbw.runio import atomic_write_json, provenance
-    from lowbw.train.models import model_kind, model_names
-
     try:  # every bad value before any work
         rate_bps, delay_s = float(parse_rate(a.rate)), float(parse_delay(a.delay))
         cap_bytes(a.bucket_mb)

@@ -17,6 +17,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
 from scipy.stats import ttest_ind
@@ -226,8 +227,6 @@ def table(st: Stats) -> str:
 
 def figure(st: Stats):
     """Validation loss against virtual time at 10 Mbit/s, mean over seeds, one line per method; the target."""
-    import matplotlib.pyplot as plt
-
     fig, ax = plt.subplots(figsize=(7.0, 3.6))
     mets, lat = st.tables["metrics"], st.meta["latency_ms"]
     runs = st.tables["runs"]
