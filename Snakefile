@@ -48,7 +48,7 @@ BENCH = [f for name, f in BENCH_FILES.items()
 # e2e_lm_realtime.json) are measured by hand only: the report reads the files where they are, and reruns when they
 # change
 BENCH += [f for f in ["runs/bench/e2e_lm.json", "runs/bench/e2e_lm_realtime.json"] if os.path.exists(f)]
-EXPERIMENTS = [f"e{i}" for i in range(1, 11)] + ["e4lm", "e9lm", "e10lm"]  # the language model's E4, E9, E10
+EXPERIMENTS = [f"e{i}" for i in range(1, 11)] + ["e4lm", "e9lm", "e10lm", "e12"]  # the LM's E4, E9, E10; E12
 GENERATED = (
     ["paper/generated/numbers.tex", "paper/generated/setup.tex"]
     + [f"paper/generated/{kind}_{e}.{ext}" for e in EXPERIMENTS
@@ -66,7 +66,9 @@ FULL = config["profile"] == "full"
 # The GPU profile (config/profiles/gpu) ends by keeping its runs in the repository (paper/measured/gpu), where
 # the CPU profiles' report finds them; the paper is rebuilt by the quick profile, with them included.
 GPU = config["profile"] == "gpu"
-STORE = "paper/measured/gpu"
+# The scaling profile (config/profiles/scaling, issue 44) keeps its CPU runs the same way, in paper/measured/scaling
+SCALING = config["profile"] == "scaling"
+STORE = "paper/measured/scaling" if SCALING else "paper/measured/gpu"
 # Measuring benchmarks run alone: a timing taken beside a training job measures the other job too (E8's cells
 # were off by up to 126% at load 6-8 on 2 cores). Every training job holds one unit of the resource `machine`
 # and every measuring benchmark all of it, so that neither starts while the other runs, whatever --cores (or
@@ -84,9 +86,9 @@ wildcard_constraints:
 
 rule all:
     input:
-        f"{STORE}/index.json" if GPU else "paper/build/paper.pdf",
-        [] if GPU else "paper/generated/stats/efficiency.csv",
-        [] if GPU else "paper/build/compare.txt",
+        f"{STORE}/index.json" if GPU or SCALING else "paper/build/paper.pdf",
+        [] if GPU or SCALING else "paper/generated/stats/efficiency.csv",
+        [] if GPU or SCALING else "paper/build/compare.txt",
 
 
 rule runs:
@@ -140,7 +142,7 @@ rule gpu_store:
     conda:
         "environment.yml"
     shell:
-        "python -m lowbw store add {params.dirs} --to " + STORE + " > {log} 2>&1"
+        "python -m lowbw store add {params.dirs} --to " + STORE + (" --cpu" if SCALING else "") + " > {log} 2>&1"
 
 
 rule bench_collectives:
@@ -273,6 +275,7 @@ rule report:
         stored=glob_wildcards(f"{STORE}/{{path}}/summary.json").path
         and expand(f"{STORE}/{{path}}/summary.json", path=glob_wildcards(f"{STORE}/{{path}}/summary.json").path),
         system="paper/measured/system.json",  # the System section's recorded checks (lowbw.report.system)
+        scaling=[f for f in ["paper/measured/scaling/index.json"] if os.path.exists(f)],  # E12's stored runs
     output:
         GENERATED,
     log:

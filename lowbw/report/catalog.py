@@ -20,7 +20,9 @@ __all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E2_INPUTS"
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
           "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen",
           # the same experiments on the character-level language model (E4, E9, E10's main workload)
-          "e4lm": "EFourLm", "e9lm": "ENineLm", "e10lm": "ETenLm", "e11": "EEleven"}
+          "e4lm": "EFourLm", "e9lm": "ENineLm", "e10lm": "ETenLm", "e11": "EEleven",
+          # Charles et al.'s DiLoCo scaling experiment at micro scale (issue 44; the scaling profile's stored runs)
+          "e12": "ETwelve"}
 
 # E1's latency-axis algorithms -> their words in the prose's list of errors (EOneLatErrPerAlg)
 E1_ALGS = {"ring": "ring", "tree": "tree", "ps": "parameter server", "butterfly": "butterfly"}
@@ -416,6 +418,34 @@ MACROS.update({
     "EElevenCharlesDilocoDev": "largest |advisor / Charles - 1| of a DiLoCo step (H > 1) on that grid (%)",
     "EElevenCharlesDpDev": "largest |advisor / Charles - 1| of a data-parallel step on that grid (%)",
     "EElevenCharlesSpeedupDev": "largest difference of DiLoCo's speed-up over data-parallel between the two (%)",
+})
+# E12 Charles et al.'s DiLoCo scaling at micro scale (lowbw.report.e12; runs kept in paper/measured/scaling)
+MACROS.update({
+    "ETwelveSizes": "the model sizes and their parameter counts (list)",
+    "ETwelveSpan": "largest / smallest parameter count",
+    "ETwelveBudget": "each size's token budget and tokens per parameter (list)",
+    "ETwelveStored": "stored (or rerun) runs of the scaling profile, of how many it has",
+    "ETwelveSeeds": "the fewest seeds of a measured cell of the Table-4 layout",
+    "ETwelveCells": "measured cells of the Table-4 layout, of how many",
+    "ETwelveJointA": "our joint fit's prefactor A of L = A N^alpha M^beta",
+    "ETwelveJointAlpha": "its exponent of N",
+    "ETwelveJointBeta": "its exponent of M",
+    "ETwelveJointBetaCI": "95% interval of that exponent",
+    "ETwelveCharlesJoint": "Charles et al.'s joint fit (formula)",
+    "ETwelveGapVerdict": "how the gap to DP moves with size at each M (words chosen by the exponents' intervals)",
+    "ETwelveAgreement": "whether that agrees with Charles et al. (words)",
+    "ETwelveGapMFourSmall": "DiLoCo M=4's gap to DP at our smallest size (%)",
+    "ETwelveGapMFourLarge": "the same at our largest size (%)",
+    "ETwelveCharlesGapMFourSmall": "Charles et al.'s M=4 gap to DP at 35M parameters (%)",
+    "ETwelveCharlesGapMFourLarge": "theirs at 2.4B parameters (%)",
+    "ETwelveMOne": "at how many sizes DiLoCo M=1 ends below DP (words)",
+    "ETwelveOuterBest": "the best outer lr at each M at the smallest size (list)",
+    "ETwelveOuterRises": "whether it rises with M (words)",
+    "ETwelveOuterVerdict": "whether the best outer lr at M=4 stays put across sizes (words)",
+    "ETwelveInnerLr": "each size's best inner lr from its sweep at M=1 (list)",
+    "ETwelveInnerEdge": "whether a best inner lr lies at its grid's edge (words)",
+    "ETwelveFamilyTrends": "each family's loss ratio to DP as a power of N at M=4, and its steps' (list)",
+    "ETwelveReason": "the likely reasons of a disagreement with Charles et al. (sentence start)",
 })
 MACROS.update({f"{p}NotRun": "why the experiment has no data in this profile" for p in PREFIX.values()})
 
