@@ -78,13 +78,21 @@ def runs_of(cfg: dict[str, Any], exp: str, seeds: list[int] | None = None) -> li
     return out
 
 
+def _same(out: Path, rc: dict[str, Any]) -> bool:
+    """Whether the run at ``out`` was made with the settings ``rc`` (a pick that changed makes it stale)."""
+    have = json.loads((out / "config.json").read_text())["config"]
+    return all(have.get(k) == v for k, v in rc.items() if k != "name")
+
+
 def train(run: tuple[str, dict[str, Any]], store: str) -> tuple[str, float | None]:
     out, rc = run
-    if final_loss(Path(out)) is None:
+    stale = (Path(out) / "config.json").is_file() and not _same(Path(out), rc)
+    if stale or final_loss(Path(out)) is None:
         with tempfile.NamedTemporaryFile("w", suffix=".json", delete=False) as f:
             json.dump(rc, f)
         env = {**os.environ, "OMP_NUM_THREADS": "1"}
-        r = subprocess.run([sys.executable, "-m", "lowbw", "train", "-c", f.name, "--out", out], env=env,
+        force = ["--force"] if stale else []  # a run of a superseded pick is redone with the new one
+        r = subprocess.run([sys.executable, "-m", "lowbw", "train", "-c", f.name, "--out", out, *force], env=env,
                            capture_output=True, text=True)
         os.unlink(f.name)
         if r.returncode != 0:
