@@ -11,7 +11,7 @@ profile did not run it; ``paper/paper.tex``'s ``\\ifmeasured`` prints a sentence
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from lowbw.report.catalog_e12 import E12_MACROS  # E12's (Charles et al.'s DiLoCo scaling at micro scale)
 
 __all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES",
            "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS", "CLAIMS", "AXIS_NOT_RUN", "not_run_macro",
@@ -20,9 +20,7 @@ __all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E2_INPUTS"
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
           "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen",
           # the same experiments on the character-level language model (E4, E9, E10's main workload)
-          "e4lm": "EFourLm", "e9lm": "ENineLm", "e10lm": "ETenLm", "e11": "EEleven",
-          # Charles et al.'s DiLoCo scaling experiment at micro scale (issue 44; the scaling profile's stored runs)
-          "e12": "ETwelve"}
+          "e4lm": "EFourLm", "e9lm": "ENineLm", "e10lm": "ETenLm", "e11": "EEleven", "e12": "ETwelve"}
 
 # E1's latency-axis algorithms -> their words in the prose's list of errors (EOneLatErrPerAlg)
 E1_ALGS = {"ring": "ring", "tree": "tree", "ps": "parameter server", "butterfly": "butterfly"}
@@ -419,35 +417,7 @@ MACROS.update({
     "EElevenCharlesDpDev": "largest |advisor / Charles - 1| of a data-parallel step on that grid (%)",
     "EElevenCharlesSpeedupDev": "largest difference of DiLoCo's speed-up over data-parallel between the two (%)",
 })
-# E12 Charles et al.'s DiLoCo scaling at micro scale (lowbw.report.e12; runs kept in paper/measured/scaling)
-MACROS.update({
-    "ETwelveSizes": "the model sizes and their parameter counts (list)",
-    "ETwelveSpan": "largest / smallest parameter count",
-    "ETwelveBudget": "each size's token budget and tokens per parameter (list)",
-    "ETwelveStored": "stored (or rerun) runs of the scaling profile, of how many it has",
-    "ETwelveSeeds": "the fewest seeds of a measured cell of the Table-4 layout",
-    "ETwelveCells": "measured cells of the Table-4 layout, of how many",
-    "ETwelveJointA": "our joint fit's prefactor A of L = A N^alpha M^beta",
-    "ETwelveJointAlpha": "its exponent of N",
-    "ETwelveJointBeta": "its exponent of M",
-    "ETwelveJointBetaCI": "95% interval of that exponent",
-    "ETwelveCharlesJoint": "Charles et al.'s joint fit (formula)",
-    "ETwelveGapVerdict": "how the gap to DP moves with size at each M (words chosen by the exponents' intervals)",
-    "ETwelveAgreement": "whether that agrees with Charles et al. (words)",
-    "ETwelveGapMFourSmall": "DiLoCo M=4's gap to DP at our smallest size (%)",
-    "ETwelveGapMFourLarge": "the same at our largest size (%)",
-    "ETwelveCharlesGapMFourSmall": "Charles et al.'s M=4 gap to DP at 35M parameters (%)",
-    "ETwelveCharlesGapMFourLarge": "theirs at 2.4B parameters (%)",
-    "ETwelveMOne": "at how many sizes DiLoCo M=1 ends below DP (words)",
-    "ETwelveOuterBest": "the best outer lr at each M at the smallest size (list)",
-    "ETwelveOuterRises": "whether it rises with M (words)",
-    "ETwelveOuterVerdict": "whether the best outer lr at M=4 stays put across sizes (words)",
-    "ETwelveInnerLr": "each size's best inner lr from its sweep at M=1 (list)",
-    "ETwelveInnerEdge": "whether a best inner lr lies at its grid's edge (words)",
-    "ETwelveFamilyTrends": "each family's loss ratio to DP as a power of N at M=4, and its steps' (list)",
-    "ETwelveReason": "the likely reasons of a disagreement with Charles et al. (sentence start)",
-})
-MACROS.update({f"{p}NotRun": "why the experiment has no data in this profile" for p in PREFIX.values()})
+MACROS.update(E12_MACROS | {f"{p}NotRun": "why the experiment has no data in this profile" for p in PREFIX.values()})
 
 # The System section's one-off engineering checks (not experiments: no NotRun), written by lowbw.report.system from
 # paper/measured/system.json, where each is kept with its setting and the commit that measured it
@@ -488,7 +458,7 @@ def not_run_macros(key: str) -> tuple[str, ...]:
     return (not_run_macro(key), *AXIS_NOT_RUN.get(key, ()))
 
 
-def word(mapping: Mapping, value, what: str) -> str:
+def word(mapping: dict, value, what: str) -> str:
     """``mapping[value]``, or a one-line error naming the value and the catalogue entry to extend."""
     if value not in mapping:
         raise ValueError(f"{what} {value!r} has no macro word; add it to lowbw.report.catalog "
@@ -517,7 +487,7 @@ def _value(text: str) -> float | None:
     return float(m.group()) if m else None
 
 
-def check_numbers(key: str, numbers: Mapping[str, str]) -> None:
+def check_numbers(key: str, numbers: dict[str, str]) -> None:
     """Every name is in the catalogue and carries experiment ``key``'s prefix, and every number whose direction
     the prose states (``CLAIMS``: at least the bound) respects it."""
     bad = sorted(n for n in numbers if n not in MACROS or not n.startswith(PREFIX[key]))
