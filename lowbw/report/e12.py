@@ -25,6 +25,7 @@ Analysis, as theirs on their runs:
 
 from __future__ import annotations
 
+import json
 import math
 from pathlib import Path
 
@@ -166,8 +167,17 @@ def stats(ctx: Context) -> Stats | None:
     return Stats(tables, {"source": f"{STORE} (runs/e12_* where rerun)", "config": "config/scaling.yaml",
                           "stored": int((runs["source"] == "store").sum()), "runs": len(runs),
                           "expected": sum(_expected().values()),
-                          "measured_dates": sorted({str(d) for d in runs.get("measured_date", pd.Series())
-                                                    if isinstance(d, str)})})
+                          "measured_dates": _dates(runs)})
+
+
+def _dates(runs) -> list[str]:
+    """The days the stored runs ran (their provenance.json's ``measured_date``)."""
+    days = set()
+    for exp, run, src in zip(runs["experiment"], runs["run"], runs["source"]):
+        p = STORE / exp / run / "provenance.json"
+        if src == "store" and p.is_file():
+            days.add(str(json.loads(p.read_text(encoding="utf-8")).get("measured_date")))
+    return sorted(days)
 
 
 def _ck(column: str) -> str:
@@ -223,7 +233,8 @@ def _outer_words(outer: pd.DataFrame) -> dict[str, str]:
     best = small.loc[small.groupby("workers")["loss"].idxmin()].sort_values("workers")
     out["ETwelveOuterBest"] = _join([f"{b:g} at $M={w}$" for w, b in zip(best["workers"], best["outer_lr"])])
     bests = list(best["outer_lr"])
-    out["ETwelveOuterRises"] = ("rises with $M$" if bests == sorted(bests) and bests[-1] > bests[0]
+    out["ETwelveOuterRises"] = ("cannot be told from one $M$ yet" if len(bests) < 2
+                                else "rises with $M$" if bests == sorted(bests) and bests[-1] > bests[0]
                                 else "stays the same at every $M$" if len(set(bests)) == 1
                                 else "does not rise steadily with $M$")
     m4 = outer[outer["workers"] == 4]
@@ -316,6 +327,8 @@ def _reason(sizes: pd.DataFrame, agreement: str) -> str:
     """The likely reasons for a disagreement, from the setting's own numbers (empty where they agree)."""
     if agreement == "agrees with":
         return "The trend is theirs despite the differences of setting"
+    if agreement.startswith("cannot"):
+        return "Too few sizes are stored yet for a verdict"
     short = [escape(m) for m, r in zip(sizes["model"], sizes["tokens_per_param"]) if r < 19.5]
     lo, hi = fmt_num(int(sizes["params"].min())), fmt_num(int(sizes["params"].max()))
     parts = [f"scale (our models have {lo} to {hi} parameters, theirs 35M to 2.4B)",
@@ -337,7 +350,7 @@ def table(st: Stats) -> str:
                        for c in COLUMNS])
     rows.append(["\\emph{Charles et al. (C4)}"] + [""] * len(COLUMNS))
     for n, vals in CHARLES_TABLE4.items():
-        rows.append([f"{fmt_num(n / 1e6)}M" if n < 1e9 else f"{fmt_num(n / 1e9)}B"] + [f"{v:.3f}" for v in vals])
+        rows.append([f"{n / 1e6:g}M" if n < 1e9 else f"{n / 1e9:g}B"] + [f"{v:.3f}" for v in vals])
     fits = st.tables["fits"].set_index("column")
     rows.append(["\\emph{fit $A N^\\alpha$: ours}"] + [_fit_cell(fits.loc[c]) for c in COLUMNS])
     rows.append(["\\emph{theirs}"] + [f"{CHARLES_FITS[_ck(c)][0]:.3f}\\,$N^{{{CHARLES_FITS[_ck(c)][1]}}}$"
@@ -348,9 +361,11 @@ def table(st: Stats) -> str:
             f"{st.meta['runs']} of {st.meta['expected']} runs of config/scaling.yaml stored ("
             + ", ".join(f"{escape(e)} {r}/{x if x is not None else '?'}" for e, r, x in
                         zip(counts["experiment"], counts["runs"], counts["expected"]))
-            + f"). Joint fit over DiLoCo's runs: ours {fmt_num(j['A'], 4)}\\,$N^{{{fmt_num(j['alpha'], 3)}}}"
-            f"M^{{{fmt_num(j['beta'], 3)}}}$, theirs {CHARLES_JOINT[0]}\\,$N^{{{CHARLES_JOINT[1]}}}"
-            f"M^{{{CHARLES_JOINT[2]}}}$. Fits: 95\\% interval of $\\alpha$ in brackets.")
+            + "). Joint fit over DiLoCo's runs: ours "
+            + (f"{fmt_num(j['A'], 4)}\\,$N^{{{fmt_num(j['alpha'], 3)}}}M^{{{fmt_num(j['beta'], 3)}}}$"
+               if math.isfinite(j["A"]) else "not yet (fewer than two sizes)")
+            + f", theirs {CHARLES_JOINT[0]}\\,$N^{{{CHARLES_JOINT[1]}}}M^{{{CHARLES_JOINT[2]}}}$. "
+            "Fits: 95\\% interval of $\\alpha$ in brackets.")
     return booktabs(rows, ["Size", *[c.replace("M=", "$M=") + ("$" if c != "DP" else "") for c in COLUMNS]],
                     "Charles et al.'s Table~4 at micro scale: evaluation loss of data-parallel training (DP) and "
                     "DiLoCo at $M$ replicas ($H=30$, the global batch fixed), ours beside theirs.",
