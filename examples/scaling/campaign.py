@@ -70,6 +70,21 @@ def apply_picks(cfg: dict[str, Any], picks: dict[str, Any]) -> dict[str, Any]:
     return cfg
 
 
+def literal_diffs(cfg: dict[str, Any], picks: dict[str, Any]) -> list[str]:
+    """Where the config's written values differ from the picks (what to write into it, one line each)."""
+    want, out = apply_picks(cfg, picks), []
+    for name in cfg["methods"]:
+        if want["methods"][name] != cfg["methods"][name]:
+            out.append(f"methods.{name}: {want['methods'][name]}")
+    for name in cfg["experiments"]:
+        for part in ("base", "grid"):
+            if want["experiments"][name].get(part) != cfg["experiments"][name].get(part):
+                diff = {k: v for k, v in want["experiments"][name][part].items()
+                        if cfg["experiments"][name][part].get(k) != v}
+                out.append(f"experiments.{name}.{part}: {diff}")
+    return out
+
+
 def runs_of(cfg: dict[str, Any], exp: str, seeds: list[int] | None = None) -> list[tuple[str, dict[str, Any]]]:
     out = []
     for params in expand(cfg["experiments"][exp], cfg["seeds"]):
@@ -124,8 +139,14 @@ def main() -> int:
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--store", default="paper/measured/scaling")
     ap.add_argument("--picks", default="runs/e12_picks.json")
+    ap.add_argument("--check", action="store_true",
+                    help="print where the config's written values differ from --picks (exit 1 if any), run nothing")
     a = ap.parse_args()
     cfg0 = yaml.safe_load(Path(a.config).read_text())
+    if a.check:
+        diffs = literal_diffs(cfg0, json.loads(Path(a.picks).read_text()))
+        print("\n".join(diffs) or "the config's values are the picks")
+        return 1 if diffs else 0
     picks: dict[str, Any] = {"inner_lr": {}, "outer_lr": {}}
 
     def save():
