@@ -382,7 +382,7 @@ def _fit_cell(r) -> str:
 # ------------------------------------------------------------------------------------------------ figure
 def figure(st: Stats):
     plt, sns = plotting()
-    fig, (a, b) = plt.subplots(1, 2, figsize=(6.8, 2.6))
+    fig, (a, b) = plt.subplots(1, 2, figsize=(7.4, 2.6))
     t4, fits, gaps, sizes = st.tables["table4"], st.tables["fits"], st.tables["gaps"], st.tables["sizes"]
     pal = dict(zip(COLUMNS, sns.color_palette("viridis", len(COLUMNS))))
     for c in COLUMNS:
@@ -404,7 +404,7 @@ def figure(st: Stats):
         b.plot(ns, [_charles_gap(n, i) for n in ns], "s--", color=pal[c], ms=3, lw=0.8, label=f"{c} Charles et al.")
     b.axhline(0, color="0.5", lw=0.6)
     b.set(xscale="log", xlabel="parameters $N$", ylabel="gap to DP (%)", title="gap to DP: ours and theirs")
-    b.legend(fontsize=5.5, frameon=False, ncol=2)
+    b.legend(fontsize=5.5, frameon=False, loc="upper left", bbox_to_anchor=(1.0, 1.0))
     fig.tight_layout()
     return fig
 
