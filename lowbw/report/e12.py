@@ -45,6 +45,7 @@ __all__ = ["E12", "STORE", "COLUMNS", "gap_word"]
 STORE = Path("paper/measured/scaling")  # the campaign's runs kept in the repository
 CONFIG = Path(__file__).resolve().parents[2] / "config" / "scaling.yaml"  # the profile that made them
 COLUMNS = ("DP", "M=1", "M=2", "M=4", "M=8")  # their Table 4's columns
+H = 30  # inner steps per outer step (theirs, config/scaling.yaml's world_period)
 MAIN = {"dense": "DP", "dl30m1": "M=1", "dl30m2": "M=2", "dl30m4": "M=4", "dl30m8": "M=8"}  # preset -> column
 FAMILY = {"dense": "dense", "dl30m1": "diloco", "dl30m2": "diloco", "dl30m4": "diloco", "dl30m8": "diloco",
           "topk1": "sparsify", "powersgd": "lowrank", "sparseloco30": "sparseloco", "muloco30": "muloco"}
@@ -107,6 +108,7 @@ def stats(ctx: Context) -> Stats | None:
              .sort_values("params").reset_index(drop=True))
     sizes["tokens"] = sizes["steps"] * sizes["batch_size"] * sizes["block_size"]
     sizes["tokens_per_param"] = sizes["tokens"] / sizes["params"]
+    sizes["outer_steps"] = -(-sizes["steps"] // H)  # DiLoCo's outer steps, the last after a partial period
 
     table4 = []
     for _, s in sizes.iterrows():
@@ -336,6 +338,8 @@ def _reason(sizes: pd.DataFrame, agreement: str) -> str:
              "tokenizer (65 characters against a subword vocabulary)"]
     if short:
         parts.append(f"token budget ({_join(short)} below their 20\\,$N$)")
+    parts.append(f"few outer steps ({_join([str(int(k)) for k in sizes['outer_steps']])} at $H = {H}$, for the "
+                 "outer momentum to build up in)")
     return "Its likely reasons: " + _join(parts)
 
 
