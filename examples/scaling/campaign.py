@@ -10,7 +10,8 @@ config as literals; this script makes them the first time, when the picks are no
 6. the outer lr checked at gpt-mini and gpt-mid (M = 4, the pick -+ 0.2); 7. seeds 1 and 2 of step 4.
 
 Each pick is the run with the lowest final evaluation loss (``final_val_loss``); the weight decay follows the
-inner lr as the recipe's 1/T (wd = 1 / (T lr)). Picks are written to ``runs/e12_picks.json`` as they are made.
+inner lr as the recipe's 1/T (wd = 1 / (T lr)), and the cosine's floor as its 5% (lr_min = lr / 20). Picks are
+written to ``runs/e12_picks.json`` as they are made.
 Runs go to ``runs/<experiment>/<key~value>/...`` (``lowbw train``: a finished run is skipped, an interrupted one
 resumes), ``--jobs`` at a time at the caller's priority (run it under ``nice -n 19``), and each finished run is
 copied into the store (``python -m lowbw store add --cpu --to paper/measured/scaling``).
@@ -63,6 +64,7 @@ def apply_picks(cfg: dict[str, Any], picks: dict[str, Any]) -> dict[str, Any]:
         for n in names:
             base = exps[n]["base"]
             base["lr"], base["weight_decay"] = lr, round(1.0 / (base["steps"] * lr), 4)
+            base["lr_min"] = round(0.05 * lr, 6)  # the recipe's cosine to 5% of the peak
     p4 = (picks.get("outer_lr") or {}).get("4")
     if p4 is not None:
         for z in ("mini", "mid"):
