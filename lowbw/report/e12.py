@@ -32,7 +32,7 @@ from pathlib import Path
 import pandas as pd
 import yaml
 
-from lowbw.advise.size_trend import CHARLES_FITS, CHARLES_JOINT, CHARLES_TABLE4, POINT_COLUMNS, fit_power, points
+from lowbw.advise.size_trend import CHARLES_FITS, CHARLES_JOINT, CHARLES_TABLE4, POINT_COLUMNS, fit_power, points, trend
 from lowbw.grid import expand
 from lowbw.report.common import plotting
 from lowbw.report.experiment import Context, Experiment, Stats
@@ -309,8 +309,6 @@ def numbers(st: Stats) -> dict[str, str]:
 
 
 def _family_words(trends: pd.DataFrame) -> str:
-    from lowbw.advise.size_trend import trend
-
     rows = trends.to_dict("records")
     words = []
     for fam in ("diloco", "sparsify", "lowrank", "sparseloco", "muloco"):
