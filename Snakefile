@@ -63,8 +63,9 @@ def bench_input(name):
 
 # E8's cells under SCHED_RR (e2e_lm_realtime.json) are measured by hand only (README)
 BENCH = [f for f in map(bench_input, HOST_RULES + ("e2e_lm_realtime",)) if f]
-# the language model's E4, E9, E10, and E9 near convergence (the lm_evidence profile's runs, or those stored)
-EXPERIMENTS = [f"e{i}" for i in range(1, 11)] + ["e4lm", "e9lm", "e10lm", "e9lmc"]
+# the language model's E4, E9, E10, E9 near convergence (the lm_evidence profile's runs, or those stored), and
+# E12 (the scaling profile's runs, or those stored)
+EXPERIMENTS = [f"e{i}" for i in range(1, 11)] + ["e4lm", "e9lm", "e10lm", "e9lmc", "e12"]
 GENERATED = (
     ["paper/generated/numbers.tex", "paper/generated/setup.tex", "paper/generated/tab_table6.tex"]
     + [f"paper/generated/{kind}_{e}.{ext}" for e in EXPERIMENTS
@@ -82,7 +83,9 @@ FULL = config["profile"] == "full"
 # The GPU profile (config/profiles/gpu) ends by keeping its runs in the repository (paper/measured/gpu), where
 # the CPU profiles' report finds them; the paper is rebuilt by the quick profile, with them included.
 GPU = config["profile"] == "gpu"
-STORE = "paper/measured/gpu"
+# The scaling profile (config/profiles/scaling, issue 44) keeps its CPU runs the same way, in paper/measured/scaling
+SCALING = config["profile"] == "scaling"
+STORE = "paper/measured/scaling" if SCALING else "paper/measured/gpu"
 # Measuring benchmarks run alone: a timing taken beside a training job measures the other job too (E8's cells
 # were off by up to 126% at load 6-8 on 2 cores). Every training job holds one unit of the resource `machine`
 # and every measuring benchmark all of it, so that neither starts while the other runs, whatever --cores (or
@@ -100,9 +103,9 @@ wildcard_constraints:
 
 rule all:
     input:
-        f"{STORE}/index.json" if GPU else "paper/build/paper.pdf",
-        [] if GPU else "paper/generated/stats/efficiency.csv",
-        [] if GPU else "paper/build/compare.txt",
+        f"{STORE}/index.json" if GPU or SCALING else "paper/build/paper.pdf",
+        [] if GPU or SCALING else "paper/generated/stats/efficiency.csv",
+        [] if GPU or SCALING else "paper/build/compare.txt",
 
 
 rule runs:
@@ -156,7 +159,7 @@ rule gpu_store:
     conda:
         "environment.yml"
     shell:
-        "python -m lowbw store add {params.dirs} --to " + STORE + " > {log} 2>&1"
+        "python -m lowbw store add {params.dirs} --to " + STORE + (" --cpu" if SCALING else "") + " > {log} 2>&1"
 
 
 rule bench_collectives:
@@ -315,6 +318,7 @@ rule report:
         # the lm_evidence profile's runs kept in the repository (lowbw.report.lmc reads them where runs/ lacks them)
         lmc=glob_wildcards("paper/measured/lm/{path}/summary.json").path
         and expand("paper/measured/lm/{path}/summary.json", path=glob_wildcards("paper/measured/lm/{path}/summary.json").path),
+        scaling=[f for f in ["paper/measured/scaling/index.json"] if os.path.exists(f)],  # E12's stored runs
     output:
         GENERATED,
     log:

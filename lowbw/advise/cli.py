@@ -177,6 +177,9 @@ def advise(args) -> dict[str, Any]:
     ranking = rank(w, links, rows, metric, target, args.dense_steps, budget=args.max_steps, bucket_mb=bucket_mb,
                    dev=dev, measure=args.measure)
     bases = sorted({a.compression.basis for a in ranking if a.compression and a.candidate.compressor != "none"})
+    from lowbw.advise import size_trend  # lazy: `lowbw --help` imports this module; the trends load when used
+
+    ranking, size_lines = size_trend.annotate(ranking, w.params, len(links), size_trend.read())
     inputs = {"model": w.model, "params": w.params, "kind": w.kind, "workers": len(links),
               "rates_bps": [x.up_bps for x in links], "latency_s": links[0].up_alpha_s, "metric": metric,
               "target": target, "compute_s": w.compute_s, "compute_basis": w.compute_basis, "batch": args.batch,
@@ -185,7 +188,7 @@ def advise(args) -> dict[str, Any]:
               "bucket_mb": bucket_mb, "efficiency_table": str(args.efficiency or efficiency.default_path()),
               "device": dev.name, "compress_bases": bases}
     return {"ranking": [a.as_dict() for a in ranking], "inputs": inputs,
-            "reasons": reasons(ranking, links), "_ranking": ranking, "_links": links}
+            "reasons": reasons(ranking, links), "size_trend": size_lines, "_ranking": ranking, "_links": links}
 
 
 def _dense_source(args, ranking: list) -> str:
@@ -226,6 +229,8 @@ def main(args) -> int:
         print(format_table(ranking, args.top))
         print("\nwhy:")
         print("\n".join("  " + r for r in out["reasons"]), flush=True)
+        if out["size_trend"]:
+            print("\n" + "\n".join(out["size_trend"]), flush=True)
     if args.validate:
         out.update(_validate(args, ranking, out["inputs"]))
     if args.json:

@@ -11,7 +11,7 @@ profile did not run it; ``paper/paper.tex``'s ``\\ifmeasured`` prints a sentence
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from lowbw.report.catalog_e12 import E12_MACROS  # E12's (Charles et al.'s DiLoCo scaling at micro scale)
 
 __all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E1_EXCHANGE_METHODS", "E2_INPUTS",
            "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS", "CLAIMS",
@@ -22,7 +22,7 @@ PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFiv
           # the same experiments on the character-level language model (E4, E9, E10's main workload)
           "e4lm": "EFourLm", "e9lm": "ENineLm", "e10lm": "ETenLm", "e11": "EEleven",
           # the language model near convergence, each method tuned (lm_evidence profile or its stored runs)
-          "e9lmc": "ENineLmc"}
+          "e9lmc": "ENineLmc", "e12": "ETwelve"}
 
 # E1's packed exchange (lowbw.report.e1_exchange): bench exchange's method presets -> their words in EOneExch*
 E1_EXCHANGE_METHODS = {"powersgd": "Powersgd", "topk1": "Topk"}
@@ -462,7 +462,7 @@ MACROS.update({
     "EElevenCharlesDpDev": "largest |advisor / Charles - 1| of a data-parallel step on that grid (%)",
     "EElevenCharlesSpeedupDev": "largest difference of DiLoCo's speed-up over data-parallel between the two (%)",
 })
-MACROS.update({f"{p}NotRun": "why the experiment has no data in this profile" for p in PREFIX.values()})
+MACROS.update(E12_MACROS | {f"{p}NotRun": "why the experiment has no data in this profile" for p in PREFIX.values()})
 
 # The System section's one-off engineering checks (not experiments: no NotRun), written by lowbw.report.system from
 # paper/measured/system.json, where each is kept with its setting and the commit that measured it
@@ -503,7 +503,7 @@ def not_run_macros(key: str) -> tuple[str, ...]:
     return (not_run_macro(key), *AXIS_NOT_RUN.get(key, ()))
 
 
-def word(mapping: Mapping, value, what: str) -> str:
+def word(mapping: dict, value, what: str) -> str:
     """``mapping[value]``, or a one-line error naming the value and the catalogue entry to extend."""
     if value not in mapping:
         raise ValueError(f"{what} {value!r} has no macro word; add it to lowbw.report.catalog "
@@ -532,7 +532,7 @@ def _value(text: str) -> float | None:
     return float(m.group()) if m else None
 
 
-def check_numbers(key: str, numbers: Mapping[str, str]) -> None:
+def check_numbers(key: str, numbers: dict[str, str]) -> None:
     """Every name is in the catalogue and carries experiment ``key``'s prefix, and every number whose direction
     the prose states (``CLAIMS``: at least the bound) respects it."""
     bad = sorted(n for n in numbers if n not in MACROS or not n.startswith(PREFIX[key]))

@@ -17,6 +17,8 @@ name                      reference                                   parameters
 ``gpt-tiny``              character-level GPT for tests, 2 x 32 wide   27,840 (65, context 32)
 ``gpt-mini``              2 layers, 4 heads, 64 wide, for the default  106,880 (65, context 64)
                           profile's grid of many short CPU runs
+``gpt-mid``               3 layers, 4 heads, 96 wide, between mini     344,832 (65, context 64)
+                          and small on the scaling ladder (issue 44)
 ``gpt-small``             nanoGPT's CPU Shakespeare configuration:     804,096 (65, context 64)
                           4 layers, 4 heads, 128 wide
 ``gpt-medium``            nanoGPT's GPU Shakespeare configuration:     10,745,088 (65, context 256)
@@ -361,6 +363,7 @@ class GPTSize:
 GPT_SIZES: dict[str, GPTSize] = {
     "gpt-tiny": GPTSize(2, 2, 32, 32),  # unit tests: a step in milliseconds
     "gpt-mini": GPTSize(2, 4, 64, 64),  # the default profile's many-run grid on a 2-core CPU
+    "gpt-mid": GPTSize(3, 4, 96, 64),  # the size ladder's in-between rung (Charles et al.'s scaling at micro scale)
     "gpt-small": GPTSize(4, 4, 128, 64),  # nanoGPT's laptop-CPU configuration (1.88 val loss at 2k iters)
     "gpt-medium": GPTSize(6, 6, 384, 256),  # nanoGPT's GPU configuration (1.47 val loss at 5k iters)
 }
