@@ -519,7 +519,7 @@ def test_probe_computes_in_the_cells_conditions(ddp, tmp_path):
     from lowbw.bench import e2e_probe
 
     out = tmp_path / "probe.json"
-    assert e2e_probe.main(["--workers", "2", "--rate", "1000", "--gaps", "0", "--calls", "3",
+    assert e2e_probe.main(["--workers", "2", "--rate", "1000mbit", "--gaps", "0", "--calls", "3",
                            *(["--ddp"] if ddp else ["--method", "topk1"]), "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     s = res["samples"][0]
@@ -554,7 +554,7 @@ def test_probe_makes_a_per_layer_exchange_in_situ(tmp_path):
     from lowbw.bench import e2e_probe
 
     out = tmp_path / "probe.json"
-    assert e2e_probe.main(["--workers", "2", "--rate", "1000", "--gaps", "0", "--calls", "1",
+    assert e2e_probe.main(["--workers", "2", "--rate", "1000mbit", "--gaps", "0", "--calls", "1",
                            "--method", "topk1", "--out", str(out)]) == 0
     res = json.loads(out.read_text())
     s = res["samples"][0]
