@@ -11,6 +11,8 @@ profile did not run it; ``paper/paper.tex``'s ``\\ifmeasured`` prints a sentence
 
 from __future__ import annotations
 
+import re
+
 from lowbw.report.catalog_e12 import E12_MACROS  # E12's (Charles et al.'s DiLoCo scaling at micro scale)
 
 __all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E1_EXCHANGE_METHODS", "E2_INPUTS",
@@ -284,7 +286,6 @@ MACROS: dict[str, str] = {
     "EEightDate": "date of the measurement",
     "EEightCommit": "commit of the measurement",
     "EEightHost": "the machine that measured it (words: host, a N-core CPU, -- a trailing comma closes the apposition)",
-    "EEightSource": "where the build read it (words: kept in the repository / measured by this build's machine)",
     "EEightEmulation": "how the links were emulated",
     # E8's language-model cells (runs/bench/e2e_lm.json)
     "EEightLmModel": "the language model of those cells",
@@ -526,8 +527,6 @@ CLAIMS: dict[str, tuple[float, str]] = {
 
 def _value(text: str) -> float | None:
     """The first number of a formatted macro value (``1{,}250``, ``2.5``, ``-0.3``), or None."""
-    import re
-
     m = re.search(r"-?\d+(?:\.\d+)?", text.replace("{,}", ""))
     return float(m.group()) if m else None
 

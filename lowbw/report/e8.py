@@ -346,8 +346,6 @@ def _mlp_numbers(st: Stats) -> dict[str, str]:
     out["EEightDate"] = escape(str((st.meta.get("conditions") or prov).get("date", "?"))[:10])
     out["EEightCommit"] = escape(short_commit(commit_of(prov) or "?"))
     out["EEightHost"] = escape(f"{prov.get('host', '?')}, a {cores_of(prov) or '?'}-core {prov.get('cpu', '?')},")
-    out["EEightSource"] = ("kept in the repository, not measured by this build" if prov.get("origin") == "stored"
-                           else "measured by this build's machine")
     out["EEightEmulation"] = escape(", ".join(sorted({str(e) for e in df["emulation"].dropna()})))
     by_method = df.assign(a=err).groupby("method", sort=False)["a"].max()
     out["EEightWorstPerMethod"] = ", ".join(f"{escape(m)} {fmt_num(100 * v, 2)}\\,\\%" for m, v in by_method.items())
