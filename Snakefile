@@ -61,8 +61,9 @@ def bench_input(name):
     return s if s and os.path.exists(s) else None
 
 
-# E8's cells under SCHED_RR (e2e_lm_realtime.json) are measured by hand only (README)
-BENCH = [f for f in map(bench_input, HOST_RULES + ("e2e_lm_realtime",)) if f]
+# E8's cells under SCHED_RR (e2e_lm_realtime.json) and E1's packed exchange (exchange*.json, `bench exchange`) are
+# measured by hand only (README)
+BENCH = [f for f in map(bench_input, HOST_RULES + ("e2e_lm_realtime", "exchange", "exchange_realtime")) if f]
 # the language model's E4, E9, E10, E9 near convergence (the lm_evidence profile's runs, or those stored), and
 # E12 (the scaling profile's runs, or those stored)
 EXPERIMENTS = [f"e{i}" for i in range(1, 11)] + ["e4lm", "e9lm", "e10lm", "e9lmc", "e12"]
