@@ -30,8 +30,8 @@ WORKERS, STEPS = 2, 3
 
 
 def inputs(worker: int, step: int) -> list[torch.Tensor]:
-    g = torch.Generator().manual_seed(1000 * worker + step)
     """Worker ``worker``'s pseudo-gradients at ``step`` (the test draws the same)."""
+    g = torch.Generator().manual_seed(1000 * worker + step)
     return [torch.randn(s, generator=g) * torch.logspace(-2, 0, int(torch.tensor(s).prod())).view(s)
             for s in SHAPES]
 
