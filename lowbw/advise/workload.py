@@ -14,7 +14,6 @@ labelled so).
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import math
 import statistics
@@ -25,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.advise.cache import load_cache, save_cache
+from lowbw.train.userfiles import load_callable
 
 __all__ = ["Workload", "from_model", "from_file", "from_params", "transformer_shapes", "example_input", "build_named",
            "CLOCK_FILE", "FIT_FILE"]
@@ -237,31 +237,12 @@ def from_model(name: str, batch: int = 32, step_ms: float | None = None, measure
     return Workload(name, _kind(name), shapes, got[0], got[1])
 
 
-def _load_callable(spec: str) -> Callable:
-    path, sep, attr = spec.rpartition(":")
-    if not sep or not path or not attr:
-        raise ValueError(f"--model-file {spec!r}: expected path/to/module.py:callable")
-    p = Path(path)
-    if not p.is_file():
-        raise ValueError(f"--model-file {spec!r}: no such file {path}")
-    s = importlib.util.spec_from_file_location(f"_lowbw_advise_user_{p.stem}", p)
-    mod = importlib.util.module_from_spec(s)
-    try:
-        s.loader.exec_module(mod)
-    except Exception as e:  # the user's module: any error it raises is reported in one line
-        raise ValueError(f"--model-file {spec!r}: importing {path} failed: {type(e).__name__}: {e}") from e
-    fn = getattr(mod, attr, None)
-    if not callable(fn):
-        raise ValueError(f"--model-file {spec!r}: {path} defines no callable {attr!r}")
-    return fn
-
-
 def from_file(spec: str, batch: int = 32, step_ms: float | None = None, measure: bool = False) -> Workload:
     """The user's own ``nn.Module`` from ``path.py:build`` (``build()`` returns it). Compute: ``step_ms``, or
     ``measure`` when the module also defines ``example_input(batch)`` (its loss: the output's sum)."""
     import torch  # lazy: see example_input
 
-    fn = _load_callable(spec)
+    fn = load_callable(spec, "--model-file")
     model = fn()
     if not isinstance(model, torch.nn.Module):
         raise ValueError(f"--model-file {spec!r}: the callable returned {type(model).__name__}, not a torch.nn.Module")
@@ -273,7 +254,7 @@ def from_file(spec: str, batch: int = 32, step_ms: float | None = None, measure:
         return Workload(name, "unknown", shapes, step_ms / 1e3, "given (--step-ms)")
     if measure:
         path = spec.rpartition(":")[0]
-        ex = _load_callable(f"{path}:example_input")
+        ex = load_callable(f"{path}:example_input", "--model-file")
         return Workload(name, "unknown", shapes, _measure(model, ex(batch), lambda y: y.float().sum()),
                         f"measured here (--measure, batch {batch})")
     raise ValueError(f"--model-file {spec!r}: give --step-ms (your device's forward+backward time) or --measure")
