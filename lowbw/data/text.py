@@ -13,11 +13,13 @@ import os
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from lowbw.data.fetch import MIRROR_ENV, copy_into, download, file_digest, mirror_get, verify
 from lowbw.data.loader import cache_dir
+
+if TYPE_CHECKING:  # annotations only: the module loads without torch
+    import torch
 
 __all__ = ["TextSpec", "TEXT_SPECS", "TextCorpus", "load_text", "text_available"]
 
@@ -112,6 +114,8 @@ def load_text(name: str, root: str | Path | None = None, mirror: str | None = No
     if len(text) != spec.chars or len(vocab) != spec.vocab_size or len(vocab) > 256:
         raise ValueError(f"{path}: {len(text)} characters over {len(vocab)} distinct, expected {spec.chars} "
                          f"over {spec.vocab_size}")
+    import torch  # lazy: `lowbw data` and `lowbw --help` import this module for its specs, not its tensors
+
     lut = {c: i for i, c in enumerate(vocab)}
     ids = torch.tensor(bytearray(lut[c] for c in text), dtype=torch.uint8)
     return TextCorpus(name=name, ids=ids, vocab=vocab, split=int(len(text) * spec.train_fraction),
