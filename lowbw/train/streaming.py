@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from lowbw.comm.diloco import layer_runs, split_rows, sync_offsets
-from lowbw.train.world import Exchange
+from lowbw.train.world import Exchange, messages_of
 
 __all__ = ["FragmentPlan", "layers", "InFlight", "Background", "landing_wait", "exchange_to_dict", "exchange_from_dict"]
 
@@ -167,8 +167,11 @@ class InFlight:
 
 
 def exchange_to_dict(ex: Exchange) -> dict:
-    """The fields of ``ex`` a checkpoint keeps (its call records are not needed after accounting)."""
-    return {f.name: getattr(ex, f.name) for f in fields(Exchange) if f.name != "calls"}
+    """The fields of ``ex`` a checkpoint keeps: not its call records, but how many calls they were (the run's
+    ``messages`` counts them when the exchange lands)."""
+    d = {f.name: getattr(ex, f.name) for f in fields(Exchange) if f.name != "calls"}
+    d["messages"] = messages_of(ex)
+    return d
 
 
 def exchange_from_dict(d: dict) -> Exchange:

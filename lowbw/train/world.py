@@ -45,8 +45,8 @@ from lowbw.train.links import (  # noqa: F401  (re-exported: the world's API nam
     worker_links,
 )
 
-__all__ = ["Exchange", "SimWorld", "DistWorld", "WorkerLinks", "ShapedLink", "link_for", "links_for", "worker_links",
-           "has_worker_links", "bandwidth_at", "bytes_sent_of", "comm_cost", "default_threads"]
+__all__ = ["Exchange", "messages_of", "SimWorld", "DistWorld", "WorkerLinks", "ShapedLink", "link_for", "links_for",
+           "worker_links", "has_worker_links", "bandwidth_at", "bytes_sent_of", "comm_cost", "default_threads"]
 
 
 @dataclass
@@ -66,6 +66,17 @@ class Exchange:
     v_alpha: float = 0.0
     v_beta_bytes: float = 0.0
     meta_s: float = 0.0  # seconds of bookkeeping exchanges between processes (call records), not training
+    # collective calls per worker, where ``calls`` is no longer held (an exchange restored from a checkpoint);
+    # None: count ``calls`` (:func:`messages_of`)
+    messages: int | None = None
+
+
+def messages_of(ex: Exchange) -> int:
+    """Collective calls one worker made in exchange ``ex``: each pays the link's latency per step of its
+    algorithm (one per bucket and round with ``granularity: bucket``)."""
+    if ex.messages is not None:
+        return ex.messages
+    return max((len(c) for c in ex.calls if c is not None), default=0)
 
 
 def bytes_sent_of(stats) -> int:

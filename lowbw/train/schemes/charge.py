@@ -16,6 +16,7 @@ from __future__ import annotations
 import torch
 
 from lowbw.train.state import RunState, WorkerStats
+from lowbw.train.world import messages_of
 
 __all__ = ["count_comm", "record_step", "compress_model_s"]
 
@@ -26,7 +27,7 @@ def count_comm(st: RunState, ex, weight: float = 1.0) -> None:
     ``weight``: the exposed fraction of a background exchange (:mod:`lowbw.train.streaming`)."""
     st.clock["comm_alpha_terms"] += ex.v_alpha * weight
     st.clock["comm_beta_bytes"] += ex.v_beta_bytes * weight
-    st.messages += max((len(c) for c in ex.calls if c is not None), default=0)  # sent whole, exposed or not
+    st.messages += messages_of(ex)  # sent whole, exposed or not
 
 
 def compress_model_s(cfg, comp, P: int, nbytes: int | None = None) -> float:
