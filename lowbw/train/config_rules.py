@@ -319,10 +319,7 @@ def _check_workload(cfg) -> None:
     text = cfg.dataset in TEXT_SPECS
     kind = "file" if is_file_spec(cfg.model) else model_kind(cfg.model)
     if is_file_spec(cfg.dataset):
-        bad = [t.name for t in parse_targets(cfg.targets) if t.metric.startswith("test")]
-        if bad:
-            raise ConfigError("targets", f"{bad}: a dataset file has no test split; write a validation target "
-                                         f"such as \"val_acc>=0.9\" or \"val_loss<=1.9\"")
+        _no_test_targets(cfg, "a dataset file", "\"val_acc>=0.9\" or \"val_loss<=1.9\"")
         if cfg.block_size:
             raise ConfigError("block_size", f"{cfg.block_size}: only lowbw's text datasets have a context length")
         return
@@ -339,12 +336,16 @@ def _check_workload(cfg) -> None:
         if val_chars <= T:  # a window is T + 1 characters
             raise ConfigError("block_size", f"{T} is longer than the validation split of {cfg.dataset} "
                                             f"({val_chars} characters)")
-        bad = [t.name for t in parse_targets(cfg.targets) if t.metric.startswith("test")]
-        if bad:
-            raise ConfigError("targets", f"{bad}: {cfg.dataset} has no test split; write a validation target "
-                                         f"such as \"val_loss<=1.9\"")
+        _no_test_targets(cfg, cfg.dataset, "\"val_loss<=1.9\"")
     elif cfg.block_size:
         raise ConfigError("block_size", f"{cfg.block_size}: only text datasets have a context length")
+
+
+def _no_test_targets(cfg, what: str, example: str) -> None:
+    """A dataset without a test split (``what``) takes validation targets only: a one-line error naming the rest."""
+    bad = [t.name for t in parse_targets(cfg.targets) if t.metric.startswith("test")]
+    if bad:
+        raise ConfigError("targets", f"{bad}: {what} has no test split; write a validation target such as {example}")
 
 
 def check_registries(cfg) -> None:
