@@ -29,10 +29,13 @@ print(resource.getrusage(resource.RUSAGE_SELF).ru_minflt - f0)
 @pytest.mark.skipif(platform.system() != "Linux" or platform.libc_ver()[0] != "glibc", reason="glibc's mallopt")
 def test_optimiser_steps_fault_in_no_pages():
     # with glibc's dynamic threshold the 2 MB temporaries are mmapped anew in most fresh processes: 500-1000
-    # minor faults a step; with the fixed thresholds they come from the heap, already mapped
+    # minor faults a step, 20-40 thousand in 40 steps; with the fixed thresholds they come from the heap, already
+    # mapped. A one-off growth of the heap by one row (523 pages of 4 KB, seen once on CI) is not that failure:
+    # the bound allows the pages of 4 rows in 40 steps, a tenth of one row per step
+    row_pages = 535_818 * 4 // 4096
     out = subprocess.run([sys.executable, "-c", SCRIPT], capture_output=True, text=True, check=True).stdout.split()
     assert out[0] == "True"
-    assert int(out[1]) < 2 * 40, f"{out[1]} page faults in 40 optimiser steps"
+    assert int(out[1]) < 4 * row_pages, f"{out[1]} page faults in 40 optimiser steps (bound {4 * row_pages})"
 
 
 def test_steady_allocator_sets_the_thresholds_once(monkeypatch):
