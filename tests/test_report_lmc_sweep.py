@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from lowbw.report.lmc_sweep import picks, split_point, sweep_table, write_tuned
+from lowbw.report.lmc_sweep import at_edge, picks, split_point, sweep_table, write_tuned
 
 
 def _runs(rows):
@@ -41,6 +41,15 @@ def test_each_knob_picks_its_lowest_final_loss_default_on_ties_nan_last():
     assert set(t.loc[t["picked"], "point"]) == {"dense+lrx2", "diloco16+lrx0.5", "diloco16"}  # its outer lr
 
 
+def test_a_pick_at_the_largest_or_smallest_value_tried_is_at_the_grid_edge():
+    # dense: 0.008 is the largest of {0.002, 0.004, 0.008}; diloco16: lr 0.002 the smallest, outer lr 0.7 inside
+    # {0.5, 0.7, 1.0}; one value tried is no edge
+    t = sweep_table(RUNS)
+    assert at_edge(t) == {"dense": ["lr"], "diloco16": ["lr"]}
+    one = sweep_table(_runs([("dense", 0.004, 0.7, "sync", 2.1)]))
+    assert at_edge(one) == {}
+
+
 def test_the_tuned_block_is_rewritten_and_the_config_stays_valid_yaml(tmp_path):
     cfg = tmp_path / "c.yaml"
     cfg.write_text("methods:\n  dense: &dense {compressor: none}\n  diloco16: &diloco16 {sync: diloco}\n"
@@ -50,6 +59,8 @@ def test_the_tuned_block_is_rewritten_and_the_config_stays_valid_yaml(tmp_path):
     assert m["dense-tuned"] == {"compressor": "none", "lr": 0.008, "lr_min": 0.0008}
     assert m["diloco16-tuned"] == {"sync": "diloco", "lr": 0.002, "lr_min": 0.0002, "outer_lr": 0.7}
     assert "outer lr 0.7 of 3" in cfg.read_text()
+    assert "dense-tuned: {<<: *dense, lr: 0.008, lr_min: 0.0008}  # sweep (seed 0, final val loss): lr x2 of 3; at " \
+           "the grid's edge: lr" in cfg.read_text()
     cfg.write_text("methods: {}\n")
     with pytest.raises(ValueError, match="BEGIN tuned"):
         write_tuned(cfg, sweep_table(RUNS))

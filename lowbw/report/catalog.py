@@ -421,6 +421,7 @@ MACROS.update({
     "ENineLmcCurveSteps": "that run's steps",
     "ENineLmcDenseGap": "dense's final loss minus the long run's (nats/char)",
     "ENineLmcSweepPoints": "points of the recorded sweep",
+    "ENineLmcSweepEdge": "methods picked at the largest or smallest value their grid tried, with the knob (list)",
     "ENineLmcNever": "methods no seed of which reached the target at 10 Mbit/s (list)",
     "ENineLmcEndsHigher": "methods whose final loss is significantly above dense's (Welch, p < 0.05; list)",
     **{f"ENineLmc{w}{k}": f"{what} ({link})" for w, link in (("Ten", "10 Mbit/s"), ("Gbit", "1 Gbit/s"))

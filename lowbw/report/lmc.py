@@ -26,7 +26,7 @@ from lowbw.report.catalog import PREFIX
 from lowbw.report.common import fmt_duration, report_links
 from lowbw.report.experiment import Context, Experiment, MissingData, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
-from lowbw.report.lmc_sweep import SWEEP, sweep_table
+from lowbw.report.lmc_sweep import SWEEP, at_edge, sweep_table
 from lowbw.report.training import eval_lines, retime
 from lowbw.results import load_metrics, load_runs
 from lowbw.store import load_store
@@ -168,6 +168,9 @@ def numbers(st: Stats) -> dict[str, str]:
         out[f"{p}DenseGap"] = fmt_num(st.meta["dense_final"] - st.meta["curve_final"], 2)
     if not st.tables["sweep"].empty:
         out[f"{p}SweepPoints"] = str(len(st.tables["sweep"]))
+        edge = at_edge(st.tables["sweep"])
+        out[f"{p}SweepEdge"] = escape(", ".join(f"{m} ({' and '.join(k.replace('_', ' ') for k in ks)})"
+                                             for m, ks in edge.items())) or "none"
     words = {10.0: "Ten", 1000.0: "Gbit"}
     dense = ms.loc[BASELINE]
     for mb in HEADLINE_MBIT:
@@ -258,7 +261,8 @@ def sweep_latex(st: Stats) -> str | None:
              fmt_num(r["best_val_loss"], 3), "$\\checkmark$" if r["picked"] else ""] for _, r in t.iterrows()]
     return booktabs(rows, ["method", "point", "lr", "outer lr", "final", "best", "picked"],
                     "The language model's recorded sweep (seed 0): final and best validation loss of each point; "
-                    "each method's picked inner (and outer) learning rate marked.", "tab:e9lmc-sweep")
+                    "each method's picked inner (and outer) learning rate marked; a method picked at the largest or "
+                    "smallest value its grid tried is named in the text.", "tab:e9lmc-sweep")
 
 
 E9LMC = Experiment("e9lmc", "E9 the language model near convergence, each method tuned", stats, numbers, table,

@@ -22,7 +22,7 @@ import pandas as pd
 
 from lowbw.results import load_runs
 
-__all__ = ["SWEEP", "split_point", "sweep_table", "picks", "tuned_block", "write_tuned", "main"]
+__all__ = ["SWEEP", "split_point", "sweep_table", "picks", "at_edge", "tuned_block", "write_tuned", "main"]
 
 SWEEP = "e9_lmc_sweep"  # the sweep's experiment
 BEGIN, END = "  # BEGIN tuned", "  # END tuned"  # the config's tuned block (its first and last line)
@@ -86,9 +86,24 @@ def picks(table: pd.DataFrame) -> dict[str, dict[str, float]]:
     return out
 
 
+def at_edge(table: pd.DataFrame) -> dict[str, list[str]]:
+    """method -> the knobs (``lr``, ``outer_lr``) whose picked value is the largest or the smallest of the values
+    tried (at least two): the optimum may lie beyond the grid, so the grid should widen on that side."""
+    out: dict[str, list[str]] = {}
+    for method, pick in picks(table).items():
+        g = table[table["method"] == method]
+        for knob, v in pick.items():
+            rows = g[g["knob"].isin(["default", knob])]
+            tried = sorted(set(float(x) for x in rows[knob] if not math.isnan(x)))
+            if len(tried) >= 2 and v in (tried[0], tried[-1]):
+                out.setdefault(str(method), []).append(knob)
+    return out
+
+
 def tuned_block(table: pd.DataFrame) -> list[str]:
     """The config's tuned block: one ``<method>-tuned`` preset per method, its values and where they came from."""
     lines = [BEGIN + ": written by `python -m lowbw.report.lmc_sweep pick` from e9_lmc_sweep (do not edit by hand)"]
+    edge = at_edge(table)
     for method, p in picks(table).items():
         g = table[table["method"] == method]
         d = g[g["knob"] == "default"].iloc[0]
@@ -98,8 +113,9 @@ def tuned_block(table: pd.DataFrame) -> list[str]:
             keys["outer_lr"] = p["outer_lr"]
             why.append(f"outer lr {p['outer_lr']:g} of {len(g[g['knob'].isin(['default', 'outer_lr'])])}")
         body = ", ".join(f"{k}: {v:g}" for k, v in keys.items())
+        flag = f"; at the grid's edge: {', '.join(edge[method])}" if method in edge else ""
         lines.append(f"  {method}-tuned: {{<<: *{method}, {body}}}  # sweep (seed 0, final val loss): "
-                     + "; ".join(why))
+                     + "; ".join(why) + flag)
     lines.append(END)
     return lines
 
