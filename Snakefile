@@ -244,6 +244,15 @@ rule bench_models:
         "python -m lowbw.bench.models {params.args} --out {output} > {log} 2>&1"
 
 
+def e2e_args(name):
+    """`bench e2e`'s arguments from the profile's bench: <name> block (rates in Mbit/s, as the config writes them)."""
+    return " ".join(
+        f"--{k.replace('_', '-')} " + (",".join(map(str, v)) if k == "methods" else
+                                       " ".join(f"{r}mbit" for r in v) if k == "rates" else
+                                       " ".join(map(str, v)) if isinstance(v, list) else str(v))
+        for k, v in config["bench"].get(name, {}).items())
+
+
 rule bench_e2e:
     """E8: the same training on sim (virtual clock) and on procs over the testbed's shaped links, per cell.
     Like E1's, an existing runs/bench/e2e.json is kept (the full grid is `python -m lowbw bench e2e`)."""
@@ -257,11 +266,7 @@ rule bench_e2e:
         runtime=720 if FULL else 60,
         machine=MACHINE,
     params:
-        args=lambda w: " ".join(
-            f"--{k.replace('_', '-')} " + (",".join(map(str, v)) if k == "methods" else
-                                           " ".join(f"{r}mbit" for r in v) if k == "rates" else  # Mbit/s
-                                           " ".join(map(str, v)) if isinstance(v, list) else str(v))
-            for k, v in config["bench"].get("e2e", {}).items()),
+        args=lambda w: e2e_args("e2e"),
     conda:
         "environment.yml"
     shell:
@@ -280,10 +285,7 @@ rule bench_e2e_lm:
         runtime=720 if FULL else 30,
         machine=MACHINE,
     params:
-        args=lambda w: " ".join(
-            f"--{k.replace('_', '-')} " + (",".join(map(str, v)) if k == "methods" else
-                                           " ".join(map(str, v)) if isinstance(v, list) else str(v))
-            for k, v in config["bench"].get("e2e_lm", {}).items()),
+        args=lambda w: e2e_args("e2e_lm"),
     conda:
         "environment.yml"
     shell:

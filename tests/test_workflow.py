@@ -4,7 +4,9 @@ a bad config fails before any job naming the key, and a rerun with nothing chang
 
 from __future__ import annotations
 
+import itertools
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -14,6 +16,7 @@ import pytest
 import yaml
 
 from lowbw.grid import run_dirs
+from lowbw.net.units import rate_mbit_arg
 from tests.conftest import real_mirror
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,9 +108,18 @@ def test_default_profile_reads_the_stored_host_measurements(tmp_path):
     assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
     for name in stored - {"compressors", "models"}:  # the default profile measures those two itself
         assert f"rule bench_{name}:" not in r.stdout, name
-    measure = _snakemake(proj, "-n", "report", "--config",
+    measure = _snakemake(proj, "-n", "-p", "report", "--config",
                          "bench={measure: [collectives, collectives_latency, compressors, models, e2e, e2e_lm]}",
                          timeout=600)
     assert measure.returncode == 0, measure.stdout[-3000:] + measure.stderr[-3000:]
     for name in ("collectives", "collectives_latency", "e2e", "e2e_lm"):
         assert f"rule bench_{name}:" in measure.stdout, name
+    # E8's commands take their rates as `bench e2e` reads them (with a unit): both rules, MLP and LM cells
+    commands = [shlex.split(line.split(":", 1)[1]) for line in measure.stdout.splitlines()
+                if line.startswith("Shell command: python -m lowbw bench e2e ")]
+    assert len(commands) == 2, measure.stdout[-3000:]
+    read = rate_mbit_arg("--rates")
+    for argv in commands:
+        i = argv.index("--rates") + 1
+        rates = list(itertools.takewhile(lambda t: not t.startswith("--"), argv[i:]))
+        assert rates and all(read(r) > 0 for r in rates), argv
