@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lowbw.comm.meter import expected
+from lowbw.comm.registry import expected
 from lowbw.runio import read_jsonl
 from lowbw.train.config import ConfigError, RunConfig
 from lowbw.train.launch import run
