@@ -72,6 +72,10 @@ class CollectiveSpec:
     * ``step_messages(M, N, chunk_bytes) -> [(bytes, link), ...] | None``: the bytes a rank sends in each
       step of the critical path that waits for the peer's data, and the shaped uplink it leaves by (steps
       on one link share its token bucket); ``None`` (or no function): the links stream without such gaps;
+    * ``segment_order``: the order in which it sums an element depends on the element's segment of
+      ``lowbw.comm.partition.split(numel, N)`` (the ring: segment j's sum starts at rank j), so a packed
+      buffer must be laid out segment by segment to give each tensor the sums it gets alone
+      (:mod:`lowbw.compress.packing`);
     * ``heap_chain``: a binary heap tree of chunks capped at ``lowbw.comm.tree.HEAP_TREE_MAX_CHUNK_BYTES``
       with a receive window, whose one-chunk messages hop through a chain of shaped links (the testbed
       model's chain and window terms, :mod:`lowbw.bench.collectives_model`, apply).
@@ -92,6 +96,7 @@ class CollectiveSpec:
     handshake_every_step: bool = False
     step_messages: Callable[[float, int, float], list[tuple[float, str]] | None] | None = None
     heap_chain: bool = False
+    segment_order: bool = False
 
     @property
     def opaque(self) -> bool:

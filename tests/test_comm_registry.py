@@ -209,6 +209,7 @@ def test_spec_fields_are_the_old_tables(n):
     assert {a for a, s in reg.COLLECTIVES.items() if s.duplex} == set(old_duplex)
     assert {a for a, s in reg.COLLECTIVES.items() if s.heap_chain} == {"tree"}
     assert {a for a, s in reg.COLLECTIVES.items() if s.handshake_every_step} == {"butterfly"}
+    assert {a for a, s in reg.COLLECTIVES.items() if s.segment_order} == {"ring"}  # packing's segment-major layout
 
 
 def test_meter_and_testbed_model_read_only_the_spec_fields(monkeypatch):

@@ -156,4 +156,4 @@ SPEC = CollectiveSpec(
     name="ring", run=lambda flat, tp, red, chunk, window, root=0: ring_allreduce(flat, tp, red, chunk, window),
     cost=cost, broadcast="pipeline", links=links_time, talk=talk, volume=volume, duplex=True,
     handshake=lambda n: 1,  # step 0 only: the later receives are posted a window ahead
-    step_messages=step_messages)
+    step_messages=step_messages, segment_order=True)
