@@ -24,10 +24,11 @@ Layouts on the wire:
   as ``torch.distributed.all_gather_into_tensor`` takes equal sizes: half the latency steps of a call.
 * all-reduce: the sum must be the one each tensor gets alone. A ring all-reduce sums element e of a tensor
   in the order ``((x_j + x_{j+1}) + ...)`` of its segment j = the segment of ``split(numel, N)`` holding e,
-  so over a ring (``CollectiveSpec.segment_order``) the buffer is laid out *segment-major*: packed segment j holds segment j of every tensor,
-  padded with zeros to the longest segment (x + 0 = x exactly), so that every element keeps its segment and
-  its order of additions. Other algorithms get the plain concatenation (their order does not move with an
-  element's position: tree, parameter server, direct; butterfly's does, and is not made identical).
+  so over a ring (``CollectiveSpec.segment_order``) the buffer is laid out *segment-major*: packed segment j
+  holds segment j of every tensor, padded with zeros to the longest segment (x + 0 = x exactly), so that
+  every element keeps its segment and its order of additions. Other algorithms get the plain concatenation
+  (their order does not move with an element's position: tree, parameter server, direct; butterfly's does,
+  and is not made identical).
 """
 
 from __future__ import annotations
