@@ -61,7 +61,7 @@ class CollectiveSpec:
       ``chunk`` bytes more on the link (the heap tree's broadcast); ``None``: none;
     * ``gather``: the all-gather pattern of the same shape (``ring`` | ``direct``);
     * ``volume(N, M, rank, root) -> (bytes_sent, bytes_recv)``: the textbook bytes one ``rank`` sends and
-      receives in one all-reduce of M bytes on N >= 2 workers (what :func:`lowbw.comm.meter.expected` holds
+      receives in one all-reduce of M bytes on N >= 2 workers (what :func:`lowbw.comm.registry.expected` holds
       the meter to; an opaque collective's estimate of the pattern it runs);
     * ``duplex``: its busiest links carry data in both directions at once (the calibrated testbed model then
       takes the simultaneous exchange's beta, else the ping-pong's);
