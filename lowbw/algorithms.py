@@ -2,7 +2,8 @@
 
 Every all-reduce algorithm is one module of :mod:`lowbw.comm` registered in :mod:`lowbw.comm.registry` (what
 a collective is: :mod:`lowbw.collective`); ``ALLREDUCE_ALGORITHMS`` (the names, in the registry's order) and
-``BROADCAST_FOR`` (the broadcast each pairs with) are read from that table when first used, so a new
+``BROADCAST_FOR`` (the broadcast each pairs with) and ``OWN_ALLREDUCE_ALGORITHMS`` (those run over lowbw's
+own transport, not opaque like torch's ``native``) are read from that table when first used, so a new
 algorithm is added in one place and a misspelt one is rejected everywhere alike. The broadcasts and DiLoCo's
 outer optimisers are named here. Importing this module imports no torch; reading the two names above does.
 """
@@ -12,7 +13,8 @@ from __future__ import annotations
 from typing import Any
 
 # ALLREDUCE_ALGORITHMS and BROADCAST_FOR come from the module's __getattr__ (the registry, read when first used)
-__all__ = ["ALLREDUCE_ALGORITHMS", "BROADCASTS", "BROADCAST_ALIASES", "BROADCAST_FOR",  # noqa: F822
+__all__ = ["ALLREDUCE_ALGORITHMS", "OWN_ALLREDUCE_ALGORITHMS", "BROADCASTS", "BROADCAST_ALIASES",  # noqa: F822
+           "BROADCAST_FOR",
            "OUTER_OPTIMIZERS", "check_algorithm"]
 
 # broadcasts: "pipeline" = chunked chain (bandwidth-optimal), "tree" = binomial tree (log2 N rounds),
@@ -35,13 +37,16 @@ def check_algorithm(algorithm: str, allowed=None) -> str:
 
 
 def __getattr__(name: str) -> Any:
-    """``ALLREDUCE_ALGORITHMS`` (every registered all-reduce; ``native`` = torch.distributed.all_reduce) and
-    ``BROADCAST_FOR`` (algorithm -> its broadcast), from :mod:`lowbw.comm.registry`."""
-    if name in ("ALLREDUCE_ALGORITHMS", "BROADCAST_FOR"):
+    """``ALLREDUCE_ALGORITHMS`` (every registered all-reduce; ``native`` = torch.distributed.all_reduce),
+    ``OWN_ALLREDUCE_ALGORITHMS`` (those with steps of lowbw's own: not ``SPEC.opaque``) and ``BROADCAST_FOR``
+    (algorithm -> its broadcast), from :mod:`lowbw.comm.registry`."""
+    if name in ("ALLREDUCE_ALGORITHMS", "OWN_ALLREDUCE_ALGORITHMS", "BROADCAST_FOR"):
         from lowbw.comm.registry import COLLECTIVES  # lazy: keeps the Snakefile's planning free of torch
 
         if name == "ALLREDUCE_ALGORITHMS":
             value: Any = tuple(COLLECTIVES)
+        elif name == "OWN_ALLREDUCE_ALGORITHMS":
+            value = tuple(a for a, spec in COLLECTIVES.items() if not spec.opaque)
         else:
             value = {a: spec.broadcast for a, spec in COLLECTIVES.items()}
         globals()[name] = value

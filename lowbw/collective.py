@@ -60,6 +60,25 @@ class CollectiveSpec:
     * ``fill(N, M, chunk_bytes) -> (count, chunk)``: pipeline fill on the critical path, ``count`` chunks of
       ``chunk`` bytes more on the link (the heap tree's broadcast); ``None``: none;
     * ``gather``: the all-gather pattern of the same shape (``ring`` | ``direct``);
+    * ``volume(N, M, rank, root) -> (bytes_sent, bytes_recv)``: the textbook bytes one ``rank`` sends and
+      receives in one all-reduce of M bytes on N >= 2 workers (what :func:`lowbw.comm.registry.expected` holds
+      the meter to; an opaque collective's estimate of the pattern it runs);
+    * ``duplex``: its busiest links carry data in both directions at once (the calibrated testbed model then
+      takes the simultaneous exchange's beta, else the ping-pong's);
+    * ``handshake(N) -> int``: steps on its critical path whose receive is posted no earlier than the matching
+      send (each waits one more one-way time for gloo's receiver-ready notice); ``None``: not worked out;
+    * ``handshake_every_step``: every step of ``step_messages`` waits for that notice (partners post receive
+      and send together), so the idle gap between steps, in which a shaper's bucket refills, includes it;
+    * ``step_messages(M, N, chunk_bytes) -> [(bytes, link), ...] | None``: the bytes a rank sends in each
+      step of the critical path that waits for the peer's data, and the shaped uplink it leaves by (steps
+      on one link share its token bucket); ``None`` (or no function): the links stream without such gaps;
+    * ``segment_order``: the order in which it sums an element depends on the element's segment of
+      ``lowbw.comm.partition.split(numel, N)`` (the ring: segment j's sum starts at rank j), so a packed
+      buffer must be laid out segment by segment to give each tensor the sums it gets alone
+      (:mod:`lowbw.compress.packing`);
+    * ``heap_chain``: a binary heap tree of chunks capped at ``lowbw.comm.tree.HEAP_TREE_MAX_CHUNK_BYTES``
+      with a receive window, whose one-chunk messages hop through a chain of shaped links (the testbed
+      model's chain and window terms, :mod:`lowbw.bench.collectives_model`, apply).
     """
 
     name: str
@@ -71,6 +90,19 @@ class CollectiveSpec:
     talk: Callable[[int], tuple[float, float]] | None = None
     fill: Callable[[int, float, float], tuple[int, float]] | None = None
     gather: str = "ring"
+    volume: Callable[[int, int, int, int], tuple[int, int]] | None = None
+    duplex: bool = False
+    handshake: Callable[[int], int | None] | None = None
+    handshake_every_step: bool = False
+    step_messages: Callable[[float, int, float], list[tuple[float, str]] | None] | None = None
+    heap_chain: bool = False
+    segment_order: bool = False
+
+    @property
+    def opaque(self) -> bool:
+        """torch.distributed's own collective (no ``run`` of ours): its messages pass no transport of ours, so
+        the meter cannot count them and its costs are those of the pattern it runs."""
+        return self.run is None
 
 
 def message_time(src: Any, dst: Any, nbytes: float) -> float:

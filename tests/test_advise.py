@@ -190,3 +190,33 @@ def test_a_budget_ranks_methods_that_need_more_steps_after_those_that_fit(tmp_pa
     assert [a.candidate.name for a in free][0] == "diloco64"  # 1 Mbit/s: 64x fewer bytes at 2.5x the steps
     tight = rank(w, links, rows, "val_loss", 2.4, only=("dense", "diloco64"), budget=400)
     assert [a.candidate.name for a in tight] == ["dense", "diloco64"] and not tight[1].reaches
+
+
+# the advisor's families before they were derived (commit d7c92da's candidates.FAMILIES, in its order)
+OLD_FAMILIES = {
+    "dense": "dense", "fp16": "precision", "bf16": "precision",
+    "q8lin": "quantize", "q8nl": "quantize", "q16lin": "quantize", "qsgd": "quantize", "terngrad": "quantize",
+    "twobit": "quantize", "thresh": "sparsify", "topk10": "sparsify", "topk1": "sparsify", "topk01": "sparsify",
+    "randk1": "sparsify", "dgc": "sparsify", "artopk": "sparsify", "powersgd": "lowrank", "signsgd": "sign",
+    "efsign": "sign", "onebit": "sign", "local4": "local", "local16": "local", "hh2": "hierarchical",
+    "diloco16": "diloco", "diloco64": "diloco", "diloco16q8": "diloco", "diloco16q4": "diloco",
+    "sdiloco16": "streaming", "demo": "demo", "sparseloco16": "sparseloco",
+}
+
+
+def test_families_are_derived_from_the_registry_and_the_scheme(monkeypatch):
+    from lowbw.advise import candidates as cand
+
+    assert {c.name: c.family for c in candidates()} == OLD_FAMILIES
+    assert [c.name for c in candidates()] == list(OLD_FAMILIES)
+    # a compressor the advisor has never heard of by name: its registration decides
+    table = {**cand._compressors(), "newq": {"family": "quantize", "whole_method": False, "value_sized": False},
+             "newm": {"family": "sparseloco", "whole_method": True, "value_sized": False}}
+    monkeypatch.setattr(cand, "_compressors", lambda: table)
+    assert cand.family_of({"compressor": "newq"}) == "quantize"
+    assert cand.family_of({"compressor": "newq", "sync": "diloco", "world_period": 16}) == "diloco"
+    assert cand.family_of({"compressor": "newq", "sync": "diloco", "diloco_fragments": 4}) == "streaming"
+    assert cand.family_of({"compressor": "newm", "sync": "diloco"}) == "sparseloco"  # a whole method
+    assert cand.family_of({"sync": "local", "world_period": 4}) == "local"
+    with pytest.raises(ValueError, match="unknown compressor name='nope'"):
+        cand.family_of({"compressor": "nope"})

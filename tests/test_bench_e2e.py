@@ -11,6 +11,7 @@ import pytest
 
 from lowbw.bench import e2e, e2e_calibration, e2e_grid, e2e_rows, presets
 from lowbw.runio import append_jsonl
+from tests.helpers import usage_error
 
 
 def _write_run(d, lines):
@@ -108,11 +109,7 @@ def test_cell_row_refuses_mismatched_logs(tmp_path):
 ])
 def test_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     out = tmp_path / "e2e.json"
-    with pytest.raises(SystemExit) as ei:
-        e2e.main([*argv, "--out", str(out)])
-    assert ei.value.code == 2
-    err = capsys.readouterr().err.strip().splitlines()
-    assert culprit in err[-1]
+    assert culprit in usage_error(e2e.main, [*argv, "--out", str(out)], capsys)
     assert not out.exists()
 
 
@@ -131,10 +128,7 @@ def test_probe_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     from lowbw.bench import e2e_probe
 
     out = tmp_path / "probe.json"
-    with pytest.raises(SystemExit) as ei:
-        e2e_probe.main([*argv, "--out", str(out)])
-    assert ei.value.code == 2
-    assert culprit in capsys.readouterr().err.strip().splitlines()[-1]
+    assert culprit in usage_error(e2e_probe.main, [*argv, "--out", str(out)], capsys)
     assert not out.exists()
 
 

@@ -16,6 +16,7 @@ from lowbw.train import batched
 from lowbw.train.aggregate import aggregate_rank, buckets_of
 from lowbw.train.config import RunConfig
 from lowbw.train.launch import run
+from tests.helpers import sim_run
 from tests.sim_procs import assert_same_metrics
 
 MB = 1 << 20
@@ -116,9 +117,7 @@ def test_batched_bucket_matches_the_threads(name, kw):
         assert ex.calls[r] == colls[r].calls
 
 
-BASE = dict(dataset="synthetic", model="cnn", workers=4, batch_size=32, steps=4, log_every=1, progress=False,
-            train_limit=400, test_limit=100, eval_every=0.5, clock="model", clock_sample_s=1e-3,
-            clock_compress_mbyte_s=200.0, latency_ms=0.0)
+BASE = sim_run(model="cnn", workers=4, steps=4, clock_compress_mbyte_s=200.0, latency_ms=0.0)
 QUALITY = ("loss", "acc", "test_loss", "test_acc")
 
 

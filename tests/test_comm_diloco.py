@@ -11,40 +11,19 @@ from lowbw.comm import ThreadCollective, run_threads
 from lowbw.comm.diloco import DiLoCo
 from lowbw.comm.meter import Meter
 from lowbw.comm.testing import run_procs
+from tests.helpers import regression_batch, tiny_mlp, worker_steps
 
 H, STEPS = 3, 7
-
-
-def _model(seed: int, width: int = 5) -> torch.nn.Module:
-    """A small MLP whose parameters come from a generator of its own (workers build theirs concurrently in
-    threads, so the global RNG would interleave)."""
-    m = torch.nn.Sequential(torch.nn.Linear(6, width), torch.nn.Tanh(), torch.nn.Linear(width, 2))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return m
-
-
-def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1000 * rank + step)
-    return torch.randn(8, 6, generator=g), torch.randn(8, 2, generator=g)
 
 
 def _train(rank: int, coll=None, steps: int = STEPS, inner: str = "sgd", width: int = 5, **kw) -> dict:
     """One worker: the user's loop with DiLoCo around it; the final parameters, losses and bytes."""
     torch.set_num_threads(1)
-    model = _model(seed=rank, width=width)  # different on purpose: sync_start must make them equal
+    model = tiny_mlp(rank, (6, width, 2))  # different on purpose: sync_start must make them equal
     opt = (torch.optim.SGD(model.parameters(), lr=0.1) if inner == "sgd"
            else torch.optim.AdamW(model.parameters(), lr=1e-2))
     outer = DiLoCo(model, opt, H, collective=coll, **kw)
-    losses = []
-    for t in range(steps):
-        x, y = _batch(rank, t)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        losses.append(loss.item())
-        outer.step()
+    losses = worker_steps(model, outer, rank, steps)
     return {"params": [p.detach().clone() for p in model.parameters()], "losses": losses,
             "bytes": outer.bytes_sent, "start_bytes": outer.start_bytes_sent, "syncs": outer.counters.syncs}
 
@@ -61,7 +40,7 @@ def _threads(n: int, **kw) -> list[dict]:
 def _local_step(models, opts, t: int) -> None:
     """Inner step t of every worker (worker r on its own batch), plain SGD."""
     for r, (m, o) in enumerate(zip(models, opts)):
-        x, y = _batch(r, t)
+        x, y = regression_batch(r, t)
         torch.nn.functional.mse_loss(m(x), y).backward()
         o.step()
         o.zero_grad()
@@ -69,7 +48,7 @@ def _local_step(models, opts, t: int) -> None:
 
 def _by_hand(n: int, outer_lr: float, momentum: float, nesterov: bool) -> list[list[torch.Tensor]]:
     """The algorithm written out for n workers in one process: the reference for the exact comparison."""
-    models = [_model(seed=0) for _ in range(n)]  # sync_start: everybody starts from rank 0's parameters
+    models = [tiny_mlp(0) for _ in range(n)]  # sync_start: everybody starts from rank 0's parameters
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     start = [p.detach().clone() for p in models[0].parameters()]
     outer = torch.optim.SGD(start, lr=outer_lr, momentum=momentum, nesterov=nesterov)
@@ -108,7 +87,7 @@ def test_ranks_report_equal_bytes_and_the_start_broadcast_apart():
     """The start broadcast is rank 0's alone (2 workers: it sends the model once); every rank's bytes_sent is
     its synchronisations: a dense fp32 ring of 2 sends each of the P values once per outer step, 4 P bytes."""
     procs = run_procs(_proc_worker, 2, {}, timeout=120)
-    n_params = sum(p.numel() for p in _model(0).parameters())  # 6*5 + 5 + 5*2 + 2 = 47
+    n_params = sum(p.numel() for p in tiny_mlp(0).parameters())  # 6*5 + 5 + 5*2 + 2 = 47
     assert n_params == 47 and procs[0]["syncs"] == procs[1]["syncs"] == STEPS // H == 2
     assert [r["start_bytes"] for r in procs] == [4 * 47, 0]
     assert [r["bytes"] for r in procs] == [2 * 4 * 47] * 2
@@ -119,7 +98,7 @@ def test_ranks_report_equal_bytes_and_the_start_broadcast_apart():
 def test_outer_sgd_with_lr_1_and_no_momentum_is_model_averaging():
     """theta_start - mean(theta_start - theta_i) = mean(theta_i): local SGD, up to rounding."""
     res = _threads(3, outer="sgd", outer_lr=1.0, outer_momentum=0.0, steps=H)
-    models = [_model(seed=0) for _ in range(3)]
+    models = [tiny_mlp(0) for _ in range(3)]
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     for t in range(H):
         _local_step(models, opts, t)
@@ -148,11 +127,11 @@ def test_streaming_fragments_synchronise_in_turn():
     colls = ThreadCollective.group(2, "ring")
 
     def worker(r, c):
-        model = _model(seed=r)
+        model = tiny_mlp(r)
         outer = DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, collective=c, **kw)
         seen = []
         for t in range(8):
-            x, y = _batch(r, t)
+            x, y = regression_batch(r, t)
             torch.nn.functional.mse_loss(model(x), y).backward()
             before = outer.counters.syncs
             outer.step()
@@ -177,7 +156,7 @@ def test_streaming_fragments_synchronise_in_turn():
     ({"compressor": "blockwise", "compressor_args": {"bits": 3}}, "bits"),
 ])
 def test_bad_settings_are_one_line_errors_before_any_communication(kw, match):
-    model = _model(0)
+    model = tiny_mlp(0)
     coll = ThreadCollective.group(1)[0]
     args = {"period": 4, **kw}
     with pytest.raises(ValueError, match=match) as e:

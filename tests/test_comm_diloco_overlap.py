@@ -11,38 +11,19 @@ from lowbw.comm import ThreadCollective, run_threads
 from lowbw.comm.diloco import DiLoCo, layer_runs, split_layers
 from lowbw.comm.meter import Meter
 from lowbw.comm.testing import run_procs
+from tests.helpers import replica_steps, tiny_mlp, worker_steps
 
 H, STEPS = 3, 10
-
-
-def _model(seed: int) -> torch.nn.Module:
-    m = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 4), torch.nn.Tanh(),
-                            torch.nn.Linear(4, 2))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return m
-
-
-def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1000 * rank + step)
-    return torch.randn(8, 6, generator=g), torch.randn(8, 2, generator=g)
+WIDTHS = (6, 5, 4, 2)  # the model: three Linear layers (tiny_mlp)
 
 
 def _train(rank: int, coll=None, steps: int = STEPS, period: int = H, finish: bool = True, **kw) -> dict:
     torch.set_num_threads(1)
-    model = _model(seed=rank)  # different on purpose: sync_start makes them equal
+    model = tiny_mlp(rank, WIDTHS)  # different on purpose: sync_start makes them equal
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     outer = DiLoCo(model, opt, period, collective=coll, **kw)
-    losses, syncs = [], []
-    for t in range(steps):
-        x, y = _batch(rank, t)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        losses.append(loss.item())
-        outer.step()
-        syncs.append(outer.counters.syncs)
+    syncs: list[int] = []
+    losses = worker_steps(model, outer, rank, steps, after=lambda: syncs.append(outer.counters.syncs))
     before = [p.detach().clone() for p in model.parameters()]
     if finish:
         outer.finish()
@@ -60,7 +41,7 @@ def _threads(n: int, **kw) -> list[dict]:
 
 
 def test_strided_fragments_are_whole_layers_in_turn():
-    names = [n for n, _ in _model(0).named_parameters()]  # 0.weight 0.bias 2.weight 2.bias 4.weight 4.bias
+    names = [n for n, _ in tiny_mlp(0, WIDTHS).named_parameters()]  # 0.weight 0.bias 2.weight 2.bias 4.weight 4.bias
     assert layer_runs(names) == [[0, 1], [2, 3], [4, 5]]
     assert split_layers(names, 2) == [[0, 1, 4, 5], [2, 3]]
     assert layer_runs(["blocks.0.attn.w", "blocks.0.mlp.w", "blocks.1.attn.w", "head.w"]) == [[0, 1], [2], [3]]
@@ -102,7 +83,7 @@ def test_delay_zero_alpha_zero_is_the_schedule_without_overlap():
 def _delayed_by_hand(n: int, steps: int) -> list[list[torch.Tensor]]:
     """One-step-delayed DiLoCo written out for n workers in one process (the module doc's steps 1-4), SGD
     inner steps, Nesterov outer steps, then finish's landing of the last exchange."""
-    models = [_model(seed=0) for _ in range(n)]  # sync_start: everybody starts from rank 0's parameters
+    models = [tiny_mlp(0, WIDTHS) for _ in range(n)]  # sync_start: everybody starts from rank 0's parameters
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
     phi = [p.detach().clone() for p in models[0].parameters()]
     outer = torch.optim.SGD(phi, lr=0.7, momentum=0.9, nesterov=True)
@@ -124,11 +105,7 @@ def _delayed_by_hand(n: int, steps: int) -> list[list[torch.Tensor]]:
         outer.step()
 
     for t in range(steps):
-        for r, (m, o) in enumerate(zip(models, opts)):
-            x, y = _batch(r, t)
-            torch.nn.functional.mse_loss(m(x), y).backward()
-            o.step()
-            o.zero_grad()
+        replica_steps(models, opts, t)
         if (t + 1) % H == 0:
             with torch.no_grad():
                 new = mean_delta()  # Delta_k = phi - theta, before phi moves
@@ -170,7 +147,7 @@ def _eager_by_hand(steps: int, lr: float, mu: float) -> tuple[list[torch.Tensor]
     buf_i; a boundary every H steps, then finish's last boundary (Delta = phi - theta, no new exchange).
     Returns each worker's flat parameters before and after finish."""
     n = 2
-    models = [_model(seed=0) for _ in range(n)]
+    models = [tiny_mlp(0, WIDTHS) for _ in range(n)]
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
 
     def flat(m):
@@ -195,11 +172,7 @@ def _eager_by_hand(steps: int, lr: float, mu: float) -> tuple[list[torch.Tensor]
         prev = d if start else None
 
     for t in range(steps):
-        for r, (m, o) in enumerate(zip(models, opts)):
-            x, y = _batch(r, t)
-            torch.nn.functional.mse_loss(m(x), y).backward()
-            o.step()
-            o.zero_grad()
+        replica_steps(models, opts, t)
         if (t + 1) % H == 0:
             boundary(True)
     before = [flat(m) for m in models]
@@ -246,7 +219,7 @@ def test_eager_updates_with_one_worker_are_plain_diloco():
     ({"overlap": "delayed", "fragments": 2}, "needs fragments=1"),
 ])
 def test_bad_overlap_settings_are_one_line_errors(kw, match):
-    model = _model(0)
+    model = tiny_mlp(0, WIDTHS)
     coll = ThreadCollective.group(1)[0]
     with pytest.raises(ValueError, match=match) as e:
         DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, collective=coll, **kw)
@@ -261,7 +234,7 @@ def test_the_wait_for_a_background_exchange_times_out():
 
     from lowbw.comm.errors import PeerTimeoutError
 
-    model = _model(0)
+    model = tiny_mlp(0, WIDTHS)
     coll = ThreadCollective.group(1)[0]
     outer = DiLoCo(model, torch.optim.SGD(model.parameters(), lr=0.1), 4, collective=coll, delay=1, timeout=0.05)
     t0 = time.monotonic()

@@ -9,7 +9,7 @@ import torch
 
 import lowbw.comm as comm
 from lowbw.comm import Meter, ThreadCollective, metering, run_threads
-from lowbw.comm.meter import expected
+from lowbw.comm.registry import expected
 from lowbw.comm.testing import run_procs
 
 BIG = 1 << 30  # one message per segment

@@ -8,36 +8,17 @@ import torch
 
 from lowbw.comm.pairwise import pair_partners, pairwise_time
 from lowbw.comm.testing import run_procs
+from tests.helpers import replica_steps, tiny_mlp, worker_steps
 
 H, STEPS = 3, 9
 
 
-def _model(seed: int) -> torch.nn.Module:
-    m = torch.nn.Sequential(torch.nn.Linear(6, 5), torch.nn.Tanh(), torch.nn.Linear(5, 2))
-    g = torch.Generator().manual_seed(seed)
-    with torch.no_grad():
-        for p in m.parameters():
-            p.copy_(torch.randn(p.shape, generator=g) * 0.3)
-    return m
-
-
-def _batch(rank: int, step: int) -> tuple[torch.Tensor, torch.Tensor]:
-    g = torch.Generator().manual_seed(1000 * rank + step)
-    return torch.randn(8, 6, generator=g), torch.randn(8, 2, generator=g)
-
-
 def _loop(rank: int, make) -> dict:
     torch.set_num_threads(1)
-    model = _model(seed=rank)  # different on purpose: sync_start makes them equal
+    model = tiny_mlp(rank)  # different on purpose: sync_start makes them equal
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     outer = make(model, opt)
-    losses = []
-    for t in range(STEPS):
-        x, y = _batch(rank, t)
-        loss = torch.nn.functional.mse_loss(model(x), y)
-        loss.backward()
-        losses.append(loss.item())
-        outer.step()
+    losses = worker_steps(model, outer, rank, STEPS)
     return {"params": torch.cat([p.detach().reshape(-1) for p in model.parameters()]), "losses": losses,
             "bytes": outer.bytes_sent, "partners": list(getattr(outer, "partners", [])),
             "phi": getattr(outer, "phi", None)}
@@ -98,7 +79,7 @@ def test_noloco_with_two_workers_is_diloco_with_heavy_ball_outer_sgd():
 
 def _noloco_by_hand(n: int, seed: int) -> list[torch.Tensor]:
     """NoLoCo's steps 1-4 written out for n workers in one process, pairs from pair_partners."""
-    models = [_model(seed=0) for _ in range(n)]
+    models = [tiny_mlp(0) for _ in range(n)]
     opts = [torch.optim.SGD(m.parameters(), lr=0.1) for m in models]
 
     def flat(m):
@@ -108,11 +89,7 @@ def _noloco_by_hand(n: int, seed: int) -> list[torch.Tensor]:
     mom = [torch.zeros_like(phi[0]) for _ in models]
     k = 0
     for t in range(STEPS):
-        for r, (m, o) in enumerate(zip(models, opts)):
-            x, y = _batch(r, t)
-            torch.nn.functional.mse_loss(m(x), y).backward()
-            o.step()
-            o.zero_grad()
+        replica_steps(models, opts, t)
         if (t + 1) % H == 0:
             partner = pair_partners(n, seed, k)
             thetas = [flat(m) for m in models]

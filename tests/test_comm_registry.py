@@ -17,9 +17,11 @@ import pytest
 import torch
 
 from lowbw import algorithms
+from lowbw.bench import collectives_model as cmod
 from lowbw.collective import CollectiveSpec, Cost
 from lowbw.comm import engine
 from lowbw.comm import registry as reg
+from lowbw.comm.registry import expected
 from lowbw.net import costlinks as cl
 from lowbw.net import costmodel as cm
 from lowbw.net.costlinks import WorkerLink
@@ -164,3 +166,74 @@ UNEQUAL = [
 @pytest.mark.parametrize(("name", "n", "t"), UNEQUAL)
 def test_per_link_costs_are_the_old_models(name, n, t):
     assert cl.links_allreduce_time(name, 1e6, _unequal(n), n - 1) == t
+
+
+# --- a collective's volume, duplexity and handshake are fields of its spec (issue 47) --------------------------
+def _old_expected(algorithm, M, N, rank, root=0):
+    """lowbw.comm.meter.expected as it was before the spec held the volume (commit d7c92da), inline."""
+    if N == 1:
+        return 0, 0
+    if algorithm in ("ring", "roundrobin", "butterfly", "native"):  # native: the engine mapped it to ring
+        v = 2 * (N - 1) * M // N
+        return v, v
+    if algorithm == "ps":
+        return ((N - 1) * M, (N - 1) * M) if rank == root else (M, M)
+    if algorithm in ("alltoall", "allgather"):
+        return (N - 1) * M, (N - 1) * M
+    kids = sum(1 for c in (2 * rank + 1, 2 * rank + 2) if c < N)  # tree
+    up = 0 if rank == 0 else M
+    return up + kids * M, kids * M + up
+
+
+def _old_handshake(algorithm, n):
+    """lowbw.bench.collectives_model.handshake_steps before the spec held it (commit d7c92da), inline."""
+    if n < 2:
+        return 0
+    if algorithm in ("ps", "ring") or (algorithm == "tree" and n <= 4):
+        return 1
+    if algorithm == "butterfly":
+        p2 = 1 << (n.bit_length() - 1)
+        return 2 * (p2.bit_length() - 1) + (1 if n != p2 else 0)
+    return None
+
+
+@pytest.mark.parametrize("n", [1, 2, 3, 4, 5, 8])
+def test_spec_fields_are_the_old_tables(n):
+    M = 4096 * 8 * 7
+    for name in NAMES:
+        for r in range(n):
+            assert expected(name, M, n, r) == _old_expected(name, M, n, r), (name, n, r)
+        assert expected("ps", M, n, n - 1, root=n - 1) == _old_expected("ps", M, n, n - 1, root=n - 1)
+        assert cmod.handshake_steps(name, n) == _old_handshake(name, n), (name, n)
+    old_duplex = ("ring", "native", "butterfly", "alltoall", "roundrobin", "allgather")
+    assert {a for a, s in reg.COLLECTIVES.items() if s.duplex} == set(old_duplex)
+    assert {a for a, s in reg.COLLECTIVES.items() if s.heap_chain} == {"tree"}
+    assert {a for a, s in reg.COLLECTIVES.items() if s.handshake_every_step} == {"butterfly"}
+    assert {a for a, s in reg.COLLECTIVES.items() if s.segment_order} == {"ring"}  # packing's segment-major layout
+
+
+def test_meter_and_testbed_model_read_only_the_spec_fields(monkeypatch):
+    fake = CollectiveSpec(name="fake", run=lambda *a, **k: None, cost=lambda n: Cost(3.0, 0.5, 0.0),
+                          broadcast="flat", volume=lambda n, m, rank, root: (7 * m, 5 * m), duplex=True,
+                          handshake=lambda n: n + 1, step_messages=lambda m, n, c: [(m / 2, "up")] * 3)
+    monkeypatch.setitem(reg.COLLECTIVES, "fake", fake)
+    assert expected("fake", 10, 4, 0) == (70, 50) and expected("fake", 10, 1, 0) == (0, 0)
+    assert cmod.handshake_steps("fake", 4) == 5
+    cal = {"fit": {"alpha_s": 1e-3, "bandwidth_bps": 8e6, "burst_bytes": 0.0},
+           "fit_duplex": {"alpha_s": 1e-3, "bandwidth_bps": 4e6, "burst_bytes": 0.0}, "nominal_rate_bps": 1e7}
+    assert cmod.model_link(cal, "fake").bandwidth_bps == 4e6  # duplex: the simultaneous exchange's beta
+    monkeypatch.setitem(reg.COLLECTIVES, "fake", replace(fake, duplex=False, handshake=None, volume=None))
+    assert cmod.model_link(cal, "fake").bandwidth_bps == 8e6
+    assert cmod.handshake_steps("fake", 4) is None
+    assert cmod.step_messages("fake", 10.0, 4) == [(5.0, "up")] * 3
+    assert cmod.window_wait(cal, "fake", 1e6, 4) == 0.0  # no heap chain
+    with pytest.raises(ValueError, match="'fake'.*no textbook volume|no textbook volume.*'fake'"):
+        expected("fake", 10, 4, 0)
+
+
+def test_an_unknown_collective_is_an_error_not_the_ring():
+    for f in (lambda: expected("no-such", 10, 4, 0), lambda: cmod.handshake_steps("no-such", 4),
+              lambda: cmod.step_messages("no-such", 1e3, 4),
+              lambda: cmod.model_link({"fit": {}}, "no-such")):
+        with pytest.raises(ValueError, match="algorithm='no-such' is not known; allowed: ring, tree"):
+            f()

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 
 from lowbw.bench.compressors import _matrix_shape, make_input, run_benchmark, table
@@ -55,3 +56,29 @@ def test_notebook_is_parameterised():
     assert len(params) == 1
     src = "".join(params[0]["source"])
     assert "numel" in src and "out" in src and "config_json" in src
+
+
+# the settings E2 measured before they moved into the registrations (commit d7c92da's METHODS, in its order)
+OLD_METHODS = [
+    ("none", {}), ("fp16", {}), ("bf16", {}), ("blockwise", {"bits": 8, "codebook": "nonlinear"}),
+    ("blockwise", {"bits": 8, "codebook": "linear"}),
+    ("blockwise", {"bits": 8, "codebook": "nonlinear", "stochastic": True}),
+    ("blockwise", {"bits": 16, "codebook": "nonlinear"}), ("qsgd", {"levels": 127}), ("qsgd", {"levels": 7}),
+    ("terngrad", {}), ("twobit", {"threshold": "1std"}), ("threshold", {"alpha": "2.5std"}), ("topk", {"ratio": 0.01}),
+    ("randomk", {"ratio": 0.01}), ("dgc", {"ratio": 0.001}), ("signsgd", {}), ("ef_signsgd", {}), ("onebit", {}),
+    ("powersgd", {"rank": 1}), ("powersgd", {"rank": 4}), ("artopk", {"ratio": 0.01}),
+]
+
+
+def test_the_benchmark_measures_what_the_registrations_say(monkeypatch):
+    from lowbw.bench import compressors as bench
+    from lowbw.compress import registry as reg
+    from lowbw.compress.quantize import Cast
+
+    assert bench.METHODS == reg.bench_settings() == OLD_METHODS
+    monkeypatch.setattr(reg, "_REGISTRY", dict(reg._REGISTRY))  # a compressor added for this test only
+    reg.register("castx", family="precision", bench=({"a": 1}, {"a": 2}))(lambda a=1: Cast("fp16"))
+    assert reg.bench_settings()[-2:] == [("castx", {"a": 1}), ("castx", {"a": 2})]
+    assert reg.entry("castx").family == "precision"
+    with pytest.raises(ValueError, match="family='bogus' is not known"):
+        reg.register("castz", family="bogus")

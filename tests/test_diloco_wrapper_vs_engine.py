@@ -27,11 +27,11 @@ from lowbw.comm.testing import run_procs
 from lowbw.train.config import RunConfig
 from lowbw.train.loop import Trainer
 from lowbw.train.world import SimWorld
+from tests.helpers import sim_run
 
 STEPS, H = 9, 3
-BASE = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=STEPS, log_every=1, progress=False,
-            train_limit=400, test_limit=100, eval_every=100.0, clock="model", clock_sample_s=1e-3,
-            lr_schedule="constant", sync="diloco", world_period=H, granularity="layer", weight_decay=0.0)
+BASE = sim_run(steps=STEPS, eval_every=100.0, lr_schedule="constant", sync="diloco", world_period=H,
+               granularity="layer", weight_decay=0.0)
 
 
 def _wrapper_worker(rank: int, world_size: int, cd: dict) -> dict:

@@ -14,7 +14,6 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
@@ -22,6 +21,7 @@ import pytest
 from lowbw.net import testbed as T
 from lowbw.net.testbed import Testbed, TestbedUnavailable
 from tests.conftest import netns
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -42,15 +42,6 @@ def _cli(*args: str, **kw) -> subprocess.Popen:
 
 def _ns_pids(ns: str) -> list[str]:
     return subprocess.run(["ip", "netns", "pids", ns], capture_output=True, text=True).stdout.split()
-
-
-def _wait_for(pred, timeout: float = 30.0) -> bool:
-    end = time.time() + timeout
-    while time.time() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
 
 
 # ------------------------------------------------------------------------------------------ netns
@@ -328,8 +319,8 @@ def test_ctrl_c_and_sigterm_tear_down(sig, rc):
     p = _prefix()
     proc = _cli("--workers", "2", "--prefix", p, "--", "sleep", "60")
     try:
-        assert _wait_for(lambda: len(_ours(p)) == 3), "testbed did not come up"
-        assert _wait_for(lambda: all(_ns_pids(ns) for ns in _ours(p) if not ns.endswith("-br"))), "no workers"
+        assert wait_for(lambda: len(_ours(p)) == 3), "testbed did not come up"
+        assert wait_for(lambda: all(_ns_pids(ns) for ns in _ours(p) if not ns.endswith("-br"))), "no workers"
         proc.send_signal(sig)
         assert proc.wait(timeout=30) == rc
     finally:
@@ -343,7 +334,7 @@ def test_ctrl_c_and_sigterm_tear_down(sig, rc):
 def test_cleanup_removes_leftovers_of_a_killed_testbed():
     p = _prefix()
     proc = _cli("--workers", "2", "--prefix", p, "--", "sleep", "60")
-    assert _wait_for(lambda: len(_ours(p)) == 3)
+    assert wait_for(lambda: len(_ours(p)) == 3)
     proc.kill()  # SIGKILL: no chance to clean up
     proc.wait()
     assert len(_ours(p)) == 3

@@ -15,13 +15,13 @@ import signal
 import subprocess
 import sys
 import textwrap
-import time
 from pathlib import Path
 
 import pytest
 
 from lowbw import doctor
 from tests import slurm_local
+from tests.helpers import wait_for
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -82,15 +82,6 @@ def _daemon_pids(root: Path) -> list[int]:
     return [int((root / rel).read_text()) for rel in ("munge/munged.pid", "slurmctld.pid", "slurmd.pid")]
 
 
-def _wait_for(pred, timeout: float = 60.0) -> bool:
-    end = time.monotonic() + timeout
-    while time.monotonic() < end:
-        if pred():
-            return True
-        time.sleep(0.1)
-    return False
-
-
 HANGING_TEST = textwrap.dedent('''
     import os, time
     from pathlib import Path
@@ -120,7 +111,7 @@ def test_a_stopped_test_run_tears_its_cluster_down(tmp_path, fake_slurm, sig):
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     pids = []
     try:
-        assert _wait_for(up.exists), "the test cluster did not come up"
+        assert wait_for(up.exists, timeout=60.0), "the test cluster did not come up"
         root = Path(up.read_text())
         pids = _daemon_pids(root)
         assert all(_alive(q) for q in pids) and conf.is_symlink()

@@ -7,11 +7,10 @@ import pytest
 from lowbw.runio import read_jsonl
 from lowbw.train.config import RunConfig
 from lowbw.train.launch import run
+from tests.helpers import sim_run
 from tests.sim_procs import assert_same_metrics
 
-BASE = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=5, log_every=1, progress=False,
-            train_limit=400, test_limit=100, eval_every=0.5, clock="model", clock_sample_s=1e-3,
-            clock_compress_mbyte_s=200.0)
+BASE = sim_run(model="cnn", steps=5, clock_compress_mbyte_s=200.0)
 
 
 def metrics(tmp_path, name, keep_checkpoint=False, **kw):

@@ -20,11 +20,10 @@ import torch
 from lowbw.train.config import ConfigError, RunConfig
 from lowbw.train.loop import Trainer
 from lowbw.train.world import SimWorld
+from tests.helpers import sim_run
 
-BASE = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=4, log_every=1, progress=False,
-            train_limit=400, test_limit=50, eval_every=1.0, clock="model", clock_sample_s=1e-3,
-            clock_compress_mbyte_s=200.0, optimizer="sgd", momentum=0.0, weight_decay=0.0, lr=1.0,
-            lr_schedule="constant", seed=0)
+BASE = sim_run(steps=4, test_limit=50, eval_every=1.0, clock_compress_mbyte_s=200.0, optimizer="sgd", momentum=0.0,
+               weight_decay=0.0, lr=1.0, lr_schedule="constant", seed=0)
 C = 1e-2  # the clipping radius: far below every gradient's norm here
 ATOL = 1e-7  # weights of size ~1 in fp32: the difference of two of them is exact to a few 1e-8
 

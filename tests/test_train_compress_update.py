@@ -21,6 +21,7 @@ from lowbw.train.config import ConfigError, RunConfig
 from lowbw.train.loop import Trainer
 from lowbw.train.optim import FlatOptimizer
 from lowbw.train.world import SimWorld
+from tests.helpers import sim_run
 
 P, SIGNAL, STEPS, LR = 4000, 400, 300, 0.01
 
@@ -61,9 +62,7 @@ def test_error_feedback_on_the_update_recovers_adams_progress():
     assert _progress("update", "adamw")[0] > 0.9 * dense  # 2.06 against 2.12
 
 
-BASE = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=3, log_every=1, progress=False,
-            train_limit=400, test_limit=100, eval_every=0.5, clock="model", clock_sample_s=1e-3,
-            optimizer="adamw", lr=0.01, weight_decay=0.1)
+BASE = sim_run(steps=3, optimizer="adamw", lr=0.01, weight_decay=0.1)
 
 
 def test_compress_target_update_applies_the_average_of_each_workers_own_adam_step():

@@ -6,25 +6,16 @@ import pytest
 import torch
 
 from lowbw.runio import read_jsonl
-from lowbw.train.config import ConfigError, RunConfig
+from lowbw.train.config import ConfigError
 from lowbw.train.desloc import periods
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
 from lowbw.train.world import SimWorld
+from tests.helpers import config_of, sim_run, strip
 from tests.sim_procs import assert_same_metrics, sim_and_procs
 
-BASE = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=6, log_every=1, progress=False,
-            train_limit=400, test_limit=100, eval_every=0.5, clock="model", clock_sample_s=1e-3,
-            optimizer="adam", lr=0.001, weight_decay=0.0)
-WALL = ("t_compute", "t_compress", "t_comm", "t_step", "t_meta", "t_wall")
-
-
-def cfg(**kw) -> RunConfig:
-    return RunConfig.from_dict({**BASE, **kw})
-
-
-def strip(lines):
-    return [{k: v for k, v in ln.items() if k not in WALL} for ln in lines]
+BASE = sim_run(optimizer="adam", lr=0.001, weight_decay=0.0)
+cfg = config_of(BASE)
 
 
 def test_moments_never_averaged_is_local_adam_without_state_sync(tmp_path):

@@ -12,16 +12,12 @@ from lowbw.train.config import ConfigError, RunConfig
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
 from lowbw.train.world import SimWorld
+from tests.helpers import config_of, sim_run
 from tests.sim_procs import assert_same_metrics, sim_and_procs
 from tests.test_train_loop import killed_run
 
-BASE = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=7, log_every=1, progress=False,
-            train_limit=400, test_limit=100, eval_every=0.5, clock="model", clock_sample_s=1e-3,
-            clock_compress_mbyte_s=200.0)
-
-
-def cfg(**kw) -> RunConfig:
-    return RunConfig.from_dict({**BASE, **kw})
+BASE = sim_run(model="cnn", steps=7, clock_compress_mbyte_s=200.0)
+cfg = config_of(BASE)
 
 
 def trained(c: RunConfig, out) -> tuple[Trainer, list[dict]]:

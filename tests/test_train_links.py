@@ -16,9 +16,9 @@ from lowbw.train.config import RunConfig
 from lowbw.train.launch import run
 from lowbw.train.world import SimWorld, bandwidth_at, link_for, worker_links
 from tests.conftest import netns
+from tests.helpers import sim_run
 
-BASE = dict(dataset="synthetic", model="mlp", workers=4, batch_size=32, steps=4, log_every=2, progress=False,
-            train_limit=200, test_limit=50, eval_every=1.0, clock="model", clock_sample_s=1e-3)
+BASE = sim_run(workers=4, steps=4, log_every=2, train_limit=200, test_limit=50, eval_every=1.0)
 NUMEL = 1000  # a row of 4000 bytes
 MBIT = 1e6
 

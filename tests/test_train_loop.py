@@ -14,13 +14,10 @@ from lowbw.train.config import RunConfig
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
 from lowbw.train.world import SimWorld
+from tests.helpers import config_of, sim_run
 
-BASE = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=6, log_every=2, progress=False,
-            train_limit=400, test_limit=100, eval_every=0.5)
-
-
-def cfg(**kw) -> RunConfig:
-    return RunConfig.from_dict({**BASE, **kw})
+BASE = sim_run(drop=("clock", "clock_sample_s"), model="cnn", log_every=2)
+cfg = config_of(BASE)
 
 
 def no_time(lines):

@@ -46,3 +46,39 @@ def test_small_models_forward_backward(name):
 def test_unknown_model_is_named():
     with pytest.raises(ValueError, match="resnet21"):
         build_model("resnet21")
+
+
+def test_every_model_has_one_workload_spec_that_builds_and_runs_it():
+    from lowbw.advise.workload import build_named, example_input
+    from lowbw.data.specs import SPECS
+    from lowbw.data.text import TEXT_SPECS
+    from lowbw.train.models import MODELS, model_kind
+    from lowbw.train.targets import METRICS
+    from lowbw.train.workload_specs import WORKLOADS
+
+    assert list(WORKLOADS) == list(MODELS)
+    assert IMAGENET_MODELS == ("resnet50", "vgg16_imagenet", "inception_v4")
+    for name, w in WORKLOADS.items():
+        assert w.model == name and w.metric in METRICS and model_kind(name) == w.kind
+        assert w.dataset in (TEXT_SPECS if w.kind == "text" else SPECS)
+        assert w.higher_is_better == (w.kind == "image")  # accuracy up, loss down
+        m = build_named(name, "meta")
+        out = m(example_input(name, m, 2, "meta"))
+        assert out.shape[0] == 2 and (w.kind == "text" or out.shape[-1] == w.num_classes)
+
+
+def test_a_new_workload_reaches_the_advisor_and_the_report_by_its_spec(monkeypatch):
+    from lowbw.advise import workload as aw
+    from lowbw.advise.validate import dataset_for
+    from lowbw.train import workload_specs as ws
+
+    # a spec line only (its builder is mlp's, under a new name): nothing else names the model
+    monkeypatch.setitem(ws.WORKLOADS, "mlp-wide", ws.WorkloadSpec("mlp-wide", "Wide MLP", "image",
+                                                                  "fashion_mnist", 1, 28, 10, "test_acc"))
+    assert dataset_for("mlp-wide") == "fashion_mnist"
+    assert ws.workload_words("mlp-wide", "fashion_mnist") == "Wide MLP on Fashion-MNIST"
+    assert tuple(aw.example_input("mlp-wide", None, 3, "meta").shape) == (3, 1, 28, 28)
+    assert ws.workload_words("gpt-mini", "shakespeare") == "gpt-mini on Tiny Shakespeare"
+    assert ws.workload_words("mlp", "mnist") == "MLP on MNIST"
+    with pytest.raises(ValueError, match="model='nope' is unknown"):
+        dataset_for("nope")

@@ -6,20 +6,15 @@ import pytest
 import torch
 
 from lowbw.runio import read_jsonl
-from lowbw.train.config import RunConfig
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
 from lowbw.train.muon import MuonFlat, muon_tensors, newton_schulz
 from lowbw.train.world import SimWorld
+from tests.helpers import config_of, sim_run
 from tests.sim_procs import assert_same_metrics, sim_and_procs
 
-BASE = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=6, log_every=1, progress=False,
-            train_limit=400, test_limit=100, eval_every=0.5, clock="model", clock_sample_s=1e-3,
-            optimizer="muon", lr=0.01, weight_decay=0.0, lr_schedule="constant")
-
-
-def cfg(**kw) -> RunConfig:
-    return RunConfig.from_dict({**BASE, **kw})
+BASE = sim_run(optimizer="muon", lr=0.01, weight_decay=0.0, lr_schedule="constant")
+cfg = config_of(BASE)
 
 
 def test_newton_schulz_orthogonalises():

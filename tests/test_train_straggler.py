@@ -7,9 +7,9 @@ import pytest
 from lowbw.runio import read_jsonl
 from lowbw.train.config import ConfigError, RunConfig
 from lowbw.train.launch import run
+from tests.helpers import sim_run
 
-BASE = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=4, log_every=2, progress=False,
-            train_limit=200, test_limit=50, eval_every=1.0, clock="model", clock_sample_s=1e-3)
+BASE = sim_run(steps=4, log_every=2, train_limit=200, test_limit=50, eval_every=1.0)
 
 
 def last(out) -> dict:

@@ -7,25 +7,17 @@ import pytest
 import torch
 
 from lowbw.runio import read_jsonl
-from lowbw.train.config import ConfigError, RunConfig
+from lowbw.train.config import ConfigError
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
 from lowbw.train.schemes.diloco import OuterSchedule
 from lowbw.train.streaming import FragmentPlan, layers
 from lowbw.train.world import SimWorld
+from tests.helpers import config_of, sim_run, strip
 from tests.sim_procs import assert_same_metrics, sim_and_procs
 
-BASE = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=7, log_every=1, progress=False,
-            train_limit=400, test_limit=100, eval_every=0.5, clock="model", clock_sample_s=1e-3, sync="diloco")
-WALL = ("t_compute", "t_compress", "t_comm", "t_step", "t_meta", "t_wall")
-
-
-def cfg(**kw) -> RunConfig:
-    return RunConfig.from_dict({**BASE, **kw})
-
-
-def strip(lines):
-    return [{k: v for k, v in ln.items() if k not in WALL} for ln in lines]
+BASE = sim_run(model="cnn", steps=7, sync="diloco")
+cfg = config_of(BASE)
 
 
 GPT = [("wte.weight", 0, 6, torch.Size([3, 2])), ("wpe.weight", 6, 4, torch.Size([2, 2])),

@@ -2,10 +2,13 @@
 
 A candidate is one of the workflow's method presets (``methods:`` in ``config/config.yaml``, the one
 definition of each method's settings, so that the efficiency table's measured runs and the advisor name the
-same thing): every compressor at its usual setting with its error feedback, fp16/bf16 and dense fp32 as
-baselines, and every sync scheme (local SGD, hierarchical, DiLoCo at two periods and with compressed
-pseudo-gradients, Streaming DiLoCo, DeMo, SparseLoCo). The collective is not a candidate axis of its own:
-each call of an exchange takes the fastest collective the cost model knows for it (step time).
+same thing), those the config's ``advise: candidates:`` lists: every compressor at its usual setting with its
+error feedback, fp16/bf16 and dense fp32 as baselines, and every sync scheme (local SGD, hierarchical, DiLoCo
+at two periods and with compressed pseudo-gradients, Streaming DiLoCo, DeMo, SparseLoCo). A candidate's
+family is derived (:func:`family_of`): its compressor's registered family (``lowbw.compress.registry``) under
+plain synchronous training or where the compressor is a whole method, else its sync scheme's. The collective
+is not a candidate axis of its own: each call of an exchange takes the fastest collective the cost model
+knows for it (step time).
 
 Payload sizes per (compressor, shape) are cached in ``$LOWBW_CACHE_DIR`` (default ``~/.cache/lowbw``)
 ``/advise_parts.json`` (:mod:`lowbw.advise.cache`) while lowbw.compress's sources are unchanged.
@@ -34,7 +37,7 @@ from typing import Any
 from lowbw.advise.cache import load_cache, save_cache
 from lowbw.buckets import DEFAULT_BUCKET_MB, assign
 
-__all__ = ["Candidate", "Call", "Exchange", "FAMILIES", "candidates", "candidate_from_config", "compressor_of",
+__all__ = ["Candidate", "Call", "Exchange", "candidates", "candidate_from_config", "family_of", "compressor_of",
            "exchange", "CAP",
            "CONFIG_FILE", "MODELLED_SYNC"]
 
@@ -42,16 +45,6 @@ CONFIG_FILE = Path(__file__).resolve().parents[2] / "config" / "config.yaml"
 CAP = 1 << 20  # largest shape (elements) compressed as it is
 _COMPRESS_DIR = Path(__file__).resolve().parents[1] / "compress"  # cached sizes hold while its sources do
 
-# preset name -> family (the efficiency table's fallback grouping and the reasons' words)
-FAMILIES: dict[str, str] = {
-    "dense": "dense", "fp16": "precision", "bf16": "precision",
-    "q8lin": "quantize", "q8nl": "quantize", "q16lin": "quantize", "qsgd": "quantize", "terngrad": "quantize",
-    "twobit": "quantize", "thresh": "sparsify", "topk10": "sparsify", "topk1": "sparsify", "topk01": "sparsify",
-    "randk1": "sparsify", "dgc": "sparsify", "artopk": "sparsify", "powersgd": "lowrank", "signsgd": "sign",
-    "efsign": "sign", "onebit": "sign", "local4": "local", "local16": "local", "hh2": "hierarchical",
-    "diloco16": "diloco", "diloco64": "diloco", "diloco16q8": "diloco", "diloco16q4": "diloco",
-    "sdiloco16": "streaming", "demo": "demo", "sparseloco16": "sparseloco",
-}
 # families whose dense exchange overlaps the backward pass (DDP's buckets; lowbw's fp16/bf16 DDP hooks)
 OVERLAP = ("dense", "precision")
 
@@ -61,7 +54,7 @@ class Candidate:
     """One method, as the workflow's preset of the same name sets it."""
 
     name: str  # the preset's name (config/config.yaml methods), also the efficiency table's key
-    family: str  # FAMILIES' word for it
+    family: str  # its family (family_of): the efficiency table's fallback grouping and the reasons' words
     compressor: str  # lowbw.compress name; "none" = the dense fp32 gradient
     compressor_args: tuple[tuple[str, Any], ...]  # the preset's compressor_args, sorted
     error_feedback: bool | None  # None: the compressor's own default
@@ -80,8 +73,43 @@ class Candidate:
         return f"{what}{'(' + args + ')' if args else ''}{every}"
 
 
-def _candidate(name: str, preset: dict[str, Any], family: str | None = None) -> Candidate:
-    family = family or FAMILIES[name]
+def _compressors() -> dict[str, dict[str, Any]]:
+    """Each registered compressor's ``family``, ``whole_method`` and ``value_sized`` (lowbw.compress.registry),
+    kept in the payload-size cache while lowbw.compress's sources are unchanged: reading the registry imports
+    the compressors and torch, which advice from a warm cache does not need."""
+    cache_ = load_cache("parts", _COMPRESS_DIR)
+    if "|registry" not in cache_:
+        from lowbw.compress.registry import available, entry  # lazy: imports torch (a cache miss only)
+
+        cache_["|registry"] = {n: {"family": e.family, "whole_method": e.whole_method, "value_sized": e.value_sized}
+                               for n, e in ((n, entry(n)) for n in available())}
+        save_cache("parts", _COMPRESS_DIR, cache_)
+    return cache_["|registry"]
+
+
+def _registered(compressor: str) -> dict[str, Any]:
+    """:func:`_compressors`' entry of ``compressor``; a ValueError naming it and the known ones if none."""
+    table = _compressors()
+    if compressor not in table:
+        raise ValueError(f"unknown compressor name={compressor!r}; allowed: {', '.join(sorted(table))}")
+    return table[compressor]
+
+
+def family_of(cfg: dict[str, Any]) -> str:
+    """The family of a method preset's (or run's) settings: its compressor's registered family under plain
+    synchronous training (``sync: sync``) or where the compressor is a whole method (DeMo, SparseLoCo: also
+    inside DiLoCo); else the sync scheme's: ``local``, ``hierarchical``, ``diloco``, or ``streaming`` for
+    DiLoCo in fragments."""
+    sync = cfg.get("sync", "sync")
+    comp = _registered(cfg.get("compressor", "none"))
+    if sync == "sync" or comp["whole_method"]:
+        return comp["family"]
+    if sync == "diloco":
+        return "streaming" if int(cfg.get("diloco_fragments", 1) or 1) > 1 else "diloco"
+    return sync
+
+
+def _candidate(name: str, preset: dict[str, Any], family: str) -> Candidate:
     sync = preset.get("sync", "sync")
     ef = {"on": True, "off": False}.get(str(preset.get("error_feedback", "auto")))
     period = int(preset.get("world_period", 1)) if sync in ("local", "diloco", "hierarchical") else 1
@@ -97,15 +125,19 @@ MODELLED_SYNC = ("sync", "local", "diloco", "hierarchical")
 
 
 def _family(name: str, cfg: dict[str, Any]) -> str:
-    """FAMILIES' word for a preset name, else one derived from the settings (a method outside the presets)."""
-    if name in FAMILIES:
-        return FAMILIES[name]
-    sync, comp = cfg.get("sync", "sync"), cfg.get("compressor", "none")
+    """A candidate preset's family (:func:`candidates`), else one derived from the settings (a method outside
+    the candidates): the sync scheme's for DiLoCo, local and hierarchical; else ``dense`` and ``precision``
+    by the compressor's family, any other compressor (or one no longer registered) ``compressed``."""
+    known = {c.name: c.family for c in candidates()}
+    if name in known:
+        return known[name]
+    sync = cfg.get("sync", "sync")
     if sync == "diloco":
         return "streaming" if int(cfg.get("diloco_fragments", 1) or 1) > 1 else "diloco"
     if sync in ("local", "hierarchical"):
         return sync
-    return "dense" if comp == "none" else "precision" if comp in ("fp16", "bf16") else "compressed"
+    fam = _compressors().get(cfg.get("compressor", "none"), {}).get("family")
+    return fam if fam in ("dense", "precision") else "compressed"
 
 
 def candidate_from_config(name: str, cfg: dict[str, Any]) -> Candidate | None:
@@ -118,15 +150,20 @@ def candidate_from_config(name: str, cfg: dict[str, Any]) -> Candidate | None:
 
 @cache
 def candidates(config_file: Path = CONFIG_FILE) -> tuple[Candidate, ...]:
-    """Every candidate, from the presets in ``config_file`` (one that lacks a candidate's preset is an error
-    naming it: the advisor and the runs must mean the same method)."""
+    """Every candidate the config's ``advise: candidates:`` lists, in that order, from the presets in
+    ``config_file`` (a candidate without its preset is an error naming it: the advisor and the runs must mean
+    the same method), each of its derived family (:func:`family_of`)."""
     import yaml  # lazy only for symmetry with the rest: yaml imports in milliseconds
 
-    presets = (yaml.safe_load(config_file.read_text()) or {}).get("methods") or {}
-    missing = [n for n in FAMILIES if n not in presets]
+    cfg = yaml.safe_load(config_file.read_text()) or {}
+    presets = cfg.get("methods") or {}
+    names = (cfg.get("advise") or {}).get("candidates") or []
+    if not names:
+        raise ValueError(f"{config_file}: advise: candidates: lists no method preset to rank")
+    missing = [n for n in names if n not in presets]
     if missing:
         raise ValueError(f"{config_file}: no method preset for candidate(s) {', '.join(missing)}")
-    return tuple(_candidate(n, presets[n]) for n in FAMILIES)
+    return tuple(_candidate(n, presets[n], family_of(presets[n])) for n in names)
 
 
 @dataclass(frozen=True)
@@ -210,7 +247,7 @@ def exchange(c: Candidate, shapes: tuple[tuple[str, tuple[int, ...]], ...],
     comp = None
     calls: list[Call] = []
     total_s = 0.0
-    exact = c.compressor != "threshold"
+    exact = not _registered(c.compressor)["value_sized"]  # thresholding's count depends on the values
     dirty = False
     per_tensor = []
     for _, shape in shapes:

@@ -25,6 +25,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lowbw.data.text import TEXT_SPECS
 from lowbw.runio import atomic_write_text, provenance
 
 __all__ = ["COLUMNS", "Efficiency", "build", "rows_from_runs", "target_of", "ttt_targets", "write", "read", "lookup",
@@ -35,7 +36,6 @@ GENERATED = Path("paper/generated/stats/efficiency.csv")
 BASELINES = ("dense", "sync")  # the method each experiment's ratios are taken against (the first it has)
 COLUMNS = ["experiment", "dataset", "model", "kind", "metric", "direction", "target", "workers", "method",
            "seeds", "seeds_reached", "steps_mean", "dense_steps_mean", "steps_ratio", "steps_max"]
-LM_DATASETS = ("shakespeare",)  # text datasets: their models are language models, their target a loss
 
 
 @dataclass(frozen=True)
@@ -52,7 +52,8 @@ class Efficiency:
 
 
 def _kind(dataset: str) -> str:
-    return "lm" if dataset in LM_DATASETS else "image"
+    """``lm`` for a text corpus (its models are language models, its target a loss), else ``image``."""
+    return "lm" if dataset in TEXT_SPECS else "image"
 
 
 def target_of(name: str) -> tuple[str, str, float]:

@@ -24,7 +24,7 @@ from collections import Counter
 from dataclasses import dataclass, fields
 
 from lowbw.advise.candidates import Candidate, Exchange
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.algorithms import OWN_ALLREDUCE_ALGORITHMS
 from lowbw.buckets import DEFAULT_BUCKET_MB, cap_bytes
 from lowbw.net.costlinks import WorkerLink, collective_time
 from lowbw.net.costmodel import step_time
@@ -32,8 +32,8 @@ from lowbw.train.config_fields import RunConfig
 
 __all__ = ["StepPrediction", "predict", "comm_time", "DDP_BUCKET_BYTES", "LINK_GOODPUT"]
 
-# every all-reduce the cost model times ("native" is gloo's ring: the same times as "ring")
-ALGORITHMS = tuple(a for a in ALLREDUCE_ALGORITHMS if a != "native")
+# every all-reduce the cost model times, less torch's opaque one (gloo's ring: the same times as lowbw's ring)
+ALGORITHMS = OWN_ALLREDUCE_ALGORITHMS
 # payload bytes per byte on the wire (TCP/IPv4 with timestamps over Ethernet: 1448 of 1514), as the virtual clock
 # charges them (RunConfig.link_goodput's default): a link of rate r carries r x LINK_GOODPUT bits/s of payload
 LINK_GOODPUT = next(f.default for f in fields(RunConfig) if f.name == "link_goodput")

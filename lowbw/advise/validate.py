@@ -26,6 +26,7 @@ from typing import Any
 from lowbw.advise.candidates import CONFIG_FILE
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.bench.presets import load_methods
+from lowbw.train.workload_specs import workload_of
 
 __all__ = ["Check", "WARMUP", "plan", "run_config", "measured_per_step", "validate", "format_checks"]
 
@@ -62,11 +63,9 @@ class Check:
         return {**asdict(self), "step_err": self.step_err, "rest_err": self.rest_err}
 
 
-def dataset_for(model: str, kind: str) -> str:
-    """The dataset a lowbw model trains on here: text for a language model, MNIST for the MLP, else CIFAR-10."""
-    if kind == "lm":
-        return "shakespeare"
-    return "mnist" if model == "mlp" else "cifar10"
+def dataset_for(model: str) -> str:
+    """The dataset a lowbw model trains on here: its workload spec's (lowbw.train.workload_specs)."""
+    return workload_of(model).dataset
 
 
 def check_inputs(model: str | None, kind: str | None = None) -> None:
@@ -96,7 +95,7 @@ def run_config(advice, inputs: dict[str, Any], steps: int, preset: dict[str, Any
     # the check times what the advisor recommends
     chosen = advice.step.collective if advice is not None else None
     coll = {"collective": chosen} if chosen in ALLREDUCE_ALGORITHMS else {}
-    return {**preset, **coll, "model": inputs["model"], "dataset": dataset_for(inputs["model"], inputs["kind"]),
+    return {**preset, **coll, "model": inputs["model"], "dataset": dataset_for(inputs["model"]),
             "workers": n, "batch_size": inputs["batch"] * n, "steps": steps, "epochs": 0, "seed": 0,
             "latency_ms": 1e3 * inputs["latency_s"], **link, "backend": "procs", "testbed": True,
             "log_every": 1, "eval_every": 1e6, "test_limit": 100, "progress": False}

@@ -25,6 +25,7 @@ from typing import Any
 
 from lowbw.advise.cache import load_cache, save_cache
 from lowbw.train.userfiles import load_callable
+from lowbw.train.workload_specs import workload_of
 
 __all__ = ["Workload", "from_model", "from_file", "from_params", "transformer_shapes", "example_input", "build_named",
            "CLOCK_FILE", "FIT_FILE"]
@@ -57,21 +58,20 @@ class Workload:
 
 
 def _kind(name: str) -> str:
-    return "lm" if name.startswith("gpt") else "image"
+    """Which measured workloads a lowbw model is like: ``lm`` for a language model, else ``image``."""
+    return "lm" if workload_of(name).kind == "text" else "image"
 
 
 def example_input(name: str, model: Any, batch: int, device: str):
-    """A batch the named lowbw model accepts: token ids for the GPTs, images otherwise (MNIST's 1x28x28 for
-    the MLP, ImageNet's 3x224x224 for the ImageNet models, CIFAR's 3x32x32 for the rest)."""
+    """A batch the named lowbw model accepts (its :class:`lowbw.train.workload_specs.WorkloadSpec`): token ids
+    for a language model (the model's context), else images of the spec's channels and size."""
     import torch  # lazy: importing torch costs about a second
 
-    from lowbw.train.models import IMAGENET_MODELS  # lazy: the models import torch (a cache miss only)
-
-    if _kind(name) == "lm":
+    spec = workload_of(name)
+    if spec.kind == "text":
         ctx = int(next((getattr(model, a) for a in ("context", "block_size", "seq_len") if hasattr(model, a)), 64))
         return torch.zeros(batch, ctx, dtype=torch.long, device=device)
-    c, s = (1, 28) if name == "mlp" else (3, 224) if name in IMAGENET_MODELS else (3, 32)
-    return torch.zeros(batch, c, s, s, device=device)
+    return torch.zeros(batch, spec.in_channels, spec.image_size, spec.image_size, device=device)
 
 
 @contextlib.contextmanager
@@ -95,14 +95,13 @@ def _no_init(active: bool):
 
 
 def build_named(name: str, device: str):
-    """lowbw model ``name`` with its dataset's classes and input size (:func:`example_input`'s)."""
-    from lowbw.train.models import IMAGENET_MODELS, build_model  # lazy: torch, on a cache miss only
+    """lowbw model ``name`` with its spec's classes and input (:func:`example_input`'s)."""
+    from lowbw.train.models import build_model  # lazy: torch, on a cache miss only
 
-    with contextlib.nullcontext():
-        if name == "mlp":
-            return build_model(name, 10, 1, 28, device=device)
-        return build_model(name, 1000 if name in IMAGENET_MODELS else 10, 3,
-                           224 if name in IMAGENET_MODELS else 32, device=device)
+    spec = workload_of(name)
+    if spec.kind == "text":  # build_model's defaults: a vocabulary of 10 and a context of 32 characters
+        return build_model(name, device=device)
+    return build_model(name, spec.num_classes, spec.in_channels, spec.image_size, device=device)
 
 
 def _shapes(module) -> tuple[tuple[str, tuple[int, ...]], ...]:

@@ -25,6 +25,7 @@ import lowbw.comm as comm
 from lowbw.bench.collectives_plan import FULL_WARMUP_MAX_S
 from lowbw.comm.engine import DEFAULT_CHUNK_BYTES, DEFAULT_WINDOW, chunk_elems, run_allreduce
 from lowbw.comm.numerics import Reducer
+from lowbw.comm.registry import get as collective_spec
 from lowbw.comm.transport import DistTransport
 from lowbw.net.ratelimit import install_from_env
 from lowbw.rendezvous import init_process_group
@@ -122,7 +123,7 @@ def main(plan_path: str) -> int:
     chunk_bytes = spec.get("chunk_bytes") or DEFAULT_CHUNK_BYTES
 
     def call(x: torch.Tensor, alg: str) -> None:
-        if alg == "native":
+        if collective_spec(alg).opaque:
             dist.all_reduce(x)  # gloo's own all-reduce, synchronous (padded under loopback emulation)
         else:
             comm.allreduce(x, algorithm=alg, **kw)

@@ -68,6 +68,7 @@ from lowbw.bench.collectives_results import (
     trace_model,
 )
 from lowbw.bench.conditions import add_strict_flag
+from lowbw.comm.registry import get as collective_spec
 from lowbw.net.costmodel import LinkParams, allreduce_time, lower_bound
 from lowbw.net.testbed import Testbed, realtime_available
 from lowbw.net.units import rate_mbit_arg
@@ -140,7 +141,7 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
                 # under loopback-ratelimit gloo's built-in all-reduce cannot be paced per message: it is
                 # padded to the model's time, so that row is modelled, not measured
                 "timing": "padded-to-model" if (desc["emulation"] == "loopback-ratelimit"
-                                                and m["algorithm"] == "native") else "measured",
+                                                and collective_spec(m["algorithm"]).opaque) else "measured",
             }
             if t:
                 row["algbw_bps"] = nb * 8 / t

@@ -28,11 +28,13 @@ import math
 import statistics
 from dataclasses import dataclass
 
+from lowbw.comm.registry import get as collective
 from lowbw.comm.tree import HEAP_TREE_MAX_CHUNK_BYTES
+from lowbw.comm.tree import SPEC as HEAP_TREE
 from lowbw.net.costfit import fit_alpha_beta
 from lowbw.net.costmodel import LinkParams, allreduce_time
 
-__all__ = ["FIT_MIN_BYTES", "BUCKET_FIT_FACTOR", "WINDOW", "TCP_PAYLOAD_PER_FRAME", "DUPLEX_ALGORITHMS",
+__all__ = ["FIT_MIN_BYTES", "BUCKET_FIT_FACTOR", "WINDOW", "TCP_PAYLOAD_PER_FRAME",
            "SOFTWARE_BYTES", "calibrate", "model_link", "handshake_steps", "step_messages", "refilled_burst_bytes",
            "software_steps", "software_calibration", "software_step_s", "software_start_s", "start_lag",
            "TreeChain", "tree_chain",
@@ -45,31 +47,20 @@ TCP_PAYLOAD_PER_FRAME = 1448 / 1514  # TCP payload (MSS with timestamps) per ful
 SOFTWARE_BYTES = 256  # the tiny call that measures each step's software cost (64 float32: >= 1 per ring segment)
 
 
-# algorithms whose busiest links carry data in both directions at once (each direction then also carries
-# the ACKs of the other): their beta comes from the simultaneous exchange, the others' from ping-pong
-DUPLEX_ALGORITHMS = ("ring", "native", "butterfly", "alltoall", "roundrobin", "allgather")
-
 
 def handshake_steps(algorithm: str, n: int) -> int | None:
     """Steps of ``algorithm``'s schedule (lowbw.comm on gloo, N = ``n``) whose receive is posted no earlier
-    than the matching send, on the critical path; None where not worked out (no correction applied).
+    than the matching send, on the critical path (its ``SPEC.handshake``); None where not worked out (no
+    correction applied).
 
     gloo's TCP pair sends an unbound buffer only once the receiver's ready notice has arrived ("sends cannot
     execute until the remote side is ready to receive", gloo/transport/tcp/pair.cc), so such a step costs
-    one more one-way time than the alpha-beta model's ``alpha``. From the schedules: ``ps`` and ``tree``
-    (heap tree, N <= 4): the leaves' first sends up; ``ring``: step 0 (its later receives are posted a
-    window ahead); ``butterfly``: every pairwise exchange (both partners post receive and send together:
-    2 log2 P of them) and, for N not a power of two, the fold (the unfold's receive is posted early)."""
+    one more one-way time than the alpha-beta model's ``alpha``. Each collective's module says which of its
+    steps do (e.g. the ring's step 0: its later receives are posted a window ahead)."""
+    spec = collective(algorithm)
     if n < 2:
         return 0
-    if algorithm in ("ps", "ring"):
-        return 1
-    if algorithm == "tree" and n <= 4:
-        return 1
-    if algorithm == "butterfly":
-        p2 = 1 << (n.bit_length() - 1)
-        return 2 * (p2.bit_length() - 1) + (1 if n != p2 else 0)
-    return None
+    return spec.handshake(n) if spec.handshake is not None else None
 
 
 def calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None = None,
@@ -120,8 +111,10 @@ def calibrate(pp: list[dict], rate_bps: float, gamma_s_per_byte: float | None = 
 
 def model_link(cal: dict, algorithm: str):
     """The calibrated link for ``algorithm``: the ping-pong's alpha (one-way), the beta of its traffic
-    pattern (duplex or one direction at a time) and that fit's burst."""
-    f = cal.get("fit_duplex") if algorithm in DUPLEX_ALGORITHMS and cal.get("fit_duplex") else cal["fit"]
+    pattern and that fit's burst: the simultaneous exchange's where its busiest links carry data in both
+    directions at once (``SPEC.duplex``: each direction then also carries the ACKs of the other), else the
+    ping-pong's (one direction at a time)."""
+    f = cal.get("fit_duplex") if collective(algorithm).duplex and cal.get("fit_duplex") else cal["fit"]
     return LinkParams(alpha_s=cal["fit"]["alpha_s"], bandwidth_bps=f["bandwidth_bps"],
                       gamma_s_per_byte=float(cal.get("gamma_s_per_byte") or 0.0),
                       burst_bytes=float(f.get("burst_bytes") or 0.0))
@@ -203,24 +196,15 @@ def step_messages(algorithm: str, nbytes: float, n: int, chunk_bytes: float | No
                   ) -> list[tuple[float, str]] | None:
     """(bytes, link) a rank sends in each step of ``algorithm``'s schedule on the critical path, in order,
     where steps are separated by a wait for the peer's data (each step's send waits for the previous step's
-    receive); ``link`` names the shaped uplink it leaves by (steps on one link share its token bucket). None
-    where the links stream without such gaps (``ps``: two phases, already the model's idle starts; ``tree``:
-    its hops cross two buckets each, see :func:`tree_chain_paced_bytes`)
-    or where a ring segment spans several chunks (then the window keeps the link busy). The butterfly's fold
-    leaves by the folding rank's uplink; the exchanges and the unfold by its partner's."""
-    chunk = float(chunk_bytes or 4 << 20)
-    if n < 2:
+    receive); ``link`` names the shaped uplink it leaves by (steps on one link share its token bucket): the
+    collective's ``SPEC.step_messages`` (chunk: 4 MiB by default). None where the links stream without such
+    gaps (``ps``: two phases, already the model's idle starts; the heap tree: its hops cross two buckets
+    each, see :func:`tree_chain_paced_bytes`) or where a ring segment spans several chunks (then the window
+    keeps the link busy)."""
+    spec = collective(algorithm)
+    if n < 2 or spec.step_messages is None:
         return None
-    if algorithm == "ring":
-        seg = nbytes / n
-        return [(seg, "ring")] * (2 * (n - 1)) if seg <= chunk else None
-    if algorithm == "butterfly":
-        p2 = 1 << (n.bit_length() - 1)
-        k = p2.bit_length() - 1
-        halves = [nbytes / 2 ** (i + 1) for i in range(k)]
-        steps = [(m, "exchange") for m in halves + halves[::-1]]
-        return [(nbytes, "fold"), *steps, (nbytes, "exchange")] if n != p2 else steps
-    return None
+    return spec.step_messages(nbytes, n, float(chunk_bytes or 4 << 20))
 
 
 def refilled_burst_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> float:
@@ -236,15 +220,16 @@ def refilled_burst_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk
     one. Negative where the model's one idle start frees more than the links can. ``tree``: the bytes
     :func:`lowbw.net.costmodel.allreduce_time` charges at the shaped rate less those of
     :func:`tree_chain_paced_bytes` (0 where that does not apply)."""
-    if algorithm == "tree":
-        return _tree_refilled_bytes(cal, nbytes, n, chunk_bytes)
+    if collective(algorithm).heap_chain:
+        return _tree_refilled_bytes(cal, algorithm, nbytes, n, chunk_bytes)
     steps = step_messages(algorithm, nbytes, n, chunk_bytes)
     wire = float(cal.get("shaper_burst_bytes") or 0.0)  # the bucket's size (tbf's burst, wire bytes)
     if not steps or len(steps) < 2 or not wire:
         return 0.0
     bucket = wire * TCP_PAYLOAD_PER_FRAME
     first = float(model_link(cal, algorithm).burst_bytes)  # the model's one idle start
-    gap = cal["fit"]["alpha_s"] + (float(cal.get("handshake_s") or 0.0) if algorithm == "butterfly" else 0.0)
+    every = collective(algorithm).handshake_every_step  # e.g. the butterfly's exchanges
+    gap = cal["fit"]["alpha_s"] + (float(cal.get("handshake_s") or 0.0) if every else 0.0)
     gap += software_step_s(cal, algorithm)  # the receiver's software before it sends on
     refill = gap * float(cal["nominal_rate_bps"]) / 8 * TCP_PAYLOAD_PER_FRAME  # payload bytes, as the bucket
     tokens: dict[str, float] = {}
@@ -271,10 +256,12 @@ class TreeChain:
     paced: float
 
 
-def tree_chain(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = None) -> TreeChain | None:
+def tree_chain(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = None,
+               algorithm: str = HEAP_TREE.name) -> TreeChain | None:
     """Bytes the heap tree's critical path sends at the shaped rate (the rest leaves at line rate out of the
     links' tbf buckets), for a message of one chunk (``nbytes`` <= min(chunk, 256 KiB)) on N = ``n`` <= 4;
-    None otherwise (the chunks then stream and the model's two idle starts stand).
+    None otherwise (the chunks then stream and the model's two idle starts stand). ``algorithm``: the
+    heap-chain collective (``SPEC.heap_chain``) whose calibrated link and software cost it takes.
 
     Every message crosses two shapers, its sender's uplink and its receiver's downlink, each with a bucket
     of b (``shaper_burst_bytes`` in TCP payload), full at the call's start. A flow of m bytes through buckets
@@ -309,8 +296,8 @@ def tree_chain(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = Non
         return None
     b = wire * TCP_PAYLOAD_PER_FRAME
     a = float(cal["fit"]["alpha_s"])
-    s = software_step_s(cal, "tree")
-    beta = model_link(cal, "tree").beta
+    s = software_step_s(cal, algorithm)
+    beta = model_link(cal, algorithm).beta
     rate = float(cal["nominal_rate_bps"]) / 8 * TCP_PAYLOAD_PER_FRAME  # refill, payload bytes/s
 
     def refilled(left: float, gap: float) -> float:
@@ -329,29 +316,31 @@ def tree_chain(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = Non
     t4 = t3 + s + a + (m - f4) * beta
     up0 = 2 * m - min(b, 2 * m)  # the root's uplink: both streams, its full bucket free, however TCP shares it
     t5 = t2 + s + a + up0 * beta  # 0 -> 2, the root's second stream, done when the uplink is
-    hs = float(cal.get("handshake_s") or 0.0) + software_start_s(cal, "tree")  # both before the first hop
+    hs = float(cal.get("handshake_s") or 0.0) + software_start_s(cal, algorithm)  # both before the first hop
     arrive = {"3->1": hs + t1, "1->0": hs + t2, "0->1": hs + t3, "0->2": hs + t5, "1->3": hs + t4}
     chain = (m - f1) + (m - f2) + 2 * (m - f3) + (m - f4)  # t4 = 4 a + 3 s + chain beta
     second = (m - f1) + (m - f2) + up0 - (a + s) / beta  # t5 = 4 a + 3 s + second beta (one hop less)
     return TreeChain({"3->1": f1, "1->0": f2, "0->1": f3, "1->3": f4}, arrive, max(chain, second))
 
 
-def tree_chain_paced_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = None) -> float | None:
+def tree_chain_paced_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float | None = None,
+                           algorithm: str = HEAP_TREE.name) -> float | None:
     """Bytes the heap tree's critical path sends at the shaped rate (:func:`tree_chain`'s ``paced``); None
     where the chain does not apply."""
-    chain = tree_chain(cal, nbytes, n, chunk_bytes)
+    chain = tree_chain(cal, nbytes, n, chunk_bytes, algorithm)
     return None if chain is None else chain.paced
 
 
-def _tree_refilled_bytes(cal: dict, nbytes: float, n: int, chunk_bytes: float | None) -> float:
-    """The bytes :func:`lowbw.net.costmodel.allreduce_time` charges the tree at the shaped rate (its byte and
-    fill terms, with the calibrated burst) less :func:`tree_chain_paced_bytes`; 0 where that is None."""
-    paced = tree_chain_paced_bytes(cal, nbytes, n, chunk_bytes)
+def _tree_refilled_bytes(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None) -> float:
+    """The bytes :func:`lowbw.net.costmodel.allreduce_time` charges the heap tree ``algorithm`` at the shaped
+    rate (its byte and fill terms, with the calibrated burst) less :func:`tree_chain_paced_bytes`; 0 where
+    that is None."""
+    paced = tree_chain_paced_bytes(cal, nbytes, n, chunk_bytes, algorithm)
     if paced is None:
         return 0.0
-    link = model_link(cal, "tree")
+    link = model_link(cal, algorithm)
     bytes_only = LinkParams(alpha_s=0.0, bandwidth_bps=link.bandwidth_bps, burst_bytes=link.burst_bytes)
-    return allreduce_time("tree", nbytes, n, bytes_only, chunk_bytes) / link.beta - paced
+    return allreduce_time(algorithm, nbytes, n, bytes_only, chunk_bytes) / link.beta - paced
 
 
 def window_wait(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: float | None = None) -> float:
@@ -361,8 +350,8 @@ def window_wait(cal: dict, algorithm: str, nbytes: float, n: int, chunk_bytes: f
     c beta: a phase of k chunks takes max(kids M beta, (ceil(k / w) - 1) cycle + (the last window's chunks)
     c beta). It matters where the delay-bandwidth product
     exceeds the window (100 Mbit/s and 50 ms: ~1.3 MB against 1 MiB); the parameter server's chunks (4 MiB)
-    and the ring's never reach it on this grid."""
-    if algorithm != "tree" or n < 2 or nbytes <= 0:
+    and the ring's never reach it on this grid. 0 for a collective that is no heap chain (``SPEC.heap_chain``)."""
+    if not collective(algorithm).heap_chain or n < 2 or nbytes <= 0:
         return 0.0
     link = model_link(cal, algorithm)
     c = min(float(chunk_bytes or 4 << 20), float(HEAP_TREE_MAX_CHUNK_BYTES), float(nbytes))

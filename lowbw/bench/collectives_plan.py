@@ -14,7 +14,7 @@ import itertools
 import math
 from typing import Any
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.algorithms import ALLREDUCE_ALGORITHMS, OWN_ALLREDUCE_ALGORITHMS
 from lowbw.bench.collectives_model import FIT_MIN_BYTES, SOFTWARE_BYTES
 from lowbw.net import linkemu
 from lowbw.net.costmodel import LinkParams, allreduce_time
@@ -165,7 +165,7 @@ def software_plan(cfg: dict, n: int, rate_bps: float, delay_s: float) -> dict | 
     nb = int(cfg.get("software_bytes") or 0)
     if nb <= 0:
         return None
-    algs = [a for a in cfg["algorithms"] if a != "native"]  # gloo's own has no steps of ours
+    algs = [a for a in cfg["algorithms"] if a in OWN_ALLREDUCE_ALGORITHMS]  # gloo's own has no steps of ours
     reps = {a: max(MIN_SOFTWARE_REPS, min(25, math.ceil(0.5 / max(nominal_time(a, nb, n, rate_bps, delay_s), 1e-3))))
             for a in algs}
     return {"nbytes": nb, "algorithms": algs, "reps": reps}
@@ -176,8 +176,8 @@ def trace_plan(cfg: dict) -> list[dict] | None:
     t = cfg.get("trace")
     if not t:
         return None
-    if t.get("algorithm") not in ALGORITHMS or t["algorithm"] == "native":
-        raise ValueError(f"trace algorithm {t.get('algorithm')!r}: one of {[a for a in ALGORITHMS if a != 'native']}")
+    if t.get("algorithm") not in OWN_ALLREDUCE_ALGORITHMS:
+        raise ValueError(f"trace algorithm {t.get('algorithm')!r}: one of {list(OWN_ALLREDUCE_ALGORITHMS)}")
     if not t.get("sizes_mb") or any(float(x) <= 0 for x in t["sizes_mb"]):
         raise ValueError(f"trace sizes_mb {t.get('sizes_mb')!r}: one or more sizes > 0 (MB)")
     return [{"algorithm": t["algorithm"], "nbytes": int(round(float(mb) * 1e6 / 4)) * 4, "size_mb": float(mb),

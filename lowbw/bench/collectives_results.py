@@ -8,6 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from lowbw.bench.collectives_model import calibrate, calibrated_time, software_calibration, tree_chain
+from lowbw.comm.registry import get as collective
 
 __all__ = ["ISSUE_MIN_SIZE_MB", "calibration_key", "trace_model", "remodel", "merge_software", "merge_start_lag",
            "merge_testbeds",
@@ -19,7 +20,7 @@ def trace_model(cal: dict, trace: dict) -> dict:
     tree's one-chunk chain at N = 4, ``model_chain`` (per-hop arrivals and free bytes,
     :func:`lowbw.bench.collectives_model.tree_chain`; else None)."""
     n, alg, nb = trace["workers"], trace["algorithm"], trace["nbytes"]
-    chain = tree_chain(cal, nb, n) if alg == "tree" and n == 4 else None
+    chain = tree_chain(cal, nb, n, algorithm=alg) if collective(alg).heap_chain and n == 4 else None
     return {"model_s": calibrated_time(cal, alg, nb, n),
             "model_chain": {"free_bytes": chain.free, "arrive_s": chain.arrive, "paced_bytes": chain.paced}
             if chain and chain.arrive else None}

@@ -54,35 +54,15 @@ from lowbw.bench import conditions
 from lowbw.bench.compressor_inputs import INPUTS, make_input
 from lowbw.bench.conditions import add_strict_flag
 from lowbw.compress import State, make
+from lowbw.compress.registry import bench_settings
 from lowbw.runio import atomic_write_json, provenance
 
 __all__ = ["METHODS", "BASELINES", "INPUTS", "run_benchmark", "make_input", "targets", "table", "main"]
 
-# (compressor name, params). "<k>std" values are resolved to k x the input's standard deviation (absolute
-# thresholds only make sense relative to the data).
-METHODS: list[tuple[str, dict[str, Any]]] = [
-    ("none", {}),
-    ("fp16", {}),
-    ("bf16", {}),
-    ("blockwise", {"bits": 8, "codebook": "nonlinear"}),
-    ("blockwise", {"bits": 8, "codebook": "linear"}),
-    ("blockwise", {"bits": 8, "codebook": "nonlinear", "stochastic": True}),
-    ("blockwise", {"bits": 16, "codebook": "nonlinear"}),
-    ("qsgd", {"levels": 127}),
-    ("qsgd", {"levels": 7}),
-    ("terngrad", {}),
-    ("twobit", {"threshold": "1std"}),
-    ("threshold", {"alpha": "2.5std"}),
-    ("topk", {"ratio": 0.01}),
-    ("randomk", {"ratio": 0.01}),
-    ("dgc", {"ratio": 0.001}),
-    ("signsgd", {}),
-    ("ef_signsgd", {}),
-    ("onebit", {}),
-    ("powersgd", {"rank": 1}),
-    ("powersgd", {"rank": 4}),
-    ("artopk", {"ratio": 0.01}),
-]
+# (compressor name, params): every compressor's benchmark settings, from its registration (``bench=`` of
+# lowbw.compress.registry.register, in the registry's order). "<k>std" values are resolved to k x the input's
+# standard deviation (absolute thresholds only make sense relative to the data).
+METHODS: list[tuple[str, dict[str, Any]]] = bench_settings()
 BASELINES: list[tuple[str, dict[str, Any]]] = [
     ("bnb.quantize_blockwise", {"blocksize": 2048, "code": "dynamic"}),
     ("torch.fp16_compress_hook", {}),

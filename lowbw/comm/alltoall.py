@@ -27,7 +27,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch, for its c
     from lowbw.comm.numerics import Reducer
     from lowbw.comm.transport import Transport
 
-__all__ = ["alltoall_allreduce", "cost", "SPEC"]
+__all__ = ["alltoall_allreduce", "cost", "volume", "SPEC"]
 
 
 def alltoall_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> None:
@@ -52,7 +52,11 @@ def cost(n: int) -> Cost:
     return Cost(float(n - 1), float(n - 1), float(n - 1))
 
 
+def volume(n: int, nbytes: int, rank: int, root: int = 0) -> tuple[int, int]:
+    """Bytes (sent, received) per rank: the whole vector to and from each other rank, ``(N-1) M`` each way."""
+    return (n - 1) * nbytes, (n - 1) * nbytes
+
 
 SPEC = CollectiveSpec(
     name="alltoall", run=lambda flat, tp, red, chunk, window, root=0: alltoall_allreduce(flat, tp, red, chunk),
-    cost=cost, broadcast="flat", gather="direct")
+    cost=cost, broadcast="flat", gather="direct", volume=volume, duplex=True)

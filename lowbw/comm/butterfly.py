@@ -16,6 +16,7 @@ import math
 from typing import TYPE_CHECKING
 
 from lowbw.collective import CollectiveSpec, Cost
+from lowbw.comm.ring import volume as ring_volume
 
 if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula
     from torch import Tensor
@@ -23,7 +24,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch, for its c
     from lowbw.comm.numerics import Reducer
     from lowbw.comm.transport import Transport
 
-__all__ = ["butterfly_allreduce", "cost", "talk", "SPEC"]
+__all__ = ["butterfly_allreduce", "cost", "talk", "handshake", "step_messages", "SPEC"]
 
 
 def _halves(lo: int, hi: int) -> tuple[tuple[int, int], tuple[int, int]]:
@@ -103,7 +104,25 @@ def talk(n: int) -> tuple[float, float]:
     """The talk's butterfly: ``2 logN a + 2(N-1)/N M b``, logN = ceil(log2 N)."""
     return 2.0 * max(0, math.ceil(math.log2(n))), 2.0 * (n - 1) / n
 
+def handshake(n: int) -> int:
+    """Every pairwise exchange (both partners post receive and send together: 2 log2 P of them) and, for N
+    not a power of two, the fold (the unfold's receive is posted early)."""
+    p2 = 1 << (n.bit_length() - 1)
+    return 2 * (p2.bit_length() - 1) + (1 if n != p2 else 0)
 
+
+def step_messages(nbytes: float, n: int, chunk_bytes: float) -> list[tuple[float, str]]:
+    """The halving exchanges (M/2, M/4, ...) and the doubling ones in reverse; for N not a power of two the
+    fold (M, out of the folding rank's uplink) first and the unfold (M, out of its partner's) last."""
+    p2 = 1 << (n.bit_length() - 1)
+    k = p2.bit_length() - 1
+    halves = [nbytes / 2 ** (i + 1) for i in range(k)]
+    steps = [(m, "exchange") for m in halves + halves[::-1]]
+    return [(nbytes, "fold"), *steps, (nbytes, "exchange")] if n != p2 else steps
+
+
+# volume: the ring's 2(N-1)/N M each way, exact for N a power of two
 SPEC = CollectiveSpec(
     name="butterfly", run=lambda flat, tp, red, chunk, window, root=0: butterfly_allreduce(flat, tp, red),
-    cost=cost, broadcast="tree", talk=talk)
+    cost=cost, broadcast="tree", talk=talk, volume=ring_volume, duplex=True, handshake=handshake,
+    handshake_every_step=True, step_messages=step_messages)

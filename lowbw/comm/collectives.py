@@ -48,6 +48,7 @@ from lowbw.comm.engine import (
 )
 from lowbw.comm.meter import Meter
 from lowbw.comm.numerics import Reducer, normalize_op
+from lowbw.comm.registry import get as collective_spec
 from lowbw.comm.transport import DistTransport
 
 __all__ = [
@@ -77,7 +78,7 @@ def allreduce(tensor: Tensor, algorithm: str = "ring", op="sum", group=None, tim
     opn = normalize_op(op)
     red = Reducer(opn, tensor.dtype, 1)  # validates dtype/op early
     to = as_seconds(timeout)
-    if algorithm == "native":
+    if collective_spec(algorithm).opaque:
         return _native_allreduce(tensor, opn, group, to, meter)
     tp = DistTransport(group, to, None, context=f"{algorithm} all_reduce")
     N = tp.world_size

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 
 from lowbw.collective import CollectiveSpec, Cost
 from lowbw.comm.partition import chunk_ranges, split
+from lowbw.comm.ring import volume as ring_volume
 
 if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula
     from torch import Tensor
@@ -79,4 +80,4 @@ def cost(n: int) -> Cost:
 
 SPEC = CollectiveSpec(
     name="roundrobin", run=lambda flat, tp, red, chunk, window, root=0: roundrobin_allreduce(flat, tp, red, chunk),
-    cost=cost, broadcast="flat")
+    cost=cost, broadcast="flat", volume=ring_volume, duplex=True)  # the ring's volume: M/N per peer, each way

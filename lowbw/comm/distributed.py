@@ -30,6 +30,7 @@ from lowbw.comm.engine import (
 )
 from lowbw.comm.errors import PeerFailedError, PeerTimeoutError
 from lowbw.comm.meter import Meter
+from lowbw.comm.registry import get as collective_spec
 from lowbw.compress.collective import CallRecord
 
 __all__ = ["DistCollective"]
@@ -68,14 +69,15 @@ class DistCollective:
 
     def all_gather(self, tensor: Tensor, same_size: bool = False) -> list[Tensor]:
         """Every rank's tensor in rank order (``same_size``: all of this one's shape, no size exchange)."""
-        if self.algorithm == "native":
+        opaque = collective_spec(self.algorithm).opaque  # torch's own all-gather pairs with torch's all-reduce
+        if opaque:
             out = self._native_all_gather(tensor)
             same_size = False  # the native path exchanges its headers whatever the sizes
         else:
             shapes = [tuple(tensor.shape)] * self.world_size if same_size else None
             out = allgather(tensor, self.group, self.timeout, meter=self.meter, chunk_bytes=self.chunk_bytes,
                             window=self.window, shapes=shapes)
-        self._record("all_gather", tensor, "native" if self.algorithm == "native" else "ring", same_size)
+        self._record("all_gather", tensor, self.algorithm if opaque else "ring", same_size)
         return out
 
     def broadcast(self, tensor: Tensor, src: int) -> Tensor:

@@ -24,7 +24,8 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch, for its c
     from lowbw.comm.numerics import Reducer
     from lowbw.comm.transport import Transport
 
-__all__ = ["ring_allgather_into", "count_ring_allgather", "allgather_allreduce", "clear_workspace", "cost", "SPEC"]
+__all__ = ["ring_allgather_into", "count_ring_allgather", "allgather_allreduce", "clear_workspace", "cost", "volume",
+           "SPEC"]
 
 
 def ring_allgather_into(out: Tensor, offsets: list[int], tp: Transport, chunk: int, window: int = 4,
@@ -145,8 +146,12 @@ def cost(n: int) -> Cost:
     return Cost(float(n - 1), float(n - 1), float(n - 1))
 
 
+def volume(n: int, nbytes: int, rank: int, root: int = 0) -> tuple[int, int]:
+    """Bytes (sent, received) per rank: a ring all-gather of whole vectors, ``(N-1) M`` each way."""
+    return (n - 1) * nbytes, (n - 1) * nbytes
+
 
 SPEC = CollectiveSpec(
     name="allgather",
     run=lambda flat, tp, red, chunk, window, root=0: allgather_allreduce(flat, tp, red, chunk, window),
-    cost=cost, broadcast="pipeline")
+    cost=cost, broadcast="pipeline", volume=volume, duplex=True)

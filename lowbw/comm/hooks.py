@@ -48,6 +48,7 @@ from lowbw.comm.aggregation import resolve
 from lowbw.comm.collectives import allreduce
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter, active_meters, estimate_native, metering
+from lowbw.comm.registry import get as collective_spec
 from lowbw.compress.base import Compressor, NonFiniteError, State
 from lowbw.compress.collective import CallRecord
 from lowbw.compress.quantize import Cast
@@ -184,10 +185,11 @@ class HookState:
     def collective(self):
         if self.coll is None:
             main = gather = DistCollective(self.algorithm, self.group, self.meter, self.timeout, self.chunk_bytes)
-            ring = self.gather == "ring" or (self.gather == "auto" and self.algorithm == "native")
-            if ring and self.algorithm == "native":
+            opaque = collective_spec(self.algorithm).opaque  # torch's all-reduce, whose all-gather is gloo's
+            ring = self.gather == "ring" or (self.gather == "auto" and opaque)
+            if ring and opaque:
                 gather = DistCollective("ring", self.group, self.meter, self.timeout, self.chunk_bytes)
-            elif self.gather == "native" and self.algorithm != "native":
+            elif self.gather == "native" and not opaque:
                 gather = DistCollective("native", self.group, self.meter, self.timeout, self.chunk_bytes)
             self.coll = _Split(main, gather, self.meter)
         return self.coll

@@ -5,7 +5,8 @@ here, so the counts are exact (payload bytes; no TCP/IP or gloo header overhead)
 (torch's own all_reduce) are opaque: they are recorded with ``measured=False`` and zero counts, which
 :func:`estimate_native` fills in from the payload size and gloo's known pattern (``estimated=True``).
 
-Textbook volumes (M = tensor bytes, N = world size) that tests hold the meter to, see :func:`expected`:
+Textbook volumes (M = tensor bytes, N = world size) that tests hold the meter to, see
+:func:`lowbw.comm.registry.expected`, which reads each collective's ``SPEC.volume``:
 
 =============  ===========================================  ==========================
 algorithm      bytes sent per rank                          messages sent per rank
@@ -17,6 +18,7 @@ butterfly      2(N-1)/N * M (N a power of two)              2 log2 N
 alltoall       (N-1) M                                      N-1
 roundrobin     2(N-1)/N * M                                 2(N-1)
 allgather      (N-1) M  (ring all-gather of whole tensors)  N-1
+native         2(N-1)/N * M (gloo's ring; not metered)      --
 =============  ===========================================  ==========================
 """
 
@@ -121,29 +123,6 @@ def metering(meter: Meter | None = None):
         yield m
     finally:
         stack.remove(m)
-
-
-def expected(algorithm: str, nbytes: int, world_size: int, rank: int, root: int = 0) -> tuple[int, int]:
-    """Textbook (bytes_sent, bytes_recv) of one all-reduce of ``nbytes`` for ``rank``.
-
-    Exact when ``nbytes`` splits evenly into ``world_size`` parts (for ring, butterfly, roundrobin);
-    butterfly for a power-of-two ``world_size`` only. ps: root = rank ``root``.
-    """
-    N, M = world_size, nbytes
-    if N == 1:
-        return 0, 0
-    if algorithm in ("ring", "roundrobin", "butterfly"):
-        v = 2 * (N - 1) * M // N
-        return v, v
-    if algorithm == "ps":
-        return ((N - 1) * M, (N - 1) * M) if rank == root else (M, M)
-    if algorithm in ("alltoall", "allgather"):
-        return (N - 1) * M, (N - 1) * M
-    if algorithm == "tree":
-        kids = sum(1 for c in (2 * rank + 1, 2 * rank + 2) if c < N)
-        up = 0 if rank == 0 else M
-        return up + kids * M, kids * M + (0 if rank == 0 else M)
-    raise ValueError(f"no textbook volume for algorithm={algorithm!r}")
 
 
 def native_volume(op: str, nbytes: int, world_size: int, rank: int, root: int = 0) -> tuple[int, int]:

@@ -17,7 +17,7 @@ from typing import Any
 from lowbw.collective import CollectiveSpec, Cost, shared_time
 from lowbw.comm.tree import tree_allreduce
 
-__all__ = ["cost", "talk", "links_time", "SPEC"]
+__all__ = ["cost", "talk", "links_time", "volume", "SPEC"]
 
 
 def cost(n: int) -> Cost:
@@ -50,8 +50,13 @@ def links_time(nbytes: float, links: Sequence[Any], root: int = 0) -> float:
     return gather + bcast
 
 
+def volume(n: int, nbytes: int, rank: int, root: int = 0) -> tuple[int, int]:
+    """Bytes (sent, received): the root ``(N-1) M`` each way, every other rank M each way."""
+    return ((n - 1) * nbytes, (n - 1) * nbytes) if rank == root else (nbytes, nbytes)
+
 
 SPEC = CollectiveSpec(
     name="ps", run=lambda flat, tp, red, chunk, window, root=0: tree_allreduce(flat, tp, red, chunk, window,
                                                                                shape="flat", root=root),
-    cost=cost, broadcast="flat", links=links_time, idle_starts=2, talk=talk)
+    cost=cost, broadcast="flat", links=links_time, idle_starts=2, talk=talk, volume=volume,
+    handshake=lambda n: 1)  # the leaves' first sends up

@@ -12,7 +12,7 @@ import importlib
 
 from lowbw.collective import CollectiveSpec
 
-__all__ = ["COLLECTIVES", "get"]
+__all__ = ["COLLECTIVES", "get", "expected"]
 
 # one line per collective: its module, whose SPEC says everything about it
 COLLECTIVES: dict[str, CollectiveSpec] = {spec.name: spec for spec in (
@@ -33,3 +33,19 @@ def get(algorithm: str) -> CollectiveSpec:
         return COLLECTIVES[algorithm]
     except KeyError:
         raise ValueError(f"algorithm={algorithm!r} is not known; allowed: {', '.join(COLLECTIVES)}") from None
+
+
+def expected(algorithm: str, nbytes: int, world_size: int, rank: int, root: int = 0) -> tuple[int, int]:
+    """Textbook (bytes_sent, bytes_recv) of one all-reduce of ``nbytes`` for ``rank``, which the byte meter
+    (:mod:`lowbw.comm.meter`) is held to: the collective's ``SPEC.volume``; a ValueError naming an algorithm
+    the table does not know or whose spec gives no volume.
+
+    Exact when ``nbytes`` splits evenly into ``world_size`` parts (for ring, butterfly, roundrobin);
+    butterfly for a power-of-two ``world_size`` only. ps: root = rank ``root``.
+    """
+    spec = get(algorithm)
+    if spec.volume is None:
+        raise ValueError(f"no textbook volume for algorithm={algorithm!r}: its SPEC gives none")
+    if world_size == 1:
+        return 0, 0
+    return spec.volume(world_size, nbytes, rank, root)

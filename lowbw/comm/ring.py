@@ -28,7 +28,7 @@ if TYPE_CHECKING:  # annotations only: the module loads without torch, for its c
     from lowbw.comm.numerics import Reducer
     from lowbw.comm.transport import Transport
 
-__all__ = ["ring_allreduce", "cost", "talk", "links_time", "SPEC"]
+__all__ = ["ring_allreduce", "cost", "talk", "links_time", "volume", "step_messages", "SPEC"]
 
 
 def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: int = 4) -> None:
@@ -139,7 +139,21 @@ def links_time(nbytes: float, links, root: int = 0) -> float:
     return 2 * (n - 1) * step
 
 
+def volume(n: int, nbytes: int, rank: int, root: int = 0) -> tuple[int, int]:
+    """Bytes (sent, received) per rank: ``2(N-1)/N M`` each way (exact when M splits into N equal parts)."""
+    v = 2 * (n - 1) * nbytes // n
+    return v, v
+
+
+def step_messages(nbytes: float, n: int, chunk_bytes: float) -> list[tuple[float, str]] | None:
+    """The 2(N-1) steps of one segment M/N each, all out of the rank's uplink; None where a segment spans
+    several chunks (the window then keeps the link busy between steps)."""
+    seg = nbytes / n
+    return [(seg, "ring")] * (2 * (n - 1)) if seg <= chunk_bytes else None
+
 
 SPEC = CollectiveSpec(
     name="ring", run=lambda flat, tp, red, chunk, window, root=0: ring_allreduce(flat, tp, red, chunk, window),
-    cost=cost, broadcast="pipeline", links=links_time, talk=talk)
+    cost=cost, broadcast="pipeline", links=links_time, talk=talk, volume=volume, duplex=True,
+    handshake=lambda n: 1,  # step 0 only: the later receives are posted a window ahead
+    step_messages=step_messages, segment_order=True)

@@ -26,6 +26,7 @@ from lowbw.comm.errors import CommError, GroupAbortedError, PeerTimeoutError
 from lowbw.comm.gather import count_ring_allgather
 from lowbw.comm.meter import Meter
 from lowbw.comm.numerics import Reducer
+from lowbw.comm.registry import get as collective_spec
 from lowbw.comm.transport import ThreadHub, ThreadTransport
 from lowbw.compress.collective import CallRecord
 
@@ -92,12 +93,13 @@ class ThreadCollective:
 
     # -- Collective protocol --------------------------------------------------------------------------------
     def all_reduce(self, tensor: Tensor, op: str = "sum") -> Tensor:
-        alg = "ps" if self.algorithm == "native" else self.algorithm
+        opaque = collective_spec(self.algorithm).opaque  # torch's own: the rank-ordered ps reduction here
+        alg = "ps" if opaque else self.algorithm
         tp = self._transport(f"{self.algorithm} all_reduce (threads)")
         red = Reducer(op, tensor.dtype, self.world_size)
         with E.metered(self.meter, op="all_reduce", algorithm=self.algorithm, rank=self.rank,
                      world_size=self.world_size, tensor=tensor, transport=tp,
-                     measured=self.algorithm != "native"), torch.no_grad():
+                     measured=not opaque), torch.no_grad():
             out = tensor.detach().clone()
             f = E.FlatView(out)
             E.run_allreduce(f.flat, tp, alg, red, E.chunk_elems(self.chunk_bytes, tensor.element_size()),
@@ -116,7 +118,8 @@ class ThreadCollective:
             else:
                 shapes = [tuple(tensor.shape)] * self.world_size if same_size else None
                 out = E.run_allgather(tensor, tp, self.chunk_bytes, self.window, shapes)
-        self._record("all_gather", tensor, "native" if self.algorithm == "native" else "ring", same_size)
+        opaque = collective_spec(self.algorithm).opaque  # torch's own all-gather pairs with torch's all-reduce
+        self._record("all_gather", tensor, self.algorithm if opaque else "ring", same_size)
         return out
 
     def _direct_all_gather(self, tensor: Tensor, tp: ThreadTransport, same_size: bool = False) -> list[Tensor]:

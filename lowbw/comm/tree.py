@@ -209,8 +209,21 @@ def fill(n: int, nbytes: float, chunk_bytes: float) -> tuple[int, float]:
     return max(0, depth - 1), min(float(chunk_bytes), float(HEAP_TREE_MAX_CHUNK_BYTES), nbytes)
 
 
+def volume(n: int, nbytes: int, rank: int, root: int = 0) -> tuple[int, int]:
+    """Bytes (sent, received) of heap-tree rank ``rank`` (root 0): M up to its parent and M down to each of
+    its children, M from each child and M from its parent (<= 3 M each way)."""
+    kids = sum(1 for c in (2 * rank + 1, 2 * rank + 2) if c < n)
+    up = 0 if rank == 0 else nbytes
+    return up + kids * nbytes, kids * nbytes + up
+
+
+def handshake(n: int) -> int | None:
+    """The leaves' first sends up (N <= 4; deeper trees not worked out)."""
+    return 1 if n <= 4 else None
+
 
 SPEC = CollectiveSpec(
     name="tree", run=lambda flat, tp, red, chunk, window, root=0: tree_allreduce(flat, tp, red, chunk, window,
                                                                                  shape="heap", root=root),
-    cost=cost, broadcast="tree", idle_starts=2, talk=talk, fill=fill)
+    cost=cost, broadcast="tree", idle_starts=2, talk=talk, fill=fill, volume=volume, handshake=handshake,
+    heap_chain=True)

@@ -201,5 +201,5 @@ class DeMo(Compressor):
         return self._state(state)[name].get("demo.m")
 
 
-register("demo", configurable_ef=False,
+register("demo", family="demo", whole_method=True, configurable_ef=False,
          doc="DeMo: DCT + top-k of decoupled local momentum, signum of the all-gathered average")(DeMo)

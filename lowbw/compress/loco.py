@@ -259,6 +259,6 @@ def _cat(parts: list[Tensor], dtype: torch.dtype, device: torch.device) -> Tenso
     return torch.cat(parts) if parts else torch.empty(0, dtype=dtype, device=device)
 
 
-register("sparseloco", configurable_ef=False,
+register("sparseloco", family="sparseloco", whole_method=True, configurable_ef=False,
          doc="SparseLoCo: top-k per chunk of a decayed EF accumulator, 2-bit values (pseudo-gradients); variant: "
              "authors (64x64 tiles, 4 bins from mean and std, mean over senders) | lowbw")(SparseLoCo)

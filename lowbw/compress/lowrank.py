@@ -228,4 +228,5 @@ class PowerSGD(Compressor):
         return avg.to(tensor.dtype).view(tensor.shape)
 
 
-register("powersgd", configurable_ef=False, doc="PowerSGD: rank-r, warm start, error feedback")(PowerSGD)
+register("powersgd", family="lowrank", configurable_ef=False, bench=({"rank": 1}, {"rank": 4}),
+         doc="PowerSGD: rank-r, warm start, error feedback")(PowerSGD)

@@ -24,10 +24,11 @@ Layouts on the wire:
   as ``torch.distributed.all_gather_into_tensor`` takes equal sizes: half the latency steps of a call.
 * all-reduce: the sum must be the one each tensor gets alone. A ring all-reduce sums element e of a tensor
   in the order ``((x_j + x_{j+1}) + ...)`` of its segment j = the segment of ``split(numel, N)`` holding e,
-  so over a ring the buffer is laid out *segment-major*: packed segment j holds segment j of every tensor,
-  padded with zeros to the longest segment (x + 0 = x exactly), so that every element keeps its segment and
-  its order of additions. Other algorithms get the plain concatenation (their order does not move with an
-  element's position: tree, parameter server, direct; butterfly's does, and is not made identical).
+  so over a ring (``CollectiveSpec.segment_order``) the buffer is laid out *segment-major*: packed segment j
+  holds segment j of every tensor, padded with zeros to the longest segment (x + 0 = x exactly), so that
+  every element keeps its segment and its order of additions. Other algorithms get the plain concatenation
+  (their order does not move with an element's position: tree, parameter server, direct; butterfly's does,
+  and is not made identical).
 """
 
 from __future__ import annotations
@@ -40,6 +41,7 @@ import torch
 from torch import Tensor
 
 from lowbw.comm.partition import split
+from lowbw.comm.registry import COLLECTIVES
 
 __all__ = ["Request", "Rounds", "drive", "run_local"]
 
@@ -127,11 +129,13 @@ def _packed_round(reqs: list[Request], coll, rows: bool) -> list[tuple]:
 
 # ------------------------------------------------------------------------------------------------ all-reduce
 def _ring(coll) -> bool:
-    """Whether ``coll`` all-reduces by the ring: the innermost collective's ``algorithm`` (through wrappers'
-    ``inner``, as :func:`lowbw.adaptive` finds it)."""
+    """Whether ``coll`` sums an element in an order set by its segment, as the ring does (its algorithm's
+    ``CollectiveSpec.segment_order``): the innermost collective's ``algorithm`` (through wrappers' ``inner``,
+    as :func:`lowbw.adaptive` finds it); False for a collective without one."""
     while not hasattr(coll, "algorithm") and hasattr(coll, "inner"):
         coll = coll.inner
-    return getattr(coll, "algorithm", None) == "ring"
+    spec = COLLECTIVES.get(getattr(coll, "algorithm", None) or "")
+    return spec is not None and spec.segment_order
 
 
 def _pieces(numels: list[int], N: int, ring: bool) -> tuple[list[list[tuple[int, int, int]]], int]:

@@ -129,9 +129,9 @@ class Cast(Compressor):
         return summed.to(ys.dtype).view(xs.shape[1:])
 
 
-register("none", doc="no compression: fp32 on the wire")(lambda: Cast("none"))
-register("fp16", doc="cast to float16 (torch's fp16 hook)")(lambda: Cast("fp16"))
-register("bf16", doc="cast to bfloat16 (torch's bf16 hook)")(lambda: Cast("bf16"))
+register("none", family="dense", bench=({},), doc="no compression: fp32 on the wire")(lambda: Cast("none"))
+register("fp16", family="precision", bench=({},), doc="cast to float16 (torch's fp16 hook)")(lambda: Cast("fp16"))
+register("bf16", family="precision", bench=({},), doc="cast to bfloat16 (torch's bf16 hook)")(lambda: Cast("bf16"))
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -313,7 +313,10 @@ class Blockwise(Compressor):
         return out
 
 
-register("blockwise", doc="block-wise absmax quantization, 2/4/8/16 bits, linear or non-linear code")(Blockwise)
+register("blockwise", family="quantize",
+         bench=({"bits": 8, "codebook": "nonlinear"}, {"bits": 8, "codebook": "linear"},
+                {"bits": 8, "codebook": "nonlinear", "stochastic": True}, {"bits": 16, "codebook": "nonlinear"}),
+         doc="block-wise absmax quantization, 2/4/8/16 bits, linear or non-linear code")(Blockwise)
 
 
 # ---------------------------------------------------------------------------------------------------------
@@ -390,7 +393,8 @@ class QSGD(Compressor):
         return q
 
 
-register("qsgd", doc="QSGD: stochastic s-level quantization, unbiased")(QSGD)
+register("qsgd", family="quantize", bench=({"levels": 127}, {"levels": 7}),
+         doc="QSGD: stochastic s-level quantization, unbiased")(QSGD)
 
 
 class TernGrad(Compressor):
@@ -429,7 +433,8 @@ class TernGrad(Compressor):
         return unpack(packed, 2, payload.numel).float().sub_(1.0).mul_(scale)
 
 
-register("terngrad", doc="TernGrad: stochastic ternary, per-tensor max scale, unbiased")(TernGrad)
+register("terngrad", family="quantize", bench=({},),
+         doc="TernGrad: stochastic ternary, per-tensor max scale, unbiased")(TernGrad)
 
 
 class TwoBit(Compressor):
@@ -461,5 +466,6 @@ class TwoBit(Compressor):
         return unpack(payload.parts[0], 2, payload.numel).float().sub_(1.0).mul_(self.threshold)
 
 
-register("twobit", error_feedback=True, configurable_ef=False,
+register("twobit", family="quantize", error_feedback=True, configurable_ef=False,
+         bench=({"threshold": "1std"},),  # "<k>std": k x the input's standard deviation
          doc="2-bit threshold quantization (+t, -t, 0) with residual")(TwoBit)

@@ -148,8 +148,8 @@ class OneBit(Compressor):
         return neg
 
 
-register("signsgd", doc="signSGD: 1 bit per entry, decoded to +-1")(SignSGD)
-register("ef_signsgd", error_feedback=True, configurable_ef=False,
+register("signsgd", family="sign", bench=({},), doc="signSGD: 1 bit per entry, decoded to +-1")(SignSGD)
+register("ef_signsgd", family="sign", error_feedback=True, configurable_ef=False, bench=({},),
          doc="EF-signSGD: scaled sign (mean |g|) with error feedback")(ScaledSign)
-register("onebit", error_feedback=True, configurable_ef=False,
+register("onebit", family="sign", error_feedback=True, configurable_ef=False, bench=({},),
          doc="1-bit SGD: per-block or per-column mean reconstruction with error feedback")(OneBit)

@@ -326,9 +326,12 @@ class DGC(Sparse):
         return parts, [{"density": self.density(step)} for _ in slots]
 
 
-register("threshold", error_feedback=True,
+register("threshold", family="sparsify", error_feedback=True, value_sized=True,
+         bench=({"alpha": "2.5std"},),  # "<k>std": k x the input's standard deviation
          doc="send |g + Z| >= alpha, accumulate the rest in Z (the draft paper's method)")(Threshold)
-register("topk", error_feedback=True, doc="top-k by magnitude with error feedback")(TopK)
-register("randomk", error_feedback=True, doc="random-k with a shared seed (summable) and error feedback")(RandomK)
-register("dgc", configurable_ef=False,
+register("topk", family="sparsify", error_feedback=True, bench=({"ratio": 0.01},),
+         doc="top-k by magnitude with error feedback")(TopK)
+register("randomk", family="sparsify", error_feedback=True, bench=({"ratio": 0.01},),
+         doc="random-k with a shared seed (summable) and error feedback")(RandomK)
+register("dgc", family="sparsify", configurable_ef=False, bench=({"ratio": 0.001},),
          doc="Deep Gradient Compression: momentum correction, clipping, factor masking, warm-up")(DGC)

@@ -38,6 +38,7 @@ class DatasetSpec:
     test_size: int
     npz_sha256: str | None = None
     label_key: str = "labels"  # CIFAR-100: "fine_labels"
+    pretty: str = ""  # its name in the paper (lowbw.train.workload_specs.pretty_dataset; "": its name)
     derived_from: str | None = None
     mean: tuple[float, ...] = field(default=())
     std: tuple[float, ...] = field(default=())
@@ -55,6 +56,7 @@ def _idx_files(md5s: dict[str, str], bases: tuple[str, ...]) -> tuple[ArchiveFil
 SPECS: dict[str, DatasetSpec] = {
     "cifar10": DatasetSpec(
         name="cifar10",
+        pretty="CIFAR-10",
         format="cifar",
         files=(ArchiveFile("cifar-10-python.tar.gz", "c58f30108f718f92721af3b95e74349a",
                            (_TORONTO + "cifar-10-python.tar.gz",)),),
@@ -68,6 +70,7 @@ SPECS: dict[str, DatasetSpec] = {
     ),
     "cifar100": DatasetSpec(
         name="cifar100",
+        pretty="CIFAR-100",
         format="cifar",
         files=(ArchiveFile("cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85",
                            (_TORONTO + "cifar-100-python.tar.gz",)),),
@@ -81,6 +84,7 @@ SPECS: dict[str, DatasetSpec] = {
     ),
     "mnist": DatasetSpec(
         name="mnist",
+        pretty="MNIST",
         format="idx",
         files=_idx_files({
             "train-images-idx3-ubyte.gz": "f68b3c2dcbeaaa9fbdd348bbdeb94873",
@@ -98,6 +102,7 @@ SPECS: dict[str, DatasetSpec] = {
     ),
     "fashion_mnist": DatasetSpec(
         name="fashion_mnist",
+        pretty="Fashion-MNIST",
         format="idx",
         files=_idx_files({
             "train-images-idx3-ubyte.gz": "8d4fb7e6c68d591d4c3dfef9ec88bf0d",
@@ -116,6 +121,7 @@ SPECS: dict[str, DatasetSpec] = {
     # 1000 train then per class 200 test indices, sorted). Derived locally from the verified cifar10.
     "cifar10_small": DatasetSpec(
         name="cifar10_small",
+        pretty="CIFAR-10 (small)",
         format="derived",
         files=(),
         num_classes=10,

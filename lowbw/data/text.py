@@ -35,11 +35,13 @@ class TextSpec:
     chars: int  # length of the text in characters (checked after loading)
     vocab_size: int  # distinct characters (checked after loading)
     train_fraction: float = 0.9  # first 90% train, last 10% validation (nanoGPT)
+    pretty: str = ""  # its name in the paper (lowbw.train.workload_specs.pretty_dataset; "": its name)
 
 
 TEXT_SPECS: dict[str, TextSpec] = {
     "shakespeare": TextSpec(
         name="shakespeare",
+        pretty="Tiny Shakespeare",
         filename="tinyshakespeare.txt",
         md5="6fb458f1232090904fb40fe944165e91",
         urls=("https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt",),

@@ -12,10 +12,7 @@ from lowbw.report.experiment import Context
 from lowbw.report.latex import fmt_num
 from lowbw.results import load_metrics, load_runs
 
-__all__ = ["fmt_duration", "plotting", "training_runs", "report_links", "target_acc", "PRETTY"]
-
-PRETTY = {"mlp": "MLP", "cnn": "Small CNN", "resnet20": "ResNet-20", "vgg16": "VGG-16 (CIFAR)",
-          "resnet50": "ResNet-50", "inception_v4": "Inception-v4", "vgg16_imagenet": "VGG-16 (ImageNet)"}
+__all__ = ["fmt_duration", "plotting", "training_runs", "report_links", "target_acc"]
 
 
 def fmt_duration(seconds: float) -> str:

@@ -53,19 +53,18 @@ from lowbw.net.costlinks import WorkerLink
 from lowbw.net.trace import resolve_trace
 from lowbw.report import walltime
 from lowbw.report.catalog import E9_LINKS
-from lowbw.report.common import PRETTY, plotting
+from lowbw.report.common import plotting
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.training import retime
 from lowbw.results import load_metrics, load_runs
+from lowbw.train.workload_specs import workload_words
 
 __all__ = ["E11", "settings", "spearman", "analytic_step", "REGRET_MEDIAN", "REGRET_WORST"]
 
 REGRET_MEDIAN, REGRET_WORST = 0.10, 0.50  # issue 34's targets
 BASELINE = "dense"
 PREFIXES = ("e4_", "e9_", "e10_")  # the experiments E11 holds out settings of (image and LM alike)
-DATASETS = {"mnist": "MNIST", "cifar10_small": "CIFAR-10 (small)", "cifar10": "CIFAR-10",
-            "shakespeare": "Tiny Shakespeare"}
 MISSING = ("no measured settings yet: no complete runs of e4_*, e9_* or e10_* and no GPU store runs whose "
            "baseline reached a target")
 
@@ -342,7 +341,7 @@ def _target_words(metric: str, value: float) -> str:
 
 
 def _workload(ds: str, model: str) -> str:
-    return f"{PRETTY.get(model, model)} on {DATASETS.get(ds, ds)}"
+    return workload_words(model, ds)
 
 
 def _where(r) -> str:

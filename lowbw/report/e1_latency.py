@@ -28,6 +28,7 @@ from matplotlib.ticker import NullFormatter
 
 from lowbw.bench.collectives import calibration_key
 from lowbw.bench.collectives_model import TCP_PAYLOAD_PER_FRAME, calibrated_time, model_link
+from lowbw.comm.registry import COLLECTIVES
 from lowbw.net.costmodel import LinkParams, crossover_nbytes
 from lowbw.report.catalog import E1_ALGS
 from lowbw.report.conditions import MARK, busy_testbeds, caption
@@ -176,6 +177,12 @@ def software_table(b: dict):
 LAG_COLUMNS = ("start_lag_s", "start_lag_q25_s", "start_lag_q75_s", "start_lag_charged_s")
 
 
+def _heap_chain(algorithm: str | None) -> bool:
+    """Whether ``algorithm`` is a registered heap tree whose one-chunk chain the model times (``SPEC.heap_chain``)."""
+    spec = COLLECTIVES.get(algorithm or "")
+    return spec is not None and spec.heap_chain
+
+
 def trace_table(b: dict):
     """One row per traced (testbed, size) of the heap tree at N = 4: the median over its calls of the call's
     time and of each message's arrival at its receiver (``at_<src>_<dst>``, s from the call's start), the
@@ -187,7 +194,7 @@ def trace_table(b: dict):
 
     rows = []
     for t in b.get("traces") or []:
-        if t.get("algorithm") != "tree" or t.get("workers") != 4 or not t.get("calls"):
+        if not _heap_chain(t.get("algorithm")) or t.get("workers") != 4 or not t.get("calls"):
             continue
         cal = (b.get("calibration") or {}).get(calibration_key(4, t["rate_mbit"], t.get("delay_ms") or 0))
         arrive, sent = {}, {}
@@ -207,7 +214,7 @@ def trace_table(b: dict):
         m = float(t["nbytes"])
         bucket = float((cal or {}).get("shaper_burst_bytes") or 0.0) * TCP_PAYLOAD_PER_FRAME
         if bucket and m >= 2 * bucket and "at_0_1" in row and sent.get("0_1"):  # both streams well past the bucket
-            beta = model_link(cal, "tree").beta
+            beta = model_link(cal, t["algorithm"]).beta
             paced = (row["at_0_1"] - statistics.median(sent["0_1"]) - cal["fit"]["alpha_s"]) / beta
             row["head_start_bytes"] = min(m, max(bucket, 2 * m - bucket - paced))
         rows.append(row)

@@ -8,12 +8,13 @@ import pandas as pd
 
 from lowbw.net.costmodel import LinkParams, min_training_time
 from lowbw.report.catalog import E3_RUN_MODELS, word
-from lowbw.report.common import PRETTY, fmt_duration, plotting, report_links, training_runs
+from lowbw.report.common import fmt_duration, plotting, report_links, training_runs
 from lowbw.report.conditions import MARK, caption
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import legend_below
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.training import retime
+from lowbw.train.workload_specs import pretty_model
 
 __all__ = ["E3", "accel_sample_s", "ACCEL_REF"]
 
@@ -96,7 +97,7 @@ def numbers(st: Stats) -> dict[str, str]:
     lo, hi = mn["bandwidth_mbit"].min(), mn["bandwidth_mbit"].max()
     m = mn[mn["model"] == model].set_index("bandwidth_mbit")
     accel = st.meta["accel"] is not None
-    out = {"EThreeWorkers": str(st.meta["workers"]), "EThreeModel": escape(PRETTY.get(model, model)),
+    out = {"EThreeWorkers": str(st.meta["workers"]), "EThreeModel": escape(pretty_model(model)),
            "EThreeAccel": escape(ACCEL_REF["device"]) if accel else escape("the measuring CPU"),
            "EThreeLowMbit": fmt_num(lo), "EThreeHighMbit": fmt_num(hi),
            "EThreeMinLow": fmt_duration(m.loc[lo, "min_s"]), "EThreeMinHigh": fmt_duration(m.loc[hi, "min_s"]),
@@ -123,7 +124,7 @@ def table(st: Stats) -> str:
         r = g.iloc[0]
         busy = bool(r.get("busy", False))
         marked += busy
-        rows.append([escape(PRETTY.get(model, model)), fmt_num(r["params_m"], 3), fmt_num(r["grad_mb"], 3),
+        rows.append([escape(pretty_model(model)), fmt_num(r["params_m"], 3), fmt_num(r["grad_mb"], 3),
                      fmt_duration(r["compute_cpu_s"]) + (MARK if busy else ""),
                      fmt_duration(r["compute_accel_s"]) if accel else "--"]
                     + [fmt_duration(g.loc[bw, "min_s"]) + ("" if g.loc[bw, "bound"] == "compute" else r"$^\dagger$")
@@ -150,8 +151,8 @@ def figure(st: Stats):
     fig, axes = plt.subplots(1, 2 if split is not None else 1, figsize=(7.2 if split is not None else 4.2, 2.8),
                              squeeze=False)
     mn = st.tables["minimum"]
-    d = mn.assign(model=[PRETTY.get(m, m) for m in mn["model"]], days=mn["min_s"] / 86400)
-    s = split.assign(model=[PRETTY.get(m, m) for m in split["model"]]) if split is not None else None
+    d = mn.assign(model=[pretty_model(m) for m in mn["model"]], days=mn["min_s"] / 86400)
+    s = split.assign(model=[pretty_model(m) for m in split["model"]]) if split is not None else None
     models = list(dict.fromkeys(list(d["model"]) + (list(s["model"]) if s is not None else [])))
     palette = dict(zip(models, sns.color_palette("deep", len(models))))
     sns.lineplot(data=d, x="bandwidth_mbit", y="days", hue="model", palette=palette, marker="o", ax=axes[0, 0])

@@ -11,12 +11,9 @@ from dataclasses import dataclass
 
 from lowbw.report.latex import fmt_num
 from lowbw.train.targets import Target, parse_target
+from lowbw.train.workload_specs import workload_words
 
-__all__ = ["Goal", "goal_of", "WORKLOADS"]
-
-# (model, dataset) -> the workload's name in captions
-WORKLOADS = {("mlp", "mnist"): "MLP on MNIST", ("gpt-mini", "shakespeare"): "gpt-mini on Tiny Shakespeare",
-             ("gpt-small", "shakespeare"): "gpt-small on Tiny Shakespeare"}
+__all__ = ["Goal", "goal_of"]
 
 
 @dataclass(frozen=True)
@@ -68,4 +65,4 @@ def goal_of(config: dict, runs, default: float = 0.9) -> Goal:
     ds = str(runs["dataset"].iloc[0])
     model = str(runs["model"].iloc[0]) if "model" in runs else "?"
     t = (config.get("targets") or {}).get(ds, default)
-    return Goal(parse_target(t), WORKLOADS.get((model, ds), f"{model} on {ds}"))
+    return Goal(parse_target(t), workload_words(model, ds))

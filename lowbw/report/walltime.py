@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from itertools import product
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.algorithms import OWN_ALLREDUCE_ALGORITHMS
 from lowbw.net.costmodel import LinkParams, allreduce_time, step_time
 from lowbw.report.latex import booktabs, escape, fmt_num
 
@@ -67,8 +67,7 @@ def charles_step(s: Setting, eps_s: float = LATENCY_S) -> float:
 def advisor_step(s: Setting, alpha_s: float = LATENCY_S) -> tuple[float, str]:
     """The advisor's seconds per step and the all-reduce it takes (see the module docstring)."""
     link = LinkParams(alpha_s=alpha_s, bandwidth_bps=s.gbit_s * 1e9)
-    comm, algo = min((allreduce_time(a, s.sync_bytes, s.replicas, link), a) for a in ALLREDUCE_ALGORITHMS
-                     if a != "native")
+    comm, algo = min((allreduce_time(a, s.sync_bytes, s.replicas, link), a) for a in OWN_ALLREDUCE_ALGORITHMS)
     if s.period == 1:
         return step_time(s.compute_s, comm, overlap=True), algo
     return s.compute_s + comm / s.period, algo

@@ -38,11 +38,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 from torch import nn
+
+from lowbw.train.workload_specs import GPT_SIZES, WORKLOADS, GPTSize
 
 __all__ = ["MODELS", "build_model", "param_count", "grad_bytes", "model_names", "IMAGENET_MODELS", "GPT",
            "GPTSize", "GPT_SIZES", "model_kind"]
@@ -348,25 +349,7 @@ class InceptionV4(nn.Module):
 
 
 # ----------------------------------------------------------------------------------------------- GPT (text)
-@dataclass(frozen=True)
-class GPTSize:
-    """A decoder-only transformer's shape (Radford et al. 2019, as nanoGPT writes it)."""
-
-    n_layer: int  # transformer blocks
-    n_head: int  # attention heads per block; n_embd % n_head == 0
-    n_embd: int  # width of the residual stream
-    block_size: int  # default context length T (characters)
-    dropout: float = 0.0  # nanoGPT's CPU recipe trains without dropout
-
-
-# sizes named by what they are for; nanoGPT's README (karpathy/nanoGPT @ 3adf61e) for small and medium
-GPT_SIZES: dict[str, GPTSize] = {
-    "gpt-tiny": GPTSize(2, 2, 32, 32),  # unit tests: a step in milliseconds
-    "gpt-mini": GPTSize(2, 4, 64, 64),  # the default profile's many-run grid on a 2-core CPU
-    "gpt-mid": GPTSize(3, 4, 96, 64),  # the size ladder's in-between rung (Charles et al.'s scaling at micro scale)
-    "gpt-small": GPTSize(4, 4, 128, 64),  # nanoGPT's laptop-CPU configuration (1.88 val loss at 2k iters)
-    "gpt-medium": GPTSize(6, 6, 384, 256),  # nanoGPT's GPU configuration (1.47 val loss at 5k iters)
-}
+# GPTSize and GPT_SIZES (the sizes by name) live with the workload specs: lowbw.train.workload_specs
 
 
 class _CausalSelfAttention(nn.Module):
@@ -438,8 +421,10 @@ class GPT(nn.Module):
 
 
 def model_kind(name: str) -> str:
-    """``"text"`` for the character-level language models, ``"image"`` for every other model."""
-    return "text" if name in GPT_SIZES else "image"
+    """``"text"`` for the character-level language models, ``"image"`` for every other model (its workload
+    spec's kind; a model without one, a torchvision or user model, is an image model)."""
+    spec = WORKLOADS.get(name)
+    return spec.kind if spec is not None else "image"
 
 
 # ----------------------------------------------------------------------------------------------- registry
@@ -458,7 +443,8 @@ MODELS: dict[str, Builder] = {
     # text: k = vocabulary size, s = context length (0: the size's own)
     **{n: (lambda k, c, s, _z=z: GPT(_z, k, s or None)) for n, z in GPT_SIZES.items()},
 }
-IMAGENET_MODELS = ("resnet50", "vgg16_imagenet", "inception_v4")
+# the ImageNet-scale models: those whose workload spec classifies ImageNet's 1000 classes
+IMAGENET_MODELS = tuple(n for n, w in WORKLOADS.items() if w.num_classes == 1000)
 
 
 def model_names() -> list[str]:

@@ -29,7 +29,8 @@ import torch
 import torch.distributed as dist
 
 from lowbw.comm.distributed import DistCollective
-from lowbw.comm.meter import Meter, expected
+from lowbw.comm.meter import Meter, native_volume
+from lowbw.comm.registry import expected
 from lowbw.comm.threads import ThreadCollective, run_threads
 from lowbw.compress.collective import CallRecord
 from lowbw.train.aggregate import TimedCollective, group_of
@@ -86,7 +87,7 @@ def bytes_sent_of(stats) -> int:
         if c.measured:
             total += c.bytes_sent
         elif c.op == "all_reduce":
-            total += expected("ring", c.nbytes, c.world_size, c.rank)[0]
+            total += native_volume(c.op, c.nbytes, c.world_size, c.rank)[0]  # gloo's ring
         elif c.op == "all_gather":
             total += (c.world_size - 1) * c.nbytes
         else:
@@ -95,12 +96,8 @@ def bytes_sent_of(stats) -> int:
 
 
 def _expected_sent(algorithm: str, nbytes: int, n: int, rank: int) -> int:
-    if n == 1:
-        return 0
-    try:
-        return expected("ring" if algorithm == "native" else algorithm, nbytes, n, rank)[0]
-    except ValueError:
-        return 2 * (n - 1) * nbytes // n
+    """Bytes ``rank`` sends in one all-reduce of ``nbytes`` among ``n``: the collective's textbook volume."""
+    return expected(algorithm, nbytes, n, rank)[0] if n > 1 else 0
 
 
 class SimWorld:
