@@ -197,7 +197,9 @@ def _check_sync(cfg) -> None:
     if s != "diloco":
         for f in fields(cfg):
             if (f.name.startswith("outer_") and getattr(cfg, f.name) != f.default
-                    and not (s == "noloco" and f.name in ("outer_lr", "outer_momentum"))):
+                    and not (s == "noloco" and f.name in ("outer_lr", "outer_momentum"))
+                    and not (s in ASYNC_OUTER and f.name in ("outer_lr", "outer_momentum"))
+                    and not (s == "decoupled_diloco" and f.name == "outer_optimizer")):
                 raise ConfigError(f.name, f"only used with sync=diloco (noloco: outer_lr, outer_momentum; "
                                           f"sync={s})")
     if cfg.compress_target == "update":
@@ -210,6 +212,7 @@ def _check_sync(cfg) -> None:
     if s == "noloco" and (M < 2 or M % 2):
         raise ConfigError("workers", f"noloco pairs the workers: needs an even number >= 2, got {M}")
     _check_new_schemes(cfg)
+    _check_async_outer(cfg)
     if s in ("sync", "ssp", "async", "sparta") and cfg.world_period != 1:
         raise ConfigError("world_period", f"not used with sync={s}")
     if s in ("ssp", "async") and cfg.backend != "sim":
@@ -233,6 +236,37 @@ def _check_sync(cfg) -> None:
     elif cfg.diloco_delay >= cfg.world_period:
         raise ConfigError("diloco_delay", f"{cfg.diloco_delay}: must be below world_period={cfg.world_period} "
                                           "(a fragment's update lands before its next exchange)")
+
+
+ASYNC_OUTER = ("async_diloco", "decoupled_diloco", "halos")  # the schemes of lowbw.train.schemes.async_outer
+
+
+def _check_async_outer(cfg) -> None:
+    """async_diloco, decoupled_diloco and halos (issue 48): their own keys only where used; what they run on."""
+    s, M = cfg.sync, cfg.workers
+    own = {"async_diloco": ("async_",), "decoupled_diloco": ("async_", "decoupled_"), "halos": ("async_", "halos_")}
+    for f in fields(cfg):
+        if (f.name.startswith(("async_", "decoupled_", "halos_")) and getattr(cfg, f.name) != f.default
+                and not f.name.startswith(own.get(s, ()))):
+            raise ConfigError(f.name, f"not used with sync={s}")
+    if s not in ASYNC_OUTER:
+        return
+    if cfg.backend != "sim":
+        raise ConfigError("backend", f"sync={s} runs on the sim backend only (its event clock)")
+    if cfg.compressor != "none":
+        raise ConfigError("compressor", f"sync={s} pushes dense Deltas to its server (got {cfg.compressor!r})")
+    if cfg.dynamic_batch != "off":
+        raise ConfigError("dynamic_batch", f"not supported with sync={s}")
+    if cfg.checkpoint_every:
+        raise ConfigError("checkpoint_every", f"sync={s} keeps its events in flight and is not checkpointed")
+    if s == "async_diloco" and cfg.async_momentum_activation and (cfg.async_buffer or M) == 1:
+        raise ConfigError("async_momentum_activation", "needs a buffer async_buffer > 1 (with N = 1 c does nothing)")
+    if s == "decoupled_diloco" and cfg.decoupled_quorum > M:
+        raise ConfigError("decoupled_quorum", f"{cfg.decoupled_quorum} is above workers={M}")
+    if s == "halos" and M % cfg.halos_regions:
+        raise ConfigError("halos_regions", f"{cfg.halos_regions} does not divide workers={M}")
+    if s == "halos" and cfg.halos_region_latency_ms < 0 and cfg.halos_region_latency_ms != -1:
+        raise ConfigError("halos_region_latency_ms", f"{cfg.halos_region_latency_ms}: >= 0, or -1 (latency_ms)")
 
 
 def _check_new_schemes(cfg) -> None:
