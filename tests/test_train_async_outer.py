@@ -14,6 +14,7 @@ from lowbw.train.schemes.async_diloco import DelayedNesterov
 from lowbw.train.schemes.async_outer import dylu_steps
 from lowbw.train.schemes.decoupled_diloco import merge_deltas
 from lowbw.train.world import SimWorld
+from tests.sim_procs import assert_same_metrics, sim_and_procs
 
 # equal workers on equal links of their own behind a server with a fat port: a round's messages reach the
 # server, and its models the workers, at one instant (a shared 10 Mbit/s port would serve them one by one)
@@ -188,6 +189,20 @@ def test_decoupled_quorum_one_merges_without_the_straggler(tmp_path):
     assert k2.sync.rounds[0] == k2.sync.rounds[1]  # K = all: the fast learner waits for each merge
 
 
+# ------------------------------------------------------------------------------------------ procs
+@pytest.mark.parametrize("sync,kw", [("decoupled_diloco", {}),
+                                     ("async_diloco", {"worker_speeds": [1.0, 2.5], "async_grace_s": 0.1}),
+                                     ("halos", {"workers": 4, "batch_size": 32, "halos_regions": 2,
+                                                "worker_speeds": [1.0, 2.0, 1.0, 3.0],
+                                                "worker_bandwidth_mbit": [10, 10, 5, 10]})])
+def test_procs_replays_the_sim_run(tmp_path, sync, kw):
+    """One process per worker (gloo, lowbw.comm's broadcast of each arrival): the same metrics as sim, with
+    quorum = all (decoupled) and with unequal workers (async_diloco, halos) alike."""
+    sim, procs = sim_and_procs(cfg, tmp_path, sync=sync, steps=5, **kw)
+    assert len(sim) == 7
+    assert_same_metrics(sim, procs)
+
+
 # ------------------------------------------------------------------------------------------ determinism, config
 @pytest.mark.parametrize("sync,kw", [("async_diloco", {"async_grace_s": 0.5}),
                                      ("decoupled_diloco", {"decoupled_quorum": 2, "async_grace_s": 0.2}),
@@ -205,7 +220,7 @@ def test_same_config_and_seed_give_identical_metrics(tmp_path, sync, kw):
 
 
 @pytest.mark.parametrize("kw,key", [
-    (dict(sync="async_diloco", backend="procs"), "backend"),
+    (dict(sync="async_diloco", backend="procs", clock="measured"), "clock"),
     (dict(sync="decoupled_diloco", decoupled_quorum=3), "decoupled_quorum"),
     (dict(sync="halos", workers=3, batch_size=48, worker_bandwidth_mbit=[], halos_regions=2), "halos_regions"),
     (dict(sync="diloco", async_buffer=2), "async_buffer"),

@@ -251,8 +251,9 @@ def _check_async_outer(cfg) -> None:
             raise ConfigError(f.name, f"not used with sync={s}")
     if s not in ASYNC_OUTER:
         return
-    if cfg.backend != "sim":
-        raise ConfigError("backend", f"sync={s} runs on the sim backend only (its event clock)")
+    if cfg.backend != "sim" and cfg.clock != "model":
+        raise ConfigError("clock", f"sync={s} on {cfg.backend} needs clock=model (every process replays one event "
+                                   "schedule)")
     if cfg.compressor != "none":
         raise ConfigError("compressor", f"sync={s} pushes dense Deltas to its server (got {cfg.compressor!r})")
     if cfg.dynamic_batch != "off":

@@ -34,6 +34,15 @@ run is evaluated on the scheme's global model (:meth:`AsyncOuter.global_row`) wi
 The final synchronisation flushes: every worker with inner steps since its last model pushes its partial
 Delta_i, and the scheme's :meth:`AsyncOuter.flush` merges whatever is left, so the global model has every
 inner step of the run.
+
+On procs (one process per worker, ``clock: model``) every process replays the same event schedule: the
+process of worker i computes i's inner steps and Delta_i, every arrival of Delta_i is a broadcast from
+process i over the run's torch.distributed world (lowbw.comm's broadcast, with the world's peer timeout),
+every process holds a copy of the servers and applies every arrival, and each step's inner-step statistics
+are gathered from their workers. The order of arrivals is the virtual clock's on both backends, so sim and
+procs give the same metrics (named variant: a real server process answering arrivals in the order they
+come off the wire is not built; the bytes on the wire are M - 1 copies of a Delta, the clock counts the
+push and the pull of the star).
 """
 
 from __future__ import annotations
@@ -46,6 +55,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lowbw.comm.distributed import DistCollective
+from lowbw.comm.meter import Meter
 from lowbw.net.costlinks import WorkerLink
 from lowbw.net.costmodel import LinkParams
 from lowbw.train.optim import clip_rows, make_optimizer
@@ -113,9 +124,10 @@ class Worker:
 
 @dataclass
 class StepTally:
-    """What one metrics step's inner steps did: per inner step its loss, correct and count, its compute."""
+    """What one metrics step's inner steps did: per inner step its worker and statistics (loss, correct,
+    count, compute; None for a worker another process holds, until gathered)."""
 
-    stats: list[WorkerStats] = field(default_factory=list)
+    stats: list[tuple[int, WorkerStats | None]] = field(default_factory=list)
     bytes_sent: int = 0
 
 
@@ -130,13 +142,15 @@ class AsyncOuter(Scheme):
         self.H = cfg.world_period
         P = rep.P
         self.nbytes = P * 4  # a Delta or a model: P fp32 values (parameters only; buffers stay each worker's)
-        # every worker its own inner optimiser (one row each): workers step at different times
-        self.inner = [make_optimizer(cfg, 1, P, rep.device, rep.p_layout) for _ in range(self.M)]
+        self.row = {w: k for k, w in enumerate(world.ranks)}  # the workers held here -> their replica row
+        # every worker held here its own inner optimiser (one row each): workers step at different times
+        self.inner = {i: make_optimizer(cfg, 1, P, rep.device, rep.p_layout) for i in self.row}
+        self.coll = None  # procs: the collective the arrivals are broadcast over (made at the first)
         speeds = list(cfg.worker_speeds) or [1.0] * self.M
         self.compute_s = [self._step_seconds(None) * s for s in speeds]  # clock=model; measured: per step
         self.speeds = speeds
         self.targets = dylu_steps(self.H, speeds, cfg.async_dylu)
-        self.start = rep.params.clone()  # start_i: the model worker i's round started from, [M, P]
+        self.start = rep.params.clone()  # start_i: the model each worker held here started its round from
         self.workers = [Worker(target=self.targets[i]) for i in range(self.M)]
         self.events: list[tuple] = []  # heap of (time, order, worker or -1, seq, kind, payload)
         self.seq = 0
@@ -202,17 +216,22 @@ class AsyncOuter(Scheme):
         self.push_event(t + (self.compute_s[i] if self.cfg.clock == "model" else 0.0), "inner", i)
 
     def _inner(self, i: int, t: float) -> None:
-        """One inner step of worker ``i`` ending at ``t`` (step 2); at its round's last, the push (step 3)."""
-        rep, w = self.rep, self.workers[i]
-        x, y = self.batch(i, self.b)
-        losses, correct, secs = rep.forward_backward([x], [y], rows=[i])
-        t0 = time.perf_counter()
-        self.inner[i].step(rep.params[i: i + 1], clip_rows(rep.grads[i: i + 1], self.cfg.grad_clip), self.lr)
-        secs_i = secs[0] + time.perf_counter() - t0
-        c = self.compute_s[i] if self.cfg.clock == "model" else self._step_seconds(secs_i) * self.speeds[i]
-        if self.cfg.clock != "model":
-            t += c
-        self.tally.stats.append(WorkerStats(loss=losses[0], correct=correct[0], count=self.b, t_compute=c))
+        """One inner step of worker ``i`` ending at ``t`` (step 2); at its round's last, the push (step 3).
+        A worker another process holds: its bookkeeping only (clock=model: its time is known)."""
+        w = self.workers[i]
+        if i in self.row:
+            rep, r = self.rep, self.row[i]
+            x, y = self.batch(r, self.b)
+            losses, correct, secs = rep.forward_backward([x], [y], rows=[r])
+            t0 = time.perf_counter()
+            self.inner[i].step(rep.params[r: r + 1], clip_rows(rep.grads[r: r + 1], self.cfg.grad_clip), self.lr)
+            secs_i = secs[0] + time.perf_counter() - t0
+            c = self.compute_s[i] if self.cfg.clock == "model" else self._step_seconds(secs_i) * self.speeds[i]
+            if self.cfg.clock != "model":
+                t += c
+            self.tally.stats.append((i, WorkerStats(loss=losses[0], correct=correct[0], count=self.b, t_compute=c)))
+        else:
+            self.tally.stats.append((i, None))
         self.inner_done += 1
         self.inner_steps[i] += 1
         w.t, w.steps, w.samples = t, w.steps + 1, w.samples + self.b
@@ -224,7 +243,8 @@ class AsyncOuter(Scheme):
     def _push(self, i: int, t: float) -> None:
         """Step 3: worker ``i`` sends Delta_i at ``t``."""
         w = self.workers[i]
-        delta = self.start[i] - self.rep.params[i]
+        r = self.row.get(i)
+        delta = None if r is None else self.start[r] - self.rep.params[r]  # procs: worker i's process has it
         w.state = "away"
         self.rounds[i] += 1
         self.tally.bytes_sent += self.nbytes
@@ -251,8 +271,9 @@ class AsyncOuter(Scheme):
     def _receive(self, i: int, t: float, model: torch.Tensor, version: int) -> None:
         """Step 1 of worker ``i``'s next round: its model arrived at ``t``."""
         w = self.workers[i]
-        self.rep.params[i].copy_(model)
-        self.start[i].copy_(model)
+        if i in self.row:
+            self.rep.params[self.row[i]].copy_(model)
+            self.start[self.row[i]].copy_(model)
         w.t, w.steps, w.samples, w.since = t, 0, 0, version
         if self.flushing:
             w.state = "idle"
@@ -267,13 +288,34 @@ class AsyncOuter(Scheme):
         if kind == "inner":
             self._inner(i, t)
         elif kind == "arrive":
-            self.arrive(i, payload, t)
+            self.arrive(i, self._share(i, payload), t)
         elif kind == "relay":
             self.relay(payload, t)
         elif kind == "close":
             self.close_batch(payload, t)
         elif kind == "receive":
             self._receive(i, t, *payload)
+
+    def _share(self, i: int, delta: torch.Tensor | None) -> torch.Tensor:
+        """Delta_i on every process (procs: broadcast from worker i's process; sim: it is here)."""
+        if self.world.kind == "sim":
+            return delta
+        if self.coll is None:
+            self.coll = DistCollective(self.cfg.collective, meter=Meter(), timeout=self.world.timeout_s)
+        self.coll.timeout = self.world.timeout_s
+        buf = delta if delta is not None else torch.empty(self.rep.P, device=self.rep.device)
+        out = self.coll.broadcast(buf, src=i)
+        self.coll.calls.clear()
+        self.coll.meter.calls.clear()
+        return out
+
+    def _gathered(self) -> list[WorkerStats]:
+        """This step's inner-step statistics in event order, those of other processes' workers gathered."""
+        if self.world.kind == "sim":
+            return [s for _, s in self.tally.stats]
+        mine = [s.to_row() for _, s in self.tally.stats if s is not None]
+        queues = {w: iter(rows) for w, rows in zip(range(self.M), self.world.allgather_obj(mine))}
+        return [s if s is not None else WorkerStats(*next(queues[i])) for i, s in self.tally.stats]
 
     # ----------------------------------------------------------------------------------- the scheme
     def step(self, ctx: StepContext) -> None:
@@ -296,7 +338,8 @@ class AsyncOuter(Scheme):
 
     def _charge(self, st, wall: float) -> None:
         """The step's clock, bytes and statistics (the loss: the mean over its inner steps, in event order)."""
-        cols = WorkerStats.from_rows(WorkerStats.rows(self.tally.stats)) if self.tally.stats else None
+        stats = self._gathered()
+        cols = WorkerStats.from_rows(WorkerStats.rows(stats)) if stats else None
         st.clock["t_virtual"] = max(st.clock["t_virtual"], self.now)
         if cols is not None:
             st.clock["t_virtual_compute"] += float(cols.t_compute.sum()) / self.M
