@@ -1,7 +1,7 @@
 """HALoS (``sync: halos``): hierarchical asynchronous local SGD with regional (local) parameter servers, a
 global parameter server, and momentum at both levels.
 
-Kim, Kim et al. 2025, "HALoS: Hierarchical Asynchronous Local SGD over Slow Networks for Geo-Distributed
+Kim et al. 2025, "HALoS: Hierarchical Asynchronous Local SGD over Slow Networks for Geo-Distributed
 Large Language Model Training", ICML 2025, arXiv:2506.04531; code utnslab/halos at 4b5bf73
 (``src/halos/simulation/exec_halos.py``: ``LocalParameterServer``, ``HalosSimulator``; ``src/halos/opt.py``:
 both servers step with Delayed Nesterov; ``examples/run_halos.sh``: the hyper-parameters). On the event
