@@ -189,6 +189,37 @@ def test_decoupled_quorum_one_merges_without_the_straggler(tmp_path):
     assert k2.sync.rounds[0] == k2.sync.rounds[1]  # K = all: the fast learner waits for each merge
 
 
+# ------------------------------------------------------------------------------------------ churn
+@pytest.mark.parametrize("sync,kw", [("async_diloco", {}), ("decoupled_diloco", {"decoupled_quorum": 2}),
+                                     ("halos", {"halos_regions": 3})])
+def test_a_worker_that_leaves_and_rejoins(tmp_path, sync, kw):
+    """Worker 2 of 3 leaves after step 2 and rejoins after step 6 of 12: the others run on (the run ends, its
+    samples all counted), worker 2 takes fewer inner steps than in the run without churn, and trains again
+    after its return (more inner steps than had it left for good)."""
+    base = dict(sync=sync, workers=3, batch_size=48, worker_bandwidth_mbit=[1000] * 3, clock_sample_s=0.05,
+                world_period=2, steps=12, **kw)
+    full, _ = trained(cfg(**base), tmp_path / "full")
+    churn, lines = trained(cfg(faults=["churn:2@2:6"], **base), tmp_path / "churn")
+    gone, _ = trained(cfg(faults=["churn:2@2"], **base), tmp_path / "gone")
+    assert lines[-1]["samples"] == 12 * 48 and sum(churn.sync.inner_steps) == 36
+    assert gone.sync.inner_steps[2] < churn.sync.inner_steps[2] < full.sync.inner_steps[2]
+    assert torch.isfinite(final_model(churn)).all()
+
+
+@pytest.mark.parametrize("kw,msg", [
+    (dict(sync="diloco", faults=["churn:1@2:4"]), "waits for every worker"),
+    (dict(sync="decoupled_diloco", faults=["churn:1@2:4"]), "can not meet"),
+    (dict(sync="async_diloco", faults=["churn:2@2:4"]), "not one of the 2 workers"),
+    (dict(sync="async_diloco", faults=["churn:1@4:2"]), "STEP < REJOIN"),
+    (dict(sync="async_diloco", faults=["churn:0@2", "churn:1@3"]), "all 2 workers are away"),
+    (dict(sync="async_diloco", faults=["leave 1"]), "expected churn:RANK@STEP"),
+])
+def test_churn_errors_are_one_line(kw, msg):
+    with pytest.raises(ConfigError, match=msg) as e:
+        cfg(**kw)
+    assert "\n" not in str(e.value)
+
+
 # ------------------------------------------------------------------------------------------ procs
 @pytest.mark.parametrize("sync,kw", [("decoupled_diloco", {}),
                                      ("async_diloco", {"worker_speeds": [1.0, 2.5], "async_grace_s": 0.1}),

@@ -72,6 +72,10 @@ class RunConfig:
                                "emulated machine had its CPU to itself: co-located workers under the fair "
                                "scheduler wait for a core when their data arrives, milliseconds per message; "
                                "0: the fair scheduler", minimum=0, maximum=99, group="run")
+    faults: list[str] = _f([], "faults of the run on the virtual clock (lowbw.train.faults): churn:RANK@STEP:REJOIN "
+                           "= worker RANK leaves after step STEP and rejoins after step REJOIN (churn:RANK@STEP: "
+                           "for good); only async_diloco, decoupled_diloco (quorum below the workers present) and "
+                           "halos tolerate it", group="run")
     peer_timeout_s: float = _f(0.0, "procs/torchrun: seconds any wait on another worker may take before the run "
                                "fails naming the rank (0: 30 s + 10x the modelled gradient all-reduce time)",
                                minimum=0, group="run")

@@ -11,6 +11,7 @@ from typing import Any
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.net.trace import resolve_trace
 from lowbw.net.units import keyed_number
+from lowbw.train.faults import most_absent, parse_faults
 from lowbw.train.targets import TargetError, parse_targets
 
 __all__ = ["ConfigError", "json_type", "coerce", "check_range", "check", "check_registries"]
@@ -29,7 +30,7 @@ def json_type(f) -> str:
     """The JSON Schema type of a RunConfig field."""
     t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     return {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list[float]": "array",
-            "dict": "object"}[t]
+            "list[str]": "array", "dict": "object"}[t]
 
 
 def coerce(f, v: Any) -> Any:
@@ -71,6 +72,12 @@ def coerce(f, v: Any) -> Any:
                                                   for x in v):
             raise ConfigError(k, f"expected a list of accuracies or \"val_loss<=1.9\"-style strings, got {v!r}")
         return [x if isinstance(x, str) else float(x) for x in v]
+    if kind == "array" and f.type == "list[str]":
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, list | tuple) or any(not isinstance(x, str) for x in v):
+            raise ConfigError(k, f"expected a list of strings, got {v!r}")
+        return list(v)
     if kind == "array":
         if not isinstance(v, list | tuple) or any(isinstance(x, bool) or not isinstance(x, int | float) for x in v):
             raise ConfigError(k, f"expected a list of numbers, got {v!r}")
@@ -249,6 +256,18 @@ def _check_async_outer(cfg) -> None:
         if (f.name.startswith(("async_", "decoupled_", "halos_")) and getattr(cfg, f.name) != f.default
                 and not f.name.startswith(own.get(s, ()))):
             raise ConfigError(f.name, f"not used with sync={s}")
+    try:
+        churn = parse_faults(cfg.faults, M)
+    except ValueError as e:
+        raise ConfigError("faults", str(e)) from None
+    if churn and most_absent(churn) >= M:
+        raise ConfigError("faults", f"all {M} workers are away at once")
+    if churn and s not in ASYNC_OUTER:
+        raise ConfigError("faults", f"churn needs sync async_diloco, decoupled_diloco or halos (sync={s} waits for "
+                                    "every worker at its exchanges)")
+    if churn and s == "decoupled_diloco" and (cfg.decoupled_quorum or M) > M - most_absent(churn):
+        raise ConfigError("decoupled_quorum", f"{cfg.decoupled_quorum or M} learners can not meet while "
+                                              f"{most_absent(churn)} of {M} are away (faults): set it lower")
     if s not in ASYNC_OUTER:
         return
     if cfg.backend != "sim" and cfg.clock != "model":

@@ -31,6 +31,9 @@ synchronous runs) together with every server event before the next inner step; i
 schedule's at the step's start; its loss is the mean of those M inner steps' losses. The clock is the event
 time (``t_virtual``), split into the workers' mean compute and the rest (communication and waiting). The
 run is evaluated on the scheme's global model (:meth:`AsyncOuter.global_row`) with worker 0's buffers.
+Churn (``faults: [churn:RANK@STEP:REJOIN]``, :mod:`lowbw.train.faults`): after metrics step STEP worker RANK
+leaves (its round in progress is dropped; a Delta it already sent still arrives and counts), the others go
+on, and after step REJOIN it pulls its server's model and starts a round.
 The final synchronisation flushes: every worker with inner steps since its last model pushes its partial
 Delta_i, and the scheme's :meth:`AsyncOuter.flush` merges whatever is left, so the global model has every
 inner step of the run.
@@ -59,6 +62,7 @@ from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter
 from lowbw.net.costlinks import WorkerLink
 from lowbw.net.costmodel import LinkParams
+from lowbw.train.faults import parse_faults
 from lowbw.train.optim import clip_rows, make_optimizer
 from lowbw.train.replicas import Replicas
 from lowbw.train.schemes.base import Scheme, StepContext
@@ -117,7 +121,7 @@ class Worker:
     steps: int = 0  # inner steps taken in this round
     target: int = 1  # H_i, inner steps of this round
     t: float = 0.0  # virtual time of its last event (its last inner step's end, or the model's arrival)
-    state: str = "run"  # run (inner steps), away (its Delta sent; waiting for a model), idle (flushed)
+    state: str = "run"  # run (inner steps), away (its Delta sent; waiting for a model), idle (flushed), gone
     samples: int = 0  # samples of this round (the token count of decoupled_diloco's weighting)
     since: int = 0  # server version of the model the round started from (staleness)
 
@@ -163,6 +167,8 @@ class AsyncOuter(Scheme):
         self.inner_steps = [0] * self.M  # inner steps each worker has taken in the run
         self.rounds = [0] * self.M  # Deltas each worker has pushed in the run
         self.lr = 0.0
+        self.churn = parse_faults(cfg.faults, self.M)  # workers that leave and rejoin (lowbw.train.faults)
+        self.gone: set[int] = set()  # workers away now
         for i in range(self.M):
             self._schedule_inner(i, 0.0)
 
@@ -275,8 +281,8 @@ class AsyncOuter(Scheme):
             self.rep.params[self.row[i]].copy_(model)
             self.start[self.row[i]].copy_(model)
         w.t, w.steps, w.samples, w.since = t, 0, 0, version
-        if self.flushing:
-            w.state = "idle"
+        if self.flushing or i in self.gone:
+            w.state = "idle" if self.flushing else "gone"
             return
         w.state = "run"
         w.target = self.targets[i]
@@ -331,10 +337,28 @@ class AsyncOuter(Scheme):
                 raise RuntimeError(f"sync={self.cfg.sync}: no event left with {self.inner_done} of {self.M} inner "
                                    "steps of the step done (every worker waits for a model none will send)")
             self._process(heapq.heappop(self.events))
+        self._churn(st.step + 1)
         self._charge(st, time.perf_counter() - t0)
         st.step += 1
         st.samples += self.b * self.M
         st.in_sync = False  # the final synchronisation flushes the workers' unsent steps
+
+    def _churn(self, step: int) -> None:
+        """Faults after metrics step ``step``: a leaving worker drops its round in progress (a Delta it sent
+        still arrives; the model sent back then waits for its return); a rejoining one pulls its server's model."""
+        for c in self.churn:
+            i, w = c.rank, self.workers[c.rank]
+            if c.leave_step == step:
+                self.gone.add(i)
+                if w.state == "run":
+                    self.events = [e for e in self.events if not (e[4] == "inner" and e[2] == i)]
+                    heapq.heapify(self.events)
+                    w.state = "gone"
+            elif c.rejoin_step == step:
+                self.gone.discard(i)
+                if w.state == "gone":
+                    w.state = "away"
+                    self.release(self.server_of(i), [i], self.now)
 
     def _charge(self, st, wall: float) -> None:
         """The step's clock, bytes and statistics (the loss: the mean over its inner steps, in event order)."""
