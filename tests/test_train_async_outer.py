@@ -170,6 +170,22 @@ def test_a_slow_worker_does_fewer_steps_and_does_not_stall_the_others(tmp_path, 
     assert lines[-2]["t_virtual"] < 0.6 * dil[-2]["t_virtual"]
 
 
+def test_the_clock_charges_each_worker_its_own_waits(tmp_path):
+    """Two workers, 0.16 s and 0.32 s an inner step, H = 2, each on its own 100 Mbit/s link to a server with a
+    fat port: step 1 is worker 0's two steps (t = 0.32 s: worker 1 does not hold it back); step 2 is worker
+    1's first two steps, and takes in every message before worker 0's next step: worker 0's push and pull,
+    worker 1's push landing at 0.64 s + one message on its link (the server port's queue is shorter)."""
+    c = cfg(sync="async_diloco", async_dylu=False, world_period=2, steps=2, clock_sample_s=0.01,
+            worker_speeds=[1.0, 2.0], worker_bandwidth_mbit=[100, 100], eval_every=10.0)
+    tr, lines = trained(c, tmp_path / "a")
+    msg = 8 * tr.rep.P * 4 / (100e6 * c.link_goodput)  # one Delta or model on a worker's link
+    assert lines[1]["step"] == 1 and lines[1]["t_virtual"] == pytest.approx(0.32, rel=1e-12)
+    assert lines[2]["step"] == 2 and lines[2]["t_virtual"] == pytest.approx(0.64 + msg, rel=1e-12)
+    assert tr.sync.inner_steps == [2, 2] and tr.sync.rounds == [1, 1]
+    # the flush: worker 0 (back at 0.32 + 2 msg) had taken no step since; worker 1's model arrives last
+    assert lines[-1]["t_virtual"] == pytest.approx(0.64 + 2 * msg, rel=1e-12)
+
+
 def test_without_dylu_the_fast_worker_runs_more_rounds(tmp_path):
     tr, _ = trained(cfg(sync="async_diloco", async_dylu=False, world_period=3, steps=12, worker_speeds=[1.0, 3.0],
                         **COMPUTE_BOUND), tmp_path / "a")
