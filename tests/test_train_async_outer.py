@@ -4,11 +4,14 @@ and their configuration errors."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
 import torch
 
 from lowbw.runio import read_jsonl
 from lowbw.train.config import ConfigError, RunConfig
+from lowbw.train.launch import run
 from lowbw.train.loop import TIME_FIELDS, Trainer
 from lowbw.train.schemes.async_diloco import DelayedNesterov
 from lowbw.train.schemes.async_outer import dylu_steps
@@ -248,6 +251,25 @@ def test_procs_replays_the_sim_run(tmp_path, sync, kw):
     sim, procs = sim_and_procs(cfg, tmp_path, sync=sync, steps=5, **kw)
     assert len(sim) == 7
     assert_same_metrics(sim, procs)
+
+
+@pytest.mark.netns
+@pytest.mark.slow
+def test_the_testbed_replays_the_sim_run(tmp_path):
+    """procs inside the tc testbed (each worker in its own namespace behind a 50 Mbit/s link): HALoS with
+    two regions of unequal workers trains to the sim run's losses, its broadcasts crossing the shaped links."""
+    from lowbw.net.testbed import netns_missing
+
+    if netns_missing():
+        pytest.skip("needs root, ip netns and tc: " + "; ".join(netns_missing()))
+    kw = dict(sync="halos", workers=4, batch_size=32, halos_regions=2, worker_speeds=[1.0, 2.0, 1.0, 3.0],
+              bandwidth_mbit=50.0, worker_bandwidth_mbit=[], steps=4)
+    _, sim = trained(cfg(**kw), tmp_path / "sim")
+    run(cfg(backend="procs", testbed=True, **kw), tmp_path / "tb", quiet=True)
+    tb = read_jsonl(tmp_path / "tb" / "metrics.jsonl")
+    assert_same_metrics(sim, tb)
+    assert json.loads((tmp_path / "tb" / "config.json").read_text())["emulation"] == "netns-tc"
+    assert tb[-1]["t_comm"] > 0  # the shaped links really carried the Deltas
 
 
 # ------------------------------------------------------------------------------------------ determinism, config
