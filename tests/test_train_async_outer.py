@@ -14,8 +14,9 @@ from lowbw.train.config import ConfigError, RunConfig
 from lowbw.train.launch import run
 from lowbw.train.loop import TIME_FIELDS, Trainer
 from lowbw.train.schemes.async_diloco import DelayedNesterov
-from lowbw.train.schemes.async_outer import dylu_steps
+from lowbw.train.schemes.async_outer import ServerPort, dylu_steps
 from lowbw.train.schemes.decoupled_diloco import merge_deltas
+from lowbw.train.schemes.parameter_server import server_link
 from lowbw.train.world import SimWorld
 from tests.sim_procs import assert_same_metrics, sim_and_procs
 
@@ -187,6 +188,19 @@ def test_the_clock_charges_each_worker_its_own_waits(tmp_path):
     assert tr.sync.inner_steps == [2, 2] and tr.sync.rounds == [1, 1]
     # the flush: worker 0 (back at 0.32 + 2 msg) had taken no step since; worker 1's model arrives last
     assert lines[-1]["t_virtual"] == pytest.approx(0.64 + 2 * msg, rel=1e-12)
+
+
+def test_a_server_port_follows_the_bandwidth_schedule():
+    """A message starting after the schedule's switch crosses the server's link at the new rate; messages
+    queue on one direction of the port and not across directions."""
+    c = cfg(sync="async_diloco", worker_bandwidth_mbit=[], bandwidth_schedule=[0, 10, 1, 100])
+    port = ServerPort(c, lambda t: server_link(c, t), False)
+    n = 1_000_000
+    slow, fast = 8 * n / (10e6 * c.link_goodput), 8 * n / (100e6 * c.link_goodput)
+    assert port.transfer(0.0, n, "in", 0) == pytest.approx(slow, rel=1e-12)
+    assert port.transfer(0.0, n, "in", 1) == pytest.approx(2 * slow, rel=1e-12)  # queued behind the first
+    assert port.transfer(0.0, n, "out", 0) == pytest.approx(slow, rel=1e-12)
+    assert port.transfer(5.0, n, "in", 0) == pytest.approx(5.0 + fast, rel=1e-12)
 
 
 def test_without_dylu_the_fast_worker_runs_more_rounds(tmp_path):

@@ -76,8 +76,7 @@ class AsyncDiLoCo(AsyncOuter):
 
     def __init__(self, cfg, world, rep, opt=None, batches=None):
         super().__init__(cfg, world, rep, opt, batches)
-        link = server_link(cfg)
-        self.port = ServerPort(cfg, link, uses_worker_links(cfg, link))
+        self.port = ServerPort(cfg, lambda t: server_link(cfg, t), uses_worker_links(cfg, server_link(cfg)))
         self.theta = rep.params[0].clone()  # the server's model
         self.dn = DelayedNesterov(rep.P, rep.device, cfg.outer_momentum, cfg.async_buffer or self.M,
                                   cfg.async_momentum_activation)

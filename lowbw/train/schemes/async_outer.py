@@ -53,6 +53,7 @@ from __future__ import annotations
 import heapq
 import math
 import time
+from collections.abc import Callable
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
@@ -87,22 +88,24 @@ def dylu_steps(H: int, compute_s: list[float], on: bool) -> list[int]:
 
 class ServerPort:
     """One server's network port on the virtual clock: the server's link is shared, so messages to it queue
-    on its downlink and messages from it on its uplink (``bytes x 8 / bandwidth`` each); on per-worker links
+    on its downlink and messages from it on its uplink (``bytes x 8 / bandwidth`` each, at the link
+    ``link_at(t)`` of the time t the message starts: a ``bandwidth_schedule`` is followed); on per-worker links
     a message also crosses the worker's own link and ends at ``max(queue end, ready + bytes / worker rate)``
     (cut-through) plus both latencies (the parameter server's model, :mod:`.parameter_server`)."""
 
-    def __init__(self, cfg, link: LinkParams, per_worker: bool):
-        self.cfg, self.link, self.per_worker = cfg, link, per_worker
+    def __init__(self, cfg, link_at: Callable[[float], LinkParams], per_worker: bool):
+        self.cfg, self.link_at, self.per_worker = cfg, link_at, per_worker
         self.free = {"in": 0.0, "out": 0.0}  # virtual time each direction of the port is free again
 
     def transfer(self, ready: float, nbytes: int, direction: str, worker: int | None) -> float:
         """Finish time of a message of ``nbytes`` ready at ``ready``, ``direction`` in (to the server) or out;
         ``worker``: the worker at the other end (None: a server, no worker link crossed)."""
         start = max(ready, self.free[direction])
-        done = start + nbytes * self.link.beta
+        link = self.link_at(start)
+        done = start + nbytes * link.beta
         self.free[direction] = done
         if not self.per_worker or worker is None:
-            return done + self.link.alpha_s
+            return done + link.alpha_s
         w = worker_links(self.cfg, ready)[worker]
         own = 8.0 * nbytes / (w.up_bps if direction == "in" else w.down_bps)
         return max(done, ready + own) + w.up_alpha_s + w.down_alpha_s

@@ -61,8 +61,7 @@ class DecoupledDiLoCo(AsyncOuter):
 
     def __init__(self, cfg, world, rep, opt=None, batches=None):
         super().__init__(cfg, world, rep, opt, batches)
-        link = server_link(cfg)
-        self.port = ServerPort(cfg, link, uses_worker_links(cfg, link))
+        self.port = ServerPort(cfg, lambda t: server_link(cfg, t), uses_worker_links(cfg, server_link(cfg)))
         self.theta = rep.params[0: 1].clone()  # the synchroniser's model, [1, P] (FlatOptimizer's rows)
         self.outer = FlatOptimizer("sgd", (1, rep.P), rep.device, momentum=cfg.outer_momentum,
                                    nesterov=cfg.outer_optimizer == "nesterov", weight_decay=0.0)

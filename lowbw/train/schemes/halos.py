@@ -51,11 +51,12 @@ from lowbw.train.schemes.parameter_server import server_link
 __all__ = ["HALoS", "region_link"]
 
 
-def region_link(cfg) -> LinkParams:
-    """A region's LPS port: ``halos_region_mbit`` (0: ``bandwidth_mbit``) x ``link_goodput``, latency
-    ``halos_region_latency_ms`` (-1: ``latency_ms``) + ``clock_overhead_ms``."""
+def region_link(cfg, t_virtual: float = 0.0) -> LinkParams:
+    """A region's LPS port: ``halos_region_mbit`` (0: ``bandwidth_mbit``, under a schedule its value at
+    ``t_virtual``) x ``link_goodput``, latency ``halos_region_latency_ms`` (-1: ``latency_ms``) +
+    ``clock_overhead_ms``."""
     if not cfg.halos_region_mbit and cfg.halos_region_latency_ms < 0:
-        return server_link(cfg)
+        return server_link(cfg, t_virtual)
     mbit = cfg.halos_region_mbit or cfg.bandwidth_mbit
     lat = cfg.latency_ms if cfg.halos_region_latency_ms < 0 else cfg.halos_region_latency_ms
     return LinkParams(alpha_s=(lat + cfg.clock_overhead_ms) / 1e3, bandwidth_bps=mbit * 1e6 * cfg.link_goodput)
@@ -69,10 +70,9 @@ class HALoS(AsyncOuter):
         R = self.R = cfg.halos_regions
         G = self.G = self.M // R
         P, dev = rep.P, rep.device
-        link = region_link(cfg)
-        per_worker = uses_worker_links(cfg, link)
-        self.ports = [ServerPort(cfg, link, per_worker) for _ in range(R)]
-        self.wan = ServerPort(cfg, server_link(cfg), False)  # the GPS's port
+        per_worker = uses_worker_links(cfg, region_link(cfg))
+        self.ports = [ServerPort(cfg, lambda t: region_link(cfg, t), per_worker) for _ in range(R)]
+        self.wan = ServerPort(cfg, lambda t: server_link(cfg, t), False)  # the GPS's port
         self.lps = [rep.params[0].clone() for _ in range(R)]  # p_r
         self.merged = [rep.params[0].clone() for _ in range(R)]  # p_r^merged
         self.v = [0] * R  # v_r, updates LPS r applied
