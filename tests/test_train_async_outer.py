@@ -19,6 +19,7 @@ from lowbw.train.schemes.decoupled_diloco import merge_deltas
 from lowbw.train.schemes.parameter_server import server_link
 from lowbw.train.world import SimWorld
 from tests.sim_procs import assert_same_metrics, sim_and_procs
+from tests.test_train_loop import killed_run
 
 # equal workers on equal links of their own behind a server with a fat port: a round's messages reach the
 # server, and its models the workers, at one instant (a shared 10 Mbit/s port would serve them one by one)
@@ -222,6 +223,27 @@ def test_decoupled_quorum_one_merges_without_the_straggler(tmp_path):
     assert k2.sync.rounds[0] == k2.sync.rounds[1]  # K = all: the fast learner waits for each merge
 
 
+# ------------------------------------------------------------------------------------------ checkpoints
+@pytest.mark.parametrize("sync,kw", [("async_diloco", {"async_grace_s": 0.05}),
+                                     ("decoupled_diloco", {"decoupled_quorum": 2, "faults": ["churn:1@2:5"]}),
+                                     ("halos", {"halos_regions": 3, "halos_accumulation": 2})])
+def test_a_resumed_run_gives_identical_later_metrics(tmp_path, monkeypatch, sync, kw):
+    """A run killed after step 7 resumes from its step-6 checkpoint (events in flight, the workers' rounds and
+    inner optimisers, the servers' models and momenta, the ports' queues) to the uninterrupted run's metrics."""
+    c = cfg(sync=sync, workers=3, batch_size=48, worker_speeds=[1.0, 2.0, 3.0], worker_bandwidth_mbit=[10, 20, 5],
+            world_period=3, steps=9, checkpoint_every=3, optimizer="adamw", lr=0.003, **kw)
+    run(c, tmp_path / "full", quiet=True)
+    killed_run(c, tmp_path / "k", monkeypatch, after_steps=7)
+    assert json.loads((tmp_path / "k" / "checkpoint" / "latest.json").read_text())["step"] == 6
+    run(c, tmp_path / "k", quiet=True)
+    wall = ("t_compute", "t_compress", "t_comm", "t_step", "t_meta", "t_wall")
+
+    def strip(lines):
+        return [{k: v for k, v in ln.items() if k not in wall} for ln in lines]
+
+    assert strip(read_jsonl(tmp_path / "k" / "metrics.jsonl")) == strip(read_jsonl(tmp_path / "full" / "metrics.jsonl"))
+
+
 # ------------------------------------------------------------------------------------------ churn
 @pytest.mark.parametrize("sync,kw", [("async_diloco", {}), ("decoupled_diloco", {"decoupled_quorum": 2}),
                                      ("halos", {"halos_regions": 3})])
@@ -311,7 +333,6 @@ def test_same_config_and_seed_give_identical_metrics(tmp_path, sync, kw):
     (dict(sync="async_diloco", decoupled_quorum=1), "decoupled_quorum"),
     (dict(sync="halos", outer_optimizer="sgd"), "outer_optimizer"),
     (dict(sync="decoupled_diloco", compressor="topk"), "compressor"),
-    (dict(sync="async_diloco", checkpoint_every=2), "checkpoint_every"),
     (dict(sync="async_diloco", async_buffer=1, async_momentum_activation=0.5), "async_momentum_activation"),
     (dict(sync="halos", halos_merge_weight=0.0), "halos_merge_weight"),
 ])

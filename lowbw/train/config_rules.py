@@ -277,8 +277,6 @@ def _check_async_outer(cfg) -> None:
         raise ConfigError("compressor", f"sync={s} pushes dense Deltas to its server (got {cfg.compressor!r})")
     if cfg.dynamic_batch != "off":
         raise ConfigError("dynamic_batch", f"not supported with sync={s}")
-    if cfg.checkpoint_every:
-        raise ConfigError("checkpoint_every", f"sync={s} keeps its events in flight and is not checkpointed")
     if s == "async_diloco" and cfg.async_momentum_activation and (cfg.async_buffer or M) == 1:
         raise ConfigError("async_momentum_activation", "needs a buffer async_buffer > 1 (with N = 1 c does nothing)")
     if s == "decoupled_diloco" and cfg.decoupled_quorum > M:

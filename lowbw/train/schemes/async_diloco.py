@@ -70,9 +70,20 @@ class DelayedNesterov:
             theta.sub_(g_n, alpha=lr)
         self.t += 1
 
+    def state_dict(self) -> dict:
+        return {"m": self.m.clone(), "acc": self.acc.clone(), "t": self.t}
+
+    def load_state_dict(self, s: dict) -> None:
+        self.m.copy_(s["m"])
+        self.acc.copy_(s["acc"])
+        self.t = int(s["t"])
+
 
 class AsyncDiLoCo(AsyncOuter):
     """One server applying each Delta at once with Delayed Nesterov (module docstring)."""
+
+    SERVER_STATE = ("theta",)
+    SERVER_OPTIMIZERS = ("dn",)
 
     def __init__(self, cfg, world, rep, opt=None, batches=None):
         super().__init__(cfg, world, rep, opt, batches)
@@ -83,6 +94,9 @@ class AsyncDiLoCo(AsyncOuter):
 
     def port_of(self, i: int) -> ServerPort:
         return self.port
+
+    def ports(self) -> list[ServerPort]:
+        return [self.port]
 
     def model_for(self, server: int) -> torch.Tensor:
         return self.theta

@@ -34,6 +34,9 @@ run is evaluated on the scheme's global model (:meth:`AsyncOuter.global_row`) wi
 Churn (``faults: [churn:RANK@STEP:REJOIN]``, :mod:`lowbw.train.faults`): after metrics step STEP worker RANK
 leaves (its round in progress is dropped; a Delta it already sent still arrives and counts), the others go
 on, and after step REJOIN it pulls its server's model and starts a round.
+A checkpoint (between two metrics steps) keeps the events in flight with their Deltas and models, the
+workers' rounds and inner optimisers, the ports' queues and the servers' state: a resumed run gives the
+uninterrupted run's metrics.
 The final synchronisation flushes: every worker with inner steps since its last model pushes its partial
 Delta_i, and the scheme's :meth:`AsyncOuter.flush` merges whatever is left, so the global model has every
 inner step of the run.
@@ -50,12 +53,13 @@ push and the pull of the star).
 
 from __future__ import annotations
 
+import copy
 import heapq
 import math
 import time
 from collections.abc import Callable
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 
 import torch
 
@@ -141,7 +145,12 @@ class StepTally:
 class AsyncOuter(Scheme):
     """The event engine (module docstring); subclasses are the server policies: they implement
     :meth:`arrive` (a Delta reached a server), optionally :meth:`relay` (a server-to-server message) and
-    :meth:`flush`, and own :attr:`global_row`."""
+    :meth:`flush`, own :attr:`global_row`, and name their checkpointed state in :attr:`SERVER_STATE`
+    (attributes copied as they are) and :attr:`SERVER_OPTIMIZERS` (objects, or lists of them, with
+    ``state_dict``)."""
+
+    SERVER_STATE: tuple[str, ...] = ()
+    SERVER_OPTIMIZERS: tuple[str, ...] = ()
 
     def __init__(self, cfg, world, rep: Replicas, opt=None, batches=None):
         self.cfg, self.world, self.rep, self.batch = cfg, world, rep, batches
@@ -411,6 +420,45 @@ class AsyncOuter(Scheme):
     def evaluable(self, in_sync: bool) -> bool:
         """Always: the run is evaluated on the global model."""
         return True
+
+    # ----------------------------------------------------------------------------------- checkpoints
+    def ports(self) -> list[ServerPort]:
+        """Every server port of the scheme (their queues are state)."""
+        return []
+
+    def state_dict(self) -> dict:
+        """The engine between two metrics steps: the events in flight (with their Deltas and models), the
+        workers' rounds, their inner optimisers, the ports' queues and the servers' state."""
+        def opt_state(o):
+            return [x.state_dict() for x in o] if isinstance(o, list) else o.state_dict()
+
+        return copy.deepcopy({
+            "events": self.events, "seq": self.seq, "now": self.now, "start": self.start,
+            "workers": [asdict(w) for w in self.workers], "open_batch": self.open_batch, "version": self.version,
+            "inner_steps": self.inner_steps, "rounds": self.rounds, "gone": sorted(self.gone),
+            "inner": {i: o.state_dict() for i, o in self.inner.items()},
+            "ports": [p.free for p in self.ports()],
+            "server": {k: getattr(self, k) for k in self.SERVER_STATE},
+            "server_opt": {k: opt_state(getattr(self, k)) for k in self.SERVER_OPTIMIZERS}})
+
+    def load_state_dict(self, s: dict) -> None:
+        s = copy.deepcopy(s)
+        self.events, self.seq, self.now = s["events"], s["seq"], s["now"]
+        heapq.heapify(self.events)
+        self.start.copy_(s["start"])
+        self.workers = [Worker(**w) for w in s["workers"]]
+        self.open_batch, self.version = s["open_batch"], s["version"]
+        self.inner_steps, self.rounds, self.gone = s["inner_steps"], s["rounds"], set(s["gone"])
+        for i, d in s["inner"].items():
+            self.inner[i].load_state_dict(d)
+        for p, free in zip(self.ports(), s["ports"], strict=True):
+            p.free = free
+        for k, v in s["server"].items():
+            setattr(self, k, v)
+        for k, d in s["server_opt"].items():
+            o = getattr(self, k)
+            for x, dx in (zip(o, d, strict=True) if isinstance(o, list) else [(o, d)]):
+                x.load_state_dict(dx)
 
     @contextmanager
     def evaluation_model(self):

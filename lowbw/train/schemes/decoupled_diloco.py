@@ -59,6 +59,9 @@ def merge_deltas(deltas: list[torch.Tensor], scores: list[float]) -> torch.Tenso
 class DecoupledDiLoCo(AsyncOuter):
     """A synchroniser merging at a quorum after a grace window (module docstring)."""
 
+    SERVER_STATE = ("theta", "held", "window_open")
+    SERVER_OPTIMIZERS = ("outer",)
+
     def __init__(self, cfg, world, rep, opt=None, batches=None):
         super().__init__(cfg, world, rep, opt, batches)
         self.port = ServerPort(cfg, lambda t: server_link(cfg, t), uses_worker_links(cfg, server_link(cfg)))
@@ -71,6 +74,9 @@ class DecoupledDiLoCo(AsyncOuter):
 
     def port_of(self, i: int) -> ServerPort:
         return self.port
+
+    def ports(self) -> list[ServerPort]:
+        return [self.port]
 
     def model_for(self, server: int) -> torch.Tensor:
         return self.theta[0]

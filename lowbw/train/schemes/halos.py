@@ -65,13 +65,16 @@ def region_link(cfg, t_virtual: float = 0.0) -> LinkParams:
 class HALoS(AsyncOuter):
     """Regional servers under a global one (module docstring)."""
 
+    SERVER_STATE = ("lps", "merged", "v", "v_merged", "theta_g")
+    SERVER_OPTIMIZERS = ("lps_opt", "gps_opt")
+
     def __init__(self, cfg, world, rep, opt=None, batches=None):
         super().__init__(cfg, world, rep, opt, batches)
         R = self.R = cfg.halos_regions
         G = self.G = self.M // R
         P, dev = rep.P, rep.device
         per_worker = uses_worker_links(cfg, region_link(cfg))
-        self.ports = [ServerPort(cfg, lambda t: region_link(cfg, t), per_worker) for _ in range(R)]
+        self.region_ports = [ServerPort(cfg, lambda t: region_link(cfg, t), per_worker) for _ in range(R)]
         self.wan = ServerPort(cfg, lambda t: server_link(cfg, t), False)  # the GPS's port
         self.lps = [rep.params[0].clone() for _ in range(R)]  # p_r
         self.merged = [rep.params[0].clone() for _ in range(R)]  # p_r^merged
@@ -87,7 +90,10 @@ class HALoS(AsyncOuter):
         return i // self.G
 
     def port_of(self, i: int) -> ServerPort:
-        return self.ports[self.server_of(i)]
+        return self.region_ports[self.server_of(i)]
+
+    def ports(self) -> list[ServerPort]:
+        return [*self.region_ports, self.wan]
 
     def model_for(self, server: int) -> torch.Tensor:
         return self.lps[server]
