@@ -331,6 +331,8 @@ def test_same_config_and_seed_give_identical_metrics(tmp_path, sync, kw):
     (dict(sync="diloco", async_buffer=2), "async_buffer"),
     (dict(sync="async_diloco", halos_regions=2), "halos_regions"),
     (dict(sync="async_diloco", decoupled_quorum=1), "decoupled_quorum"),
+    (dict(sync="decoupled_diloco", async_buffer=2), "async_buffer"),
+    (dict(sync="halos", async_momentum_activation=0.5), "async_momentum_activation"),
     (dict(sync="halos", outer_optimizer="sgd"), "outer_optimizer"),
     (dict(sync="decoupled_diloco", compressor="topk"), "compressor"),
     (dict(sync="async_diloco", async_buffer=1, async_momentum_activation=0.5), "async_momentum_activation"),

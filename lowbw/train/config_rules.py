@@ -251,7 +251,8 @@ ASYNC_OUTER = ("async_diloco", "decoupled_diloco", "halos")  # the schemes of lo
 def _check_async_outer(cfg) -> None:
     """async_diloco, decoupled_diloco and halos (issue 48): their own keys only where used; what they run on."""
     s, M = cfg.sync, cfg.workers
-    own = {"async_diloco": ("async_",), "decoupled_diloco": ("async_", "decoupled_"), "halos": ("async_", "halos_")}
+    shared = ("async_dylu", "async_grace_s")  # the engine's; the rest each policy's own
+    own = {"async_diloco": ("async_",), "decoupled_diloco": (*shared, "decoupled_"), "halos": (*shared, "halos_")}
     for f in fields(cfg):
         if (f.name.startswith(("async_", "decoupled_", "halos_")) and getattr(cfg, f.name) != f.default
                 and not f.name.startswith(own.get(s, ()))):
