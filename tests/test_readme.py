@@ -69,6 +69,8 @@ CAPPED = {
     "--out runs/my_muloco": "--set epochs=0.02",
     "--out runs/my_desloc": "--set epochs=0.02",
     "--out runs/my_sparta": "--set epochs=0.02",
+    "--out runs/my_async": "--set epochs=0.02",
+    "--out runs/my_halos": "--set epochs=0.02",
 }
 NOT_RUN = {
     "make": "the whole workflow and test suite: tests/test_workflow.py runs the tiny profile",

@@ -72,6 +72,10 @@ class RunConfig:
                                "emulated machine had its CPU to itself: co-located workers under the fair "
                                "scheduler wait for a core when their data arrives, milliseconds per message; "
                                "0: the fair scheduler", minimum=0, maximum=99, group="run")
+    faults: list[str] = _f([], "faults of the run on the virtual clock (lowbw.train.faults): churn:RANK@STEP:REJOIN "
+                           "= worker RANK leaves after step STEP and rejoins after step REJOIN (churn:RANK@STEP: "
+                           "for good); only async_diloco, decoupled_diloco (quorum below the workers present) and "
+                           "halos tolerate it", group="run")
     peer_timeout_s: float = _f(0.0, "procs/torchrun: seconds any wait on another worker may take before the run "
                                "fails naming the rank (0: 30 s + 10x the modelled gradient all-reduce time)",
                                minimum=0, group="run")
@@ -172,7 +176,10 @@ class RunConfig:
                    "desloc_m2_period (Iacob et al. 2025); sparta: local steps, sparta_density of the "
                    "parameters averaged every step (Beton et al. 2025); noloco: world_period local steps, then "
                    "each worker averages with one seeded peer and takes NoLoCo's momentum step (Kolehmainen et al. "
-                   "2025; outer_lr, outer_momentum; an even number of workers)",
+                   "2025; outer_lr, outer_momentum; an even number of workers); async_diloco (Liu et al. 2024), "
+                   "decoupled_diloco (Douillard et al. 2026), halos (Kim et al. 2025): world_period inner steps, "
+                   "then outer steps at a server that no worker waits for (sim; the async_*, decoupled_*, "
+                   "halos_* keys)",
                    enum=SYNC_SCHEMES, group="sync")
     collective: str = _f("ring", "collective algorithm (lowbw.comm: ring, tree, ps, butterfly, native, ...)",
                          group="sync")
@@ -196,7 +203,8 @@ class RunConfig:
     ddp_hook: bool = _f(False, "procs/torchrun: torch DDP with the compressor as a communication hook",
                         group="sync")
     world_period: int = _f(1, "L_W: steps between world synchronisations (local, post_local, hierarchical; "
-                           "diloco, noloco: H, inner steps per outer step)", minimum=1, group="sync")
+                           "diloco, noloco, async_diloco, decoupled_diloco, halos: H, inner steps per outer step)",
+                           minimum=1, group="sync")
     outer_optimizer: str = _f("nesterov", "diloco: the outer optimiser on the pseudo-gradient, SGD with Nesterov "
                               "momentum (the paper's) or plain SGD with momentum", enum=list(OUTER_OPTIMIZERS),
                               group="sync")
@@ -249,6 +257,48 @@ class RunConfig:
                                "step moves parameters only)", group="sync")
     staleness: int = _f(2, "ssp: staleness bound s (a worker may be s clocks ahead of the slowest)", minimum=0,
                         group="sync")
+    async_dylu: bool = _f(True, "async_diloco, decoupled_diloco, halos: Dynamic Local Updates (Liu et al. 2024): "
+                          "worker i takes H_i = max(1, floor(H x min_j speed_j / speed_i)) inner steps per round "
+                          "(worker_speeds), so a slow worker does fewer; false: H = world_period for all",
+                          group="sync")
+    async_grace_s: float = _f(0.0, "async_diloco, halos: seconds a server waits after the first Delta of a batch "
+                              "before sending the batch's workers its model (the asyncdiloco toy code's "
+                              "max_wait_time); decoupled_diloco: the grace window after the quorum; 0: only "
+                              "Deltas arriving at the same virtual instant", minimum=0, group="sync")
+    async_buffer: int = _f(0, "async_diloco: N, Delayed Nesterov's buffer: the outer momentum is updated with "
+                           "the mean of every N Deltas, each Delta applied at once at outer_lr / N (Liu et al. "
+                           "2024, Algorithm 3); 0: N = workers; 1: Nesterov on every Delta", minimum=0,
+                           group="sync")
+    async_momentum_activation: float = _f(0.0, "async_diloco: c, Delayed Nesterov's momentum activation (the "
+                                          "fraction of the momentum applied between its updates); 0: the "
+                                          "paper's", minimum=0, maximum=1, group="sync")
+    decoupled_quorum: int = _f(0, "decoupled_diloco: K, the fewest learners' Deltas the synchroniser merges "
+                               "(Douillard et al. 2026); 0: all workers (equal learners: DiLoCo)", minimum=0,
+                               group="sync")
+    decoupled_weighting: str = _f("tokens", "decoupled_diloco: weight of a learner's Delta in a merge: tokens = "
+                                  "its round's samples x samples per inner step (the paper's token weighting); "
+                                  "uniform = the plain mean", enum=["tokens", "uniform"], group="sync")
+    halos_regions: int = _f(1, "halos: R regions of workers/R consecutive workers, each with its local "
+                            "parameter server (Kim et al. 2025); the global server sits with region 0's",
+                            minimum=1, group="sync")
+    halos_local_lr: float = _f(0.7, "halos: a local server's Delayed Nesterov rate eta_l on its workers' Deltas "
+                               "(their script: 0.2 x buffer 16)", exclusive_minimum=0, group="sync")
+    halos_local_momentum: float = _f(0.9, "halos: a local server's momentum beta_l", minimum=0,
+                                     maximum=0.999999, group="sync")
+    halos_local_buffer: int = _f(0, "halos: a local server's Delayed Nesterov buffer (0: workers per region)",
+                                 minimum=0, group="sync")
+    halos_global_buffer: int = _f(0, "halos: the global server's Delayed Nesterov buffer (0: regions); its rate "
+                                  "and momentum are outer_lr, outer_momentum", minimum=0, group="sync")
+    halos_accumulation: int = _f(0, "halos: K, updates a local server applies between its sends to the global "
+                                 "server (0: workers per region)", minimum=0, group="sync")
+    halos_merge_weight: float = _f(0.25, "halos: alpha, a local server's model after the global model arrives: "
+                                   "(1 - alpha) local + alpha global (their model_merge_weight; their script "
+                                   "0.25)", exclusive_minimum=0, maximum=1, group="sync")
+    halos_region_mbit: float = _f(0.0, "halos: bandwidth (Mbit/s) of a local server's port inside its region "
+                                  "(0: bandwidth_mbit); the global link is bandwidth_mbit", minimum=0,
+                                  group="sync")
+    halos_region_latency_ms: float = _f(-1.0, "halos: one-way latency (ms) inside a region (-1: latency_ms)",
+                                        group="sync")
     worker_speeds: list[float] = _f([], "virtual clock: relative compute time of each worker (len = workers; [] = "
                                     "all equal; a straggler at 3 computes 3x as long); synchronous schemes wait "
                                     "for the slowest, ssp/async let the others run ahead", group="sync")

@@ -33,7 +33,7 @@ def json_schema() -> dict[str, Any]:
         default = f.default if f.default is not MISSING else f.default_factory()
         p["default"] = default
         if kind == "array":
-            p["items"] = {"type": "number"}
+            p["items"] = {"type": "string" if f.type == "list[str]" else "number"}
         if m.get("enum"):
             p["enum"] = list(m["enum"])
         for key, sk in (("minimum", "minimum"), ("maximum", "maximum"), ("exclusive_minimum", "exclusiveMinimum")):

@@ -11,6 +11,7 @@ from typing import Any
 from lowbw.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.net.trace import resolve_trace
 from lowbw.net.units import keyed_number
+from lowbw.train.faults import most_absent, parse_faults
 from lowbw.train.targets import TargetError, parse_targets
 
 __all__ = ["ConfigError", "json_type", "coerce", "check_range", "check", "check_registries"]
@@ -29,7 +30,7 @@ def json_type(f) -> str:
     """The JSON Schema type of a RunConfig field."""
     t = f.type if isinstance(f.type, str) else getattr(f.type, "__name__", str(f.type))
     return {"str": "string", "int": "integer", "float": "number", "bool": "boolean", "list[float]": "array",
-            "dict": "object"}[t]
+            "list[str]": "array", "dict": "object"}[t]
 
 
 def coerce(f, v: Any) -> Any:
@@ -71,6 +72,12 @@ def coerce(f, v: Any) -> Any:
                                                   for x in v):
             raise ConfigError(k, f"expected a list of accuracies or \"val_loss<=1.9\"-style strings, got {v!r}")
         return [x if isinstance(x, str) else float(x) for x in v]
+    if kind == "array" and f.type == "list[str]":
+        if isinstance(v, str):
+            v = [v]
+        if not isinstance(v, list | tuple) or any(not isinstance(x, str) for x in v):
+            raise ConfigError(k, f"expected a list of strings, got {v!r}")
+        return list(v)
     if kind == "array":
         if not isinstance(v, list | tuple) or any(isinstance(x, bool) or not isinstance(x, int | float) for x in v):
             raise ConfigError(k, f"expected a list of numbers, got {v!r}")
@@ -197,7 +204,9 @@ def _check_sync(cfg) -> None:
     if s != "diloco":
         for f in fields(cfg):
             if (f.name.startswith("outer_") and getattr(cfg, f.name) != f.default
-                    and not (s == "noloco" and f.name in ("outer_lr", "outer_momentum"))):
+                    and not (s == "noloco" and f.name in ("outer_lr", "outer_momentum"))
+                    and not (s in ASYNC_OUTER and f.name in ("outer_lr", "outer_momentum"))
+                    and not (s == "decoupled_diloco" and f.name == "outer_optimizer")):
                 raise ConfigError(f.name, f"only used with sync=diloco (noloco: outer_lr, outer_momentum; "
                                           f"sync={s})")
     if cfg.compress_target == "update":
@@ -210,6 +219,7 @@ def _check_sync(cfg) -> None:
     if s == "noloco" and (M < 2 or M % 2):
         raise ConfigError("workers", f"noloco pairs the workers: needs an even number >= 2, got {M}")
     _check_new_schemes(cfg)
+    _check_async_outer(cfg)
     if s in ("sync", "ssp", "async", "sparta") and cfg.world_period != 1:
         raise ConfigError("world_period", f"not used with sync={s}")
     if s in ("ssp", "async") and cfg.backend != "sim":
@@ -233,6 +243,49 @@ def _check_sync(cfg) -> None:
     elif cfg.diloco_delay >= cfg.world_period:
         raise ConfigError("diloco_delay", f"{cfg.diloco_delay}: must be below world_period={cfg.world_period} "
                                           "(a fragment's update lands before its next exchange)")
+
+
+ASYNC_OUTER = ("async_diloco", "decoupled_diloco", "halos")  # the schemes of lowbw.train.schemes.async_outer
+
+
+def _check_async_outer(cfg) -> None:
+    """async_diloco, decoupled_diloco and halos (issue 48): their own keys only where used; what they run on."""
+    s, M = cfg.sync, cfg.workers
+    shared = ("async_dylu", "async_grace_s")  # the engine's; the rest each policy's own
+    own = {"async_diloco": ("async_",), "decoupled_diloco": (*shared, "decoupled_"), "halos": (*shared, "halos_")}
+    for f in fields(cfg):
+        if (f.name.startswith(("async_", "decoupled_", "halos_")) and getattr(cfg, f.name) != f.default
+                and not f.name.startswith(own.get(s, ()))):
+            raise ConfigError(f.name, f"not used with sync={s}")
+    try:
+        churn = parse_faults(cfg.faults, M)
+    except ValueError as e:
+        raise ConfigError("faults", str(e)) from None
+    if churn and most_absent(churn) >= M:
+        raise ConfigError("faults", f"all {M} workers are away at once")
+    if churn and s not in ASYNC_OUTER:
+        raise ConfigError("faults", f"churn needs sync async_diloco, decoupled_diloco or halos (sync={s} waits for "
+                                    "every worker at its exchanges)")
+    if churn and s == "decoupled_diloco" and (cfg.decoupled_quorum or M) > M - most_absent(churn):
+        raise ConfigError("decoupled_quorum", f"{cfg.decoupled_quorum or M} learners can not meet while "
+                                              f"{most_absent(churn)} of {M} are away (faults): set it lower")
+    if s not in ASYNC_OUTER:
+        return
+    if cfg.backend != "sim" and cfg.clock != "model":
+        raise ConfigError("clock", f"sync={s} on {cfg.backend} needs clock=model (every process replays one event "
+                                   "schedule)")
+    if cfg.compressor != "none":
+        raise ConfigError("compressor", f"sync={s} pushes dense Deltas to its server (got {cfg.compressor!r})")
+    if cfg.dynamic_batch != "off":
+        raise ConfigError("dynamic_batch", f"not supported with sync={s}")
+    if s == "async_diloco" and cfg.async_momentum_activation and (cfg.async_buffer or M) == 1:
+        raise ConfigError("async_momentum_activation", "needs a buffer async_buffer > 1 (with N = 1 c does nothing)")
+    if s == "decoupled_diloco" and cfg.decoupled_quorum > M:
+        raise ConfigError("decoupled_quorum", f"{cfg.decoupled_quorum} is above workers={M}")
+    if s == "halos" and M % cfg.halos_regions:
+        raise ConfigError("halos_regions", f"{cfg.halos_regions} does not divide workers={M}")
+    if s == "halos" and cfg.halos_region_latency_ms < 0 and cfg.halos_region_latency_ms != -1:
+        raise ConfigError("halos_region_latency_ms", f"{cfg.halos_region_latency_ms}: >= 0, or -1 (latency_ms)")
 
 
 def _check_new_schemes(cfg) -> None:

@@ -7,6 +7,9 @@ module docstring says how to add one), and the registry of ``cfg.sync`` names.
 - :mod:`.diloco`: the DiLoCo family (outer steps, fragments, overlapped exchanges);
 - :mod:`.noloco`: NoLoCo (pairwise outer steps with one peer, no collective);
 - :mod:`.parameter_server`: ssp and async (an event simulation on the virtual clock, sim only);
+- :mod:`.async_outer`: the event engine of outer steps no worker waits for, and its server policies
+  :mod:`.async_diloco` (Delayed Nesterov, DyLU), :mod:`.decoupled_diloco` (quorum, grace window, token
+  weights) and :mod:`.halos` (regional and global servers);
 - :mod:`.charge`: what a synchronous step charges to the run's clock and records.
 
 Importing this package loads only the registry; a scheme's module is imported when :func:`scheme_class`

@@ -44,11 +44,11 @@ from lowbw.train.world import bandwidth_at, has_worker_links, worker_links
 __all__ = ["ParameterServer", "server_link"]
 
 
-def server_link(cfg) -> LinkParams:
-    """The server's link: ``bandwidth_mbit`` (its value at t = 0 under a schedule) x ``link_goodput``,
-    latency ``latency_ms`` + ``clock_overhead_ms``."""
+def server_link(cfg, t_virtual: float = 0.0) -> LinkParams:
+    """The server's link: ``bandwidth_mbit`` (its value at ``t_virtual`` under a schedule; the parameter
+    server reads it at t = 0) x ``link_goodput``, latency ``latency_ms`` + ``clock_overhead_ms``."""
     return LinkParams(alpha_s=(cfg.latency_ms + cfg.clock_overhead_ms) / 1e3,
-                      bandwidth_bps=bandwidth_at(cfg, 0.0, per_worker=False) * 1e6 * cfg.link_goodput)
+                      bandwidth_bps=bandwidth_at(cfg, t_virtual, per_worker=False) * 1e6 * cfg.link_goodput)
 
 
 class ParameterServer(Scheme):

@@ -21,4 +21,7 @@ SCHEMES: dict[str, str] = {
     "desloc": "lowbw.train.schemes.synchronous:LocalSGD",  # + the DesLoc add-on (lowbw.train.desloc) on the moments
     "sparta": "lowbw.train.schemes.synchronous:LocalOnly",  # + the Sparta add-on (lowbw.train.sparta)
     "noloco": "lowbw.train.schemes.noloco:NoLoCo",
+    "async_diloco": "lowbw.train.schemes.async_diloco:AsyncDiLoCo",
+    "decoupled_diloco": "lowbw.train.schemes.decoupled_diloco:DecoupledDiLoCo",
+    "halos": "lowbw.train.schemes.halos:HALoS",
 }
