@@ -124,6 +124,16 @@ def test_prose_uses_exactly_the_catalogued_numbers():
     assert set(MACROS) - used == set(), f"catalogued but quoted nowhere: {sorted(set(MACROS) - used)}"
 
 
+def test_no_number_macro_swallows_the_space_after_it():
+    """TeX drops the space after a control word: ``\\EElevenRegretWorst (`` printed "never(" and
+    ``\\X and`` "neverand"; a number macro before a word or a bracket takes ``{}``."""
+    from lowbw.report.catalog import MACROS
+
+    bad = [f"{name}: \\{m[1]}{m[2]}{m[3]}" for name, tex in _tex_sources().items()
+           for m in re.finditer(r"\\([A-Za-z]+)( +)([A-Za-z(\[])", _strip_comments(tex)) if m[1] in MACROS]
+    assert bad == [], bad
+
+
 def test_generated_dir_ships_no_files():
     """paper/generated/ is written by lowbw.report only; the repository holds nothing but .gitkeep there."""
     if shutil.which("git") is None or not (ROOT / ".git").exists():
