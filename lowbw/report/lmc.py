@@ -195,6 +195,17 @@ def numbers(st: Stats) -> dict[str, str]:
         lo = ms[f"loss_at_equal_time@{mb:g}"].idxmin()
         out[f"{p}{w}EqualTimeBest"] = escape(str(lo))
         out[f"{p}{w}EqualTimeLoss"] = fmt_num(ms.loc[lo, f"loss_at_equal_time@{mb:g}"], 3)
+    # how far one seed's pick carries: dense's seeds, and the widest spread of any method's seeds
+    runs = st.tables["runs"]
+    d = runs.loc[runs["method"] == BASELINE, "final_val_loss"]
+    out[f"{p}DenseSeedMin"], out[f"{p}DenseSeedMax"] = fmt_num(d.min(), 3), fmt_num(d.max(), 3)
+    spread = runs.groupby("method", sort=False)["final_val_loss"].agg(lambda f: f.max() - f.min())
+    out[f"{p}WidestSpread"] = fmt_num(spread.max(), 2)
+    out[f"{p}WidestSpreadMethod"] = escape(str(spread.idxmax()))
+    sweep = st.tables["sweep"]
+    if not sweep.empty and BASELINE in set(sweep["method"]):
+        picked = sweep[(sweep["method"] == BASELINE) & sweep["picked"] & (sweep["knob"] != "outer_lr")]
+        out[f"{p}DenseSweepLoss"] = fmt_num(picked["final_val_loss"].min(), 3)
     never = [m for m in ms.index if ms.loc[m, "arrived@10"] == 0]
     out[f"{p}Never"] = escape(", ".join(never)) or "none"
     out[f"{p}EndsHigher"] = escape(", ".join(m for m in ms.index if not ms.loc[m, "as_low_as_dense"])) or "none"
