@@ -84,6 +84,24 @@ def test_verdict_rules():
     assert cond.verdict(4, None, 0.06, 0.0, 0.0) == ("CPU steal 6.0%",)
     assert cond.verdict(2, None, None, 4.0, 2.0) == ()  # our own two workers on two cores
     assert cond.verdict(2, None, None, 6.5, 2.0) == ("load 6.5 on 2 cores (2.0 of it ours)",)
+    # four workers of ours on two cores: the load counts four runnable tasks, the CPU two cores; not busy
+    assert cond.verdict(2, 0.0, 0.0, 3.9, 1.5, own_tasks=4.0) == ()
+    assert cond.verdict(2, 0.0, 0.0, 6.5, 1.5, own_tasks=4.0) == ("load 6.5 on 2 cores (4.0 of it ours)",)
+
+
+def test_own_tasks_count_the_runnable_threads_of_our_tree():
+    """Three children spinning are three runnable tasks of our tree (what the load average counts), and the
+    recorder averages them over its looks."""
+    spin = "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass"
+    kids = [subprocess.Popen([sys.executable, "-c", spin]) for _ in range(3)]
+    try:
+        with cond.record(interval_s=0.1) as rec:
+            time.sleep(0.5)
+    finally:
+        for k in kids:
+            k.wait()
+    assert rec.conditions.own_tasks_mean >= 2.0
+    assert max(s.own_tasks for s in rec.conditions.during) >= 3
 
 
 def test_idle_conditions_do_not_warn(capsys):

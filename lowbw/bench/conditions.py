@@ -19,14 +19,18 @@ its own and its reaped children's user + system ticks). Over a span of wall time
   sets to Snakemake's pid: Snakemake, papermill, its kernel and the benchmark's workers are the build's own
   work, not contention), else this process (the benchmark and its workers, running or reaped). The workflow
   runs a measuring benchmark alone (its ``machine`` resource), so nothing else of the tree competes with it.
+* ``own tasks``: the threads of our process tree that are runnable or in uninterruptible sleep (state R or D
+  in ``/proc/<pid>/task/<tid>/stat``) at each sample: what the load average counts of ours. Four workers on two
+  cores are four runnable tasks but at most two cores of CPU.
 * ``others_cores = max(0, busy jiffies / HZ - own CPU s) / W``: other processes' CPU, in cores, on average
 
 Verdict ``busy`` (any of; the thresholds are the module's constants):
 
 * ``others_cores > OTHERS_MAX * C`` -- other processes took more than a quarter of the cores;
 * ``steal > STEAL_MAX`` -- the hypervisor took more than 5% of the CPU time;
-* ``mean load1 - own cores > LOAD_EXCESS_MAX * C`` -- more tasks wanted a core than there were, beyond our
-  own (the 1-minute load average lags: it is averaged over the before, during and after samples).
+* ``mean load1 - max(own cores, mean own tasks) > LOAD_EXCESS_MAX * C`` -- more tasks wanted a core than there
+  were, beyond our own (the 1-minute load average lags: it is averaged over the before, during and after
+  samples; our own tasks are subtracted as the load counts them, by task, not by core).
 """
 
 from __future__ import annotations
@@ -62,6 +66,7 @@ class Sample:
     cpu_busy: float | None  # fraction of all cores' time busy since the previous sample (None: no /proc/stat)
     steal: float | None  # fraction of all cores' time stolen since the previous sample (None: no /proc/stat)
     own_cores: float  # our process tree's CPU seconds per wall second since the previous sample
+    own_tasks: int = 0  # our process tree's threads runnable or in uninterruptible sleep at this look
 
 
 @dataclass(frozen=True)
@@ -84,6 +89,7 @@ class Conditions:
     busy: bool  # the verdict (module docstring)
     reasons: tuple[str, ...]  # why busy, one phrase each (empty when not)
     tree: str = ""  # whose CPU counted as ours: "workflow <pid>" ($LOWBW_WORKFLOW_PID) or "process <pid>"
+    own_tasks_mean: float = 0.0  # mean over the looks (before, during, after) of our runnable threads
 
     def to_json(self, samples: bool = True) -> dict[str, Any]:
         """A JSON-ready dict (``samples=False``: without the ``during`` samples, for per-cell records)."""
@@ -127,6 +133,12 @@ _HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 def _processes() -> dict[int, tuple[int, int]] | None:
     """``{pid: (parent pid, CPU ticks: own + reaped children's user and system)}`` of every process, or None
     where /proc is not readable (a process that exits while read is left out)."""
+    table = _process_table()
+    return None if table is None else {pid: (ppid, ticks) for pid, (ppid, ticks, _) in table.items()}
+
+
+def _process_table() -> dict[int, tuple[int, int, str]] | None:
+    """``{pid: (parent pid, CPU ticks, state letter)}`` of every process (:func:`_processes`)."""
     if not (_PROC / "self" / "stat").exists():
         return None
     out = {}
@@ -138,7 +150,7 @@ def _processes() -> dict[int, tuple[int, int]] | None:
         except OSError:
             continue
         f = raw[raw.rindex(b")") + 2:].split()  # after "pid (comm) ": state, ppid, ... utime(11) .. cstime(14)
-        out[int(d)] = (int(f[1]), int(f[11]) + int(f[12]) + int(f[13]) + int(f[14]))
+        out[int(d)] = (int(f[1]), int(f[11]) + int(f[12]) + int(f[13]) + int(f[14]), f[0].decode())
     return out
 
 
@@ -160,22 +172,44 @@ def tree_root() -> int:
     return me
 
 
-def _tree_cpu(root: int) -> float:
-    """CPU seconds so far of ``root`` and its descendants (own + reaped children's); without /proc, this
-    process's and its reaped children's (``os.times``)."""
-    procs = _processes()
+def _runnable_threads(pid: int) -> int:
+    """Threads of ``pid`` in state R (running or runnable) or D (uninterruptible): what the load counts."""
+    n = 0
+    try:
+        tids = os.listdir(_PROC / str(pid) / "task")
+    except OSError:
+        return 0
+    for tid in tids:
+        try:
+            raw = (_PROC / str(pid) / "task" / tid / "stat").read_bytes()
+        except OSError:
+            continue
+        n += raw[raw.rindex(b")") + 2:raw.rindex(b")") + 3] in (b"R", b"D")
+    return n
+
+
+def _tree_usage(root: int) -> tuple[float, int]:
+    """(CPU seconds so far, runnable threads now) of ``root`` and its descendants (CPU: own + reaped
+    children's); without /proc, this process's and its reaped children's CPU (``os.times``) and 0 threads."""
+    procs = _process_table()
     if procs is None or root not in procs:
         t = os.times()
-        return t.user + t.system + t.children_user + t.children_system
+        return t.user + t.system + t.children_user + t.children_system, 0
     children: dict[int, list[int]] = {}
-    for pid, (ppid, _) in procs.items():
+    for pid, (ppid, _, _) in procs.items():
         children.setdefault(ppid, []).append(pid)
-    ticks, todo = 0, [root]
+    ticks, tasks, todo = 0, 0, [root]
     while todo:
         pid = todo.pop()
         ticks += procs[pid][1]
+        tasks += _runnable_threads(pid) if procs[pid][2] != "Z" else 0  # a zombie has no threads left
         todo.extend(children.get(pid, ()))
-    return ticks / _HZ
+    return ticks / _HZ, tasks
+
+
+def _tree_cpu(root: int) -> float:
+    """CPU seconds so far of ``root`` and its descendants (:func:`_tree_usage`)."""
+    return _tree_usage(root)[0]
 
 
 @dataclass(frozen=True)
@@ -184,10 +218,12 @@ class _Raw:
     load: tuple[float, float, float]  # 1/5/15-minute load averages
     jiffies: tuple[int, int, int] | None  # (busy, steal, total) since boot
     own_cpu: float  # our process tree's CPU seconds so far
+    own_tasks: int  # our process tree's runnable threads now
 
 
 def _raw(root: int) -> _Raw:
-    return _Raw(time.monotonic(), _loadavg(), _jiffies(), _tree_cpu(root))
+    cpu, tasks = _tree_usage(root)
+    return _Raw(time.monotonic(), _loadavg(), _jiffies(), cpu, tasks)
 
 
 def _fractions(a: _Raw, b: _Raw) -> tuple[float | None, float | None, int | None]:
@@ -201,15 +237,16 @@ def _fractions(a: _Raw, b: _Raw) -> tuple[float | None, float | None, int | None
 
 
 def verdict(cores: int, others_cores: float | None, steal: float | None, load1_mean: float,
-            own_cores: float) -> tuple[str, ...]:
+            own_cores: float, own_tasks: float = 0.0) -> tuple[str, ...]:
     """Why the machine counts as busy (empty: it did not); the rules of the module docstring."""
     why = []
     if others_cores is not None and others_cores > OTHERS_MAX * cores:
         why.append(f"other processes used {others_cores:.2f} of {cores} cores")
     if steal is not None and steal > STEAL_MAX:
         why.append(f"CPU steal {100 * steal:.1f}%")
-    if load1_mean - own_cores > LOAD_EXCESS_MAX * cores:
-        why.append(f"load {load1_mean:.1f} on {cores} cores ({own_cores:.1f} of it ours)")
+    ours = max(own_cores, own_tasks)
+    if load1_mean - ours > LOAD_EXCESS_MAX * cores:
+        why.append(f"load {load1_mean:.1f} on {cores} cores ({ours:.1f} of it ours)")
     return tuple(why)
 
 
@@ -253,7 +290,7 @@ class Recorder:
             busy, steal, _ = _fractions(prev, now)
             dt = now.mono - prev.mono
             s = Sample(round(now.mono - self._before.mono, 3), now.load[0], busy, steal,
-                       (now.own_cpu - prev.own_cpu) / dt if dt > 0 else 0.0)
+                       (now.own_cpu - prev.own_cpu) / dt if dt > 0 else 0.0, now.own_tasks)
             with self._lock:
                 self._samples.append(s)
                 if len(self._samples) >= self.max_samples:
@@ -280,12 +317,14 @@ class Recorder:
         cores = os.cpu_count() or 1
         loads = [before.load[0], *(s.load1 for s in during), after.load[0]]
         mean = sum(loads) / len(loads)
-        why = verdict(cores, others, steal, mean, cpu / wall)
+        tasks = [before.own_tasks, *(s.own_tasks for s in during), after.own_tasks]
+        own_tasks = sum(tasks) / len(tasks)
+        why = verdict(cores, others, steal, mean, cpu / wall, own_tasks)
         self.conditions = Conditions(
             host=socket.gethostname(), cores=cores, date=self._date, wall_s=wall, cpu_s=cpu,
             load_before=before.load, load_after=after.load, load1_max=max(loads), load1_mean=mean,
             cpu_busy=busy, steal=steal, others_cores=others, during=during, busy=bool(why), reasons=why,
-            tree=f"{'workflow' if self._root != os.getpid() else 'process'} {self._root}")
+            tree=f"{'workflow' if self._root != os.getpid() else 'process'} {self._root}", own_tasks_mean=own_tasks)
         return self.conditions
 
     def __enter__(self) -> Recorder:
