@@ -294,9 +294,12 @@ rule bench_e2e_lm:
 
 rule efficiency:
     """The advisor's efficiency table (lowbw advise): every method's measured steps to the target relative to
-    dense training, per workload and workers, from the training runs (provenance in its # lines)."""
+    dense training, per workload and workers, from the training runs and the converged-regime LM runs kept in
+    paper/measured/lm (lowbw.advise.efficiency.STORES; provenance in its # lines)."""
     input:
         [f"{d}/summary.json" for d in RUNS],
+        glob_wildcards("paper/measured/lm/{path}/summary.json").path
+        and expand("paper/measured/lm/{path}/summary.json", path=glob_wildcards("paper/measured/lm/{path}/summary.json").path),
     output:
         "paper/generated/stats/efficiency.csv",
     log:

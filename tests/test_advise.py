@@ -150,6 +150,37 @@ def test_efficiency_rows_read_loss_targets_and_only_configured_ones():
     assert [(r["metric"], r["target"]) for r in rows if r["experiment"] == "e9_diloco"] == [("test_acc", 0.9)]
 
 
+def _stored_run(root, exp, method, seed, step):
+    """A complete run directory as the store keeps it: config, summary with one time to target."""
+    d = root / exp / f"method~{method}" / f"seed~{seed}"
+    d.mkdir(parents=True)
+    cfg = {"dataset": "shakespeare", "model": "gpt-mini", "workers": 4, "seed": seed, "targets": ["val_loss<=2.2"]}
+    (d / "config.json").write_text(json.dumps(cfg))
+    tt = {"val_loss<=2.2": {"step": step}} if step else {}
+    (d / "summary.json").write_text(json.dumps({"complete": True, "step": 1024, "time_to_target": tt}))
+    (d / "metrics.jsonl").write_text(json.dumps({"step": 1024, "loss": 2.0}) + "\n")
+
+
+def test_the_table_reads_the_stored_converged_grid_without_its_sweep(tmp_path):
+    """A fresh clone's table has the converged-regime LM rows from the store: a ``-tuned`` preset counts as its
+    method, the sweep and the curve (no comparison) are left out, and an experiment under runs/ replaces its
+    stored copy."""
+    store, runs = tmp_path / "store", tmp_path / "runs"
+    for seed, (d, s) in enumerate([(400, 200), (600, None)]):
+        _stored_run(store, "e9_lmc", "dense-tuned", seed, d)
+        _stored_run(store, "e9_lmc", "sparseloco16-tuned", seed, s)
+    _stored_run(store, "e9_lmc_sweep", "sparseloco16+lrx2", 0, 100)
+    _stored_run(store, "e9_lmc_curve", "dense", 0, 300)
+    runs.mkdir()
+    rows, prov = efficiency.build(runs, stores=(store,))
+    assert {r["experiment"] for r in rows} == {"e9_lmc"} and str(store) in prov["source"]
+    sl = next(r for r in rows if r["method"] == "sparseloco16")
+    assert (sl["seeds"], sl["seeds_reached"], sl["steps_ratio"]) == (2, 1, 200 / 500)
+    _stored_run(runs, "e9_lmc", "dense-tuned", 0, 300)  # a local rerun replaces the stored experiment
+    rows, _ = efficiency.build(runs, stores=(store,))
+    assert {(r["method"], r["dense_steps_mean"]) for r in rows} == {("dense", 300.0)}
+
+
 def _row(exp, method, target, seeds, reached, steps_mean, dense_mean, steps_max, model="gpt-mini", workers=4):
     ratio = steps_mean / dense_mean if reached and dense_mean == dense_mean else math.nan
     return {"experiment": exp, "dataset": "shakespeare", "model": model, "kind": "lm", "metric": "val_loss",

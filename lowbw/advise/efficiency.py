@@ -9,6 +9,14 @@ advisor reads that file where it exists, else the copy shipped with lowbw (``eff
 module: the same build, committed so that a fresh clone advises before any run). A user rebuilds it from
 their own runs with ``python -m lowbw advise --build-efficiency RUNS OUT``.
 
+Beside ``runs/`` the table reads the runs kept in the repository (``STORES``: the lm_evidence profile's language
+model trained near convergence, every method at its own tuned values, ``paper/measured/lm``), so that a fresh
+clone's step multipliers for a language model come from the converged regime, not from the first minutes of
+learning; an experiment present under ``runs/`` replaces its stored copy. Two kinds of experiment are not a
+comparison of methods and are left out (``NOT_COMPARISONS``): a hyper-parameter sweep (one seed a point, each
+method also at values it was not picked at) and a single long reference run (a curve). A method run at its
+swept values (the preset ``<method>-tuned`` that ``lowbw.report.lmc_sweep pick`` writes) is that method.
+
 :func:`lookup` answers for the user's setting from the nearest measurement: the same model and workers
 ("measured"), else the same model at the nearest number of workers, else a workload of the same kind, else
 any ("extrapolated", saying from what); nothing for that method: "bytes only" (steps assumed as dense's).
@@ -29,10 +37,16 @@ from lowbw.data.text import TEXT_SPECS
 from lowbw.runio import atomic_write_text, provenance
 
 __all__ = ["COLUMNS", "Efficiency", "build", "rows_from_runs", "target_of", "ttt_targets", "write", "read", "lookup",
-           "default_path", "SHIPPED", "GENERATED"]
+           "default_path", "SHIPPED", "GENERATED", "STORES", "NOT_COMPARISONS", "TUNED"]
 
 SHIPPED = Path(__file__).with_name("efficiency.csv")
 GENERATED = Path("paper/generated/stats/efficiency.csv")
+# runs kept in the repository that the table reads beside the runs root (a run of the same experiment there
+# replaces them): the lm_evidence profile's converged-regime grid
+STORES = (Path("paper/measured/lm"),)
+# experiment-name endings of runs that compare no methods: a hyper-parameter sweep and a single reference curve
+NOT_COMPARISONS = ("_sweep", "_curve")
+TUNED = "-tuned"  # preset-name ending of a method at its own swept values: the same method
 BASELINES = ("dense", "sync")  # the method each experiment's ratios are taken against (the first it has)
 COLUMNS = ["experiment", "dataset", "model", "kind", "metric", "direction", "target", "workers", "method",
            "seeds", "seeds_reached", "steps_mean", "dense_steps_mean", "steps_ratio", "steps_max"]
@@ -97,7 +111,8 @@ def rows_from_runs(runs) -> list[dict[str, Any]]:
     rows: list[dict[str, Any]] = []
     if runs is None or runs.empty or "method" not in runs:
         return rows
-    runs = runs[runs["method"].notna()]
+    runs = runs[runs["method"].notna()].copy()
+    runs["method"] = runs["method"].astype(str).str.removesuffix(TUNED)
     names = ttt_targets(runs)
     for (exp, ds, model, n), g in runs.groupby(["experiment", "dataset", "model", "workers"], sort=True):
         base = next((b for b in BASELINES if (g["method"] == b).any()), None)
@@ -121,19 +136,32 @@ def rows_from_runs(runs) -> list[dict[str, Any]]:
     return rows
 
 
-def build(runs_root: str | Path) -> tuple[list[dict[str, Any]], dict[str, Any]]:
-    """(rows, provenance) of the table from every complete run under ``runs_root``."""
+def build(runs_root: str | Path, stores: tuple[Path, ...] = STORES) -> tuple[list[dict[str, Any]], dict[str, Any]]:
+    """(rows, provenance) of the table from every complete run under ``runs_root`` and, for the experiments
+    not there, under each of ``stores`` that exists (paths relative to the working directory, the repository's
+    root in the workflow)."""
     import pandas as pd  # lazy: pandas costs a quarter second and only the workflow builds the table
 
     from lowbw.results import load_runs  # lazy: pandas, which only the workflow's build of the table needs
 
     root = Path(runs_root)
     runs = load_runs(root, incomplete="skip") if root.is_dir() else pd.DataFrame()
+    used = [str(root)]
+    for store in map(Path, stores):
+        kept = load_runs(store, incomplete="skip") if store.is_dir() else pd.DataFrame()
+        if kept.empty or "experiment" not in kept:
+            continue
+        if not runs.empty and "experiment" in runs:
+            kept = kept[~kept["experiment"].isin(set(runs["experiment"]))]
+        if not kept.empty:
+            runs, used = pd.concat([runs, kept], ignore_index=True), used + [str(store)]
+    if not runs.empty and "experiment" in runs:
+        runs = runs[~runs["experiment"].astype(str).str.endswith(NOT_COMPARISONS)]
     prov = provenance()
     if runs.empty or "method" not in runs:
-        return [], {"source": str(root), "runs": 0, "commit": prov.get("git_commit")}
+        return [], {"source": ", ".join(used), "runs": 0, "commit": prov.get("git_commit")}
     return rows_from_runs(runs), {
-        "source": str(root), "runs": int(len(runs)), "commit": prov.get("git_commit"), "host": prov.get("host"),
+        "source": ", ".join(used), "runs": int(len(runs)), "commit": prov.get("git_commit"), "host": prov.get("host"),
         "what": "steps to the target per method / dense's, same experiment, workload and workers; mean over the "
                 "seeds that reached it"}
 
