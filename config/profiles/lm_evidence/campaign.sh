@@ -9,6 +9,8 @@
 # Usage (from the repository root): nohup nice -n 19 config/profiles/lm_evidence/campaign.sh > runs/lmc.log 2>&1 &
 # SHARD=k/n (default 0/1) runs only every n-th sweep point from the k-th, so n processes share the sweep; the
 # shard that finds every sweep point complete when it is done takes a lock, picks, and runs the tuned seeds.
+# TUNED_ONLY=1 runs only the tuned seeds at the tuned block's current values (no sweep, no pick), sharded the
+# same way: the way to add seeds to e9_lmc after the pick (its seeds: list in config/lm_evidence.yaml).
 set -u
 SHARD=${SHARD:-0/1}
 K=${SHARD%/*}
@@ -46,6 +48,16 @@ EOF
   "$PY" -m lowbw train -c "$d/run-config.json" --out "$d" > "$d/train.log" 2>&1 \
     && echo "$(date -u +%FT%TZ) done $d" || echo "$(date -u +%FT%TZ) FAILED $d (see $d/train.log)"
 }
+
+if [ "${TUNED_ONLY:-0}" = 1 ]; then
+  i=0
+  for d in $(points tuned); do
+    if [ $((i % N)) -eq "$K" ]; then train "$d"; fi
+    i=$((i + 1))
+  done
+  echo "$(date -u +%FT%TZ) shard $SHARD: tuned seeds complete"
+  exit 0
+fi
 
 i=0
 for phase in default curve other; do
