@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from lowbw.adaptive import (
+from lowbw.train.adaptive import (
     COLLECTIVES,
     AdaptiveTopK,
     ChosenTopK,
@@ -194,7 +194,7 @@ def test_a_change_of_any_workers_link_triggers_a_new_choice():
 
 
 def _train(tmp_path, name, **kw):
-    from lowbw.runio import read_jsonl
+    from lowbw.runs.io import read_jsonl
     from lowbw.train.config import RunConfig
     from lowbw.train.launch import run
 

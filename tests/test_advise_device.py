@@ -15,7 +15,7 @@ from lowbw.advise import device as dv
 from lowbw.advise.candidates import candidates, compressor_of
 from lowbw.advise.utilisation import bandwidth_for, utilisation
 from lowbw.advise.workload import transformer_shapes
-from lowbw.bench.compress_time import fit, settings
+from lowbw.measure.compress_time import fit, settings
 from lowbw.compress import make
 from lowbw.report import table6
 
@@ -81,7 +81,7 @@ def test_every_compressed_candidate_has_a_stored_cpu_row():
     for c in candidates():
         if c.compressor != "none":
             assert dv.compress_time(c, (("w", (1000,)),), dv.DEVICES["cpu"]).basis == "measured", c.name
-    assert len(rows) == len(settings(__import__("lowbw.bench.presets", fromlist=["x"]).load_methods()))
+    assert len(rows) == len(settings(__import__("lowbw.measure.presets", fromlist=["x"]).load_methods()))
 
 
 def test_fit_recovers_an_affine_cost():

@@ -10,7 +10,7 @@ import pytest
 import yaml
 
 from lowbw.bench import clock
-from lowbw.grid import run_config
+from lowbw.workflow.grid import run_config
 
 REPO = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("LOWBW_DATA_MIRROR", REPO.parent / "shared" / "data"))

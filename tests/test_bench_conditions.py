@@ -1,4 +1,4 @@
-"""lowbw.bench.conditions: the busy verdict, the sampler's bounds, and a benchmark's warning and --strict under a
+"""lowbw.measure.conditions: the busy verdict, the sampler's bounds, and a benchmark's warning and --strict under a
 synthetic load (busy processes spun for about two seconds, always killed)."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lowbw.bench import conditions as cond
+from lowbw.measure import conditions as cond
 
 pytestmark = pytest.mark.skipif(not Path("/proc/stat").exists(), reason="needs Linux /proc/stat")
 
@@ -168,7 +168,7 @@ def test_own_process_tree_is_not_contention():
 
 
 RECORD = """import json, sys, time
-from lowbw.bench import conditions as cond
+from lowbw.measure import conditions as cond
 with cond.record(interval_s=0.2) as rec:
     time.sleep(float(sys.argv[1]))
 print(json.dumps({"cpu_s": rec.conditions.cpu_s, "tree": rec.conditions.tree}))

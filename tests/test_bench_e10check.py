@@ -12,7 +12,7 @@ import pytest
 
 from lowbw.bench import e10check
 from lowbw.net.trace import resolve_trace
-from lowbw.runio import append_jsonl
+from lowbw.runs.io import append_jsonl
 from tests.conftest import netns
 
 CONFIG = {"train_defaults": {"bandwidth_mbit": 10},

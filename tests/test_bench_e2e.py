@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from lowbw.bench import e2e, e2e_calibration, e2e_grid, e2e_rows, presets
-from lowbw.runio import append_jsonl
+from lowbw.bench import e2e, e2e_calibration, e2e_grid, e2e_rows
+from lowbw.measure import presets
+from lowbw.runs.io import append_jsonl
 from tests.helpers import usage_error
 
 
@@ -285,7 +286,7 @@ def test_report_sets_the_lm_cells_under_sched_rr_beside_the_fair_schedulers(tmp_
 
 def test_calibrated_clock_fills_model_runs_from_the_table(tmp_path):
     from lowbw.bench.clock import clock_key
-    from lowbw.grid import run_config
+    from lowbw.workflow.grid import run_config
 
     run = {"model": "mlp", "dataset": "mnist", "batch_size": 64, "workers": 2, "compressor": "topk",
            "compressor_args": {"ratio": 0.01}, "error_feedback": "on", "clock": "model"}
@@ -311,7 +312,7 @@ def test_committed_clock_tables_cover_their_grids():
 
     import yaml
 
-    from lowbw.grid import decode, run_config, run_dirs
+    from lowbw.workflow.grid import decode, run_config, run_dirs
 
     root = Path(__file__).resolve().parents[1]
     for name in ("config.yaml", "tiny.yaml"):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from lowbw.bench import collectives as B
-from lowbw.bench import collectives_model as M
+from lowbw.net import calibrated as M
 from lowbw.net import linkemu
 from lowbw.net.costmodel import LinkParams, allreduce_time
 

@@ -8,7 +8,8 @@ import json
 
 import pytest
 
-from lowbw.bench import conditions, cuda, e2e_probe
+from lowbw.bench import cuda, e2e_probe
+from lowbw.measure import conditions
 
 
 def _force_busy(monkeypatch):

@@ -8,10 +8,10 @@ import threading
 import pytest
 import torch
 
-from lowbw.buckets import assign
+from lowbw.collective.buckets import assign
 from lowbw.comm import ThreadCollective
 from lowbw.compress import State, make
-from lowbw.runio import read_jsonl
+from lowbw.runs.io import read_jsonl
 from lowbw.train import batched
 from lowbw.train.aggregate import aggregate_rank, buckets_of
 from lowbw.train.config import RunConfig

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from lowbw.compress.base import State
-from lowbw.runio import read_jsonl
+from lowbw.runs.io import read_jsonl
 from lowbw.train import checkpoint as ckpt
 from lowbw.train.launch import RunDirError, run
 from tests.test_faults import TINY, cli, one_line, yaml_file

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lowbw.compress.collective import CallRecord
+from lowbw.compress.protocol import CallRecord
 from lowbw.net.costmodel import LinkParams, allreduce_time, bucket_steps_time, call_steps, calls_time
 
 ALPHA = 1e-4  # s: refills 100 bytes at 1 MB/s

@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS, BROADCAST_FOR
+from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS, BROADCAST_FOR
 from lowbw.comm import Meter, ThreadCollective, alltoall, run_threads
 from lowbw.comm.registry import COLLECTIVES
 from lowbw.net import costlinks as cl

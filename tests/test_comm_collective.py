@@ -9,7 +9,7 @@ import torch
 import lowbw.comm as comm
 from lowbw.comm import ThreadCollective, run_threads
 from lowbw.comm.testing import run_procs
-from lowbw.compress.collective import CallRecord, Collective
+from lowbw.compress.protocol import CallRecord, Collective
 
 GROUPS = [[0, 1, 2], [0], [1, 2]]
 

@@ -16,9 +16,9 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lowbw import algorithms
-from lowbw.bench import collectives_model as cmod
-from lowbw.collective import CollectiveSpec, Cost
+from lowbw.comm import algorithms
+from lowbw.net import calibrated as cmod
+from lowbw.collective.spec import CollectiveSpec, Cost
 from lowbw.comm import engine
 from lowbw.comm import registry as reg
 from lowbw.comm.registry import expected
@@ -186,7 +186,7 @@ def _old_expected(algorithm, M, N, rank, root=0):
 
 
 def _old_handshake(algorithm, n):
-    """lowbw.bench.collectives_model.handshake_steps before the spec held it (commit d7c92da), inline."""
+    """lowbw.net.calibrated.handshake_steps before the spec held it (commit d7c92da), inline."""
     if n < 2:
         return 0
     if algorithm in ("ps", "ring") or (algorithm == "tree" and n <= 4):

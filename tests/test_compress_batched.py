@@ -14,7 +14,7 @@ import torch
 from lowbw.comm.meter import Meter
 from lowbw.comm.threads import ThreadCollective, run_threads
 from lowbw.compress import State, make
-from lowbw.runio import read_jsonl
+from lowbw.runs.io import read_jsonl
 from lowbw.train import batched
 from lowbw.train.batched import RowCollective, ring_sum
 from lowbw.train.config import ConfigError, RunConfig

@@ -210,7 +210,7 @@ def test_two_gloo_processes_equal_threads():
 def test_trains_in_the_engine_with_plain_sgd(tmp_path):
     """sign(Q) as the gradient of plain SGD: the loss falls and test accuracy leaves chance (0.1) behind."""
     from lowbw.comm.engine import MAX_DIMS
-    from lowbw.runio import read_jsonl
+    from lowbw.runs.io import read_jsonl
     from lowbw.train.launch import run
     from lowbw.train.models import build_model
 
@@ -236,7 +236,7 @@ def test_trains_in_the_engine_with_plain_sgd(tmp_path):
 @pytest.mark.slow
 def test_sim_and_procs_agree(tmp_path):
     """The same run (a CNN: conv kernels viewed as [out, rest]) on sim threads and on gloo processes."""
-    from lowbw.runio import read_jsonl
+    from lowbw.runs.io import read_jsonl
     from lowbw.train.launch import run
 
     cfg = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=4, log_every=1, progress=False,

@@ -9,7 +9,7 @@ import time
 
 import pytest
 
-from lowbw import doctor
+from lowbw.workflow import doctor
 from lowbw.net.namespaces import ns_processes
 from tests.conftest import netns
 

@@ -16,9 +16,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lowbw.doctor import _cmdline
-from lowbw.results import RunError, load_metrics, load_runs
-from lowbw.runio import lock_holders, read_jsonl
+from lowbw.workflow.doctor import _cmdline
+from lowbw.runs.results import RunError, load_metrics, load_runs
+from lowbw.runs.io import lock_holders, read_jsonl
 from lowbw.train.launch import RunDirError, run
 from tests.conftest import real_mirror
 

@@ -1,6 +1,7 @@
 import pytest
 
-from lowbw.grid import decode, encode, expand, run_config, run_dirs
+from lowbw.train.config import ConfigError
+from lowbw.workflow.grid import decode, encode, expand, run_config, run_dirs, validate_grid
 
 
 def test_encode_decode_round_trip():
@@ -40,3 +41,13 @@ def test_method_presets_expand_in_place():
     assert rc == {"compressor": "topk", "compressor_args": {"ratio": 0.01}, "lr": 0.1, "name": "topk1", "seed": 1}
     with pytest.raises(ValueError, match="nope"):
         run_config(cfg, "e4_x", {"method": "nope"})
+
+
+def test_validate_grid_names_experiment_and_key():
+    cfg = {"seeds": [0, 1], "train_defaults": {"dataset": "synthetic"},
+           "experiments": {"e9_ok": {"base": {"workers": 2}, "grid": {"compressor": ["none", "topk"]}}}}
+    assert validate_grid(cfg) == 4
+    cfg["experiments"]["e9_bad"] = {"base": {"workers": 3}}
+    with pytest.raises(ConfigError) as e:
+        validate_grid(cfg)
+    assert e.value.key == "batch_size" and "e9_bad" in str(e.value)

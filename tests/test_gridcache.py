@@ -1,10 +1,11 @@
-"""lowbw.gridcache: the workflow's grid check runs once per (config, named files, code) and is otherwise reused."""
+"""lowbw.workflow.gridcache: the workflow's grid check runs once per (config, named files, code) and is otherwise
+reused."""
 
 import json
 
 import pytest
 
-from lowbw.gridcache import checked_grid, grid_key
+from lowbw.workflow.gridcache import checked_grid, grid_key
 
 
 def _config(tmp_path, lr=0.1):

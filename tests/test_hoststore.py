@@ -1,5 +1,5 @@
-"""lowbw.hoststore: the host's benchmark files kept in the repository with their provenance, refused without it,
-and read by the report where the build did not measure them itself (its captions then say so)."""
+"""lowbw.workflow.hoststore: the host's benchmark files kept in the repository with their provenance, refused
+without it, and read by the report where the build did not measure them itself (its captions then say so)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from lowbw import hoststore
+from lowbw.workflow import hoststore
 from lowbw.report.experiment import Context
 
 COND = {"host": "box", "cores": 2, "date": "2026-11-27T15:00:00+00:00", "load_before": [3.0, 2.0, 1.0],

@@ -1,6 +1,6 @@
 """Nothing listens beyond the run: the listening TCP sockets of a running ``procs`` (or ``torchrun``) run
 (its launcher and workers, read from /proc/net/tcp and tcp6 by the sockets' inodes, so that other processes on
-the machine do not count) are all on loopback; the rendezvous store of :mod:`lowbw.rendezvous` listens on the
+the machine do not count) are all on loopback; the rendezvous store of :mod:`lowbw.launch.rendezvous` listens on the
 address it was given, where torch's own TCPStore listens on every interface."""
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
-from lowbw.rendezvous import listen_socket, tcp_store
+from lowbw.launch.rendezvous import listen_socket, tcp_store
 from tests.test_faults import TINY, yaml_file
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -113,7 +113,7 @@ def test_a_bad_rendezvous_address_is_one_line():
 def test_a_running_local_run_listens_on_loopback_only(tmp_path, backend):
     """Snapshots of the run's listening sockets every 0.2 s from its start to its end: every one is on
     loopback, and the snapshots did see the rendezvous store and gloo's listeners (so the test looked).
-    torchrun: its agent's rendezvous store too (``python -m lowbw.torchrun --standalone``)."""
+    torchrun: its agent's rendezvous store too (``python -m lowbw.launch.torchrun --standalone``)."""
     c = yaml_file(tmp_path / "c.yaml", {**TINY, "backend": backend, "steps": 60, "log_every": 10})
     env = dict(os.environ, PYTHONPATH=str(ROOT))
     p = subprocess.Popen([sys.executable, "-m", "lowbw", "train", "-c", str(c), "--out", str(tmp_path / "r")],

@@ -1,4 +1,4 @@
-"""Multi-node torchrun (lowbw.cluster): one ``torchrun --nnodes N --node-rank R --rdzv-backend c10d`` per node.
+"""Multi-node torchrun (lowbw.launch.cluster): one ``torchrun --nnodes N --node-rank R --rdzv-backend c10d`` per node.
 The testbed's network namespaces stand in for the nodes (rendezvous and training over the shaped links), and
 the run gives the same losses as ``procs`` and ``sim`` for the same config."""
 
@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lowbw.cluster import DEFAULT_PORT, NodeSpec, main, node_spec, torchrun_argv
+from lowbw.launch.cluster import DEFAULT_PORT, NodeSpec, main, node_spec, torchrun_argv
 
 ROOT = Path(__file__).resolve().parents[1]
 RUN = dict(dataset="synthetic", model="cnn", workers=2, batch_size=32, steps=5, log_every=1, progress=False,
@@ -56,7 +56,7 @@ def test_testbed_environment_gives_the_c10d_command():
     assert spec == NodeSpec(3, 1, "10.0.0.1", 29555, "t", None)
     argv = torchrun_argv(spec, ["python", "-m", "lowbw.train.worker", "--out", "d"], nproc_per_node=2)
     s = " ".join(argv)
-    assert argv[1:3] == ["-m", "lowbw.torchrun"] and argv[-4:] == ["-m", "lowbw.train.worker", "--out", "d"]
+    assert argv[1:3] == ["-m", "lowbw.launch.torchrun"] and argv[-4:] == ["-m", "lowbw.train.worker", "--out", "d"]
     for part in ("--nnodes 3", "--node-rank 1", "--nproc-per-node 2", "--rdzv-backend c10d",
                  "--rdzv-endpoint 10.0.0.1:29555", "--rdzv-conf is_host=0"):
         assert part in s
@@ -108,12 +108,12 @@ def test_multinode_torchrun_over_the_testbed_matches_procs_and_sim(tmp_path):
     out = tmp_path / "multinode"
     out.mkdir()
     r = subprocess.run([sys.executable, "-m", "lowbw", "testbed", "--workers", "2", "--rate", "50mbit",
-                        "--timeout", "400", "--", sys.executable, "-m", "lowbw.cluster",
+                        "--timeout", "400", "--", sys.executable, "-m", "lowbw.launch.cluster",
                         "--", "-m", "lowbw.train.worker", "--config", str(cfg), "--out", str(out)],
                        env=_env(), capture_output=True, text=True, timeout=500)
     assert r.returncode == 0, r.stderr[-4000:]
     # two torchrun nodes, each in its namespace, rendezvousing at namespace 0 over the shaped links
-    launched = [x for x in r.stderr.splitlines() if "lowbw.torchrun" in x and "--rdzv-backend c10d" in x]
+    launched = [x for x in r.stderr.splitlines() if "lowbw.launch.torchrun" in x and "--rdzv-backend c10d" in x]
     assert sorted(x.split("--node-rank ")[1].split()[0] for x in launched) == ["0", "1"], launched
     assert all("--nnodes 2" in x and "--local-addr" in x for x in launched)
     assert "carried almost no traffic" not in r.stderr

@@ -7,7 +7,7 @@ import json
 import pytest
 
 from lowbw.bench import collectives as B
-from lowbw.bench import collectives_model as M
+from lowbw.net import calibrated as M
 
 
 def _row(alg, t, n=4, rate=100, size=10, err=0.02):

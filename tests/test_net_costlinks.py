@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from lowbw.compress.collective import CallRecord
+from lowbw.compress.protocol import CallRecord
 from lowbw.net import costlinks as cl
 from lowbw.net import costmodel as cm
 from lowbw.net.costlinks import WorkerLink, best_root, links_allreduce_time, message_time, ps_time, ring_time

@@ -7,9 +7,9 @@ import random
 
 import pytest
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.comm.tree import HEAP_TREE_MAX_CHUNK_BYTES
-from lowbw.compress.collective import CallRecord
+from lowbw.compress.protocol import CallRecord
 from lowbw.net import costfit
 from lowbw.net import costmodel as cm
 from lowbw.net.costmodel import LinkParams

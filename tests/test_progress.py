@@ -1,4 +1,4 @@
-"""lowbw.progress (the estimator, the kept durations) and its Snakemake logger plugin on a toy workflow."""
+"""lowbw.workflow.progress (the estimator, the kept durations) and its Snakemake logger plugin on a toy workflow."""
 
 import json
 import os
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lowbw.progress import KEEP, Durations, Progress, estimate, format_seconds, split_pending
+from lowbw.workflow.progress import KEEP, Durations, Progress, estimate, format_seconds, split_pending
 
 ROOT = Path(__file__).resolve().parents[1]
 PLUGIN_DIR = ROOT / "lowbw" / "snakemake_logger"
@@ -111,7 +111,7 @@ def test_format_seconds():
 
 TOY = textwrap.dedent("""
     import os
-    from lowbw.progress import expect
+    from lowbw.workflow.progress import expect
 
     EXPS = {"e1_fast": 0.1, "e2_slow": 0.8}
     RUNS = [f"out/{e}/{i}.txt" for e in EXPS for i in range(2)]

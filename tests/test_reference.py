@@ -1,4 +1,4 @@
-"""lowbw.reference: the reference build's provenance (make reference) and the comparison the workflow runs."""
+"""lowbw.workflow.reference: the reference build's provenance (make reference) and the comparison the workflow runs."""
 
 import json
 import os
@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lowbw.reference import compare, diff_text, main, save, sentences
+from lowbw.workflow.reference import compare, diff_text, main, save, sentences
 
 ROOT = Path(__file__).resolve().parents[1]
 

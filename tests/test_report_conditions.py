@@ -1,5 +1,5 @@
 """The report prints the machine's conditions beside each measured table and marks the cells measured while the
-machine was busy (lowbw.report.conditions), from what lowbw.bench.conditions recorded."""
+machine was busy (lowbw.report.conditions), from what lowbw.measure.conditions recorded."""
 
 from __future__ import annotations
 

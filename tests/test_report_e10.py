@@ -13,7 +13,7 @@ from lowbw.report.catalog import check_numbers
 def _run(root, net, method, seed, step_s, final_acc=0.9, **cfg):
     """A completed run whose every step takes ``step_s`` virtual seconds; evaluations at steps 10 (0.5 test
     accuracy) and 20 (0.9)."""
-    from lowbw.runio import append_jsonl, atomic_write_json
+    from lowbw.runs.io import append_jsonl, atomic_write_json
 
     d = root / f"e10_{net}" / f"method~{method}" / f"seed~{seed}"
     d.mkdir(parents=True)
@@ -73,7 +73,7 @@ def test_a_method_that_misses_the_target_is_left_out(tmp_path):
     _run(tmp_path, "oneslow", "dense", 0, 10.0, worker_bandwidth_mbit=[10, 10, 10, 1])
     _run(tmp_path, "even", "slowpoke", 0, 1.0)
     # its evaluations never reach the target: overwrite the metrics with low accuracies
-    from lowbw.runio import atomic_write_json
+    from lowbw.runs.io import atomic_write_json
 
     d = tmp_path / "e10_oneslow" / "method~slowpoke" / "seed~0"
     _run(tmp_path, "oneslow", "slowpoke", 0, 5.0, worker_bandwidth_mbit=[10, 10, 10, 1])
@@ -96,7 +96,7 @@ def test_the_collective_choice_and_the_testbed_check(tmp_path):
     cells as a table and numbers labelled with the machine and date."""
     from lowbw.report.build import Context
     from lowbw.report.e10 import E10
-    from lowbw.runio import atomic_write_json
+    from lowbw.runs.io import atomic_write_json
 
     topk = {"model": "mlp", "compressor": "topk", "compressor_args": {"ratio": 0.01}, "error_feedback": "on"}
     auto = {**topk, "adaptive": "moo", "adaptive_c_low": 0.01, "adaptive_c_high": 0.01}

@@ -16,7 +16,7 @@ W = 4  # workers
 def _run(root, exp, method, seed, step_s, reach_step, cfg=None, compute_s=0.01):
     """A completed MLP/MNIST run on its own 10 Mbit/s clock: 100 steps of ``step_s`` virtual seconds, target 0.9
     reached at ``reach_step`` (None: never)."""
-    from lowbw.runio import append_jsonl, atomic_write_json
+    from lowbw.runs.io import append_jsonl, atomic_write_json
 
     d = root / exp / f"method~{method}" / f"seed~{seed}"
     d.mkdir(parents=True)
@@ -172,7 +172,7 @@ def test_no_runs_is_not_run_and_no_target_is_skipped(tmp_path, monkeypatch):
     from lowbw.report.build import run_experiment
     from lowbw.report.e11 import E11, stats
 
-    monkeypatch.setattr("lowbw.store.DEFAULT_STORE", tmp_path / "nostore")  # the repository's GPU store aside
+    monkeypatch.setattr("lowbw.workflow.store.DEFAULT_STORE", tmp_path / "nostore")  # the repository's GPU store aside
     (tmp_path / "runs").mkdir()
     assert stats(_ctx(tmp_path), store=tmp_path / "nostore") is None
     sec = run_experiment(E11, _ctx(tmp_path))

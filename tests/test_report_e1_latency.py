@@ -9,7 +9,7 @@ import math
 import pytest
 
 from lowbw.bench.collectives import calibration_key
-from lowbw.bench.collectives_model import calibrated_time
+from lowbw.net.calibrated import calibrated_time
 from lowbw.report.build import Context, run_experiment
 from lowbw.report.e1 import E1
 from lowbw.report.e1_latency import crossing_pair, measured_crossover

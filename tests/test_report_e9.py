@@ -10,7 +10,7 @@ from lowbw.report.catalog import check_numbers
 def _run(root, method, sync, seed, step_s, step_bytes, final_loss):
     """A completed language-model run: evaluations at steps 10 (val_loss 3.0) and 20 (2.4); every step
     ``step_s`` virtual seconds of communication-free compute and ``step_bytes`` bytes in all."""
-    from lowbw.runio import append_jsonl, atomic_write_json
+    from lowbw.runs.io import append_jsonl, atomic_write_json
 
     d = root / "e9_lm" / f"method~{method}" / f"seed~{seed}"
     d.mkdir(parents=True)

@@ -88,7 +88,7 @@ def test_e1_section_reports_the_targets_from_the_rows(tmp_path):
 def _training_run(d, method, seed, acc_at, final_acc, ratio=None, adaptive="off", bytes_per_step=1e6):
     """A completed sim run with evaluations at steps 10 and 20: compute 0.1 s and 1 MB on the critical path
     per step (so re-timed at b Mbit/s a step takes 0.1 + 8/b s, latency 0)."""
-    from lowbw.runio import append_jsonl, atomic_write_json
+    from lowbw.runs.io import append_jsonl, atomic_write_json
 
     d.mkdir(parents=True)
     cfg = {"dataset": "mnist", "workers": 2, "seed": seed, "adaptive": adaptive}

@@ -9,7 +9,7 @@ import pytest
 
 from lowbw.report import lmc
 from lowbw.report.experiment import Context
-from lowbw.runio import append_jsonl, atomic_write_json
+from lowbw.runs.io import append_jsonl, atomic_write_json
 
 
 def fake_lm_run(d, name, seed, losses, bytes_per_step, sync="sync", lr=0.004):

@@ -1,4 +1,4 @@
-"""lowbw.results: run directories -> tidy DataFrames; incomplete or corrupt runs are named."""
+"""lowbw.runs.results: run directories -> tidy DataFrames; incomplete or corrupt runs are named."""
 
 from __future__ import annotations
 
@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from lowbw.results import RunError, find_runs, load_metrics, load_runs
-from lowbw.runio import append_jsonl, atomic_write_json
+from lowbw.runs.results import RunError, find_runs, load_metrics, load_runs
+from lowbw.runs.io import append_jsonl, atomic_write_json
 
 
 def fake_run(d, compressor="none", seed=0, acc=0.5, complete=True):

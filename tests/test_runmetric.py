@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from lowbw.runmetric import headline, run_metric
+from lowbw.runs.metric import headline, run_metric
 
 ROOT = Path(__file__).resolve().parents[1]
 MIRROR = Path(os.environ.get("LOWBW_DATA_MIRROR", ROOT.parent / "shared" / "data"))

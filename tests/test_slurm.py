@@ -189,7 +189,7 @@ def test_multinode_sbatch_example_on_the_cluster(cluster, tmp_path):
     assert recs, f"job {job} did not finish within 600 s\n{text[-3000:]}"
     (rec,) = recs
     assert (rec.state, rec.exit_code) == ("COMPLETED", "0:0"), text[-4000:]
-    (launch,) = [x for x in text.splitlines() if "lowbw.torchrun" in x]
+    (launch,) = [x for x in text.splitlines() if "lowbw.launch.torchrun" in x]
     for part in ("--nnodes 1", "--node-rank 0", "--nproc-per-node 2", "--rdzv-backend c10d", "is_host=1"):
         assert part in launch
     assert_same_numbers(sim, metrics(out))

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from lowbw import doctor
+from lowbw.workflow import doctor
 from tests import slurm_local
 from tests.helpers import wait_for
 

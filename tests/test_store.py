@@ -1,5 +1,5 @@
-"""lowbw.store: GPU runs kept in the repository in small text form, refused when incomplete or not on CUDA,
-loaded back as lowbw.results loads runs/, and shown in the report labelled with their GPU and date.
+"""lowbw.workflow.store: GPU runs kept in the repository in small text form, refused when incomplete or not on CUDA,
+loaded back as lowbw.runs.results loads runs/, and shown in the report labelled with their GPU and date.
 
 No GPU here: the accepted runs are a real tiny CPU run whose config.json is then marked by hand as if it had
 run on CUDA (a test fixture, labelled so in its device name). The store's rule reads the recorded device, so
@@ -16,9 +16,9 @@ import pytest
 
 from lowbw.cli import main as cli_main
 from lowbw.report import gpu as report_gpu
-from lowbw.results import load_runs
-from lowbw.runio import atomic_write_json, read_jsonl
-from lowbw.store import StoreError, add, check_run, load_store, thin
+from lowbw.runs.results import load_runs
+from lowbw.runs.io import atomic_write_json, read_jsonl
+from lowbw.workflow.store import StoreError, add, check_run, load_store, thin
 
 FAKE_GPU = "NVIDIA H100 80GB HBM3 (test fixture: a CPU run marked as CUDA)"
 TINY = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=40, log_every=1, progress=False,
@@ -177,7 +177,7 @@ def test_the_kept_anchor_runs_are_what_e4_quotes():
     """The repository keeps the gpt-small anchor's three seeds (medium profile, nanoGPT's CPU recipe): each ran
     2,000 steps and its final validation loss is within 0.05 of nanoGPT's 1.88, as E4's prose says when it is."""
     from lowbw.report import e4
-    from lowbw.store import ANCHOR_STORE
+    from lowbw.workflow.store import ANCHOR_STORE
 
     root = Path(__file__).resolve().parents[1] / ANCHOR_STORE
     df = load_store(root)  # committed with the repository: an empty store fails below

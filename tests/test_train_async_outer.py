@@ -9,7 +9,7 @@ import json
 import pytest
 import torch
 
-from lowbw.runio import read_jsonl
+from lowbw.runs.io import read_jsonl
 from lowbw.train.config import ConfigError, RunConfig
 from lowbw.train.launch import run
 from lowbw.train.loop import TIME_FIELDS, Trainer

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from lowbw.runio import read_jsonl
+from lowbw.runs.io import read_jsonl
 from lowbw.train.config import RunConfig
 from lowbw.train.launch import run
 from tests.helpers import sim_run

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from lowbw.train.config import ConfigError, RunConfig, json_schema, keys_help, parse_override, validate_grid
+from lowbw.train.config import ConfigError, RunConfig, json_schema, keys_help, parse_override
 
 
 def err(**kw) -> ConfigError:
@@ -109,16 +109,6 @@ def test_parse_override_parses_yaml_values():
     assert parse_override("targets=[0.5, 0.6]") == ("targets", [0.5, 0.6])
     assert parse_override("compressor_args={ratio: 0.01}") == ("compressor_args", {"ratio": 0.01})
     assert parse_override("ddp_hook=true") == ("ddp_hook", True)
-
-
-def test_validate_grid_names_experiment_and_key():
-    cfg = {"seeds": [0, 1], "train_defaults": {"dataset": "synthetic"},
-           "experiments": {"e9_ok": {"base": {"workers": 2}, "grid": {"compressor": ["none", "topk"]}}}}
-    assert validate_grid(cfg) == 4
-    cfg["experiments"]["e9_bad"] = {"base": {"workers": 3}}
-    with pytest.raises(ConfigError) as e:
-        validate_grid(cfg)
-    assert e.value.key == "batch_size" and "e9_bad" in str(e.value)
 
 
 def test_yaml_strings_of_numbers_are_accepted():

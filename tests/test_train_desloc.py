@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lowbw.runio import read_jsonl
+from lowbw.runs.io import read_jsonl
 from lowbw.train.config import ConfigError
 from lowbw.train.desloc import periods
 from lowbw.train.launch import run

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from lowbw.runio import read_jsonl
+from lowbw.runs.io import read_jsonl
 from lowbw.train.launch import run
 from lowbw.train.loop import WALL_FIELDS, Trainer
 from lowbw.train.optim import FlatOptimizer

@@ -10,7 +10,7 @@ import torch
 
 from lowbw.net import trace as T
 from lowbw.net.trace import load_trace, rates_at
-from lowbw.runio import read_jsonl
+from lowbw.runs.io import read_jsonl
 from lowbw.train import launch
 from lowbw.train.config import RunConfig
 from lowbw.train.launch import run
@@ -220,7 +220,7 @@ def test_the_shapers_bucket_on_unequal_links():
     (parameter server) on unequal links keeps the plain per-worker time; equal lists time as the scalar keys."""
     import dataclasses
 
-    from lowbw.compress.collective import CallRecord
+    from lowbw.compress.protocol import CallRecord
     from lowbw.net.costmodel import calls_time
     from lowbw.train.links import ShapedLink, WorkerLinks, comm_cost
 

@@ -9,7 +9,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from lowbw.runio import read_jsonl
+from lowbw.runs.io import read_jsonl
 from lowbw.train.config import RunConfig
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer

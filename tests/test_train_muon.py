@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lowbw.runio import read_jsonl
+from lowbw.runs.io import read_jsonl
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
 from lowbw.train.muon import MuonFlat, muon_tensors, newton_schulz

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from lowbw.comm.registry import expected
-from lowbw.runio import read_jsonl
+from lowbw.runs.io import read_jsonl
 from lowbw.train.config import ConfigError
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lowbw.grid import run_dirs
+from lowbw.workflow.grid import run_dirs
 from lowbw.net.units import rate_mbit_arg
 from tests.conftest import real_mirror
 
@@ -99,8 +99,9 @@ def test_tiny_workflow_end_to_end(tmp_path):
 @pytest.mark.slow
 def test_default_profile_reads_the_stored_host_measurements(tmp_path):
     """A fresh clone's default profile (no runs/bench/) plans no E1 or E8 measurement whose file is kept in
-    paper/measured/host: the report reads the stored file (lowbw.hoststore). make measure's --config plans them."""
-    from lowbw.hoststore import load_index
+    paper/measured/host: the report reads the stored file (lowbw.workflow.hoststore). make measure's --config plans
+    them."""
+    from lowbw.workflow.hoststore import load_index
 
     stored = set(load_index(ROOT / "paper" / "measured" / "host"))
     proj = _project_copy(tmp_path)

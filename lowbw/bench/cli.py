@@ -17,11 +17,10 @@ import lowbw.bench as pkg
 
 __all__ = ["add_parser", "main", "benchmarks"]
 
-# modules of lowbw.bench that are not benchmarks (the dispatcher; E1's plan, model and its results' helpers;
-# E8's grid, recorded exchange, calibration and rows; the machine's conditions that every benchmark records;
-# the config's method presets; E2's inputs)
-_NOT_BENCHMARKS = {"cli", "__main__", "collectives_plan", "collectives_model", "collectives_results", "e2e_grid",
-                   "e2e_calls", "e2e_calibration", "e2e_rows", "conditions", "presets", "compressor_inputs"}
+# modules of lowbw.bench that are not benchmarks (the dispatcher; E1's plan and its results' helpers; E8's
+# grid, recorded exchange, calibration and rows; E2's inputs)
+_NOT_BENCHMARKS = {"cli", "__main__", "collectives_plan", "collectives_results", "e2e_grid", "e2e_calls",
+                   "e2e_calibration", "e2e_rows", "compressor_inputs"}
 
 
 def benchmarks() -> list[str]:

@@ -20,17 +20,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lowbw.bench import bench_provenance, conditions
-from lowbw.bench.conditions import add_strict_flag
+from lowbw.bench import bench_provenance
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
 from lowbw.bench.e2e_calibration import cell_calibration, cell_sequence, cell_steps_per_sync, probe_summary
 from lowbw.bench.e2e_calls import call_sequence
 from lowbw.bench.e2e_grid import UNCALIBRATED, WARMUP_STEPS, cell_config, sim_twin
 from lowbw.bench.e2e_grid import plan as e2e_plan
 from lowbw.bench.e2e_probe import probe
 from lowbw.bench.e2e_rows import cell_row
-from lowbw.bench.presets import method_config
+from lowbw.measure.presets import method_config
 from lowbw.net.trace import expand, rates_at, resolve_trace
-from lowbw.runio import atomic_write_json
+from lowbw.runs.io import atomic_write_json
 from lowbw.train.config import RunConfig
 from lowbw.train.launch import run, testbed_links
 
@@ -283,7 +284,7 @@ def _replay(method: dict[str, Any], rate: float, args, shape, sim_dir: Path) -> 
 def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
     """Every cell (see the module docstring), grouped by base rate: a probe, every network's procs runs, a
     second probe, then the sims with the pooled calibration; writes ``args.out`` after every group. The
-    machine's conditions (:mod:`lowbw.bench.conditions`) are recorded per testbed run (``rows[].conditions``)
+    machine's conditions (:mod:`lowbw.measure.conditions`) are recorded per testbed run (``rows[].conditions``)
     and for the check; a busy machine gets a warning, and with ``args.strict`` nothing is written."""
     _, shape = e2e_plan(argparse.Namespace(methods="dense", workers=[], rates=[], steps=args.steps, model=args.model,
                                            dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,

@@ -27,8 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lowbw.bench import bench_provenance, conditions
-from lowbw.bench.conditions import add_strict_flag
+from lowbw.bench import bench_provenance
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
 from lowbw.bench.e2e_calibration import (
     cell_calibration,
     cell_calls_per_step,
@@ -55,9 +56,9 @@ from lowbw.bench.e2e_grid import (
 )
 from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, probe
 from lowbw.bench.e2e_rows import cell_row, fmt_row, print_table, summarise
-from lowbw.bench.presets import load_methods, method_config
+from lowbw.measure.presets import load_methods, method_config
 from lowbw.net.units import rate_mbit_arg
-from lowbw.runio import atomic_write_json
+from lowbw.runs.io import atomic_write_json
 from lowbw.train.launch import run
 from lowbw.train.models import model_kind
 from lowbw.train.targets import TargetError, parse_target
@@ -76,7 +77,7 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
               earlier: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every cell of ``mcfg`` x ``args.workers`` x ``args.rates`` (the steps of the module docstring); with ``earlier``
     (an e2e.json, ``--append``), its rows are kept and each cell measured now is its next repeat. The machine's
-    conditions (:mod:`lowbw.bench.conditions`) are recorded per cell (``rows[].conditions``) and for the run; a
+    conditions (:mod:`lowbw.measure.conditions`) are recorded per cell (``rows[].conditions``) and for the run; a
     busy machine gets a warning, and with ``args.strict`` nothing is written (not even after each cell)."""
     out = Path(args.out)
     rows: list[dict[str, Any]] = list(earlier["rows"]) if earlier else []

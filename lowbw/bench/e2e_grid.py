@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lowbw.bench.presets import load_methods, method_config
+from lowbw.measure.presets import load_methods, method_config
 from lowbw.data import load
 from lowbw.data.text import TEXT_SPECS
 from lowbw.train.config import RunConfig

@@ -2,7 +2,7 @@
 
 * :func:`allreduce` (``ALGORITHMS``: ring, tree, ps, butterfly, alltoall, roundrobin, allgather, native),
   :func:`allgather` (variable sizes), :func:`broadcast` — in place, like ``torch.distributed``'s.
-* :class:`DistCollective` / :class:`ThreadCollective`: the ``lowbw.compress.collective.Collective``
+* :class:`DistCollective` / :class:`ThreadCollective`: the ``lowbw.compress.protocol.Collective``
   protocol over real processes / over threads of one process (bit-identical numbers), ``run_threads``.
 * :class:`Meter`, :func:`metering`: bytes and messages per rank per call.
 * :func:`aggregate` (:mod:`lowbw.comm.aggregation`): a compressor's aggregation over a collective;

@@ -15,7 +15,7 @@ from datetime import timedelta
 import torch
 from torch import Tensor
 
-from lowbw.algorithms import BROADCAST_ALIASES, BROADCASTS, check_algorithm
+from lowbw.comm.algorithms import BROADCAST_ALIASES, BROADCASTS, check_algorithm
 from lowbw.comm.errors import CommError, PeerFailedError, PeerTimeoutError
 from lowbw.comm.gather import ring_allgather_into
 from lowbw.comm.meter import CallStats, Meter, active_meters
@@ -44,7 +44,7 @@ __all__ = [
     "wait_native",
 ]
 
-ALGORITHMS = tuple(COLLECTIVES)  # every all-reduce, in the registry's order (= lowbw.algorithms')
+ALGORITHMS = tuple(COLLECTIVES)  # every all-reduce, in the registry's order (= lowbw.comm.algorithms')
 BROADCAST_FOR = {a: spec.broadcast for a, spec in COLLECTIVES.items()}  # the broadcast each pairs with
 DEFAULT_CHUNK_BYTES = 1 << 22  # 4 MiB messages: large enough for loopback, small enough to stream
 DEFAULT_WINDOW = 4  # chunks in flight per receiving stream

@@ -9,7 +9,7 @@ The meter estimates native calls' bytes from :func:`lowbw.comm.meter.native_volu
 
 from __future__ import annotations
 
-from lowbw.collective import CollectiveSpec
+from lowbw.collective.spec import CollectiveSpec
 from lowbw.comm.ring import cost, links_time, volume
 
 __all__ = ["SPEC"]

@@ -9,7 +9,7 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from lowbw.bench.e2e_rows import cells
-from lowbw.hoststore import commit_of, cores_of
+from lowbw.workflow.hoststore import commit_of, cores_of
 from lowbw.report.catalog import E8_WORKERS
 from lowbw.report.common import plotting
 from lowbw.report.conditions import MARK, caption, mark, short_commit

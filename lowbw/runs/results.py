@@ -23,7 +23,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from lowbw.runio import check_steps, metrics_digest, read_jsonl
+from lowbw.runs.io import check_steps, metrics_digest, read_jsonl
 
 __all__ = ["RunError", "find_runs", "load_run", "load_runs", "load_metrics"]
 

@@ -51,7 +51,7 @@ class CollectiveSpec:
       (``torch.distributed.all_reduce``, run by :mod:`lowbw.comm.collectives`);
     * ``cost(N) -> Cost``: the closed form on equal links (N >= 2; one worker costs nothing);
     * ``broadcast``: the broadcast with the same communication pattern (a name of
-      ``lowbw.algorithms.BROADCASTS``), which a collective uses for its broadcasts and the cost models charge;
+      ``lowbw.comm.algorithms.BROADCASTS``), which a collective uses for its broadcasts and the cost models charge;
     * ``links(M, links, root) -> seconds``: the time on per-worker links (``lowbw.net.costlinks.WorkerLink``),
       or ``None``: the closed form on the slowest link;
     * ``idle_starts``: how often the busiest link starts sending after having idled (each start gets a
@@ -73,12 +73,12 @@ class CollectiveSpec:
       step of the critical path that waits for the peer's data, and the shaped uplink it leaves by (steps
       on one link share its token bucket); ``None`` (or no function): the links stream without such gaps;
     * ``segment_order``: the order in which it sums an element depends on the element's segment of
-      ``lowbw.comm.partition.split(numel, N)`` (the ring: segment j's sum starts at rank j), so a packed
+      ``lowbw.collective.partition.split(numel, N)`` (the ring: segment j's sum starts at rank j), so a packed
       buffer must be laid out segment by segment to give each tensor the sums it gets alone
-      (:mod:`lowbw.compress.packing`);
+      (:mod:`lowbw.comm.packing`);
     * ``heap_chain``: a binary heap tree of chunks capped at ``lowbw.comm.tree.HEAP_TREE_MAX_CHUNK_BYTES``
       with a receive window, whose one-chunk messages hop through a chain of shaped links (the testbed
-      model's chain and window terms, :mod:`lowbw.bench.collectives_model`, apply).
+      model's chain and window terms, :mod:`lowbw.net.calibrated`, apply).
     """
 
     name: str

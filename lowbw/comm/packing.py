@@ -1,10 +1,8 @@
 """One collective call per round of a bucket: the payloads of a bucket's tensors packed into one buffer.
 
-A compressor's exchange of one tensor is a generator (:meth:`lowbw.compress.base.Compressor.rounds`): it
-yields a :class:`Request` (``all_reduce`` or ``all_gather`` of some tensors) whenever it needs its peers'
-data, receives the results, and returns the tensor's average. :func:`drive` runs the exchanges of a bucket's
-tensors on a :class:`~lowbw.compress.collective.Collective` (one rank) or a
-:class:`~lowbw.compress.base.BatchCollective` (all ranks' rows, ``sim``):
+A compressor's exchange of one tensor is a generator of requests (:mod:`lowbw.compress.rounds`).
+:func:`drive` runs the exchanges of a bucket's tensors on a :class:`~lowbw.compress.protocol.Collective`
+(one rank) or a :class:`~lowbw.compress.base.BatchCollective` (all ranks' rows, ``sim``):
 
 * ``packed=False`` (``granularity: layer``): tensor after tensor, each requested tensor its own call, as
   ``Compressor.aggregate`` has always made them;
@@ -33,39 +31,17 @@ Layouts on the wire:
 
 from __future__ import annotations
 
-from collections.abc import Generator, Sequence
-from dataclasses import dataclass
+from collections.abc import Sequence
 from typing import Any
 
 import torch
 from torch import Tensor
 
-from lowbw.comm.partition import split
+from lowbw.collective.partition import split
 from lowbw.comm.registry import COLLECTIVES
+from lowbw.compress.rounds import Request, Rounds, run_alone
 
-__all__ = ["Request", "Rounds", "drive", "run_local"]
-
-# a tensor's exchange: yields Requests, receives each one's results (one per requested tensor), returns its average
-Rounds = Generator["Request", tuple, Tensor]
-
-
-@dataclass(frozen=True)
-class Request:
-    """What one tensor's exchange needs from its peers in one round."""
-
-    op: str  # "all_reduce" (the elementwise sum over ranks) | "all_gather" (every rank's tensor, in rank order)
-    tensors: tuple[Tensor, ...]  # the tensors to reduce or gather (rows: [N, ...] with a BatchCollective)
-    sizes_known: bool = False  # all_gather: every rank's tensors have these lengths (Compressor.fixed_size)
-
-
-def run_local(gen: Rounds) -> Tensor:
-    """Run an exchange with no peers: every request's result is its own tensors (one worker's view)."""
-    try:
-        req = next(gen)
-        while True:
-            req = gen.send(tuple(t if req.op == "all_reduce" else [t] for t in req.tensors))
-    except StopIteration as stop:
-        return stop.value
+__all__ = ["drive", "all_reduce_packed", "all_gather_packed"]
 
 
 def drive(gens: Sequence[Rounds], coll, packed: bool, rows: bool = False) -> list[Tensor]:
@@ -74,7 +50,7 @@ def drive(gens: Sequence[Rounds], coll, packed: bool, rows: bool = False) -> lis
     out: list[Any] = [None] * len(gens)
     if not packed:
         for i, g in enumerate(gens):
-            out[i] = _run_alone(g, coll)
+            out[i] = run_alone(g, coll)
         return out
     live: dict[int, Request] = {}
     for i, g in enumerate(gens):
@@ -85,16 +61,6 @@ def drive(gens: Sequence[Rounds], coll, packed: bool, rows: bool = False) -> lis
         for i, res in zip(order, results, strict=True):
             _advance(i, gens[i], res, live, out)
     return out
-
-
-def _run_alone(g: Rounds, coll) -> Tensor:
-    try:
-        req = next(g)
-        while True:
-            call = coll.all_reduce if req.op == "all_reduce" else coll.all_gather
-            req = g.send(tuple(call(t) for t in req.tensors))
-    except StopIteration as stop:
-        return stop.value
 
 
 def _advance(i: int, g: Rounds, res, live: dict, out: list, first: bool = False) -> None:
@@ -131,7 +97,7 @@ def _packed_round(reqs: list[Request], coll, rows: bool) -> list[tuple]:
 def _ring(coll) -> bool:
     """Whether ``coll`` sums an element in an order set by its segment, as the ring does (its algorithm's
     ``CollectiveSpec.segment_order``): the innermost collective's ``algorithm`` (through wrappers' ``inner``,
-    as :func:`lowbw.adaptive` finds it); False for a collective without one."""
+    as :func:`lowbw.train.adaptive` finds it); False for a collective without one."""
     while not hasattr(coll, "algorithm") and hasattr(coll, "inner"):
         coll = coll.inner
     spec = COLLECTIVES.get(getattr(coll, "algorithm", None) or "")

@@ -27,10 +27,10 @@ from collections.abc import Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 
-from lowbw.algorithms import BROADCAST_FOR
+from lowbw.comm.algorithms import BROADCAST_FOR
 from lowbw.compress.artopk import ARTopK
 from lowbw.compress.base import ErrorFeedback, State
-from lowbw.compress.collective import CallRecord
+from lowbw.compress.protocol import CallRecord
 from lowbw.compress.sparsify import TopK, topk_count
 from lowbw.data.specs import SPECS
 from lowbw.net.costmodel import LinkParams

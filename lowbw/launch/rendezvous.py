@@ -17,7 +17,7 @@ loopback address (Debian's ``127.0.1.1`` line in /etc/hosts) must give node 0's 
 Steps of :func:`init_process_group` (rank R of N, ``MASTER_ADDR:MASTER_PORT`` from torchrun's environment):
 
 1. Under a torchrun agent that shares its own store (``TORCHELASTIC_USE_AGENT_STORE=True``) every worker is a
-   client: torch's ``env://`` as is (the agent's store is the one to bind: :mod:`lowbw.torchrun`).
+   client: torch's ``env://`` as is (the agent's store is the one to bind: :mod:`lowbw.launch.torchrun`).
 2. Rank 0 binds a socket to ``MASTER_ADDR:MASTER_PORT`` and starts the store server on it; ranks > 0 connect.
 3. ``torch.distributed.init_process_group(backend, store=..., rank=R, world_size=N, timeout=...)``.
 """

@@ -6,8 +6,8 @@ A reader sees what ``make`` will produce before running it: ``paper/reference/pa
 the machine and its load, the workflow run's job count and wall time (the progress plugin's
 ``runs/.progress/last_run.json``), the PDF's pages and sha256.
 
-    python -m lowbw.reference save                    # make reference: paper/build/paper.pdf -> paper/reference/
-    python -m lowbw.reference compare REF NEW --out F  # the workflow's rule compare_reference
+    python -m lowbw.workflow.reference save         # make reference: paper/build/paper.pdf -> paper/reference/
+    python -m lowbw.workflow.reference compare REF NEW --out F  # the workflow's rule compare_reference
 
 The comparison extracts both PDFs' text (``pdftotext``), cuts it into sentences and pairs the sentences that are
 the same but for their numbers: those are reported as the generated numbers that changed (old -> new); the
@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
 
-from lowbw.progress import HISTORY, LAST_RUN
+from lowbw.workflow.progress import HISTORY, LAST_RUN
 
 __all__ = ["TextDiff", "diff_text", "sentences", "pdf_text", "compare", "save", "main", "REFERENCE"]
 
@@ -221,7 +221,7 @@ def save(pdf: str | Path = "paper/build/paper.pdf", to: str | Path = REFERENCE,
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lowbw.reference", description=__doc__.split("\n\n")[0])
+    ap = argparse.ArgumentParser(prog="python -m lowbw.workflow.reference", description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     s = sub.add_parser("save", help="keep paper/build/paper.pdf as the reference build, with its provenance")
     s.add_argument("--pdf", default="paper/build/paper.pdf")

@@ -16,7 +16,7 @@ paper/measured/gpu`` copies each complete CUDA run into ``<to>/<experiment>/<key
 and ``<to>/index.json`` lists every stored run. A run is refused, with a one-line error naming it and before
 anything is written, when it is incomplete (no summary.json, ``complete`` false, or a metrics file that does
 not match its seal) or did not run on CUDA (the device recorded in its config.json). :func:`load_store`
-returns the DataFrame :func:`lowbw.results.load_runs` gives for ``runs/``, plus the provenance columns
+returns the DataFrame :func:`lowbw.runs.results.load_runs` gives for ``runs/``, plus the provenance columns
 ``gpu``, ``cuda_version``, ``measured_date`` and ``source_run``.
 """
 
@@ -29,10 +29,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lowbw.hoststore import HOST_STORE, NAMES, HostStoreError, keep
-from lowbw.results import RunError, find_runs, load_run, load_runs
-from lowbw.runio import atomic_write_json, metrics_digest, read_jsonl
-from lowbw.runmetric import headline, run_metric
+from lowbw.workflow.hoststore import HOST_STORE, NAMES, HostStoreError, keep
+from lowbw.runs.results import RunError, find_runs, load_run, load_runs
+from lowbw.runs.io import atomic_write_json, metrics_digest, read_jsonl
+from lowbw.runs.metric import headline, run_metric
 
 __all__ = ["StoreError", "DEFAULT_STORE", "ANCHOR_STORE", "check_run", "thin", "add", "load_store", "list_table",
            "add_parser", "main"]
@@ -186,7 +186,7 @@ def write_index(to: str | Path) -> Path:
 
 
 def load_store(root: str | Path = DEFAULT_STORE):
-    """The stored runs as :func:`lowbw.results.load_runs` loads ``runs/`` (one row per run), plus ``gpu``,
+    """The stored runs as :func:`lowbw.runs.results.load_runs` loads ``runs/`` (one row per run), plus ``gpu``,
     ``cuda_version``, ``measured_date`` and ``source_run`` from each run's provenance.json. An absent or empty
     store gives an empty DataFrame."""
     import pandas as pd  # lazy: keeps `lowbw --help` free of pandas
@@ -256,7 +256,7 @@ def main(args) -> int:
 
 
 def list_table(root: str | Path) -> str:
-    """The stored runs under ``root`` as text: run, GPU, date, the workload's metric (:mod:`lowbw.runmetric`),
+    """The stored runs under ``root`` as text: run, GPU, date, the workload's metric (:mod:`lowbw.runs.metric`),
     its final and best value (and perplexity for a loss), epochs."""
     df = load_store(root)
     if df.empty:

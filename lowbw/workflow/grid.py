@@ -1,7 +1,8 @@
 """The experiment grid: expand config blocks into runs, and spell each run's parameters as its path.
 
 A run directory is ``runs/<experiment>/<key>~<value>/.../seed~<s>`` (Snakemake's Paramspace convention):
-keys in the order the grid lists them, seed last, so the path alone says what the run is.
+keys in the order the grid lists them, seed last, so the path alone says what the run is. :func:`validate_grid`
+checks every run's config before any job.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ from typing import Any
 import yaml
 
 from lowbw.train.clock_table import calibrated_clock
+from lowbw.train.config import ConfigError, RunConfig
 
-__all__ = ["expand", "encode", "decode", "run_config", "run_dirs"]
+__all__ = ["expand", "encode", "decode", "run_config", "run_dirs", "validate_grid"]
 
 _SAFE = re.compile(r"^[A-Za-z0-9_.+\-]+$")
 
@@ -99,3 +101,20 @@ def run_dirs(config: dict[str, Any], root: str = "runs") -> list[str]:
         for p in expand(exp, config["seeds"]):
             out.append(f"{root}/{name}/{encode(p)}")
     return out
+
+
+def validate_grid(config: dict[str, Any]) -> int:
+    """Check every training run of a workflow config (``experiments`` x ``grid`` x ``seeds``) before any job.
+
+    Raises ConfigError naming the experiment, the run and the key. Returns the number of runs checked.
+    """
+    n = 0
+    for name, exp in (config.get("experiments") or {}).items():
+        for params in expand(exp, config.get("seeds") or [0]):
+            d = run_config(config, name, params)
+            try:
+                RunConfig.from_dict(d)
+            except ConfigError as e:
+                raise ConfigError(e.key, f"experiment {name} run {encode(params)}: {e}") from e
+            n += 1
+    return n

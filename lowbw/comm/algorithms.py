@@ -1,7 +1,7 @@
 """The names of the collective algorithms, for everyone who names one (config, benchmarks, report).
 
 Every all-reduce algorithm is one module of :mod:`lowbw.comm` registered in :mod:`lowbw.comm.registry` (what
-a collective is: :mod:`lowbw.collective`); ``ALLREDUCE_ALGORITHMS`` (the names, in the registry's order) and
+a collective is: :mod:`lowbw.collective.spec`); ``ALLREDUCE_ALGORITHMS`` (the names, in the registry's order) and
 ``BROADCAST_FOR`` (the broadcast each pairs with) and ``OWN_ALLREDUCE_ALGORITHMS`` (those run over lowbw's
 own transport, not opaque like torch's ``native``) are read from that table when first used, so a new
 algorithm is added in one place and a misspelt one is rejected everywhere alike. The broadcasts and DiLoCo's
@@ -51,4 +51,4 @@ def __getattr__(name: str) -> Any:
             value = {a: spec.broadcast for a, spec in COLLECTIVES.items()}
         globals()[name] = value
         return value
-    raise AttributeError(f"module 'lowbw.algorithms' has no attribute {name!r}")
+    raise AttributeError(f"module 'lowbw.comm.algorithms' has no attribute {name!r}")

@@ -3,13 +3,13 @@
     python -m lowbw compare runs/my_dense runs/my_topk runs/my_diloco
     python -m lowbw compare 'runs/mine/*'            # a glob (quoted or expanded by the shell)
 
-Every argument is a run directory, a directory holding runs (:func:`lowbw.results.find_runs`), or a glob of
+Every argument is a run directory, a directory holding runs (:func:`lowbw.runs.results.find_runs`), or a glob of
 them. Runs whose configs differ only in ``seed`` are one method; a method is named by its grid path
 (``method~NAME``) or by its config (sync scheme, period, compressor and arguments, error feedback, workers).
 
 The table (printed, and written as ``compare.csv``): per method the seeds, the bytes one worker sends per step
 (``bytes_sent_per_worker / step``), for each target the mean virtual time to reach it over the seeds that did
-and how many did (``3/3``), and the mean final and best value of the workload's metric (:mod:`lowbw.runmetric`:
+and how many did (``3/3``), and the mean final and best value of the workload's metric (:mod:`lowbw.runs.metric`:
 test accuracy for a classifier, validation loss for a language model, the metric a dataset file declares).
 The figure ``compare.png`` (seaborn): that metric against virtual time and against the bytes a worker sent,
 one line per method (the mean over seeds, the band their range). Both go next to the runs (their common
@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lowbw.results import RunError, find_runs, load_run
-from lowbw.runio import check_steps, read_jsonl
-from lowbw.runmetric import headline, run_metric
+from lowbw.runs.results import RunError, find_runs, load_run
+from lowbw.runs.io import check_steps, read_jsonl
+from lowbw.runs.metric import headline, run_metric
 
 __all__ = ["Comparison", "collect", "method_label", "compare", "add_parser", "main"]
 

@@ -99,7 +99,7 @@ def git_commit(repo: str | os.PathLike | None = None) -> str:
     ``$LOWBW_GIT_COMMIT`` names it for a copy of the tree without its ``.git`` (e.g. sent to a GPU machine)."""
     if os.environ.get("LOWBW_GIT_COMMIT") and repo is None:
         return os.environ["LOWBW_GIT_COMMIT"]
-    repo = Path(repo) if repo else Path(__file__).resolve().parent.parent
+    repo = Path(repo) if repo else Path(__file__).resolve().parents[2]
     try:
         sha = subprocess.run(
             ["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True, timeout=10

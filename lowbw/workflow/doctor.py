@@ -15,7 +15,7 @@
 
 Nothing is removed with ``--dry-run``. Exit status 0 when nothing was left behind or all of it was removed.
 
-``python -m lowbw.doctor --guard TAG`` is the helper the procs launcher starts next to a testbed: it waits
+``python -m lowbw.workflow.doctor --guard TAG`` is the helper the procs launcher starts next to a testbed: it waits
 for EOF on stdin (the launcher exited or was killed) and deletes the namespaces named ``TAG-*``.
 """
 
@@ -32,7 +32,7 @@ from pathlib import Path
 from lowbw.net.namespaces import delete_namespaces, ns_processes
 from lowbw.net.probe import run_command
 from lowbw.net.testbed import list_leftovers, netns_missing
-from lowbw.runio import lock_holders
+from lowbw.runs.io import lock_holders
 
 __all__ = ["Findings", "SlurmTestCluster", "scan", "clean", "add_parser", "main", "guard", "slurm_test_cluster",
            "stop_slurm_test_cluster", "process_start", "SLURM_CONF", "SLURM_MARKER", "SLURM_CLUSTER_NAME"]
@@ -336,7 +336,7 @@ def main(args: argparse.Namespace) -> int:
 
 
 if __name__ == "__main__":
-    ap = argparse.ArgumentParser(prog="python -m lowbw.doctor", description=__doc__.splitlines()[0])
+    ap = argparse.ArgumentParser(prog="python -m lowbw.workflow.doctor", description=__doc__.splitlines()[0])
     ap.add_argument("--guard", metavar="TAG", help=argparse.SUPPRESS)
     _args(ap)
     a = ap.parse_args()

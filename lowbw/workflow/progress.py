@@ -232,9 +232,10 @@ class Progress:
         return n
 
     def record(self, argv: list[str]) -> dict:
-        """What this run was, for ``runs/.progress/last_run.json`` (read by ``python -m lowbw.reference save``):
-        the command, when it started and ended, its wall time, jobs planned and done, cores, and the machine's
-        1-minute load at its start, highest at any job's start or end, and at its end."""
+        """What this run was, for ``runs/.progress/last_run.json`` (read by
+        ``python -m lowbw.workflow.reference save``): the command, when it started and ended, its wall time, jobs
+        planned and done, cores, and the machine's 1-minute load at its start, highest at any job's start or end,
+        and at its end."""
         loads = [x for x in self.loads if x is not None]
         return {"command": list(argv), "started": self.started_at, "finished": _utc(time.time()),
                 "wall_s": round(self.elapsed(), 1), "jobs": self.total, "done": self.done, "cores": self.cores,

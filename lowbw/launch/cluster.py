@@ -1,17 +1,17 @@
 """Multi-node torchrun: one ``torchrun --nnodes N --node-rank R --rdzv-backend c10d`` per node, its place in
 the job read from where it runs, then exec'd.
 
-    python -m lowbw.cluster [--nproc-per-node K] [--port P] -- -m lowbw.train.worker --config run.json --out DIR
+    python -m lowbw.launch.cluster [--nproc-per-node K] [--port P] -- -m lowbw.train.worker --config run.json --out DIR
 
 Where a node learns its place (checked in this order):
 
-1. SLURM, one task per node (``srun --ntasks-per-node 1 python -m lowbw.cluster ...``): N = SLURM_NNODES,
+1. SLURM, one task per node (``srun --ntasks-per-node 1 python -m lowbw.launch.cluster ...``): N = SLURM_NNODES,
    R = SLURM_NODEID, rendezvous host = the job's first node (``scontrol show hostnames``), id = SLURM_JOB_ID.
-2. The testbed, one namespace per node (``python -m lowbw testbed -n N -- python -m lowbw.cluster ...``):
+2. The testbed, one namespace per node (``python -m lowbw testbed -n N -- python -m lowbw.launch.cluster ...``):
    N = WORLD_SIZE, R = RANK, rendezvous at MASTER_ADDR:MASTER_PORT (namespace 0), and the node's own
    address is that of GLOO_SOCKET_IFNAME, its shaped link.
 
-c10d rendezvous (:mod:`lowbw.torchrun`): node 0 hosts the rendezvous TCP store, listening on the rendezvous
+c10d rendezvous (:mod:`lowbw.launch.torchrun`): node 0 hosts the rendezvous TCP store, listening on the rendezvous
 host's address only (``is_host`` is given, not guessed: inside a network namespace the hostname resolves to
 no address of the node), every agent advertises ``--local-addr`` when known, and the workers make their own
 store on node 0's address (``MASTER_ADDR``), so every byte of the rendezvous and of training crosses the
@@ -94,7 +94,7 @@ def node_spec(env: Mapping[str, str], port: int | None = None) -> NodeSpec:
 
 
 def torchrun_argv(spec: NodeSpec, command: Sequence[str], nproc_per_node: int = 1) -> list[str]:
-    """``python -m lowbw.torchrun --nnodes N --node-rank R --rdzv-backend c10d ... COMMAND`` for one node
+    """``python -m lowbw.launch.torchrun --nnodes N --node-rank R --rdzv-backend c10d ... COMMAND`` for one node
     (torchrun, its stores listening on the given addresses only); ``command`` is ``[python] script.py args``
     or ``[python] -m module args``."""
     cmd = list(command)
@@ -104,7 +104,7 @@ def torchrun_argv(spec: NodeSpec, command: Sequence[str], nproc_per_node: int = 
         raise ValueError(f"no script or -m module to run after -- (got {shlex.join(command)!r})")
     if nproc_per_node < 1:
         raise ValueError(f"--nproc-per-node {nproc_per_node} is not >= 1")
-    argv = [sys.executable, "-m", "lowbw.torchrun", "--nnodes", str(spec.nnodes),
+    argv = [sys.executable, "-m", "lowbw.launch.torchrun", "--nnodes", str(spec.nnodes),
             "--node-rank", str(spec.node_rank), "--nproc-per-node", str(nproc_per_node),
             "--rdzv-backend", "c10d", "--rdzv-endpoint", f"{spec.rdzv_host}:{spec.rdzv_port}",
             "--rdzv-id", spec.run_id, "--rdzv-conf", f"is_host={int(spec.node_rank == 0)}", "--max-restarts", "0"]
@@ -114,7 +114,7 @@ def torchrun_argv(spec: NodeSpec, command: Sequence[str], nproc_per_node: int = 
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m lowbw.cluster", description=__doc__,
+    ap = argparse.ArgumentParser(prog="python -m lowbw.launch.cluster", description=__doc__,
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--nproc-per-node", type=int, default=1, help="workers on this node (e.g. its GPUs; default 1)")
     ap.add_argument("--port", type=int, default=None,
@@ -126,7 +126,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         full = torchrun_argv(node_spec(os.environ, a.port), cmd, a.nproc_per_node)
     except ValueError as e:
-        print(f"lowbw.cluster: {e}", file=sys.stderr)
+        print(f"lowbw.launch.cluster: {e}", file=sys.stderr)
         return 2
     # one write(2): the nodes of a testbed share the terminal, and print()'s separate writes interleave
     sys.stdout.flush()

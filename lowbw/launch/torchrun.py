@@ -1,20 +1,20 @@
 """torchrun (``torch.distributed.run``) whose rendezvous stores listen only on the address they were given.
 
-    python -m lowbw.torchrun --standalone --nproc-per-node 4 -m lowbw.train.worker ...       # one machine
-    python -m lowbw.torchrun --nnodes 2 --node-rank R --rdzv-backend lowbw --rdzv-endpoint HOST:PORT ...
+    python -m lowbw.launch.torchrun --standalone --nproc-per-node 4 -m lowbw.train.worker ...       # one machine
+    python -m lowbw.launch.torchrun --nnodes 2 --node-rank R --rdzv-backend lowbw --rdzv-endpoint HOST:PORT ...
 
 torchrun's arguments, unchanged. torch's ``TCPStore`` server listens on every interface; torchrun's agents
 open one for the rendezvous (c10d: on node 0, at ``--rdzv-endpoint``) and, by default, a second that the
 workers share. Here:
 
 1. A rendezvous backend ``lowbw`` is registered: torch's dynamic c10d rendezvous over a store from
-   :func:`lowbw.rendezvous.tcp_store`, whose server (node 0, or ``--rdzv-conf is_host=1``) listens on the
+   :func:`lowbw.launch.rendezvous.tcp_store`, whose server (node 0, or ``--rdzv-conf is_host=1``) listens on the
    endpoint's host only. ``--rdzv-backend c10d`` is run as ``lowbw`` (same protocol, same keys).
 2. ``--standalone`` becomes ``lowbw`` at ``127.0.0.1`` on a free port, the node's address ``127.0.0.1``:
    nothing of a one-machine job listens beyond loopback.
 3. The agents do not share their store with the workers (``TORCH_DISABLE_SHARE_RDZV_TCP_STORE=1``): torchrun
    hands the workers ``MASTER_ADDR`` (node 0's ``--local-addr``) and a free port, and lowbw's workers make their
-   store there with :func:`lowbw.rendezvous.init_process_group` (listening on ``MASTER_ADDR`` only).
+   store there with :func:`lowbw.launch.rendezvous.init_process_group` (listening on ``MASTER_ADDR`` only).
 
 ``is_host`` is given, not guessed, when absent: node rank 0 hosts (inside a network namespace the host name
 resolves to no address of the node, so torch's guess fails).
@@ -37,7 +37,7 @@ from torch.distributed.elastic.rendezvous.dynamic_rendezvous import create_handl
 from torch.distributed.elastic.rendezvous.utils import parse_rendezvous_endpoint
 from torch.distributed.run import parse_args, parse_min_max_nnodes, run
 
-from lowbw.rendezvous import tcp_store
+from lowbw.launch.rendezvous import tcp_store
 
 __all__ = ["BACKEND", "register", "main"]
 

@@ -1,7 +1,7 @@
 """The workflow's grid, checked once per (config, code): every run directory with its resolved run config.
 
 Checking a grid (the config schema, then every run's RunConfig with its cross-key rules, traces and clock
-calibration: :func:`lowbw.train.config.validate_grid`) imports torch and parses every run's trace, seconds of
+calibration: :func:`lowbw.workflow.grid.validate_grid`) imports torch and parses every run's trace, seconds of
 work that the Snakefile would repeat on every invocation, a no-op rerun and a dry run included. The result
 only depends on the config, the files it names and lowbw's own sources, so it is kept under
 ``runs/.cache/grid/<sha256 of all three>.json``: the same check with the same inputs is not run twice, and any
@@ -17,11 +17,11 @@ from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
 
-from lowbw.grid import encode, expand, run_config
+from lowbw.workflow.grid import encode, expand, run_config
 
 __all__ = ["checked_grid", "grid_key", "KEEP"]
 
-PACKAGE = Path(__file__).resolve().parent
+PACKAGE = Path(__file__).resolve().parents[1]  # lowbw/: its sources are part of the key
 #: how many checked grids are kept (switching between --configfile grids keeps each one's entry)
 KEEP = 8
 

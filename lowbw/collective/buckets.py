@@ -10,7 +10,7 @@ after the backward pass, so every bucket has the same cap. The sizes are the ten
 counts), whatever their compressed payloads are.
 
 The number of messages of a bucketed exchange is then a property of the bucket size: ``len(assign(...))``
-buckets, each one call per round of its compressor (:mod:`lowbw.compress.packing`). Pure index arithmetic,
+buckets, each one call per round of its compressor (:mod:`lowbw.comm.packing`). Pure index arithmetic,
 no torch: the trainer, the collectives' benchmark and the advisor (``lowbw advise --bucket-mb``) share it.
 """
 

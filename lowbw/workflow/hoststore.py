@@ -26,7 +26,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lowbw.runio import atomic_write_json
+from lowbw.runs.io import atomic_write_json
 
 __all__ = ["HOST_STORE", "NAMES", "HostStoreError", "Located", "commit_of", "cores_of", "describe", "keep", "locate",
            "load_index"]
@@ -38,7 +38,7 @@ NAMES = ("collectives", "collectives_latency", "compressors", "models", "e2e", "
 
 
 def commit_of(prov: dict[str, Any] | None) -> str | None:
-    """The commit a benchmark's provenance names: ``git_commit`` (:func:`lowbw.runio.provenance`) or ``commit``
+    """The commit a benchmark's provenance names: ``git_commit`` (:func:`lowbw.runs.io.provenance`) or ``commit``
     (:func:`lowbw.bench.bench_provenance`, e.g. E8's e2e.json)."""
     prov = prov or {}
     return prov.get("git_commit") or prov.get("commit")

@@ -318,7 +318,7 @@ def add_strict_flag(ap: argparse.ArgumentParser) -> None:
     """``--strict``: refuse to write the result when the machine was busy (exit 1)."""
     ap.add_argument("--strict", action="store_true",
                     help="refuse to write the result when the machine was busy while measuring (load, other "
-                    "processes' CPU or steal above lowbw.bench.conditions' thresholds); exit 1")
+                    "processes' CPU or steal above lowbw.measure.conditions' thresholds); exit 1")
 
 
 def check(c: Conditions, what: str, out: str | os.PathLike | None = None, strict: bool = False) -> bool:
