@@ -44,7 +44,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     mod = importlib.import_module(f"lowbw.bench.{args.name}")
-    if not hasattr(mod, "main"):  # pragma: no cover - every listed module has one (tests/test_bench_e2e.py)
+    if not hasattr(mod, "main"):  # pragma: no cover - every listed module has one (tests/bench/test_e2e.py)
         print(f"lowbw bench: lowbw.bench.{args.name} has no main()", file=sys.stderr)
         return 2
     return int(mod.main(list(args.args)) or 0)
