@@ -49,8 +49,8 @@ import torch.distributed as dist
 import torch.nn.functional as F
 
 from lowbw.measure import conditions
-from lowbw.bench.e2e_calls import probe_batch, probe_model
-from lowbw.bench.e2e_grid import add_realtime_flag, check_realtime
+from lowbw.bench.e8.calls import probe_batch, probe_model
+from lowbw.bench.e8.grid import add_realtime_flag, check_realtime
 from lowbw.measure.presets import load_methods, method_config
 from lowbw.collective.buckets import cap_bytes
 from lowbw.comm import DistCollective, Meter

@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from lowbw.bench import e2e, e2e_calibration, e2e_grid, e2e_rows
+from lowbw.bench import e2e
+from lowbw.bench.e8 import calibration as e8_calibration
+from lowbw.bench.e8 import grid as e8_grid
+from lowbw.bench.e8 import rows as e8_rows
 from lowbw.measure import presets
 from lowbw.runs.io import append_jsonl
 from tests.helpers import usage_error
@@ -39,7 +42,7 @@ def test_method_presets_and_ddp_suffix():
         presets.method_config("nope", methods)
     with pytest.raises(ValueError, match="only suffix is \\+ddp"):
         presets.method_config("fp16+x", methods)
-    twin = e2e_grid.sim_twin({"ddp_hook": True, "compressor": "fp16", "backend": "procs"})
+    twin = e8_grid.sim_twin({"ddp_hook": True, "compressor": "fp16", "backend": "procs"})
     assert twin == {"compressor": "fp16", "backend": "sim", "granularity": "flat"}
 
 
@@ -51,7 +54,7 @@ def test_cell_row_from_two_runs(tmp_path):
     _write_run(tmp_path / "sim", sim)
     _write_run(tmp_path / "procs", procs)
     cfg = {"clock_compute_scale": 1.5, "latency_ms": 0.0}
-    row = e2e_rows.cell_row(tmp_path / "sim", tmp_path / "procs", method="topk1", workers=2, rate=10.0, steps=20,
+    row = e8_rows.cell_row(tmp_path / "sim", tmp_path / "procs", method="topk1", workers=2, rate=10.0, steps=20,
                        target=0.8, probe_res={"overhead_ms": 1.0, "emulation": "netns-tc"}, cfg=cfg)
     assert row["window"] == [10, 20]
     assert row["predicted_step_s"] == pytest.approx(0.1)
@@ -70,7 +73,7 @@ def test_cell_row_from_two_runs(tmp_path):
     # step's communication (0.05 s, per-message costs) is half of it
     assert row["predicted_wire_s"] == pytest.approx(1e4 * 8 / (10e6 * 1448 / 1514))
     assert row["link_bound"] is False
-    s = e2e_rows.summarise([row])
+    s = e8_rows.summarise([row])
     assert s["worst_abs_err_step_by_method"]["topk1"] == pytest.approx(abs(row["err_step"]))
     assert s["target"]["met"] is False and s["target"]["n"] == 1
 
@@ -83,17 +86,17 @@ def test_sim_side_models_the_testbeds_token_bucket():
     args = argparse.Namespace(model="mlp", dataset="mnist", batch_size=128, seed=0, target=0.8)
     burst = LinkSpec().tbf_params(100e6)["burst"]  # what the testbed's shapers get at 100 Mbit/s
     pr = {"overhead_ms": 1.0, "compute_scale": 1.0, "shaper_burst_bytes": burst}
-    cfg = e2e_grid.cell_config({"compressor": "topk"}, 2, 100.0, 20, args, pr)
-    assert cfg["clock_shaper_burst_bytes"] == burst and e2e_grid.sim_twin(cfg)["clock_shaper_burst_bytes"] == burst
+    cfg = e8_grid.cell_config({"compressor": "topk"}, 2, 100.0, 20, args, pr)
+    assert cfg["clock_shaper_burst_bytes"] == burst and e8_grid.sim_twin(cfg)["clock_shaper_burst_bytes"] == burst
     # a probe without a shaped testbed (loopback emulation, old files): a plain link
-    assert e2e_grid.cell_config({}, 2, 100.0, 20, args, e2e_grid.UNCALIBRATED)["clock_shaper_burst_bytes"] == 0.0
+    assert e8_grid.cell_config({}, 2, 100.0, 20, args, e8_grid.UNCALIBRATED)["clock_shaper_burst_bytes"] == 0.0
 
 
 def test_cell_row_refuses_mismatched_logs(tmp_path):
     _write_run(tmp_path / "sim", [_line(10, 1.0, 0.5), _line(20, 2.0, 1.0)])
     _write_run(tmp_path / "procs", [_line(10, 1.0, 0.5), _line(25, 2.0, 1.0)])
     with pytest.raises(RuntimeError, match="different steps"):
-        e2e_rows.cell_row(tmp_path / "sim", tmp_path / "procs", method="m", workers=2, rate=10.0, steps=20, target=0.9,
+        e8_rows.cell_row(tmp_path / "sim", tmp_path / "procs", method="m", workers=2, rate=10.0, steps=20, target=0.9,
                      probe_res={"overhead_ms": 0.0}, cfg={"clock_compute_scale": 1.0, "latency_ms": 0.0})
 
 
@@ -329,7 +332,7 @@ def test_probe_summary_curve_pools_gaps_and_reads_old_files():
     new = {"allgather_by_gap_s": {"0": [0.004, 0.004, 0.008], "1": [0.008, 0.008]},
            "compute_alone_s": [1.0], "compute_together_s": [1.5]}
     old = {"allgather_s": [0.004], "compute_alone_s": [1.0], "compute_together_s": [1.5]}
-    pr = e2e_calibration.probe_summary([new, old], workers=3)
+    pr = e8_calibration.probe_summary([new, old], workers=3)
     # means (a step's time is a sum): 5 ms and 8 ms per call, over 4 steps
     assert pr["overhead_curve"] == [[0.0, pytest.approx(1.25)], [1.0, pytest.approx(2.0)]]
     assert pr["overhead_ms"] == pytest.approx(1.25)  # back to back
@@ -338,13 +341,13 @@ def test_probe_summary_curve_pools_gaps_and_reads_old_files():
 
 def test_overhead_at_interpolates_and_clamps():
     curve = [[0.0, 0.5], [0.5, 1.5], [2.0, 2.0]]
-    assert e2e_calibration.overhead_at(curve, 0.0) == 0.5
-    assert e2e_calibration.overhead_at(curve, 0.25) == pytest.approx(1.0)
-    assert e2e_calibration.overhead_at(curve, 1.25) == pytest.approx(1.75)
-    assert e2e_calibration.overhead_at(curve, 9.0) == 2.0  # flat beyond the probed gaps
-    assert e2e_calibration.overhead_at(curve, float("inf")) == 2.0
+    assert e8_calibration.overhead_at(curve, 0.0) == 0.5
+    assert e8_calibration.overhead_at(curve, 0.25) == pytest.approx(1.0)
+    assert e8_calibration.overhead_at(curve, 1.25) == pytest.approx(1.75)
+    assert e8_calibration.overhead_at(curve, 9.0) == 2.0  # flat beyond the probed gaps
+    assert e8_calibration.overhead_at(curve, float("inf")) == 2.0
     with pytest.raises(ValueError, match="empty"):
-        e2e_calibration.overhead_at([], 1.0)
+        e8_calibration.overhead_at([], 1.0)
 
 
 def test_cell_calibration_reads_the_gap_off_the_sim_run(tmp_path):
@@ -352,20 +355,20 @@ def test_cell_calibration_reads_the_gap_off_the_sim_run(tmp_path):
     # t_virtual's 0.1 s/step -> gap 30 ms/call: flat beyond the curve
     sim = [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)]
     _write_run(tmp_path / "sim", sim)
-    assert e2e_calibration.cell_gap_ms(tmp_path / "sim", 20, 2) == pytest.approx(30.0)
+    assert e8_calibration.cell_gap_ms(tmp_path / "sim", 20, 2) == pytest.approx(30.0)
     pr = {"overhead_ms": 0.5, "overhead_curve": [[0.0, 0.5], [2.0, 1.8]], "compute_scale": 1.0}
-    pc = e2e_calibration.cell_calibration(pr, tmp_path / "sim", 20, 2)
+    pc = e8_calibration.cell_calibration(pr, tmp_path / "sim", 20, 2)
     assert pc["overhead_ms"] == 1.8 and pc["overhead_gap_ms"] == pytest.approx(30.0)
     assert pr["overhead_ms"] == 0.5  # the group's calibration is not changed
     # N = 3: 4000 latency terms per 10 steps = 100 calls/step -> 0.3 ms of work before each call
     _write_run(tmp_path / "sim3", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=4000),
                                    _line(20, 2.0, 1.0, alpha=8000)])
-    assert e2e_calibration.cell_gap_ms(tmp_path / "sim3", 20, 3) == pytest.approx(0.3)
-    pc3 = e2e_calibration.cell_calibration(pr, tmp_path / "sim3", 20, 3)
+    assert e8_calibration.cell_gap_ms(tmp_path / "sim3", 20, 3) == pytest.approx(0.3)
+    pc3 = e8_calibration.cell_calibration(pr, tmp_path / "sim3", 20, 3)
     assert pc3["overhead_ms"] == pytest.approx(0.5 + 1.3 * 0.15)
     # a cell without calls (every step local): no gap to read, the curve's end
     _write_run(tmp_path / "simL", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.0), _line(20, 2.0, 0.0)])
-    assert e2e_calibration.cell_gap_ms(tmp_path / "simL", 20, 2) == float("inf")
+    assert e8_calibration.cell_gap_ms(tmp_path / "simL", 20, 2) == float("inf")
 
 
 def test_cell_sequence_scales_the_compressors_gaps_to_the_sim_run(tmp_path):
@@ -373,37 +376,37 @@ def test_cell_sequence_scales_the_compressors_gaps_to_the_sim_run(tmp_path):
     _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)])
     # an exchange of 2 calls (one every 2 steps): 40 ms of compute and 20 ms of compression per exchange; the
     # compressor's own gaps 1 : 3 share the compression, the first call comes after the compute too
-    seq = e2e_calibration.cell_sequence([("all_gather", 1.0), ("all_reduce", 3.0)], tmp_path / "sim", 20, 2)
+    seq = e8_calibration.cell_sequence([("all_gather", 1.0), ("all_reduce", 3.0)], tmp_path / "sim", 20, 2)
     assert [op for op, _ in seq] == ["all_gather", "all_reduce"]
     assert [g for _, g in seq] == pytest.approx([40.0 + 5.0, 15.0])
     # no bytes in these runs; 1 MB per 10 steps at 1000 Mbit/s: 0.1 MB a step, 0.8 ms plus TCP's framing
-    assert e2e_calibration.cell_wire_s(tmp_path / "sim", 20, 2, 1000.0) == 0.0
+    assert e8_calibration.cell_wire_s(tmp_path / "sim", 20, 2, 1000.0) == 0.0
     _write_run(tmp_path / "simB", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, beta=1e6), _line(20, 2.0, 1.0, beta=2e6)])
-    assert e2e_calibration.cell_wire_s(tmp_path / "simB", 20, 2, 1000.0) == pytest.approx(0.8e-3 * 1514 / 1448)
+    assert e8_calibration.cell_wire_s(tmp_path / "simB", 20, 2, 1000.0) == pytest.approx(0.8e-3 * 1514 / 1448)
     # the mean of the gaps is the cell's mean gap
-    assert sum(g for _, g in seq) / 2 == pytest.approx(e2e_calibration.cell_gap_ms(tmp_path / "sim", 20, 2))
+    assert sum(g for _, g in seq) / 2 == pytest.approx(e8_calibration.cell_gap_ms(tmp_path / "sim", 20, 2))
     # an exchange without compression work; a cell without calls
-    assert e2e_calibration.cell_sequence([("all_reduce", 0.0)], tmp_path / "sim", 20, 2) == [("all_reduce", 20.0)]
+    assert e8_calibration.cell_sequence([("all_reduce", 0.0)], tmp_path / "sim", 20, 2) == [("all_reduce", 20.0)]
     _write_run(tmp_path / "simL", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.0), _line(20, 2.0, 0.0)])
-    assert e2e_calibration.cell_sequence([("all_reduce", 0.0)], tmp_path / "simL", 20, 2) == []
+    assert e8_calibration.cell_sequence([("all_reduce", 0.0)], tmp_path / "simL", 20, 2) == []
 
 
 def test_cell_calibration_takes_the_replayed_sequence(tmp_path):
     _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)])
     s = {"allgather_by_gap_s": {"0": [0.002], "30": [0.004]}, "compute_alone_s": [1.0], "compute_together_s": [1.0],
          "sequence_s": [0.003, 0.005], "sequence_by_call_s": [0.002, 0.006], "sequence_last_in_s": [0.002, 0.002]}
-    pr = e2e_calibration.probe_summary([s, s], workers=2)
+    pr = e8_calibration.probe_summary([s, s], workers=2)
     assert pr["overhead_sequence_ms"] == pytest.approx(2.0)  # (3 + 5) / 2 ms per call, / 2 (N-1) rounds
     assert pr["overhead_sequence_last_in_ms"] == pytest.approx(1.0)
     assert pr["overhead_by_call_ms"] == pytest.approx([1.0, 3.0])
-    pc = e2e_calibration.cell_calibration(pr, tmp_path / "sim", 20, 2)
+    pc = e8_calibration.cell_calibration(pr, tmp_path / "sim", 20, 2)
     assert pc["overhead_ms"] == pytest.approx(2.0)
     assert pc["overhead_at_gap_ms"] == pytest.approx(2.0)  # the curve at the 30 ms gap, recorded beside it
     s.pop("sequence_s")  # a probe without the replay: the curve at the gap
-    pc = e2e_calibration.cell_calibration(e2e_calibration.probe_summary([s], workers=2), tmp_path / "sim", 20, 2)
+    pc = e8_calibration.cell_calibration(e8_calibration.probe_summary([s], workers=2), tmp_path / "sim", 20, 2)
     assert pc["overhead_ms"] == pytest.approx(2.0) and pc["overhead_at_gap_ms"] == pytest.approx(2.0)
     s["allgather_by_gap_s"] = {"0": [0.002], "30": [0.008]}
-    pc = e2e_calibration.cell_calibration(e2e_calibration.probe_summary([s], workers=2), tmp_path / "sim", 20, 2)
+    pc = e8_calibration.cell_calibration(e8_calibration.probe_summary([s], workers=2), tmp_path / "sim", 20, 2)
     assert pc["overhead_ms"] == pytest.approx(4.0)
 
 
@@ -416,22 +419,22 @@ def test_cell_calibration_prefers_the_exchange_in_situ(tmp_path):
          "sequence_s": [0.003, 0.005], "compress_alone_s": [0.010, 0.010], "compress_together_s": [0.012, 0.012],
          # 4 calls per exchange: 24 and 40 ms inside them -> 6 and 10 ms per call, / 2 (N-1) rounds
          "exchange_work_s": [0.020, 0.030], "exchange_calls_s": [0.024, 0.040], "exchange_calls": 4}
-    pr = e2e_calibration.probe_summary([s], workers=2)
+    pr = e8_calibration.probe_summary([s], workers=2)
     assert pr["overhead_exchange_ms"] == pytest.approx(4.0)
     assert pr["compress_scale"] == pytest.approx(2.5) and pr["compress_scale_apart"] == pytest.approx(1.2)
-    pc = e2e_calibration.cell_calibration(pr, tmp_path / "sim", 20, 2)
+    pc = e8_calibration.cell_calibration(pr, tmp_path / "sim", 20, 2)
     assert pc["overhead_ms"] == pytest.approx(4.0)
     assert pr["overhead_sequence_ms"] == pytest.approx(2.0)  # still recorded
     # without it (files before it, or a dense cell): the replayed sequence and compression apart, as before
     old = {k: v for k, v in s.items() if not k.startswith("exchange_")}
-    pr = e2e_calibration.probe_summary([old], workers=2)
+    pr = e8_calibration.probe_summary([old], workers=2)
     assert pr["overhead_exchange_ms"] is None and pr["compress_scale"] == pytest.approx(1.2)
-    assert e2e_calibration.cell_calibration(pr, tmp_path / "sim", 20, 2)["overhead_ms"] == pytest.approx(2.0)
+    assert e8_calibration.cell_calibration(pr, tmp_path / "sim", 20, 2)["overhead_ms"] == pytest.approx(2.0)
 
 
 @pytest.mark.parametrize("method, ops", [("topk1", {"all_gather"}), ("powersgd", {"all_reduce"})])
 def test_call_sequence_records_a_compressors_calls(method, ops):
-    from lowbw.bench.e2e_calls import call_sequence
+    from lowbw.bench.e8.calls import call_sequence
 
     cfg = {"dataset": "synthetic", "model": "mlp", "batch_size": 128, "workers": 2,
            **presets.load_methods()[method]}
@@ -451,10 +454,10 @@ def test_call_sequence_records_a_compressors_calls(method, ops):
 def test_cell_calls_per_step_from_the_sim_run(tmp_path):
     # N = 2: 20 latency terms over 10 steps = 1 call per step; N = 3: 4000 terms over 10 steps = 100 calls
     _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=20), _line(20, 2.0, 1.0, alpha=40)])
-    assert e2e_calibration.cell_calls_per_step(tmp_path / "sim", 20, 2) == pytest.approx(1.0)
+    assert e8_calibration.cell_calls_per_step(tmp_path / "sim", 20, 2) == pytest.approx(1.0)
     _write_run(tmp_path / "sim3", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.5, alpha=4000),
                                    _line(20, 2.0, 1.0, alpha=8000)])
-    assert e2e_calibration.cell_calls_per_step(tmp_path / "sim3", 20, 3) == pytest.approx(100.0)
+    assert e8_calibration.cell_calls_per_step(tmp_path / "sim3", 20, 3) == pytest.approx(100.0)
 
 
 def test_probe_summary_compute_factor_is_a_ratio_of_means():
@@ -462,17 +465,17 @@ def test_probe_summary_compute_factor_is_a_ratio_of_means():
     # and the cell's path may compute faster than the sim's (a factor below 1 is kept)
     s = {"allgather_by_gap_s": {"0": [0.002]}, "compute_alone_s": [1.0, 1.0, 1.0, 1.0],
          "compute_together_s": [1.0, 1.0, 1.0, 3.0]}
-    assert e2e_calibration.probe_summary([s], workers=2)["compute_scale"] == pytest.approx(1.5)
+    assert e8_calibration.probe_summary([s], workers=2)["compute_scale"] == pytest.approx(1.5)
     s = {**s, "compute_together_s": [0.8] * 4}
-    assert e2e_calibration.probe_summary([s], workers=2)["compute_scale"] == pytest.approx(0.8)
+    assert e8_calibration.probe_summary([s], workers=2)["compute_scale"] == pytest.approx(0.8)
     # compression has its own factor where probed, None where not (the clock then takes compute's)
-    assert e2e_calibration.probe_summary([s], workers=2)["compress_scale"] is None
+    assert e8_calibration.probe_summary([s], workers=2)["compress_scale"] is None
     s = {**s, "compress_alone_s": [0.01, 0.01], "compress_together_s": [0.011, 0.013]}
-    assert e2e_calibration.probe_summary([s], workers=2)["compress_scale"] == pytest.approx(1.2)
+    assert e8_calibration.probe_summary([s], workers=2)["compress_scale"] == pytest.approx(1.2)
     import argparse
 
     args = argparse.Namespace(model="mlp", dataset="mnist", batch_size=128, seed=0, target=0.8)
-    cfg = e2e_grid.cell_config({}, 2, 100.0, 20, args,
+    cfg = e8_grid.cell_config({}, 2, 100.0, 20, args,
                                {"overhead_ms": 1.0, "compute_scale": 1.5, "compress_scale": 1.2})
     assert cfg["clock_compute_scale"] == 1.5 and cfg["clock_compress_scale"] == 1.2
 
@@ -484,26 +487,26 @@ def test_compute_factor_of_workers_that_meet_every_h_steps(tmp_path):
     by_rank = [[2.0 if k % 2 == 0 else 1.0 for k in range(40)], [1.0 if k % 2 == 0 else 2.0 for k in range(40)]]
     s = {"allgather_by_gap_s": {"0": [0.002]}, "compute_alone_s": [1.0] * 40,
          "compute_together_s": [max(a, b) for a, b in zip(*by_rank)], "compute_together_by_rank_s": by_rank}
-    pr = e2e_calibration.probe_summary([s], workers=2)
+    pr = e8_calibration.probe_summary([s], workers=2)
     assert pr["compute_scale"] == pytest.approx(2.0)
-    assert e2e_calibration.compute_scale_over([s], 1) == pytest.approx(2.0)  # the per-step factor, by rank
-    assert e2e_calibration.compute_scale_over([s], 16) == pytest.approx(1.5)
-    assert e2e_calibration.compute_scale_over([s], 3) == pytest.approx(5 / 3)  # windows 2+1+2 or 1+2+1: max 5
+    assert e8_calibration.compute_scale_over([s], 1) == pytest.approx(2.0)  # the per-step factor, by rank
+    assert e8_calibration.compute_scale_over([s], 16) == pytest.approx(1.5)
+    assert e8_calibration.compute_scale_over([s], 3) == pytest.approx(5 / 3)  # windows 2+1+2 or 1+2+1: max 5
     # one exchange (a single all-reduce) every 16 steps: 2 latency terms per 16 steps at N = 2
     _write_run(tmp_path / "sim", [_line(0, 0.0, 0.0), _line(10, 1.0, 0.0, alpha=2 * 10 / 16),
                                   _line(42, 4.2, 0.0, alpha=2 * 42 / 16)])
-    H = e2e_calibration.cell_steps_per_sync(tmp_path / "sim", 42, 2, 1)
+    H = e8_calibration.cell_steps_per_sync(tmp_path / "sim", 42, 2, 1)
     assert H == 16
-    pc = e2e_calibration.cell_calibration({**pr, "steps_per_sync": H}, tmp_path / "sim", 42, 2)
+    pc = e8_calibration.cell_calibration({**pr, "steps_per_sync": H}, tmp_path / "sim", 42, 2)
     assert pc["compute_scale"] == pytest.approx(1.5) and pc["compute_scale_per_step"] == pytest.approx(2.0)
     # a synchronous cell keeps the per-step factor; so does a probe from before per-rank times
-    assert e2e_calibration.cell_calibration(pr, tmp_path / "sim", 42, 2)["compute_scale"] == pytest.approx(2.0)
+    assert e8_calibration.cell_calibration(pr, tmp_path / "sim", 42, 2)["compute_scale"] == pytest.approx(2.0)
     old = {k: v for k, v in s.items() if k != "compute_together_by_rank_s"}
-    pc = e2e_calibration.cell_calibration({**e2e_calibration.probe_summary([old], 2), "steps_per_sync": 16},
+    pc = e8_calibration.cell_calibration({**e8_calibration.probe_summary([old], 2), "steps_per_sync": 16},
                                           tmp_path / "sim", 42, 2)
     assert pc["compute_scale"] == pytest.approx(2.0)
     with pytest.raises(ValueError, match="period 0"):
-        e2e_calibration.compute_scale_over([s], 0)
+        e8_calibration.compute_scale_over([s], 0)
 
 
 @pytest.mark.netns
@@ -581,15 +584,15 @@ def test_cells_take_the_median_repeat():
     rows = [{"method": "topk1", "workers": 2, "rate_mbit": 10.0, "err_step": e, "link_bound": False}
             for e in (0.12, -0.03, 0.05)]
     rows.append({"method": "dense", "workers": 2, "rate_mbit": 10.0, "err_step": -0.02, "link_bound": True})
-    (topk, dense) = e2e_rows.cells(rows)
+    (topk, dense) = e8_rows.cells(rows)
     assert topk["repeats"] == 3 and topk["err_step"] == 0.05
     assert (topk["err_step_min"], topk["err_step_max"]) == (-0.03, 0.12)
     assert dense["repeats"] == 1 and dense["err_step"] == -0.02
-    s = e2e_rows.summarise(rows)
+    s = e8_rows.summarise(rows)
     assert s["worst_abs_err_step_by_method"] == {"topk1": 0.05, "dense": 0.02}
     assert s["target"]["met"] and s["target"]["n"] == 2 and s["repeats"] == 3
     # an even count: the lower middle one (a repeat that was measured, not an average of two)
-    assert e2e_rows.cells(rows[:2])[0]["err_step"] == -0.03
+    assert e8_rows.cells(rows[:2])[0]["err_step"] == -0.03
 
 
 def test_append_refuses_a_missing_or_partial_file(tmp_path, capsys):
@@ -614,8 +617,8 @@ def test_append_refuses_a_missing_or_partial_file(tmp_path, capsys):
 
 
 def test_repeats_go_to_their_own_run_directories(tmp_path):
-    assert e2e_grid.cell_dir(tmp_path, "topk1", 2, 10.0) == tmp_path / "topk1_n2_r10"
-    assert e2e_grid.cell_dir(tmp_path, "topk1", 2, 10.0, 2) == tmp_path / "topk1_n2_r10" / "rep2"
+    assert e8_grid.cell_dir(tmp_path, "topk1", 2, 10.0) == tmp_path / "topk1_n2_r10"
+    assert e8_grid.cell_dir(tmp_path, "topk1", 2, 10.0, 2) == tmp_path / "topk1_n2_r10" / "rep2"
 
 
 def test_report_takes_each_cells_median_repeat(tmp_path):
@@ -643,7 +646,7 @@ def test_a_time_to_target_can_be_a_loss(tmp_path):
     sim[1]["val_loss"], sim[2]["val_loss"], procs[1]["val_loss"], procs[2]["val_loss"] = 2.7, 2.4, 2.7, 2.4
     _write_run(tmp_path / "sim", sim)
     _write_run(tmp_path / "procs", procs)
-    row = e2e_rows.cell_row(tmp_path / "sim", tmp_path / "procs", method="dense", workers=2, rate=10.0, steps=20,
+    row = e8_rows.cell_row(tmp_path / "sim", tmp_path / "procs", method="dense", workers=2, rate=10.0, steps=20,
                        target="val_loss<=2.5", probe_res={"overhead_ms": 0.0},
                        cfg={"clock_compute_scale": 1.0, "latency_ms": 0.0})
     assert row["ttt_step_sim"] == row["ttt_step_procs"] == 20
@@ -660,27 +663,27 @@ def test_a_language_model_cell_builds_and_its_sim_twin_runs(tmp_path, monkeypatc
     model and batch are the language model's, and one cell's sim twin runs and gives a row (no testbed)."""
     import argparse
 
-    from lowbw.bench.e2e_calls import call_sequence, probe_batch, probe_model
+    from lowbw.bench.e8.calls import call_sequence, probe_batch, probe_model
     from lowbw.train.launch import run
 
     monkeypatch.setenv("LOWBW_DATA_DIR", str(tmp_path / "cache"))
     monkeypatch.setenv("LOWBW_DATA_MIRROR", str(MIRROR))
     steps = 15
-    args = argparse.Namespace(model="gpt-small", dataset="shakespeare", batch_size=e2e_grid.LM_BASE["batch_size"],
-                              seed=0, target=e2e_grid.DEFAULT_TARGET["text"], methods="dense,topk1,powersgd,diloco16",
+    args = argparse.Namespace(model="gpt-small", dataset="shakespeare", batch_size=e8_grid.LM_BASE["batch_size"],
+                              seed=0, target=e8_grid.DEFAULT_TARGET["text"], methods="dense,topk1,powersgd,diloco16",
                               workers=[2], rates=[100.0], steps=steps)
-    mcfg, shape = e2e_grid.plan(args)
+    mcfg, shape = e8_grid.plan(args)
     assert shape == ([64], 65) and list(mcfg) == ["dense", "topk1", "powersgd", "diloco16"]
-    cfgs = {m: e2e_grid.cell_config(mcfg[m], 2, 100.0, steps, args, e2e_grid.UNCALIBRATED) for m in mcfg}
+    cfgs = {m: e8_grid.cell_config(mcfg[m], 2, 100.0, steps, args, e8_grid.UNCALIBRATED) for m in mcfg}
     assert all(c["dataset"] == "shakespeare" and c["optimizer"] == "adamw" for c in cfgs.values())
     assert cfgs["diloco16"]["sync"] == "diloco" and cfgs["diloco16"]["world_period"] == 16
     x, y = probe_batch(shape, 3)
     assert probe_model("gpt-small", shape)(x).shape == (3, 64, 65) and y.shape == (3, 64)
-    seq = call_sequence(e2e_grid.sim_twin(cfgs["topk1"]), 2, shape, reps=1)
+    seq = call_sequence(e8_grid.sim_twin(cfgs["topk1"]), 2, shape, reps=1)
     assert {op for op, _ in seq} == {"all_gather"} and len(seq) == 1  # bucketed: one packed all-gather
     sim = tmp_path / "sim"
-    run(e2e_grid.sim_twin(cfgs["topk1"]), sim, overwrite=True, quiet=True)
-    assert e2e_calibration.cell_calls_per_step(sim, steps, 2) == pytest.approx(len(seq))
-    row = e2e_rows.cell_row(sim, sim, method="topk1", workers=2, rate=100.0, steps=steps, target=args.target,
+    run(e8_grid.sim_twin(cfgs["topk1"]), sim, overwrite=True, quiet=True)
+    assert e8_calibration.cell_calls_per_step(sim, steps, 2) == pytest.approx(len(seq))
+    row = e8_rows.cell_row(sim, sim, method="topk1", workers=2, rate=100.0, steps=steps, target=args.target,
                        probe_res={"overhead_ms": 0.0}, cfg=cfgs["topk1"])
     assert row["predicted_step_s"] > 0 and row["loss_identical"] and row["bytes_per_step"] > 0

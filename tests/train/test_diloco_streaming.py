@@ -274,12 +274,12 @@ def test_bench_e2e_accepts_the_diloco_presets():
     run configs (checked before any run)."""
     import argparse
 
-    from lowbw.bench import e2e_grid
+    from lowbw.bench.e8 import grid as e8_grid
 
     a = argparse.Namespace(methods="diloco16,sdiloco16", rates=[10.0], workers=[2, 4], steps=60,
-                           model=e2e_grid.BASE["model"], dataset="synthetic",
-                           batch_size=e2e_grid.BASE["batch_size"], seed=0, target=0.8)
-    mcfg, _ = e2e_grid.plan(a)
+                           model=e8_grid.BASE["model"], dataset="synthetic",
+                           batch_size=e8_grid.BASE["batch_size"], seed=0, target=0.8)
+    mcfg, _ = e8_grid.plan(a)
     assert mcfg["sdiloco16"]["diloco_fragments"] == 4 and mcfg["sdiloco16"]["diloco_delay"] == 1
     assert mcfg["diloco16"]["sync"] == "diloco"
 

@@ -9,7 +9,7 @@ import math
 from pathlib import Path
 from typing import Any
 
-from lowbw.bench.e2e_grid import GOODPUT, metrics_lines, train_window
+from lowbw.bench.e8.grid import GOODPUT, metrics_lines, train_window
 from lowbw.train.targets import parse_target
 
 __all__ = ["cell_row", "cells", "summarise", "print_table", "fmt_row", "TOLERANCE"]

@@ -56,7 +56,7 @@ def base_for(model: str) -> dict[str, Any]:
 def cell_config(method: dict[str, Any], workers: int, rate: float, steps: int, args, probe: dict[str, float]
                 ) -> dict[str, Any]:
     """The run config of the cell (``method``'s keys, ``workers``, ``rate`` Mbit/s, ``steps``) with the clock
-    calibrated by ``probe`` (:data:`UNCALIBRATED` or :func:`lowbw.bench.e2e_calibration.cell_calibration`'s);
+    calibrated by ``probe`` (:data:`UNCALIBRATED` or :func:`lowbw.bench.e8.calibration.cell_calibration`'s);
     ``args``: model, dataset, batch_size, seed, target. Raises ValueError on a key that would not run on procs
     over the testbed."""
     cfg = {**base_for(args.model), "model": args.model, "dataset": args.dataset, "batch_size": args.batch_size,

@@ -11,7 +11,7 @@ import statistics
 from pathlib import Path
 from typing import Any
 
-from lowbw.bench.e2e_grid import GOODPUT, metrics_lines, train_window
+from lowbw.bench.e8.grid import GOODPUT, metrics_lines, train_window
 
 __all__ = ["probe_summary", "overhead_at", "compute_scale_over", "cell_calls_per_step", "cell_gap_ms",
            "cell_wire_s", "cell_sequence", "cell_steps_per_sync", "cell_calibration"]
@@ -141,7 +141,7 @@ def cell_wire_s(sim_dir: Path, steps: int, workers: int, rate: float) -> float:
 
 def cell_steps_per_sync(sim_dir: Path, steps: int, workers: int, calls_per_exchange: int) -> int:
     """Steps between two exchanges of the cell (its workers wait for each other only there): an exchange's
-    calls (:func:`lowbw.bench.e2e_calls.call_sequence`) / the sim run's calls per step, rounded; 1 for a
+    calls (:func:`lowbw.bench.e8.calls.call_sequence`) / the sim run's calls per step, rounded; 1 for a
     synchronous step, about H for DiLoCo or local SGD; the run's steps for a cell without calls."""
     calls = cell_calls_per_step(sim_dir, steps, workers)
     if calls <= 0:
@@ -152,7 +152,7 @@ def cell_steps_per_sync(sim_dir: Path, steps: int, workers: int, calls_per_excha
 def cell_sequence(exchange: list[tuple[str, float]], sim_dir: Path, steps: int, workers: int
                   ) -> list[tuple[str, float]]:
     """The calls of one of the cell's exchanges, each with the CPU work before it (ms) as its sim run does the
-    work: ``exchange`` (:func:`lowbw.bench.e2e_calls.call_sequence`: the compressor's own gaps) scaled to the
+    work: ``exchange`` (:func:`lowbw.bench.e8.calls.call_sequence`: the compressor's own gaps) scaled to the
     sim's compression per exchange, and the step's compute before the first call (an exchange every
     L / c steps, L calls in it, c calls per step). Empty for a cell without calls."""
     calls, compute, compress = _per_step(sim_dir, steps, workers)
