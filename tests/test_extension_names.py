@@ -37,7 +37,7 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("lowbw/net/costlinks.py", "ring"): _PATTERN,
     ("lowbw/net/costlinks.py", "tree"): _PATTERN,
     ("lowbw/net/costlinks.py", "allgather"): _OP,
-    ("lowbw/comm/collectives.py", "native"): _PATTERN,
+    ("lowbw/comm/api.py", "native"): _PATTERN,
     ("lowbw/comm/threads.py", "ring"): _PATTERN,
     ("lowbw/comm/threads.py", "native"): _PATTERN,
     ("lowbw/comm/hooks.py", "ring"): "the DDP hook's own gather option (ring | native | auto)",

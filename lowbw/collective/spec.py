@@ -48,7 +48,7 @@ class CollectiveSpec:
     * ``name``: what configs, benchmarks and results call it;
     * ``run(flat, tp, red, chunk, window, root)``: the algorithm on a contiguous 1-D tensor over a
       ``lowbw.comm.transport.Transport``, in place (chunk: elements per message); ``None`` for ``native``
-      (``torch.distributed.all_reduce``, run by :mod:`lowbw.comm.collectives`);
+      (``torch.distributed.all_reduce``, run by :mod:`lowbw.comm.api`);
     * ``cost(N) -> Cost``: the closed form on equal links (N >= 2; one worker costs nothing);
     * ``broadcast``: the broadcast with the same communication pattern (a name of
       ``lowbw.comm.algorithms.BROADCASTS``), which a collective uses for its broadcasts and the cost models charge;

@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lowbw.comm.collectives import allgather, allreduce, broadcast
+from lowbw.comm.api import allgather, allreduce, broadcast
 from lowbw.comm.engine import (
     ALGORITHMS,
     BROADCAST_FOR,

@@ -1,6 +1,6 @@
 """The machinery every lowbw collective shares: algorithm dispatch over a Transport, metering, views.
 
-:mod:`lowbw.comm.collectives` (over torch.distributed), :class:`~lowbw.comm.DistCollective` and
+:mod:`lowbw.comm.api` (over torch.distributed), :class:`~lowbw.comm.DistCollective` and
 :class:`~lowbw.comm.ThreadCollective` (threads of one process) run the same per-rank code from here, so
 their numbers and byte counts agree bit for bit. Nothing here opens a process group.
 """

@@ -45,7 +45,7 @@ import torch
 
 from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS, check_algorithm
 from lowbw.comm.aggregation import resolve
-from lowbw.comm.collectives import allreduce
+from lowbw.comm.api import allreduce
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter, active_meters, estimate_native, metering
 from lowbw.comm.registry import get as collective_spec

@@ -1,4 +1,5 @@
-"""Entry points: ``allreduce`` (every algorithm), ``allgather`` (variable sizes), ``broadcast``.
+"""The functions a user calls (lowbw.comm's API): ``allreduce`` (every algorithm), ``allgather`` (variable
+sizes), ``broadcast``.
 
 Our algorithms run over ``torch.distributed`` point-to-point messages, so they work on every backend
 that has isend/irecv (gloo on CPU, NCCL on GPU). ``native`` is ``torch.distributed.all_reduce`` itself,
