@@ -25,13 +25,13 @@ import torch
 
 from lowbw.bench import bench_provenance
 from lowbw.measure import conditions
-from lowbw.workflow.grid import decode, run_config, run_dirs
 from lowbw.runs.io import atomic_write_json
 from lowbw.train.allocator import steady_allocator
 from lowbw.train.clock_table import KEY_FIELDS, TEXT_KEY_FIELDS, clock_key
 from lowbw.train.config import RunConfig
 from lowbw.train.loop import Trainer
 from lowbw.train.world import SimWorld
+from lowbw.workflow.grid import decode, run_config, run_dirs
 
 __all__ = ["clock_key", "calibrate_one", "main", "KEY_FIELDS", "TEXT_KEY_FIELDS"]
 

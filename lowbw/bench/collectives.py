@@ -32,18 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lowbw.measure import conditions
 from lowbw.bench._collectives_worker import main as worker_main
-from lowbw.net.calibrated import (
-    SOFTWARE_BYTES,
-    calibrate,
-    calibrated_time,
-    handshake_steps,
-    refilled_burst_bytes,
-    software_calibration,
-    step_messages,
-    window_wait,
-)
 from lowbw.bench.collectives_plan import (
     DEFAULTS,
     IDLE_MIN_S,
@@ -67,8 +56,19 @@ from lowbw.bench.collectives_results import (
     targets,
     trace_model,
 )
-from lowbw.measure.conditions import add_strict_flag
 from lowbw.comm.registry import get as collective_spec
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
+from lowbw.net.calibrated import (
+    SOFTWARE_BYTES,
+    calibrate,
+    calibrated_time,
+    handshake_steps,
+    refilled_burst_bytes,
+    software_calibration,
+    step_messages,
+    window_wait,
+)
 from lowbw.net.costmodel import LinkParams, allreduce_time, lower_bound
 from lowbw.net.testbed import Testbed, realtime_available
 from lowbw.net.units import rate_mbit_arg

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lowbw.net.calibrated import calibrate, calibrated_time, software_calibration, tree_chain
 from lowbw.comm.registry import get as collective
+from lowbw.net.calibrated import calibrate, calibrated_time, software_calibration, tree_chain
 
 __all__ = ["ISSUE_MIN_SIZE_MB", "calibration_key", "trace_model", "remodel", "merge_software", "merge_start_lag",
            "merge_testbeds",

@@ -50,11 +50,11 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ph
 from torch.profiler import ProfilerActivity, profile
 
-from lowbw.measure import conditions
 from lowbw.bench.compressor_inputs import INPUTS, make_input
-from lowbw.measure.conditions import add_strict_flag
 from lowbw.compress import State, make
 from lowbw.compress.registry import bench_settings
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
 from lowbw.runs.io import atomic_write_json, provenance
 
 __all__ = ["METHODS", "BASELINES", "INPUTS", "run_benchmark", "make_input", "targets", "table", "main"]

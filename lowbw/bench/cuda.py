@@ -39,10 +39,10 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 import lowbw.comm as comm
 import lowbw.compress as C
 from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS
-from lowbw.measure import conditions
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.hooks import make_hook
 from lowbw.comm.testing import run_procs
+from lowbw.measure import conditions
 from lowbw.runs.io import atomic_write_json, provenance
 
 __all__ = ["check_world", "run", "main"]

@@ -21,14 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.bench import bench_provenance
-from lowbw.measure import conditions
-from lowbw.measure.conditions import add_strict_flag
+from lowbw.bench.e2e_probe import probe
 from lowbw.bench.e8.calibration import cell_calibration, cell_sequence, cell_steps_per_sync, probe_summary
 from lowbw.bench.e8.calls import call_sequence
 from lowbw.bench.e8.grid import UNCALIBRATED, WARMUP_STEPS, cell_config, sim_twin
 from lowbw.bench.e8.grid import plan as e2e_plan
-from lowbw.bench.e2e_probe import probe
 from lowbw.bench.e8.rows import cell_row
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
 from lowbw.measure.presets import method_config
 from lowbw.net.trace import expand, rates_at, resolve_trace
 from lowbw.runs.io import atomic_write_json

@@ -28,8 +28,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.bench import bench_provenance
-from lowbw.measure import conditions
-from lowbw.measure.conditions import add_strict_flag
+from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, probe
 from lowbw.bench.e8.calibration import (
     cell_calibration,
     cell_calls_per_step,
@@ -54,8 +53,9 @@ from lowbw.bench.e8.grid import (
     plan,
     sim_twin,
 )
-from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, probe
 from lowbw.bench.e8.rows import cell_row, fmt_row, print_table, summarise
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
 from lowbw.measure.presets import load_methods, method_config
 from lowbw.net.units import rate_mbit_arg
 from lowbw.runs.io import atomic_write_json

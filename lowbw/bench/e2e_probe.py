@@ -27,7 +27,6 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
 from lowbw.bench import bench_provenance
-from lowbw.measure import conditions
 from lowbw.bench.e8.calibration import probe_summary
 from lowbw.bench.e8.calls import (
     InSituCollective,
@@ -38,12 +37,13 @@ from lowbw.bench.e8.calls import (
     probe_model,
 )
 from lowbw.bench.e8.grid import add_realtime_flag, check_realtime
-from lowbw.measure.presets import load_methods
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.hooks import make_hook, timed_hook
+from lowbw.launch.rendezvous import init_process_group
+from lowbw.measure import conditions
+from lowbw.measure.presets import load_methods
 from lowbw.net.testbed import Testbed
 from lowbw.net.units import rate_mbit_arg
-from lowbw.launch.rendezvous import init_process_group
 from lowbw.runs.io import atomic_write_json
 from lowbw.train.aggregate import aggregate_rank, make_compressor
 from lowbw.train.allocator import steady_allocator

@@ -48,12 +48,12 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from lowbw.measure import conditions
 from lowbw.bench.e8.calls import probe_batch, probe_model
 from lowbw.bench.e8.grid import add_realtime_flag, check_realtime
-from lowbw.measure.presets import load_methods, method_config
 from lowbw.collective.buckets import cap_bytes
 from lowbw.comm import DistCollective, Meter
+from lowbw.measure import conditions
+from lowbw.measure.presets import load_methods, method_config
 from lowbw.net.costmodel import call_steps
 from lowbw.net.testbed import Testbed
 from lowbw.net.units import parse_delay, parse_rate

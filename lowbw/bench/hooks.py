@@ -37,14 +37,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import lowbw.compress as C
 from lowbw.bench import bench_provenance
-from lowbw.measure import conditions
-from lowbw.measure.conditions import add_strict_flag
 from lowbw.comm.hooks import HookTimer, make_hook, timed_hook
 from lowbw.compress.artopk import index_dtype, topk_count
+from lowbw.launch.rendezvous import init_process_group
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
 from lowbw.net.ratelimit import install_from_env
 from lowbw.net.testbed import Testbed
 from lowbw.net.units import rate_mbit_arg
-from lowbw.launch.rendezvous import init_process_group
 from lowbw.runs.io import atomic_write_json
 
 TORCH_HOOKS = ("torch-none", "torch-fp16", "torch-bf16")

@@ -42,8 +42,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lowbw.measure import conditions
 from lowbw.bench.train import interleaved
+from lowbw.measure import conditions
 from lowbw.runs.io import atomic_write_json, provenance
 from lowbw.train.config import RunConfig
 from lowbw.train.loop import Trainer

@@ -43,8 +43,8 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS, check_algorithm
 from lowbw.comm.aggregation import resolve
+from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS, check_algorithm
 from lowbw.comm.api import allreduce
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter, active_meters, estimate_native, metering

@@ -28,8 +28,8 @@ from torch import Tensor
 
 from lowbw.compress.base import Compressor, Payload, State
 from lowbw.compress.checks import check_bool, check_float, check_int
-from lowbw.compress.rounds import Request, Rounds, run_local
 from lowbw.compress.registry import register
+from lowbw.compress.rounds import Request, Rounds, run_local
 
 __all__ = ["PowerSGD", "orthogonalize"]
 

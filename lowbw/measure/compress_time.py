@@ -28,9 +28,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from lowbw.compress import State, make
 from lowbw.measure import conditions
 from lowbw.measure.presets import load_methods
-from lowbw.compress import State, make
 from lowbw.runs.io import provenance
 
 __all__ = ["SIZES", "device_key", "settings", "fit", "time_setting", "run"]

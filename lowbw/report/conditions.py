@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lowbw.workflow.hoststore import commit_of
 from lowbw.report.latex import escape
+from lowbw.workflow.hoststore import commit_of
 
 __all__ = ["MARK", "mark", "origin", "caption", "busy_testbeds"]
 

@@ -31,7 +31,6 @@ from functools import partial
 
 import pandas as pd
 
-from lowbw.train.adaptive import run_collective
 from lowbw.report.catalog import E10_NETWORKS, PREFIX, word
 from lowbw.report.common import fmt_duration, plotting, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
@@ -39,6 +38,7 @@ from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.stats import censored
 from lowbw.report.training import time_to_target
+from lowbw.train.adaptive import run_collective
 from lowbw.train.config import RunConfig
 
 __all__ = ["E10", "E10LM", "NETWORKS", "BASELINE_NETWORK", "EXPERIMENTS", "TARGET", "RUNS_PREFIX"]

@@ -27,8 +27,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
 from lowbw.bench.collectives import calibration_key
-from lowbw.net.calibrated import TCP_PAYLOAD_PER_FRAME, calibrated_time, model_link
 from lowbw.comm.registry import COLLECTIVES
+from lowbw.net.calibrated import TCP_PAYLOAD_PER_FRAME, calibrated_time, model_link
 from lowbw.net.costmodel import LinkParams, crossover_nbytes
 from lowbw.report.catalog import E1_ALGS
 from lowbw.report.conditions import MARK, busy_testbeds, caption

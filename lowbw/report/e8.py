@@ -9,12 +9,12 @@ import pandas as pd
 from matplotlib.lines import Line2D
 
 from lowbw.bench.e8.rows import cells
-from lowbw.workflow.hoststore import commit_of, cores_of
 from lowbw.report.catalog import E8_WORKERS
 from lowbw.report.common import plotting
 from lowbw.report.conditions import MARK, caption, mark, short_commit
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.workflow.hoststore import commit_of, cores_of
 
 __all__ = ["E8"]
 

@@ -22,8 +22,8 @@ from lowbw.report.experiment import Stats
 from lowbw.report.latex import booktabs, escape, fmt_num, fmt_pm
 from lowbw.report.stats import censored
 from lowbw.runs.io import atomic_write_text
-from lowbw.workflow.store import DEFAULT_STORE, load_store
 from lowbw.train.targets import parse_target
+from lowbw.workflow.store import DEFAULT_STORE, load_store
 
 __all__ = ["TARGET", "GOALS", "stats", "table", "write"]
 

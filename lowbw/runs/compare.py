@@ -26,9 +26,9 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from lowbw.runs.results import RunError, find_runs, load_run
 from lowbw.runs.io import check_steps, read_jsonl
 from lowbw.runs.metric import headline, run_metric
+from lowbw.runs.results import RunError, find_runs, load_run
 
 __all__ = ["Comparison", "collect", "method_label", "compare", "add_parser", "main"]
 

@@ -29,8 +29,8 @@ import time
 import torch
 
 from lowbw.collective.buckets import assign
-from lowbw.compress.base import State
 from lowbw.comm.packing import all_reduce_packed, drive
+from lowbw.compress.base import State
 from lowbw.compress.registry import make
 from lowbw.train.assign import seed_for
 

@@ -28,10 +28,10 @@ import time
 import torch
 from torch import Tensor
 
-from lowbw.comm.engine import MAX_DIMS
 from lowbw.collective.partition import split
-from lowbw.compress.protocol import CallRecord
+from lowbw.comm.engine import MAX_DIMS
 from lowbw.comm.packing import drive
+from lowbw.compress.protocol import CallRecord
 from lowbw.train.aggregate import buckets_of, group_of
 from lowbw.train.world import Exchange, comm_cost, link_for
 

@@ -27,8 +27,8 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lowbw.net.ratelimit import install_from_env
 from lowbw.launch.rendezvous import init_process_group
+from lowbw.net.ratelimit import install_from_env
 from lowbw.runs.io import set_parent_death_signal
 from lowbw.train.allocator import steady_allocator
 from lowbw.train.config import RunConfig, load_file, parse_override

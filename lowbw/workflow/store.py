@@ -29,10 +29,10 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-from lowbw.workflow.hoststore import HOST_STORE, NAMES, HostStoreError, keep
-from lowbw.runs.results import RunError, find_runs, load_run, load_runs
 from lowbw.runs.io import atomic_write_json, metrics_digest, read_jsonl
 from lowbw.runs.metric import headline, run_metric
+from lowbw.runs.results import RunError, find_runs, load_run, load_runs
+from lowbw.workflow.hoststore import HOST_STORE, NAMES, HostStoreError, keep
 
 __all__ = ["StoreError", "DEFAULT_STORE", "ANCHOR_STORE", "check_run", "thin", "add", "load_store", "list_table",
            "add_parser", "main"]

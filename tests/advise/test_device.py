@@ -15,8 +15,8 @@ from lowbw.advise import device as dv
 from lowbw.advise.candidates import candidates, compressor_of
 from lowbw.advise.utilisation import bandwidth_for, utilisation
 from lowbw.advise.workload import transformer_shapes
-from lowbw.measure.compress_time import fit, settings
 from lowbw.compress import make
+from lowbw.measure.compress_time import fit, settings
 from lowbw.report import table6
 
 ROOT = Path(__file__).resolve().parents[2]

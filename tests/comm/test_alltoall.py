@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS, BROADCAST_FOR
 from lowbw.comm import Meter, ThreadCollective, alltoall, run_threads
+from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS, BROADCAST_FOR
 from lowbw.comm.registry import COLLECTIVES
 from lowbw.net import costlinks as cl
 from lowbw.net import costmodel as cm

@@ -16,12 +16,11 @@ from dataclasses import replace
 import pytest
 import torch
 
-from lowbw.comm import algorithms
-from lowbw.net import calibrated as cmod
 from lowbw.collective.spec import CollectiveSpec, Cost
-from lowbw.comm import engine
+from lowbw.comm import algorithms, engine
 from lowbw.comm import registry as reg
 from lowbw.comm.registry import expected
+from lowbw.net import calibrated as cmod
 from lowbw.net import costlinks as cl
 from lowbw.net import costmodel as cm
 from lowbw.net.costlinks import WorkerLink

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from lowbw.runs.results import RunError, find_runs, load_metrics, load_runs
 from lowbw.runs.io import append_jsonl, atomic_write_json
+from lowbw.runs.results import RunError, find_runs, load_metrics, load_runs
 
 
 def fake_run(d, compressor="none", seed=0, acc=0.5, complete=True):

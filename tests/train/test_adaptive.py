@@ -3,6 +3,13 @@ import math
 import pytest
 import torch
 
+from lowbw.comm.threads import ThreadCollective, run_threads
+from lowbw.compress.artopk import ARTopK
+from lowbw.compress.base import ErrorFeedback, State
+from lowbw.compress.sparsify import TopK
+from lowbw.net.costlinks import WorkerLink
+from lowbw.net.costmodel import LinkParams
+from lowbw.train import links as L
 from lowbw.train.adaptive import (
     COLLECTIVES,
     AdaptiveTopK,
@@ -13,13 +20,6 @@ from lowbw.train.adaptive import (
     option_time,
     run_collective,
 )
-from lowbw.comm.threads import ThreadCollective, run_threads
-from lowbw.compress.artopk import ARTopK
-from lowbw.compress.base import ErrorFeedback, State
-from lowbw.compress.sparsify import TopK
-from lowbw.net.costlinks import WorkerLink
-from lowbw.net.costmodel import LinkParams
-from lowbw.train import links as L
 
 
 def test_candidates_match_the_talk():

@@ -16,10 +16,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from lowbw.workflow.doctor import _cmdline
-from lowbw.runs.results import RunError, load_metrics, load_runs
 from lowbw.runs.io import lock_holders, read_jsonl
+from lowbw.runs.results import RunError, load_metrics, load_runs
 from lowbw.train.launch import RunDirError, run
+from lowbw.workflow.doctor import _cmdline
 from tests.conftest import real_mirror
 
 ROOT = Path(__file__).resolve().parents[2]

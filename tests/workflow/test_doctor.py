@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from lowbw.workflow import doctor
 from lowbw.net.namespaces import ns_processes
+from lowbw.workflow import doctor
 from tests.conftest import netns
 
 

@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from lowbw.workflow import hoststore
 from lowbw.report.experiment import Context
+from lowbw.workflow import hoststore
 
 COND = {"host": "box", "cores": 2, "date": "2026-11-27T15:00:00+00:00", "load_before": [3.0, 2.0, 1.0],
         "load_after": [5.0, 3.0, 1.0], "load1_max": 9.5, "steal": 0.0, "others_cores": 1.2, "busy": True,

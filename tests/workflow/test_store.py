@@ -16,8 +16,8 @@ import pytest
 
 from lowbw.cli import main as cli_main
 from lowbw.report import gpu as report_gpu
-from lowbw.runs.results import load_runs
 from lowbw.runs.io import atomic_write_json, read_jsonl
+from lowbw.runs.results import load_runs
 from lowbw.workflow.store import StoreError, add, check_run, load_store, thin
 
 FAKE_GPU = "NVIDIA H100 80GB HBM3 (test fixture: a CPU run marked as CUDA)"

@@ -15,8 +15,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from lowbw.workflow.grid import run_dirs
 from lowbw.net.units import rate_mbit_arg
+from lowbw.workflow.grid import run_dirs
 from tests.conftest import real_mirror
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -11,9 +11,9 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lowbw.measure.presets import load_methods, method_config
 from lowbw.data import load
 from lowbw.data.text import TEXT_SPECS
+from lowbw.measure.presets import load_methods, method_config
 from lowbw.train.config import RunConfig
 from lowbw.train.models import model_kind
 from lowbw.train.workload import is_text_dataset, text_block_size

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lowbw.train.adaptive import AdaptiveTopK, ChosenTopK, candidate_densities
 from lowbw.train import batched
+from lowbw.train.adaptive import AdaptiveTopK, ChosenTopK, candidate_densities
 from lowbw.train.aggregate import (
     aggregate_rank,
     average_rank,
