@@ -25,7 +25,7 @@ CORES ?= $(shell nproc)
 PROFILE ?=
 SMK ?=
 PYTEST ?=
-# one progress line (jobs done, left, estimated time left; lowbw.progress) instead of Snakemake's job log, which
+# one progress line (jobs done, left, estimated time left; lowbw.workflow.progress) instead of Snakemake's job log, which
 # stays in .snakemake/log/; PROGRESS= shows Snakemake's own output
 PROGRESS ?= --logger lowbw
 APT_PACKAGES := latexmk texlive-latex-recommended texlive-science texlive-pictures texlive-fonts-recommended \
@@ -38,7 +38,7 @@ all: setup
 	  snakemake --cores $(CORES) $(if $(PROFILE),--profile $(PROFILE)) $(PROGRESS) $(SMK)
 	@echo "paper: paper/build/paper.pdf   results: runs/"
 
-# every host measurement of lowbw.hoststore measured here (bench: measure listing all of them)
+# every host measurement of lowbw.workflow.hoststore measured here (bench: measure listing all of them)
 MEASURE_ALL := --config 'bench={measure: [collectives, collectives_latency, compressors, models, e2e, e2e_lm]}'
 measure:
 	$(MAKE) all SMK="$(MEASURE_ALL) $(SMK)"
@@ -47,7 +47,7 @@ measure:
 # the commit, date, profile, machine, load, jobs and wall time of the run); refuses an unfinished run. Commit it
 # only from a complete run of the default profile (make on a clean clone).
 reference: setup
-	. $(VENV)/bin/activate && python -m lowbw.reference save
+	. $(VENV)/bin/activate && python -m lowbw.workflow.reference save
 
 test: setup
 	. $(VENV)/bin/activate && ruff check . && pytest -q $(PYTEST)

@@ -10,9 +10,9 @@ import json
 import os
 import shlex
 
-from lowbw.grid import decode, run_config
-from lowbw.gridcache import checked_grid
-from lowbw.progress import expect
+from lowbw.workflow.grid import decode, run_config
+from lowbw.workflow.gridcache import checked_grid
+from lowbw.workflow.progress import expect
 
 # config/config.yaml (quick) unless --configfile names another grid; that one then *replaces* it rather than
 # being merged into it (a merged grid would keep the quick profile's other experiments).
@@ -23,9 +23,9 @@ if not workflow.overwrite_configfiles:
 def check_config(cfg):
     """The config schema, then every run's RunConfig (cross-key rules, traces, clock calibration) before any job.
     Imported here: jsonschema and torch take seconds to import, and checked_grid runs this only when the config,
-    a file it names or lowbw's code changed since the last check (lowbw.gridcache)."""
+    a file it names or lowbw's code changed since the last check (lowbw.workflow.gridcache)."""
     from snakemake.utils import validate
-    from lowbw.train.config import validate_grid
+    from lowbw.workflow.grid import validate_grid
     from lowbw.net.units import check_config_tree
 
     check_config_tree(cfg)  # a misread rate or delay: one line naming its path, not jsonschema's long message
@@ -34,13 +34,13 @@ def check_config(cfg):
 
 
 # The benchmarks' busy verdict counts this workflow's process tree (Snakemake, papermill, its kernels, their
-# workers) as their own work, not contention (lowbw.bench.conditions); every job inherits the variable.
+# workers) as their own work, not contention (lowbw.measure.conditions); every job inherits the variable.
 os.environ["LOWBW_WORKFLOW_PID"] = str(os.getpid())
 RUN_CONFIGS = checked_grid(config, check_config, files=["config/schema.yaml"])  # {run dir: resolved RunConfig}
 RUNS = list(RUN_CONFIGS)
 # the experiments of the training runs still to do, for the progress line's estimate (make: snakemake --logger lowbw)
 expect("train", [d.split("/")[1] for d in RUNS if not os.path.exists(f"{d}/summary.json")])
-# The host's measurements (lowbw.hoststore): those the profile lists under bench: measure are made when their
+# The host's measurements (lowbw.workflow.hoststore): those the profile lists under bench: measure are made when their
 # file is missing; the others are read from runs/bench/ where a file is there (kept between runs, or measured by
 # hand), else from the repository's store (bench: stored, paper/measured/host: measured once on the machine its
 # index names), else reported as not run. So a fresh clone's default profile prints E1 and E8 without spending
@@ -368,7 +368,7 @@ rule paper:
 rule compare_reference:
     """The built paper against the reference build kept in the repository (paper/reference/paper.pdf, kept with
     its commit, date, profile and machine in BUILD.json by `make reference`): pages, and which sentences'
-    generated numbers changed (pdftotext; lowbw.reference). It reports; moved numbers never fail the build."""
+    generated numbers changed (pdftotext; lowbw.workflow.reference). It reports; moved numbers never fail the build."""
     input:
         pdf="paper/build/paper.pdf",
         reference=[p for p in ("paper/reference/paper.pdf", "paper/reference/BUILD.json") if os.path.exists(p)],
@@ -381,4 +381,4 @@ rule compare_reference:
         mem_mb=1000,
         runtime=5,
     shell:
-        "python -m lowbw.reference compare paper/reference/paper.pdf {input.pdf} --out {output} > {log} 2>&1"
+        "python -m lowbw.workflow.reference compare paper/reference/paper.pdf {input.pdf} --out {output} > {log} 2>&1"

@@ -1,11 +1,11 @@
 """lowbw: data-parallel training over low-bandwidth networks.
 
-Layers (nothing imports upward): ``lowbw.compress`` (compressors, pure tensor functions),
-``lowbw.comm`` (collectives over torch.distributed point-to-point, byte meter, DDP hooks),
-``lowbw.net`` (alpha-beta cost model, netns + tc testbed), ``lowbw.train`` (training engine),
-``lowbw.report`` (tables, figures, numbers for the paper), ``lowbw.data`` (datasets).
+One package per concept, layered: a package imports only packages beneath it. The order and what each
+package holds are written once, in the README's "Layout" section (``tests/test_architecture.py`` reads it
+from there). ``python -m lowbw <command>`` (:mod:`lowbw.cli`) is the one command line above them all.
 
-Subpackages are imported lazily so ``import lowbw`` is cheap.
+Subpackages are imported lazily so ``import lowbw`` is cheap: ``lowbw.train``, ``lowbw.comm``, ... load on
+first use; ``lowbw.results`` is kept as a name for :mod:`lowbw.runs.results` (run directories as DataFrames).
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import importlib
 from typing import Any
 
 __version__ = "0.1.0"
-__all__ = ["compress", "comm", "net", "train", "report", "data", "results", "__version__"]
+__all__ = ["collective", "compress", "comm", "net", "runs", "train", "report", "data", "results", "__version__"]
+
+_MODULES = {"results": "lowbw.runs.results"}  # short names kept for code written against them
 
 
 def __getattr__(name: str) -> Any:
     if name in __all__ and name != "__version__":
-        return importlib.import_module(f"lowbw.{name}")
+        return importlib.import_module(_MODULES.get(name, f"lowbw.{name}"))
     raise AttributeError(f"module 'lowbw' has no attribute {name!r}")

@@ -17,10 +17,10 @@ COMMANDS: dict[str, str] = {
     "data": "lowbw.data.cli",
     "report": "lowbw.report.cli",
     "bench": "lowbw.bench.cli",
-    "doctor": "lowbw.doctor",
-    "store": "lowbw.store",
+    "doctor": "lowbw.workflow.doctor",
+    "store": "lowbw.workflow.store",
     "advise": "lowbw.advise.cli",
-    "compare": "lowbw.compare",
+    "compare": "lowbw.runs.compare",
 }
 
 

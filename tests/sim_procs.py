@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from lowbw.runio import read_jsonl
+from lowbw.runs.io import read_jsonl
 from lowbw.train.launch import run
 
 QUALITY = ("loss", "acc", "val_loss", "test_loss", "test_acc")  # compared on the lines where sim logged them

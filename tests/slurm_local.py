@@ -18,7 +18,7 @@ and, while the controller keeps the job (MinJobAge), from `scontrol show job`.
 A cluster left behind (its creator SIGKILLed mid-test) is told from a site's own configuration by its marker
 (``lowbw-test-cluster.json`` with the creator's pid, next to its slurm.conf, and a ``# lowbw test cluster``
 line in it) and its cluster name (``lowbwtest``): :func:`system_conf_state` says which it is, and
-``sudo python -m lowbw doctor`` (:func:`lowbw.doctor.stop_slurm_test_cluster`) removes one whose creator
+``sudo python -m lowbw doctor`` (:func:`lowbw.workflow.doctor.stop_slurm_test_cluster`) removes one whose creator
 is gone. While the cluster runs, SIGTERM and SIGHUP raise KeyboardInterrupt as SIGINT does, so a time limit's
 SIGTERM stops pytest through its fixtures' teardown, this cluster's included.
 """
@@ -39,7 +39,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from lowbw.doctor import (
+from lowbw.workflow.doctor import (
     SLURM_CLUSTER_NAME,
     SLURM_MARKER,
     SlurmTestCluster,
@@ -242,7 +242,7 @@ def _queue_empty(env: dict[str, str]) -> bool:
 def system_conf_state(system_conf: Path = SYSTEM_CONF) -> tuple[str, SlurmTestCluster | None]:
     """What is at ``system_conf``: ``("absent", None)``; ``("site", None)``, a configuration that is not a lowbw
     test cluster's; ``("running", c)``, a test cluster whose creator is alive (another test run); ``("left", c)``,
-    a test cluster whose creator is gone (for :func:`lowbw.doctor.stop_slurm_test_cluster`)."""
+    a test cluster whose creator is gone (for :func:`lowbw.workflow.doctor.stop_slurm_test_cluster`)."""
     if not (system_conf.exists() or system_conf.is_symlink()):
         return "absent", None
     c = slurm_test_cluster(system_conf)

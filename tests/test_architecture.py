@@ -6,6 +6,7 @@
 - No module uses another module's private name: no ``from lowbw.x import _y`` and no ``x._y`` on an imported
   lowbw module (dunders such as ``__version__`` are public). Within one package, names starting with ``_``
   belong to their module.
+- A package imports only packages listed below it in the README's layout, which lists every package once.
 - At most ``MAX_HISTORY`` lines of ``lowbw/`` narrate history (the issue's grep for "instead of", "was 3 ms", ...).
 - Every import of a lowbw module or a heavy library inside a function says why with ``# lazy: <reason>``.
 """
@@ -219,6 +220,79 @@ def test_imports_inside_functions_and_relative_imports_are_edges(tmp_path, monke
     assert set(graph["lowbw.sub.b"]) == {"lowbw.sub.a", "lowbw.c"}
     assert set(graph["lowbw.sub"]) == {"lowbw.sub.b"}
     assert strongly_connected(graph) == [["lowbw.c", "lowbw.sub.a", "lowbw.sub.b"]]
+
+
+# --- layers: the README's layout --------------------------------------------------------------------------------
+
+LAYOUT_LINE = re.compile(r"^lowbw/(\w+)\s", re.MULTILINE)
+
+
+def readme_layers(readme: Path | None = None) -> list[str]:
+    """The packages of the README's "## Layout" section in the order it lists them, top first: a package may
+    import only those listed below it. The README is the one place the order is written."""
+    text = (readme or ROOT / "README.md").read_text()
+    _, found, rest = text.partition("\n## Layout\n")
+    assert found, "README.md has no '## Layout' section"
+    return LAYOUT_LINE.findall(rest.split("\n## ", 1)[0])
+
+
+def package_of(mod: str) -> str | None:
+    """The top-level package of lowbw that ``mod`` belongs to; None for the root's own modules (``lowbw``,
+    ``lowbw.cli``, ``lowbw.__main__``: the front door above every package)."""
+    path = MODULES[mod]
+    return None if path.parent == PKG else path.relative_to(PKG).parts[0]
+
+
+def upward_imports(graph: dict[str, dict[str, Import]], layers: list[str]) -> list[str]:
+    """Every import of a package listed at or above the importer's own (another package), as 'path:line: ...'."""
+    rank = {p: i for i, p in enumerate(layers)}
+    out = []
+    for mod, edges in sorted(graph.items()):
+        a = package_of(mod)
+        for target, imp in sorted(edges.items()):
+            b = package_of(target)
+            if a is None or b is None or a == b:
+                continue
+            if a not in rank or b not in rank or rank[b] <= rank[a]:
+                where = f"{MODULES[mod].relative_to(ROOT)}:{imp.line}{' (in a function)' if imp.lazy else ''}"
+                out.append(f"{where}: lowbw/{a} imports {target} (lowbw/{b}), not listed below it")
+    return out
+
+
+def test_every_package_imports_only_packages_listed_below_it_in_the_readme():
+    found = upward_imports(import_graph(), readme_layers())
+    assert not found, (f"{len(found)} import(s) against the README's layout (a package imports only those "
+                       f"listed below it):\n" + "\n".join(found))
+
+
+def test_the_readme_layout_lists_every_package_once():
+    layers = readme_layers()
+    packages = {p for p in map(package_of, MODULES) if p is not None}
+    assert len(layers) == len(set(layers)), f"listed twice in README's layout: {layers}"
+    assert set(layers) == packages, (f"README's layout lacks {sorted(packages - set(layers))}, "
+                                     f"lists what is no package {sorted(set(layers) - packages)}")
+
+
+def test_the_layer_check_finds_an_upward_import_and_a_package_the_readme_lacks(tmp_path, monkeypatch):
+    pkg = tmp_path / "lowbw"
+    for sub in ("top", "low", "new"):
+        (pkg / sub).mkdir(parents=True)
+        (pkg / sub / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "cli.py").write_text("import lowbw.top\n")
+    (pkg / "top" / "a.py").write_text("import lowbw.low\n")
+    (pkg / "low" / "b.py").write_text("def f():\n    from lowbw.top.a import x\n    return x\n")
+    (pkg / "new" / "c.py").write_text("from lowbw.low import b\n")
+    readme = tmp_path / "README.md"
+    readme.write_text("# x\n## Layout\n\n```\nlowbw/top   the top\nlowbw/low   the bottom\n```\n## Next\nlowbw/new x\n")
+    monkeypatch.setitem(globals(), "ROOT", tmp_path)
+    monkeypatch.setitem(globals(), "PKG", pkg)
+    monkeypatch.setitem(globals(), "MODULES", _modules())
+    layers = readme_layers(readme)
+    assert layers == ["top", "low"]
+    found = upward_imports(import_graph(), layers)
+    assert found == ["lowbw/low/b.py:2 (in a function): lowbw/low imports lowbw.top.a (lowbw/top), not listed below it",
+                     "lowbw/new/c.py:1: lowbw/new imports lowbw.low.b (lowbw/low), not listed below it"]
 
 
 # --- private names -------------------------------------------------------------------------------------------

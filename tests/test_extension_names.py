@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parents[1]
 REGISTRIES = ("lowbw/comm/registry.py", "lowbw/compress/registry.py", "lowbw/train/workload_specs.py",
               "lowbw/train/models.py", "lowbw/data/specs.py", "lowbw/data/text.py", "lowbw/report/catalog.py")
 
-_PATTERN = ("a broadcast or all-gather pattern's name (lowbw.algorithms.BROADCASTS, CollectiveSpec.gather), not the "
-            "all-reduce")
+_PATTERN = ("a broadcast or all-gather pattern's name (lowbw.comm.algorithms.BROADCASTS, CollectiveSpec.gather), "
+            "not the all-reduce")
 _OP = "an op's spelling (all_gather), not the allgather all-reduce"
 _HEAD_TO_HEAD = "a head-to-head against the authors' or torch's own code on this method (the experiment's subject)"
 # (module, name) -> why it may compare that name
@@ -37,12 +37,12 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("lowbw/net/costlinks.py", "ring"): _PATTERN,
     ("lowbw/net/costlinks.py", "tree"): _PATTERN,
     ("lowbw/net/costlinks.py", "allgather"): _OP,
-    ("lowbw/comm/collectives.py", "native"): _PATTERN,
+    ("lowbw/comm/api.py", "native"): _PATTERN,
     ("lowbw/comm/threads.py", "ring"): _PATTERN,
     ("lowbw/comm/threads.py", "native"): _PATTERN,
     ("lowbw/comm/hooks.py", "ring"): "the DDP hook's own gather option (ring | native | auto)",
     ("lowbw/comm/hooks.py", "native"): "the DDP hook's own gather option (ring | native | auto)",
-    ("lowbw/adaptive.py", "allgather"): "adaptive top-k's own option names (lowbw.adaptive.COLLECTIVES)",
+    ("lowbw/train/adaptive.py", "allgather"): "adaptive top-k's own option names (lowbw.train.adaptive.COLLECTIVES)",
     ("lowbw/bench/collectives_results.py", "ring"): "E1's head-to-head: lowbw's ring against gloo's (native)",
     ("lowbw/bench/collectives_results.py", "native"): "E1's head-to-head: lowbw's ring against gloo's (native)",
     ("lowbw/report/e1.py", "ring"): "E1's head-to-head: lowbw's ring against gloo's (native)",

@@ -73,12 +73,12 @@ CAPPED = {
     "--out runs/my_halos": "--set epochs=0.02",
 }
 NOT_RUN = {
-    "make": "the whole workflow and test suite: tests/test_workflow.py runs the tiny profile",
+    "make": "the whole workflow and test suite: tests/workflow/test_workflow.py runs the tiny profile",
     "python3 -m venv": "set-up of a SLURM login node",
     "$EDITOR": "editing the SLURM profile",
-    "snakemake": "a SLURM or GPU site's workflow: tests/test_slurm.py runs the SLURM profile",
-    "sbatch": "needs a SLURM cluster: tests/test_slurm.py submits this example to its one-node cluster",
-    "--validate": "trains four methods on the testbed for minutes: tests/test_advise_validate.py",
+    "snakemake": "a SLURM or GPU site's workflow: tests/workflow/test_slurm.py runs the SLURM profile",
+    "sbatch": "needs a SLURM cluster: tests/workflow/test_slurm.py submits this example to its one-node cluster",
+    "--validate": "trains four methods on the testbed for minutes: tests/advise/test_validate.py",
 }
 
 

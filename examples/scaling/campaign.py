@@ -35,7 +35,7 @@ from typing import Any
 
 import yaml
 
-from lowbw.grid import encode, expand, run_config
+from lowbw.workflow.grid import encode, expand, run_config
 
 SIZES = ("tiny", "mini", "mid")
 M_VALUES = (1, 2, 4, 8)

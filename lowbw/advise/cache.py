@@ -13,7 +13,7 @@ from functools import cache
 from pathlib import Path
 from typing import Any
 
-from lowbw.runio import atomic_write_text
+from lowbw.runs.io import atomic_write_text
 
 __all__ = ["load_cache", "save_cache"]
 

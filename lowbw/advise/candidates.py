@@ -35,7 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.advise.cache import load_cache, save_cache
-from lowbw.buckets import DEFAULT_BUCKET_MB, assign
+from lowbw.collective.buckets import DEFAULT_BUCKET_MB, assign
 
 __all__ = ["Candidate", "Call", "Exchange", "candidates", "candidate_from_config", "family_of", "compressor_of",
            "exchange", "CAP",
@@ -278,7 +278,7 @@ def exchange(c: Candidate, shapes: tuple[tuple[str, tuple[int, ...]], ...],
 
 def _bucket_calls(per_tensor: list[tuple[list[float], bool]], nbytes: list[int], bucket_mb: float,
                   fixed: bool) -> list[Call]:
-    """The calls of a bucketed exchange (:mod:`lowbw.compress.packing`): per bucket (:func:`lowbw.buckets.assign`
+    """The calls of a bucketed exchange (:mod:`lowbw.comm.packing`): per bucket (:func:`lowbw.collective.buckets.assign`
     of the fp32 sizes), summable payloads one all-reduce per round (part j of every tensor: PowerSGD's Ps, then
     its Qs), the rest one all-gather of every part and its 8-byte length; ``fixed`` (payloads of fixed
     lengths: top-k) one all-gather of the parts alone, with no size exchange before it."""

@@ -243,7 +243,7 @@ def _validate(args, ranking: list, inputs: dict[str, Any]) -> dict[str, Any]:
     conditions while they ran, as --json's ``validation`` and ``validation_conditions``."""
     # lazy: `lowbw --help` imports this module for its parser; the advisor loads when used
     from lowbw.advise.validate import format_checks, validate
-    from lowbw.bench import conditions
+    from lowbw.measure import conditions
 
     with conditions.record() as rec:
         checks = validate(ranking, inputs, args.validate_dir, args.validate_steps)

@@ -149,12 +149,12 @@ def compress_time(c: Candidate, shapes: tuple[tuple[str, tuple[int, ...]], ...],
 
 def measure_compress(c: Candidate, shapes: tuple[tuple[str, tuple[int, ...]], ...], reps: int = 3) -> CompressTime:
     """``--measure``: compress + decompress of every distinct shape of the model timed on the device at hand
-    (fastest of ``reps`` after a warm-up, :func:`lowbw.bench.compress_time.time_setting`), summed per tensor."""
+    (fastest of ``reps`` after a warm-up, :func:`lowbw.measure.compress_time.time_setting`), summed per tensor."""
     if c.compressor == "none":
         return CompressTime(0.0, "measured", "no compression")
     import torch  # lazy: --measure only
 
-    from lowbw.bench.compress_time import time_setting  # lazy: imports torch
+    from lowbw.measure.compress_time import time_setting  # lazy: imports torch
 
     dev = torch.device(device_at_hand())
     comp = compressor_of(c)

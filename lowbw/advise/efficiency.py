@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.data.text import TEXT_SPECS
-from lowbw.runio import atomic_write_text, provenance
+from lowbw.runs.io import atomic_write_text, provenance
 
 __all__ = ["COLUMNS", "Efficiency", "build", "rows_from_runs", "target_of", "ttt_targets", "write", "read", "lookup",
            "default_path", "SHIPPED", "GENERATED", "STORES", "NOT_COMPARISONS", "TUNED"]
@@ -84,7 +84,7 @@ def target_of(name: str) -> tuple[str, str, float]:
 
 
 def ttt_targets(runs) -> list[str]:
-    """The target names of the runs' flattened ``ttt.<name>.step`` columns (:mod:`lowbw.results`)."""
+    """The target names of the runs' flattened ``ttt.<name>.step`` columns (:mod:`lowbw.runs.results`)."""
     return [c[len("ttt."):-len(".step")] for c in runs.columns if c.startswith("ttt.") and c.endswith(".step")]
 
 
@@ -105,7 +105,7 @@ def _recorded(g, names: list[str]) -> list[str]:
 
 
 def rows_from_runs(runs) -> list[dict[str, Any]]:
-    """The table's rows (``COLUMNS``) from a DataFrame of complete runs (:func:`lowbw.results.load_runs`'s
+    """The table's rows (``COLUMNS``) from a DataFrame of complete runs (:func:`lowbw.runs.results.load_runs`'s
     columns plus ``experiment``): per (experiment, dataset, model, workers) the baseline is the first of
     ``BASELINES`` it ran, and every method's mean steps to each target is divided by the baseline's."""
     rows: list[dict[str, Any]] = []
@@ -142,7 +142,7 @@ def build(runs_root: str | Path, stores: tuple[Path, ...] = STORES) -> tuple[lis
     root in the workflow)."""
     import pandas as pd  # lazy: pandas costs a quarter second and only the workflow builds the table
 
-    from lowbw.results import load_runs  # lazy: pandas, which only the workflow's build of the table needs
+    from lowbw.runs.results import load_runs  # lazy: pandas, which only the workflow's build of the table needs
 
     root = Path(runs_root)
     runs = load_runs(root, incomplete="skip") if root.is_dir() else pd.DataFrame()

@@ -17,7 +17,7 @@ from lowbw.advise.device import DEVICES, CompressTime, Device, compress_time, me
 from lowbw.advise.efficiency import Efficiency, lookup
 from lowbw.advise.steptime import StepPrediction, predict
 from lowbw.advise.workload import Workload
-from lowbw.buckets import DEFAULT_BUCKET_MB
+from lowbw.collective.buckets import DEFAULT_BUCKET_MB
 from lowbw.net.costlinks import WorkerLink
 
 __all__ = ["Advice", "rank", "reasons", "DEFAULT_DENSE_STEPS"]

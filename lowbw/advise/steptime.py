@@ -24,8 +24,8 @@ from collections import Counter
 from dataclasses import dataclass, fields
 
 from lowbw.advise.candidates import Candidate, Exchange
-from lowbw.algorithms import OWN_ALLREDUCE_ALGORITHMS
-from lowbw.buckets import DEFAULT_BUCKET_MB, cap_bytes
+from lowbw.collective.buckets import DEFAULT_BUCKET_MB, cap_bytes
+from lowbw.comm.algorithms import OWN_ALLREDUCE_ALGORITHMS
 from lowbw.net.costlinks import WorkerLink, collective_time
 from lowbw.net.costmodel import step_time
 from lowbw.train.config_fields import RunConfig

@@ -24,8 +24,8 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.advise.candidates import CONFIG_FILE
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS
-from lowbw.bench.presets import load_methods
+from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.measure.presets import load_methods
 from lowbw.train.workload_specs import workload_of
 
 __all__ = ["Check", "WARMUP", "plan", "run_config", "measured_per_step", "validate", "format_checks"]

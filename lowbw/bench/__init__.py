@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lowbw.runio import provenance
+from lowbw.runs.io import provenance
 
 __all__ = ["bench_provenance"]
 

@@ -27,8 +27,8 @@ from lowbw.comm.engine import DEFAULT_CHUNK_BYTES, DEFAULT_WINDOW, chunk_elems, 
 from lowbw.comm.numerics import Reducer
 from lowbw.comm.registry import get as collective_spec
 from lowbw.comm.transport import DistTransport
+from lowbw.launch.rendezvous import init_process_group
 from lowbw.net.ratelimit import install_from_env
-from lowbw.rendezvous import init_process_group
 
 LATE_START_S = 1e-3  # a rank that sees the common start instant more than this late counts as a late start
 

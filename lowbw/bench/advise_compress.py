@@ -25,16 +25,16 @@ import torch
 from lowbw.advise.candidates import candidates, compressor_of
 from lowbw.advise.device import DEVICES, compress_time
 from lowbw.advise.workload import transformer_shapes
-from lowbw.bench import conditions
-from lowbw.bench.compress_time import time_setting
-from lowbw.runio import atomic_write_json, provenance
+from lowbw.measure import conditions
+from lowbw.measure.compress_time import time_setting
+from lowbw.runs.io import atomic_write_json, provenance
 
 __all__ = ["torch_topk_s", "run", "main"]
 
 
 def torch_topk_s(shape: tuple[int, ...], ratio: float, reps: int) -> float:
     """Fastest of ``reps`` calls (after a warm-up) of ``torch.topk`` on the magnitudes of one tensor: CPU
-    seconds of the calling thread with one torch thread (as :func:`lowbw.bench.compress_time.time_setting`),
+    seconds of the calling thread with one torch thread (as :func:`lowbw.measure.compress_time.time_setting`),
     else wall seconds."""
     x = torch.randn(shape, generator=torch.Generator().manual_seed(0)).flatten()
     k = max(1, math.ceil(ratio * x.numel()))

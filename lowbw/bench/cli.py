@@ -17,11 +17,9 @@ import lowbw.bench as pkg
 
 __all__ = ["add_parser", "main", "benchmarks"]
 
-# modules of lowbw.bench that are not benchmarks (the dispatcher; E1's plan, model and its results' helpers;
-# E8's grid, recorded exchange, calibration and rows; the machine's conditions that every benchmark records;
-# the config's method presets; E2's inputs)
-_NOT_BENCHMARKS = {"cli", "__main__", "collectives_plan", "collectives_model", "collectives_results", "e2e_grid",
-                   "e2e_calls", "e2e_calibration", "e2e_rows", "conditions", "presets", "compressor_inputs"}
+# modules of lowbw.bench that are not benchmarks (the dispatcher; E1's plan and its results' helpers; E8's
+# machinery, a package; E2's inputs)
+_NOT_BENCHMARKS = {"cli", "__main__", "collectives_plan", "collectives_results", "e8", "compressor_inputs"}
 
 
 def benchmarks() -> list[str]:
@@ -45,7 +43,7 @@ def add_parser(subparsers) -> argparse.ArgumentParser:
 
 def main(args: argparse.Namespace) -> int:
     mod = importlib.import_module(f"lowbw.bench.{args.name}")
-    if not hasattr(mod, "main"):  # pragma: no cover - every listed module has one (tests/test_bench_e2e.py)
+    if not hasattr(mod, "main"):  # pragma: no cover - every listed module has one (tests/bench/test_e2e.py)
         print(f"lowbw bench: lowbw.bench.{args.name} has no main()", file=sys.stderr)
         return 2
     return int(mod.main(list(args.args)) or 0)

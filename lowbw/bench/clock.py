@@ -8,7 +8,7 @@ the paper could change its findings. With ``clock: model`` compute costs ``clock
 once, with the same code the measured clock uses (the sim Trainer's per-worker compute and (de)compression
 seconds, one replica at a time), for every distinct (model, dataset, local batch, optimiser, compressor) of the
 grid, ``--reps`` times, and stores medians, spreads and provenance. The workflow config names the file as
-``clock_calibration``; :func:`lowbw.grid.run_config` fills the two keys of every ``clock: model`` run from it.
+``clock_calibration``; :func:`lowbw.workflow.grid.run_config` fills the two keys of every ``clock: model`` run from it.
 """
 
 from __future__ import annotations
@@ -23,14 +23,15 @@ from typing import Any
 
 import torch
 
-from lowbw.bench import bench_provenance, conditions
-from lowbw.grid import decode, run_config, run_dirs
-from lowbw.runio import atomic_write_json
+from lowbw.bench import bench_provenance
+from lowbw.measure import conditions
+from lowbw.runs.io import atomic_write_json
 from lowbw.train.allocator import steady_allocator
 from lowbw.train.clock_table import KEY_FIELDS, TEXT_KEY_FIELDS, clock_key
 from lowbw.train.config import RunConfig
 from lowbw.train.loop import Trainer
 from lowbw.train.world import SimWorld
+from lowbw.workflow.grid import decode, run_config, run_dirs
 
 __all__ = ["clock_key", "calibrate_one", "main", "KEY_FIELDS", "TEXT_KEY_FIELDS"]
 

@@ -32,18 +32,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lowbw.bench import conditions
 from lowbw.bench._collectives_worker import main as worker_main
-from lowbw.bench.collectives_model import (
-    SOFTWARE_BYTES,
-    calibrate,
-    calibrated_time,
-    handshake_steps,
-    refilled_burst_bytes,
-    software_calibration,
-    step_messages,
-    window_wait,
-)
 from lowbw.bench.collectives_plan import (
     DEFAULTS,
     IDLE_MIN_S,
@@ -67,12 +56,23 @@ from lowbw.bench.collectives_results import (
     targets,
     trace_model,
 )
-from lowbw.bench.conditions import add_strict_flag
 from lowbw.comm.registry import get as collective_spec
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
+from lowbw.net.calibrated import (
+    SOFTWARE_BYTES,
+    calibrate,
+    calibrated_time,
+    handshake_steps,
+    refilled_burst_bytes,
+    software_calibration,
+    step_messages,
+    window_wait,
+)
 from lowbw.net.costmodel import LinkParams, allreduce_time, lower_bound
 from lowbw.net.testbed import Testbed, realtime_available
 from lowbw.net.units import rate_mbit_arg
-from lowbw.runio import atomic_write_json, provenance
+from lowbw.runs.io import atomic_write_json, provenance
 
 __all__ = ["DEFAULTS", "QUICK", "run", "plan_grid", "merge_software", "emulator_refusal", "calibration_key",
            "predicted_seconds", "pingpong_sizes", "IDLE_MIN_S", "MIN_SOFTWARE_REPS",
@@ -87,7 +87,7 @@ def run(config: dict | None = None, out: str | os.PathLike | None = "runs/bench/
     """Run the benchmark grid (``config`` keys as in ``config/schema.yaml``'s bench.collectives; missing
     keys from ``DEFAULTS``, or ``QUICK`` with ``quick``) and write ``out``. Returns the result dict.
 
-    The machine's conditions (:mod:`lowbw.bench.conditions`) are recorded over the whole grid (``conditions``)
+    The machine's conditions (:mod:`lowbw.measure.conditions`) are recorded over the whole grid (``conditions``)
     and per testbed (``testbeds[].conditions``); a busy machine gets a warning, and with ``strict`` nothing is
     written (not even the progress after each testbed)."""
     cfg = dict(DEFAULTS)

@@ -14,9 +14,9 @@ import itertools
 import math
 from typing import Any
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS, OWN_ALLREDUCE_ALGORITHMS
-from lowbw.bench.collectives_model import FIT_MIN_BYTES, SOFTWARE_BYTES
+from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS, OWN_ALLREDUCE_ALGORITHMS
 from lowbw.net import linkemu
+from lowbw.net.calibrated import FIT_MIN_BYTES, SOFTWARE_BYTES
 from lowbw.net.costmodel import LinkParams, allreduce_time
 from lowbw.net.link import LinkSpec
 from lowbw.net.probe import TestbedUnavailable, has_netem, netns_missing

@@ -7,8 +7,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from lowbw.bench.collectives_model import calibrate, calibrated_time, software_calibration, tree_chain
 from lowbw.comm.registry import get as collective
+from lowbw.net.calibrated import calibrate, calibrated_time, software_calibration, tree_chain
 
 __all__ = ["ISSUE_MIN_SIZE_MB", "calibration_key", "trace_model", "remodel", "merge_software", "merge_start_lag",
            "merge_testbeds",
@@ -18,7 +18,7 @@ __all__ = ["ISSUE_MIN_SIZE_MB", "calibration_key", "trace_model", "remodel", "me
 def trace_model(cal: dict, trace: dict) -> dict:
     """A traced call's predictions on testbed ``cal``: ``model_s`` (the calibrated model) and, for the heap
     tree's one-chunk chain at N = 4, ``model_chain`` (per-hop arrivals and free bytes,
-    :func:`lowbw.bench.collectives_model.tree_chain`; else None)."""
+    :func:`lowbw.net.calibrated.tree_chain`; else None)."""
     n, alg, nb = trace["workers"], trace["algorithm"], trace["nbytes"]
     chain = tree_chain(cal, nb, n, algorithm=alg) if collective(alg).heap_chain and n == 4 else None
     return {"model_s": calibrated_time(cal, alg, nb, n),

@@ -50,12 +50,12 @@ import torch.distributed as dist
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook as ph
 from torch.profiler import ProfilerActivity, profile
 
-from lowbw.bench import conditions
 from lowbw.bench.compressor_inputs import INPUTS, make_input
-from lowbw.bench.conditions import add_strict_flag
 from lowbw.compress import State, make
 from lowbw.compress.registry import bench_settings
-from lowbw.runio import atomic_write_json, provenance
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
+from lowbw.runs.io import atomic_write_json, provenance
 
 __all__ = ["METHODS", "BASELINES", "INPUTS", "run_benchmark", "make_input", "targets", "table", "main"]
 
@@ -263,7 +263,7 @@ def run_benchmark(numel: int = 1_000_000, methods: list[str] | None = None, inpu
     """Measure every method (``methods``: compressor names to keep, default all) on every input; a DataFrame.
 
     With ``out`` the rows are also written as JSON with provenance and the issue's targets evaluated. The
-    machine's conditions (:mod:`lowbw.bench.conditions`) are recorded for the run (``conditions``,
+    machine's conditions (:mod:`lowbw.measure.conditions`) are recorded for the run (``conditions``,
     ``df.attrs["conditions"]``) and per row; a busy machine gets a warning, and with ``strict`` no file.
     """
     if threads:

@@ -25,8 +25,8 @@ import numpy as np
 import torch
 
 from lowbw.advise.workload import FIT_FILE, build_named, example_input
-from lowbw.bench import conditions
-from lowbw.runio import atomic_write_json, provenance
+from lowbw.measure import conditions
+from lowbw.runs.io import atomic_write_json, provenance
 
 __all__ = ["FIT_FILE", "time_batch", "fit", "run", "main"]
 

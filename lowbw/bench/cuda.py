@@ -2,7 +2,7 @@
 
 CI has no GPU, so this is what validates the CUDA/NCCL code paths where a GPU exists. It writes
 ``runs/bench/cuda.json`` (with provenance, the device and the machine's conditions while it measured, also per
-world: :mod:`lowbw.bench.conditions`; ``--strict`` refuses to write it when the machine was busy) and prints a
+world: :mod:`lowbw.measure.conditions`; ``--strict`` refuses to write it when the machine was busy) and prints a
 table; it exits non-zero if any check fails. ``--device cpu`` runs the same checks on host tensors (gloo worlds
 only), without a GPU.
 
@@ -38,12 +38,12 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 import lowbw.comm as comm
 import lowbw.compress as C
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS
-from lowbw.bench import conditions
+from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.hooks import make_hook
 from lowbw.comm.testing import run_procs
-from lowbw.runio import atomic_write_json, provenance
+from lowbw.measure import conditions
+from lowbw.runs.io import atomic_write_json, provenance
 
 __all__ = ["check_world", "run", "main"]
 

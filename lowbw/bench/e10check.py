@@ -1,7 +1,7 @@
 """E10's check against the testbed: each of E10's networks (experiment ``e10_<network>`` of
 ``config/medium.yaml``: per-worker rates, latencies, a trace) x a few methods, run on ``sim`` and on ``procs``
-over per-worker tc-shaped links, with E8's training, calibration and rows (:mod:`lowbw.bench.e2e_grid`,
-:mod:`lowbw.bench.e2e_calibration`, :mod:`lowbw.bench.e2e_rows`) at E10's batch, compared per step.
+over per-worker tc-shaped links, with E8's training, calibration and rows (:mod:`lowbw.bench.e8.grid`,
+:mod:`lowbw.bench.e8.calibration`, :mod:`lowbw.bench.e8.rows`) at E10's batch, compared per step.
 ``--scale`` multiplies every rate (a trace's too, its time axis unchanged), keeping E10's ratios of links; a
 network the testbed cannot run (unequal compute) is skipped before any work; a trace cell's sim replays the
 trace from where the procs run's first step met it (:func:`start_offset_s`).
@@ -20,17 +20,18 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lowbw.bench import bench_provenance, conditions
-from lowbw.bench.conditions import add_strict_flag
-from lowbw.bench.e2e_calibration import cell_calibration, cell_sequence, cell_steps_per_sync, probe_summary
-from lowbw.bench.e2e_calls import call_sequence
-from lowbw.bench.e2e_grid import UNCALIBRATED, WARMUP_STEPS, cell_config, sim_twin
-from lowbw.bench.e2e_grid import plan as e2e_plan
+from lowbw.bench import bench_provenance
 from lowbw.bench.e2e_probe import probe
-from lowbw.bench.e2e_rows import cell_row
-from lowbw.bench.presets import method_config
+from lowbw.bench.e8.calibration import cell_calibration, cell_sequence, cell_steps_per_sync, probe_summary
+from lowbw.bench.e8.calls import call_sequence
+from lowbw.bench.e8.grid import UNCALIBRATED, WARMUP_STEPS, cell_config, sim_twin
+from lowbw.bench.e8.grid import plan as e2e_plan
+from lowbw.bench.e8.rows import cell_row
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
+from lowbw.measure.presets import method_config
 from lowbw.net.trace import expand, rates_at, resolve_trace
-from lowbw.runio import atomic_write_json
+from lowbw.runs.io import atomic_write_json
 from lowbw.train.config import RunConfig
 from lowbw.train.launch import run, testbed_links
 
@@ -139,7 +140,7 @@ def _straggler_supported(net: dict[str, Any]) -> bool:
 
 
 def cell(method: dict[str, Any], net: dict[str, Any], args, probe_res: dict[str, Any]) -> dict[str, Any]:
-    """One cell's run config: E8's cell (:func:`lowbw.bench.e2e_grid.cell_config`) at the network's base rate with
+    """One cell's run config: E8's cell (:func:`lowbw.bench.e8.grid.cell_config`) at the network's base rate with
     the network's per-worker keys, E10's batch, every step logged, no evaluation but the last (the shapers'
     bucket, ``clock_shaper_burst_bytes``, as :mod:`lowbw.train.links` models it on per-worker links)."""
     cfg = cell_config(method, WORKERS, net["bandwidth_mbit"], args.steps, args, probe_res)
@@ -151,7 +152,7 @@ def cell(method: dict[str, Any], net: dict[str, Any], args, probe_res: dict[str,
 
 def network_row(sim_dir: Path, procs_dir: Path, *, network: str, net: dict[str, Any], method: str, steps: int,
                 target: float, probe_res: dict[str, Any], cfg: dict[str, Any]) -> dict[str, Any]:
-    """One row of e10check.json: :func:`lowbw.bench.e2e_rows.cell_row` of the two runs plus the network and its
+    """One row of e10check.json: :func:`lowbw.bench.e8.rows.cell_row` of the two runs plus the network and its
     links (Mbit/s as run, after ``--scale``)."""
     row = cell_row(sim_dir, procs_dir, method=method, workers=WORKERS, rate=net["bandwidth_mbit"], steps=steps,
                        target=target, probe_res=probe_res, cfg=cfg)
@@ -270,7 +271,7 @@ def _require_root() -> None:
 
 def _replay(method: dict[str, Any], rate: float, args, shape, sim_dir: Path) -> dict[str, Any]:
     """What a method's probe replays (:func:`lowbw.bench.e2e_probe.probe`'s ``sequence`` and ``twin``): its calls
-    of one exchange with the CPU work before each (:func:`lowbw.bench.e2e_calibration.cell_sequence`), from an
+    of one exchange with the CPU work before each (:func:`lowbw.bench.e8.calibration.cell_sequence`), from an
     uncalibrated sim run on an even network at ``rate`` (the links do not change a step's CPU work), that run's
     config, and the steps between its synchronisations (``steps_per_sync``, for the compute factor)."""
     twin = sim_twin(cell(method, {"bandwidth_mbit": rate}, args, UNCALIBRATED))
@@ -283,7 +284,7 @@ def _replay(method: dict[str, Any], rate: float, args, shape, sim_dir: Path) -> 
 def run_check(args, nets, mcfg, skipped) -> dict[str, Any]:
     """Every cell (see the module docstring), grouped by base rate: a probe, every network's procs runs, a
     second probe, then the sims with the pooled calibration; writes ``args.out`` after every group. The
-    machine's conditions (:mod:`lowbw.bench.conditions`) are recorded per testbed run (``rows[].conditions``)
+    machine's conditions (:mod:`lowbw.measure.conditions`) are recorded per testbed run (``rows[].conditions``)
     and for the check; a busy machine gets a warning, and with ``args.strict`` nothing is written."""
     _, shape = e2e_plan(argparse.Namespace(methods="dense", workers=[], rates=[], steps=args.steps, model=args.model,
                                            dataset=args.dataset, batch_size=args.batch_size, seed=args.seed,

@@ -1,9 +1,9 @@
 """E8 -- does the simulator tell the truth? The command that compares sim's virtual clock with the testbed.
 
-Per cell (method x link rate x workers, :mod:`lowbw.bench.e2e_grid`): an uncalibrated sim run, a probe of the
+Per cell (method x link rate x workers, :mod:`lowbw.bench.e8.grid`): an uncalibrated sim run, a probe of the
 host (:mod:`lowbw.bench.e2e_probe`), the procs run on the tc-shaped testbed, a second probe, and the sim again
-with the clock calibrated from the pooled probes (:mod:`lowbw.bench.e2e_calibration`); the rows and summary
-(:mod:`lowbw.bench.e2e_rows`) go to e2e.json. The method and what the check found are in the paper's E8 section.
+with the clock calibrated from the pooled probes (:mod:`lowbw.bench.e8.calibration`); the rows and summary
+(:mod:`lowbw.bench.e8.rows`) go to e2e.json. The method and what the check found are in the paper's E8 section.
 
     python -m lowbw bench e2e --methods dense,fp16,q8nl,topk1,powersgd,local16 --rates 10mbit 100mbit 1gbit \\
         --workers 2 4 --steps 60 --out runs/bench/e2e.json
@@ -27,9 +27,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-from lowbw.bench import bench_provenance, conditions
-from lowbw.bench.conditions import add_strict_flag
-from lowbw.bench.e2e_calibration import (
+from lowbw.bench import bench_provenance
+from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, probe
+from lowbw.bench.e8.calibration import (
     cell_calibration,
     cell_calls_per_step,
     cell_gap_ms,
@@ -38,8 +38,8 @@ from lowbw.bench.e2e_calibration import (
     cell_wire_s,
     probe_summary,
 )
-from lowbw.bench.e2e_calls import call_sequence
-from lowbw.bench.e2e_grid import (
+from lowbw.bench.e8.calls import call_sequence
+from lowbw.bench.e8.grid import (
     BASE,
     DEFAULT_TARGET,
     LM_BASE,
@@ -53,11 +53,12 @@ from lowbw.bench.e2e_grid import (
     plan,
     sim_twin,
 )
-from lowbw.bench.e2e_probe import PROBE_MAX_GAP_MS, probe
-from lowbw.bench.e2e_rows import cell_row, fmt_row, print_table, summarise
-from lowbw.bench.presets import load_methods, method_config
+from lowbw.bench.e8.rows import cell_row, fmt_row, print_table, summarise
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
+from lowbw.measure.presets import load_methods, method_config
 from lowbw.net.units import rate_mbit_arg
-from lowbw.runio import atomic_write_json
+from lowbw.runs.io import atomic_write_json
 from lowbw.train.launch import run
 from lowbw.train.models import model_kind
 from lowbw.train.targets import TargetError, parse_target
@@ -76,7 +77,7 @@ def run_cells(args, mcfg: dict[str, dict[str, Any]], shape: tuple[list[int], int
               earlier: dict[str, Any] | None = None) -> dict[str, Any]:
     """Every cell of ``mcfg`` x ``args.workers`` x ``args.rates`` (the steps of the module docstring); with ``earlier``
     (an e2e.json, ``--append``), its rows are kept and each cell measured now is its next repeat. The machine's
-    conditions (:mod:`lowbw.bench.conditions`) are recorded per cell (``rows[].conditions``) and for the run; a
+    conditions (:mod:`lowbw.measure.conditions`) are recorded per cell (``rows[].conditions``) and for the run; a
     busy machine gets a warning, and with ``args.strict`` nothing is written (not even after each cell)."""
     out = Path(args.out)
     rows: list[dict[str, Any]] = list(earlier["rows"]) if earlier else []

@@ -3,7 +3,7 @@ training run, measured on a testbed like a cell's: the software stack's per-mess
 in the cell's own sequence of calls, and in its exchange made in situ (a per-layer compressor's real work
 between tiny real messages), Hockney's alpha (ping-pong, recorded), and the slow-down of the cell's compute and
 compression when its N workers share the cores (each rank's times kept). What the measurements
-mean for a cell is :mod:`lowbw.bench.e2e_calibration`'s; the method is the paper's E8 section.
+mean for a cell is :mod:`lowbw.bench.e8.calibration`'s; the method is the paper's E8 section.
 
     python -m lowbw bench e2e_probe --workers 2 --rate 100mbit [--gaps 0 0.5 1 2] [--calls 9] [--ddp] \\
         [--method topk1 [--compute-ms 5]] [--realtime [PRIO]] [--strict]   # root
@@ -26,9 +26,9 @@ import torch.distributed as dist
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel
 
-from lowbw.bench import bench_provenance, conditions
-from lowbw.bench.e2e_calibration import probe_summary
-from lowbw.bench.e2e_calls import (
+from lowbw.bench import bench_provenance
+from lowbw.bench.e8.calibration import probe_summary
+from lowbw.bench.e8.calls import (
     InSituCollective,
     RecordingCollective,
     call_sequence,
@@ -36,14 +36,15 @@ from lowbw.bench.e2e_calls import (
     probe_batch,
     probe_model,
 )
-from lowbw.bench.e2e_grid import add_realtime_flag, check_realtime
-from lowbw.bench.presets import load_methods
+from lowbw.bench.e8.grid import add_realtime_flag, check_realtime
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.hooks import make_hook, timed_hook
+from lowbw.launch.rendezvous import init_process_group
+from lowbw.measure import conditions
+from lowbw.measure.presets import load_methods
 from lowbw.net.testbed import Testbed
 from lowbw.net.units import rate_mbit_arg
-from lowbw.rendezvous import init_process_group
-from lowbw.runio import atomic_write_json
+from lowbw.runs.io import atomic_write_json
 from lowbw.train.aggregate import aggregate_rank, make_compressor
 from lowbw.train.allocator import steady_allocator
 from lowbw.train.assign import seed_for
@@ -223,7 +224,7 @@ def _probe_worker(spec_path: str) -> int:
 def _in_situ_exchange(spec: dict[str, Any], rep, coll, tiny: dict[str, torch.Tensor], calls: int):
     """The cell's exchange in situ, or None where there is none to make: a function that runs one exchange of
     the cell's compressor (``spec["twin"]``) on this rank's last gradient through an
-    :class:`~lowbw.bench.e2e_calls.InSituCollective` on ``coll`` and returns (seconds of work, seconds inside
+    :class:`~lowbw.bench.e8.calls.InSituCollective` on ``coll`` and returns (seconds of work, seconds inside
     the calls). Made for a synchronous cell with a compressor outside DDP (its ``calls`` per step are one
     exchange's); a dense cell's one all-reduce has no work around it, and a cell that exchanges every H steps
     is replayed by the sequence and gaps alone."""
@@ -328,10 +329,10 @@ def probe(cfg: dict[str, Any], workers: int, rate: float, data_shape: tuple[list
           sequence: Sequence[tuple[str, float]] = (), hook_method: dict[str, Any] | None = None,
           twin: dict[str, Any] | None = None, realtime: int = 0) -> dict[str, Any]:
     """Raw samples of one probe on a testbed of ``workers`` at ``rate`` Mbit/s, calls after each of ``gaps_ms`` of CPU
-    work, and ``sequence`` replayed (:func:`~lowbw.bench.e2e_calls.call_sequence`'s form); the compute of N at once
+    work, and ``sequence`` replayed (:func:`~lowbw.bench.e8.calls.call_sequence`'s form); the compute of N at once
     after ``calls_per_step`` calls (rounded), through DDP if ``ddp``, with the hook of ``hook_method`` (a method's
     config keys) if given, and the compression of ``twin`` (a cell's sim config) alone and at once (see
-    :func:`lowbw.bench.e2e_calibration.probe_summary`); the workers under SCHED_RR priority ``realtime`` where
+    :func:`lowbw.bench.e8.calibration.probe_summary`); the workers under SCHED_RR priority ``realtime`` where
     it is not 0, as the cell's (``testbed_realtime``)."""
     root = str(Path(__file__).resolve().parents[2])
     with tempfile.TemporaryDirectory(prefix="lowbw-e2e-") as td:

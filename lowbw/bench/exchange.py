@@ -26,7 +26,7 @@ the moment the last rank has the result, on the host's one monotonic clock) give
 to itself: a latency-bound exchange of a few ms of work per message step otherwise waits for a core on a
 shared host.
 
-The file carries provenance and the machine's conditions (:mod:`lowbw.bench.conditions`) and the issue's
+The file carries provenance and the machine's conditions (:mod:`lowbw.measure.conditions`) and the issue's
 targets, each checked: a compressed bucketed exchange faster than dense's flat all-reduce and within 1.3x of
 its bound, its bytes within 2% of the per-tensor exchange's.
 """
@@ -48,16 +48,16 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from lowbw.bench import conditions
-from lowbw.bench.e2e_calls import probe_batch, probe_model
-from lowbw.bench.e2e_grid import add_realtime_flag, check_realtime
-from lowbw.bench.presets import load_methods, method_config
-from lowbw.buckets import cap_bytes
+from lowbw.bench.e8.calls import probe_batch, probe_model
+from lowbw.bench.e8.grid import add_realtime_flag, check_realtime
+from lowbw.collective.buckets import cap_bytes
 from lowbw.comm import DistCollective, Meter
+from lowbw.measure import conditions
+from lowbw.measure.presets import load_methods, method_config
 from lowbw.net.costmodel import call_steps
 from lowbw.net.testbed import Testbed
 from lowbw.net.units import parse_delay, parse_rate
-from lowbw.runio import atomic_write_json, provenance
+from lowbw.runs.io import atomic_write_json, provenance
 from lowbw.train.aggregate import aggregate_rank, make_compressor, make_states
 from lowbw.train.config import RunConfig
 from lowbw.train.models import model_kind, model_names

@@ -36,15 +36,16 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import lowbw.compress as C
-from lowbw.bench import bench_provenance, conditions
-from lowbw.bench.conditions import add_strict_flag
+from lowbw.bench import bench_provenance
 from lowbw.comm.hooks import HookTimer, make_hook, timed_hook
 from lowbw.compress.artopk import index_dtype, topk_count
+from lowbw.launch.rendezvous import init_process_group
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
 from lowbw.net.ratelimit import install_from_env
 from lowbw.net.testbed import Testbed
 from lowbw.net.units import rate_mbit_arg
-from lowbw.rendezvous import init_process_group
-from lowbw.runio import atomic_write_json
+from lowbw.runs.io import atomic_write_json
 
 TORCH_HOOKS = ("torch-none", "torch-fp16", "torch-bf16")
 RATES_MBIT = (10, 100, 1000)

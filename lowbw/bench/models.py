@@ -20,9 +20,9 @@ from typing import Any
 import pandas as pd
 import torch
 
-from lowbw.bench import conditions
-from lowbw.bench.conditions import add_strict_flag
-from lowbw.runio import atomic_write_json, provenance
+from lowbw.measure import conditions
+from lowbw.measure.conditions import add_strict_flag
+from lowbw.runs.io import atomic_write_json, provenance
 from lowbw.train.models import build_model, grad_bytes, param_count
 
 __all__ = ["SCHEDULES", "measure_model", "run_benchmark", "main"]

@@ -24,8 +24,8 @@ import matplotlib.pyplot as plt
 import torch
 import torch.nn.functional as F
 
-from lowbw.bench import conditions
-from lowbw.runio import atomic_write_json, provenance, read_jsonl
+from lowbw.measure import conditions
+from lowbw.runs.io import atomic_write_json, provenance, read_jsonl
 from lowbw.train.assign import TrainData
 from lowbw.train.augment import Augmenter
 from lowbw.train.config import RunConfig

@@ -22,7 +22,7 @@ Tiny Shakespeare corpus (``LOWBW_DATA_MIRROR``). Targets (reported with the rati
 steps. A ratio is the median over the rounds of the ratio of the two blocks timed in that round (neighbours in
 time, under the same background load); the ratios of the medians and of the fastest blocks are recorded too.
 CPU timings run on ``--threads`` torch threads (default 1). The result goes to ``runs/bench/train_gpt.json``
-(``train_gpt_cuda.json`` with ``--device cuda``) with the machine's conditions (:mod:`lowbw.bench.conditions`;
+(``train_gpt_cuda.json`` with ``--device cuda``) with the machine's conditions (:mod:`lowbw.measure.conditions`;
 ``--strict`` refuses to write on a busy machine).
 """
 
@@ -42,9 +42,9 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from lowbw.bench import conditions
 from lowbw.bench.train import interleaved
-from lowbw.runio import atomic_write_json, provenance
+from lowbw.measure import conditions
+from lowbw.runs.io import atomic_write_json, provenance
 from lowbw.train.config import RunConfig
 from lowbw.train.loop import Trainer
 from lowbw.train.models import GPT_SIZES, build_model

@@ -2,7 +2,7 @@
 
 * :func:`allreduce` (``ALGORITHMS``: ring, tree, ps, butterfly, alltoall, roundrobin, allgather, native),
   :func:`allgather` (variable sizes), :func:`broadcast` — in place, like ``torch.distributed``'s.
-* :class:`DistCollective` / :class:`ThreadCollective`: the ``lowbw.compress.collective.Collective``
+* :class:`DistCollective` / :class:`ThreadCollective`: the ``lowbw.compress.protocol.Collective``
   protocol over real processes / over threads of one process (bit-identical numbers), ``run_threads``.
 * :class:`Meter`, :func:`metering`: bytes and messages per rank per call.
 * :func:`aggregate` (:mod:`lowbw.comm.aggregation`): a compressor's aggregation over a collective;
@@ -47,13 +47,13 @@ __all__ = [
 _LAZY = {
     "aggregate": "lowbw.comm.aggregation",
     "aggregate_many": "lowbw.comm.aggregation",
-    "ALGORITHMS": "lowbw.comm.collectives",
-    "BROADCAST_FOR": "lowbw.comm.collectives",
-    "BROADCASTS": "lowbw.comm.collectives",
-    "DEFAULT_CHUNK_BYTES": "lowbw.comm.collectives",
-    "allgather": "lowbw.comm.collectives",
-    "allreduce": "lowbw.comm.collectives",
-    "broadcast": "lowbw.comm.collectives",
+    "ALGORITHMS": "lowbw.comm.api",
+    "BROADCAST_FOR": "lowbw.comm.api",
+    "BROADCASTS": "lowbw.comm.api",
+    "DEFAULT_CHUNK_BYTES": "lowbw.comm.api",
+    "allgather": "lowbw.comm.api",
+    "allreduce": "lowbw.comm.api",
+    "broadcast": "lowbw.comm.api",
     "CommError": "lowbw.comm.errors",
     "GroupAbortedError": "lowbw.comm.errors",
     "PeerFailedError": "lowbw.comm.errors",

@@ -17,9 +17,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lowbw.collective import CollectiveSpec, Cost
+from lowbw.collective.partition import chunk_ranges
+from lowbw.collective.spec import CollectiveSpec, Cost
 from lowbw.comm.direct import exchange, pairwise_rounds
-from lowbw.comm.partition import chunk_ranges
 
 if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula
     from torch import Tensor

@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import TYPE_CHECKING
 
-from lowbw.collective import CollectiveSpec, Cost
+from lowbw.collective.spec import CollectiveSpec, Cost
 from lowbw.comm.ring import volume as ring_volume
 
 if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula

@@ -99,8 +99,8 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS, OUTER_OPTIMIZERS, check_algorithm
 from lowbw.comm.aggregation import resolve
+from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS, OUTER_OPTIMIZERS, check_algorithm
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.engine import as_seconds
 from lowbw.comm.errors import PeerTimeoutError

@@ -16,8 +16,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from lowbw.collective import CollectiveSpec, Cost
-from lowbw.comm.partition import chunk_ranges, split
+from lowbw.collective.partition import chunk_ranges, split
+from lowbw.collective.spec import CollectiveSpec, Cost
 from lowbw.comm.ring import volume as ring_volume
 
 if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula

@@ -1,4 +1,4 @@
-"""``DistCollective``: the :class:`lowbw.compress.collective.Collective` protocol over torch.distributed.
+"""``DistCollective``: the :class:`lowbw.compress.protocol.Collective` protocol over torch.distributed.
 
 Compressors aggregate through it in real processes (gloo on CPU, NCCL on GPU). ``all_reduce`` runs the
 chosen all-reduce algorithm; ``all_gather`` is a ring all-gather of variable-size tensors (sizes are
@@ -17,7 +17,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor
 
-from lowbw.comm.collectives import allgather, allreduce, broadcast
+from lowbw.comm.api import allgather, allreduce, broadcast
 from lowbw.comm.engine import (
     ALGORITHMS,
     BROADCAST_FOR,
@@ -31,7 +31,7 @@ from lowbw.comm.engine import (
 from lowbw.comm.errors import PeerFailedError, PeerTimeoutError
 from lowbw.comm.meter import Meter
 from lowbw.comm.registry import get as collective_spec
-from lowbw.compress.collective import CallRecord
+from lowbw.compress.protocol import CallRecord
 
 __all__ = ["DistCollective"]
 

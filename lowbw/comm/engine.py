@@ -1,6 +1,6 @@
 """The machinery every lowbw collective shares: algorithm dispatch over a Transport, metering, views.
 
-:mod:`lowbw.comm.collectives` (over torch.distributed), :class:`~lowbw.comm.DistCollective` and
+:mod:`lowbw.comm.api` (over torch.distributed), :class:`~lowbw.comm.DistCollective` and
 :class:`~lowbw.comm.ThreadCollective` (threads of one process) run the same per-rank code from here, so
 their numbers and byte counts agree bit for bit. Nothing here opens a process group.
 """
@@ -15,7 +15,7 @@ from datetime import timedelta
 import torch
 from torch import Tensor
 
-from lowbw.algorithms import BROADCAST_ALIASES, BROADCASTS, check_algorithm
+from lowbw.comm.algorithms import BROADCAST_ALIASES, BROADCASTS, check_algorithm
 from lowbw.comm.errors import CommError, PeerFailedError, PeerTimeoutError
 from lowbw.comm.gather import ring_allgather_into
 from lowbw.comm.meter import CallStats, Meter, active_meters
@@ -44,7 +44,7 @@ __all__ = [
     "wait_native",
 ]
 
-ALGORITHMS = tuple(COLLECTIVES)  # every all-reduce, in the registry's order (= lowbw.algorithms')
+ALGORITHMS = tuple(COLLECTIVES)  # every all-reduce, in the registry's order (= lowbw.comm.algorithms')
 BROADCAST_FOR = {a: spec.broadcast for a, spec in COLLECTIVES.items()}  # the broadcast each pairs with
 DEFAULT_CHUNK_BYTES = 1 << 22  # 4 MiB messages: large enough for loopback, small enough to stream
 DEFAULT_WINDOW = 4  # chunks in flight per receiving stream

@@ -43,14 +43,14 @@ from dataclasses import dataclass, field, replace
 
 import torch
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS, check_algorithm
 from lowbw.comm.aggregation import resolve
-from lowbw.comm.collectives import allreduce
+from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS, check_algorithm
+from lowbw.comm.api import allreduce
 from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter, active_meters, estimate_native, metering
 from lowbw.comm.registry import get as collective_spec
 from lowbw.compress.base import Compressor, NonFiniteError, State
-from lowbw.compress.collective import CallRecord
+from lowbw.compress.protocol import CallRecord
 from lowbw.compress.quantize import Cast
 
 __all__ = ["HookState", "HookStats", "HookTimer", "make_hook", "compressor_hook", "lowbw_hook", "timed_hook",

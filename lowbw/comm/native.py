@@ -1,4 +1,4 @@
-"""``native``: ``torch.distributed.all_reduce`` itself, the baseline (run by :mod:`lowbw.comm.collectives`).
+"""``native``: ``torch.distributed.all_reduce`` itself, the baseline (run by :mod:`lowbw.comm.api`).
 
 gloo's CPU all-reduce is a ring (reduce-scatter + all-gather), so its cost is the ring's
 (:func:`lowbw.comm.ring.cost`, on per-worker links :func:`lowbw.comm.ring.links_time`); its broadcast is
@@ -9,7 +9,7 @@ The meter estimates native calls' bytes from :func:`lowbw.comm.meter.native_volu
 
 from __future__ import annotations
 
-from lowbw.collective import CollectiveSpec
+from lowbw.collective.spec import CollectiveSpec
 from lowbw.comm.ring import cost, links_time, volume
 
 __all__ = ["SPEC"]

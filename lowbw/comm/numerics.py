@@ -1,4 +1,4 @@
-"""Reduction arithmetic shared by every algorithm (how a tensor is cut: :mod:`lowbw.comm.partition`).
+"""Reduction arithmetic shared by every algorithm (how a tensor is cut: :mod:`lowbw.collective.partition`).
 
 Half precision (documented contract, identical for DistCollective and ThreadCollective):
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from lowbw.collective import CollectiveSpec, Cost, shared_time
+from lowbw.collective.spec import CollectiveSpec, Cost, shared_time
 from lowbw.comm.tree import tree_allreduce
 
 __all__ = ["cost", "talk", "links_time", "volume", "SPEC"]

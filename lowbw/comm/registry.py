@@ -1,8 +1,8 @@
-"""The one table of all-reduce algorithms: name -> :class:`lowbw.collective.CollectiveSpec`.
+"""The one table of all-reduce algorithms: name -> :class:`lowbw.collective.spec.CollectiveSpec`.
 
 Each line is one collective's module (its ``SPEC``: the algorithm, its alpha-beta cost, its broadcast). The
 engine (:func:`lowbw.comm.engine.run_allreduce`), the cost models (:mod:`lowbw.net.costmodel`,
-:mod:`lowbw.net.costlinks`), the ``lowbw.algorithms`` (config check, benchmarks, report) read it.
+:mod:`lowbw.net.costlinks`), the ``lowbw.comm.algorithms`` (config check, benchmarks, report) read it.
 The order is the order configs list and reports plot. Adding a collective: README, "Add a collective".
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import importlib
 
-from lowbw.collective import CollectiveSpec
+from lowbw.collective.spec import CollectiveSpec
 
 __all__ = ["COLLECTIVES", "get", "expected"]
 

@@ -19,8 +19,8 @@ from __future__ import annotations
 from collections import deque
 from typing import TYPE_CHECKING
 
-from lowbw.collective import CollectiveSpec, Cost, message_time
-from lowbw.comm.partition import chunk_ranges, split
+from lowbw.collective.partition import chunk_ranges, split
+from lowbw.collective.spec import CollectiveSpec, Cost, message_time
 
 if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula
     from torch import Tensor

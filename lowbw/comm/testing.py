@@ -34,7 +34,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from lowbw.rendezvous import tcp_store
+from lowbw.launch.rendezvous import tcp_store
 
 __all__ = ["RankResult", "ProcsError", "run_procs", "free_port"]
 
@@ -113,7 +113,7 @@ def run_procs(fn, world_size: int, *args, timeout: float = 120.0, backend: str =
 
     ``fn`` must be importable (a module-level function). ``timeout``: seconds for the whole run; children
     still running then are killed. ``init``: "file" (a rendezvous file, no port race) or "tcp" (a TCP store
-    listening on 127.0.0.1 only, on a free port: :mod:`lowbw.rendezvous`). ``threads``: torch threads per
+    listening on 127.0.0.1 only, on a free port: :mod:`lowbw.launch.rendezvous`). ``threads``: torch threads per
     child (0: torch's default).
     ``raise_errors``: raise :class:`ProcsError` if any rank failed; if False, return
     :class:`RankResult` objects (value or error per rank).

@@ -28,7 +28,7 @@ from lowbw.comm.meter import Meter
 from lowbw.comm.numerics import Reducer
 from lowbw.comm.registry import get as collective_spec
 from lowbw.comm.transport import ThreadHub, ThreadTransport
-from lowbw.compress.collective import CallRecord
+from lowbw.compress.protocol import CallRecord
 
 __all__ = ["ThreadCollective", "run_threads"]
 

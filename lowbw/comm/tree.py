@@ -23,8 +23,8 @@ import math
 from collections import deque
 from typing import TYPE_CHECKING
 
-from lowbw.collective import CollectiveSpec, Cost
-from lowbw.comm.partition import chunk_ranges
+from lowbw.collective.partition import chunk_ranges
+from lowbw.collective.spec import CollectiveSpec, Cost
 
 if TYPE_CHECKING:  # annotations only: the module loads without torch, for its cost formula
     from torch import Tensor

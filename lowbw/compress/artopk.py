@@ -18,7 +18,7 @@ from torch import Tensor
 
 from lowbw.compress.base import State
 from lowbw.compress.checks import check_bool, check_choice, check_float
-from lowbw.compress.collective import Collective
+from lowbw.compress.protocol import Collective
 from lowbw.compress.registry import register
 from lowbw.compress.sparsify import Sparse, index_dtype, topk_count, topk_indices
 

@@ -15,7 +15,7 @@ Contract (every compressor in ``lowbw.compress`` follows it):
   name: one compressor object serves many tensors and many workers (one ``State`` per worker). With
   ``state=None`` the compressor's own default state is used (handy for one worker).
 * ``aggregate(tensor, coll, name, state)`` returns the average over ranks of what every rank's payload
-  decompresses to, talking only to the :class:`~lowbw.compress.collective.Collective` protocol: summable
+  decompresses to, talking only to the :class:`~lowbw.compress.protocol.Collective` protocol: summable
   payloads are all-reduced and decompressed once (divided by N); the rest are all-gathered part by part
   (parts may be empty on some ranks) and decompressed-and-averaged in rank order (deterministic).
 * Batched path (the ``sim`` backend holds all ranks in one process): ``compress_batch(xs, name, states)``,
@@ -27,8 +27,8 @@ Contract (every compressor in ``lowbw.compress`` follows it):
   threshold...); ``aggregate_batch`` talks to a :class:`BatchCollective` (the ranks' collective calls, made
   once for all rows) and returns the average every rank receives (the same on every rank).
 * Rounds: ``aggregate``/``aggregate_batch`` run the generators ``rounds``/``rounds_batch``, which yield a
-  :class:`~lowbw.compress.packing.Request` per round of communication; a bucket of tensors runs theirs
-  together, one packed call per round (:mod:`lowbw.compress.packing`), with each tensor's arithmetic
+  :class:`~lowbw.compress.rounds.Request` per round of communication; a bucket of tensors runs theirs
+  together, one packed call per round (:mod:`lowbw.comm.packing`), with each tensor's arithmetic
   unchanged. A compressor that overrides ``aggregate`` itself (DeMo, AR-Top-k) is not packed (``packs``).
 """
 
@@ -44,8 +44,8 @@ import numpy as np
 import torch
 from torch import Tensor
 
-from lowbw.compress.collective import Collective
-from lowbw.compress.packing import Request, Rounds, drive
+from lowbw.compress.protocol import Collective
+from lowbw.compress.rounds import Request, Rounds, run_alone
 
 __all__ = [
     "Payload",
@@ -105,7 +105,7 @@ class BatchCollective(Protocol):
     """The collective calls of all ``world_size`` ranks of a group, made once for all of them (``sim``).
 
     Row i of an argument is rank i's tensor. Implementations give exactly what every rank of the per-rank
-    :class:`~lowbw.compress.collective.Collective` would receive, and record one call per rank.
+    :class:`~lowbw.compress.protocol.Collective` would receive, and record one call per rank.
     """
 
     world_size: int
@@ -245,7 +245,7 @@ class Compressor:
     #: True for compressors with their own memory (DGC, PowerSGD, ARTopk): ErrorFeedback refuses to wrap them
     has_own_memory: ClassVar[bool] = False
     #: True where every rank's payload parts have lengths set by the tensor's shape alone (top-k): a
-    #: bucket's all-gather then needs no size exchange (lowbw.compress.packing)
+    #: bucket's all-gather then needs no size exchange (lowbw.comm.packing)
     fixed_size: ClassVar[bool] = False
     #: memory traffic of one compress + decompress of n fp32 entries, in passes over the gradient (4 n bytes):
     #: each full read or write of an n-entry fp32 tensor (input, temporaries, state, output) counts 1, a
@@ -278,11 +278,11 @@ class Compressor:
     def aggregate(self, tensor: Tensor, coll: Collective, name: str = "", state: State | None = None) -> Tensor:
         """Average over ranks of the decompressed payloads (see the module docstring): :meth:`rounds` run on
         ``coll``, one call per requested tensor."""
-        return drive([self.rounds(tensor, name, state, coll.world_size)], coll, packed=False)[0]
+        return run_alone(self.rounds(tensor, name, state, coll.world_size), coll)
 
     def rounds(self, tensor: Tensor, name: str = "", state: State | None = None, world_size: int = 1) -> Rounds:
-        """:meth:`aggregate` as a generator (:mod:`lowbw.compress.packing`): yields each round's
-        :class:`~lowbw.compress.packing.Request`, receives its results, returns the average over
+        """:meth:`aggregate` as a generator (:mod:`lowbw.compress.rounds`): yields each round's
+        :class:`~lowbw.compress.rounds.Request`, receives its results, returns the average over
         ``world_size`` ranks. A bucket's tensors run theirs together, one call per round (``packed``)."""
         payload = self.compress(tensor, name, state)
         return (yield from self._payload_rounds(payload, world_size))
@@ -322,7 +322,7 @@ class Compressor:
         returns it (``xs.shape[1:]``); the same calls on ``coll`` as the ranks make on their collectives."""
         if not self.batched:
             raise TypeError(f"{self!r} has no batched path (batched=False): aggregate rank by rank")
-        return drive([self.rounds_batch(xs, name, states, coll.world_size)], coll, packed=False, rows=True)[0]
+        return run_alone(self.rounds_batch(xs, name, states, coll.world_size), coll)
 
     def rounds_batch(self, xs: Tensor, name: str = "", states: Sequence[State] | None = None,
                      world_size: int = 1) -> Rounds:

@@ -49,7 +49,7 @@ from torch import Tensor
 
 from lowbw.compress.base import Compressor, Payload, State
 from lowbw.compress.checks import check_bool, check_float, check_int
-from lowbw.compress.collective import Collective
+from lowbw.compress.protocol import Collective
 from lowbw.compress.registry import register
 
 __all__ = ["DeMo", "dct_matrix", "largest_divisor_at_most", "Blocks"]

@@ -28,8 +28,8 @@ from torch import Tensor
 
 from lowbw.compress.base import Compressor, Payload, State
 from lowbw.compress.checks import check_bool, check_float, check_int
-from lowbw.compress.packing import Request, Rounds, run_local
 from lowbw.compress.registry import register
+from lowbw.compress.rounds import Request, Rounds, run_local
 
 __all__ = ["PowerSGD", "orthogonalize"]
 
@@ -96,7 +96,7 @@ class PowerSGD(Compressor):
         return rng
 
     def _step(self, x: Tensor, name: str, state: State, shape: torch.Size, world: int) -> Rounds:
-        """One PowerSGD step as rounds (:mod:`lowbw.compress.packing`: each all-reduce a yielded request);
+        """One PowerSGD step as rounds (:mod:`lowbw.compress.rounds`: each all-reduce a yielded request);
         returns (the averaged approximation, flat fp32; local payload parts; meta)."""
         slot = state[name]
         it = slot.get("powersgd.iter", 0)

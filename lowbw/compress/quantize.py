@@ -16,8 +16,8 @@ from torch import Tensor
 from lowbw.compress._bits import chunk_rows, chunks, pack, unpack
 from lowbw.compress.base import Compressor, NonFiniteError, Payload, State
 from lowbw.compress.checks import check_bool, check_choice, check_float, check_int
-from lowbw.compress.packing import Request, Rounds
 from lowbw.compress.registry import register
+from lowbw.compress.rounds import Request, Rounds
 
 __all__ = ["Cast", "Blockwise", "QSGD", "TernGrad", "TwoBit"]
 

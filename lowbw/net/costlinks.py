@@ -20,7 +20,7 @@ max-min sharing; each flow is either capped by its other end or gets an equal sh
   bandwidth and the largest latency of all), an upper bound.
 
 Which algorithm is timed how is its module's ``SPEC.links`` (:mod:`lowbw.comm.registry`; ``None``: the
-slowest-link bound); the message primitives are :mod:`lowbw.collective`'s.
+slowest-link bound); the message primitives are :mod:`lowbw.collective.spec`'s.
 
 All-gather and broadcast (:func:`allgather_time`, :func:`broadcast_time`) and a sequence of recorded calls
 (:func:`calls_time`, the sim's virtual clock) follow the same rules: a ring or chain hop ``i -> j`` carries
@@ -37,7 +37,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lowbw.collective import message_time, shared_time
+from lowbw.collective.spec import message_time, shared_time
 from lowbw.comm.registry import COLLECTIVES
 from lowbw.net.costmodel import LinkParams, allreduce_time, broadcast_pattern, gather_pattern
 from lowbw.net.link import LinkSpec

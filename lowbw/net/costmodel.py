@@ -21,7 +21,7 @@ pattern of the corresponding :mod:`lowbw.comm` algorithm on that network (latenc
 message steps on the critical path) and are what the testbed calibration (:func:`fit_alpha_beta`) checks.
 Unequal links (a bandwidth and latency per worker and direction): :mod:`lowbw.net.costlinks`.
 
-Each algorithm's terms come from its module's ``SPEC`` in :mod:`lowbw.comm.registry` (:mod:`lowbw.collective`:
+Each algorithm's terms come from its module's ``SPEC`` in :mod:`lowbw.comm.registry` (:mod:`lowbw.collective.spec`:
 ``Cost(steps, link_bytes, reduced)``, the talk's form, the idle starts, the pipeline fill, the broadcast and
 all-gather it pairs with); this module only evaluates them. The registry is read when first needed, so
 importing the cost model imports no torch.
@@ -34,7 +34,7 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from lowbw.algorithms import BROADCAST_ALIASES
+from lowbw.comm.algorithms import BROADCAST_ALIASES
 from lowbw.comm.registry import COLLECTIVES
 from lowbw.net import units as _units
 
@@ -131,7 +131,7 @@ def _collectives() -> dict:
 
 
 def _spec(algorithm: str, what: str):
-    """``algorithm``'s :class:`lowbw.collective.CollectiveSpec`; a ValueError naming the known ones if none."""
+    """``algorithm``'s :class:`lowbw.collective.spec.CollectiveSpec`; a ValueError naming the known ones if none."""
     spec = _collectives().get(algorithm)
     if spec is None:
         raise ValueError(f"unknown {what} {algorithm!r}; known: {', '.join(_collectives())}")
@@ -396,7 +396,7 @@ def bucket_steps_time(steps: Iterable[tuple[float, str]], alpha_s: float, beta_s
 
 
 def calls_time(calls: Iterable[Any], link: LinkParams, bucket_bytes: float = 0.0) -> float:
-    """Total modelled time of a sequence of ``lowbw.compress.collective.CallRecord`` (one rank's calls, in
+    """Total modelled time of a sequence of ``lowbw.compress.protocol.CallRecord`` (one rank's calls, in
     order; the sim backend's virtual clock). A list of per-rank call lists (same length, zipped) is also
     accepted: then all_gather uses every rank's own contribution (variable sizes).
 

@@ -24,7 +24,7 @@ from lowbw.report.experiment import Context, Experiment, MissingData, Stats
 from lowbw.report.gpu import write as write_gpu
 from lowbw.report.latex import booktabs, escape, numbers_tex
 from lowbw.report.system import numbers as system_numbers
-from lowbw.runio import atomic_write_text, provenance
+from lowbw.runs.io import atomic_write_text, provenance
 
 __all__ = ["Context", "Stats", "Experiment", "Section", "BuildResult", "build"]
 
@@ -188,7 +188,8 @@ def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path
             files.append(atomic_write_text(appendix, sec.appendix))
         elif appendix.exists():
             appendix.unlink()  # an older build's, whose data this build no longer has
-    if not only:  # GPU runs kept in the repository (lowbw.store), labelled with their GPU and date; none: no file
+    # GPU runs kept in the repository (lowbw.workflow.store), labelled with their GPU and date; none: no file
+    if not only:
 
         files.extend(write_gpu(ctx.out))
     prov = provenance()

@@ -4,7 +4,7 @@
 A caption is written once and rendered for every profile, so a sentence such as "the default profile runs
 L_W = 4 or 16" is true of one build and false of the next. :func:`problems` reads a generated table (LaTeX, as
 :func:`lowbw.report.latex.booktabs` writes it) and lists what its caption promises that the table does not
-hold; the report refuses to write such a table (:func:`check`), and ``tests/test_paper_captions.py`` applies
+hold; the report refuses to write such a table (:func:`check`), and ``tests/report/test_captions.py`` applies
 :func:`profile_problems` to the hand-written figure captions of ``paper/sections``, which must name no
 profile at all since every profile renders them.
 """

@@ -12,7 +12,7 @@ import sys
 from pathlib import Path
 
 from lowbw.report import build
-from lowbw.results import RunError
+from lowbw.runs.results import RunError
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:

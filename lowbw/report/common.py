@@ -10,7 +10,7 @@ import seaborn as sns
 
 from lowbw.report.experiment import Context
 from lowbw.report.latex import fmt_num
-from lowbw.results import load_metrics, load_runs
+from lowbw.runs.results import load_metrics, load_runs
 
 __all__ = ["fmt_duration", "plotting", "training_runs", "report_links", "target_acc"]
 

@@ -1,13 +1,13 @@
 """The machine's conditions beside each measured table: a caption sentence (host, date, load, other processes'
-CPU, steal; :mod:`lowbw.bench.conditions` records them) and a mark on every cell measured while the machine
+CPU, steal; :mod:`lowbw.measure.conditions` records them) and a mark on every cell measured while the machine
 was busy, so that a timing taken under contention is never printed as the machine's own."""
 
 from __future__ import annotations
 
 from typing import Any
 
-from lowbw.hoststore import commit_of
 from lowbw.report.latex import escape
+from lowbw.workflow.hoststore import commit_of
 
 __all__ = ["MARK", "mark", "origin", "caption", "busy_testbeds"]
 

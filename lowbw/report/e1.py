@@ -10,7 +10,7 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.ticker import NullFormatter
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.net.linkemu import MAX_TOTAL_BPS
 from lowbw.report import e1_exchange as exch
 from lowbw.report import e1_latency as lat

@@ -13,9 +13,9 @@ Slow-down of a scheme on a network = its virtual time to the target accuracy the
 (the same scheme and seed: for synchronous schemes on the model clock the two runs train identically and
 differ only in time), then mean and standard deviation over the seeds where both reached the target.
 
-Top-k whose collective the cost model chooses (``adaptive: moo`` at one density, :mod:`lowbw.adaptive`): which
+Top-k whose collective the cost model chooses (``adaptive: moo`` at one density, :mod:`lowbw.train.adaptive`): which
 collective its policy picks on each network is recomputed here from the run's config at every logged step's
-virtual time (:func:`lowbw.adaptive.run_collective`, the links the run's clock had then), and it is compared
+virtual time (:func:`lowbw.train.adaptive.run_collective`, the links the run's clock had then), and it is compared
 with the same top-k without the policy (``FIXED``).
 
 The check against the testbed (``runs/bench/e10check.json``, ``python -m lowbw bench e10check``; optional:
@@ -31,7 +31,6 @@ from functools import partial
 
 import pandas as pd
 
-from lowbw.adaptive import run_collective
 from lowbw.report.catalog import E10_NETWORKS, PREFIX, word
 from lowbw.report.common import fmt_duration, plotting, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
@@ -39,6 +38,7 @@ from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.stats import censored
 from lowbw.report.training import time_to_target
+from lowbw.train.adaptive import run_collective
 from lowbw.train.config import RunConfig
 
 __all__ = ["E10", "E10LM", "NETWORKS", "BASELINE_NETWORK", "EXPERIMENTS", "TARGET", "RUNS_PREFIX"]
@@ -67,7 +67,7 @@ def _links_label(r) -> str:
         return fmt_num(float(v))
 
     def _lst(v) -> list:
-        if isinstance(v, str):  # lowbw.results spells list-valued config keys as JSON text
+        if isinstance(v, str):  # lowbw.runs.results spells list-valued config keys as JSON text
             v = json.loads(v) if v.startswith("[") else []
         return list(v) if isinstance(v, list | tuple) else []
 
@@ -164,7 +164,7 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
 
 def _auto_choices(ctx: Context, runs, mets, pre: str):
     """Per adaptive run and logged step: the collective its policy chooses at that step's virtual time on the
-    run's links (:func:`lowbw.adaptive.run_collective` on the run's ``config.json``); None without such runs."""
+    run's links (:func:`lowbw.train.adaptive.run_collective` on the run's ``config.json``); None without such runs."""
     if "adaptive" not in runs:
         return None
     rows = []

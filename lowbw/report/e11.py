@@ -43,7 +43,7 @@ from typing import Any
 
 import pandas as pd
 
-import lowbw.store as gpu_store
+import lowbw.workflow.store as gpu_store
 from lowbw.advise import efficiency
 from lowbw.advise.candidates import candidate_from_config
 from lowbw.advise.efficiency import target_of, ttt_targets
@@ -57,7 +57,7 @@ from lowbw.report.common import plotting
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.training import retime
-from lowbw.results import load_metrics, load_runs
+from lowbw.runs.results import load_metrics, load_runs
 from lowbw.train.workload_specs import workload_words
 
 __all__ = ["E11", "settings", "spearman", "analytic_step", "REGRET_MEDIAN", "REGRET_WORST"]

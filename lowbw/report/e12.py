@@ -33,12 +33,12 @@ import pandas as pd
 import yaml
 
 from lowbw.advise.size_trend import CHARLES_FITS, CHARLES_JOINT, CHARLES_TABLE4, POINT_COLUMNS, fit_power, points, trend
-from lowbw.grid import expand
 from lowbw.report.common import plotting
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num, fmt_pm
 from lowbw.report.stats import mean_std
-from lowbw.results import load_metrics, load_runs
+from lowbw.runs.results import load_metrics, load_runs
+from lowbw.workflow.grid import expand
 
 __all__ = ["E12", "STORE", "COLUMNS", "gap_word"]
 

@@ -5,7 +5,7 @@ from a latency-bound one (few message steps: ps, tree) to a bandwidth-bound one 
 ring, butterfly), measured and predicted.
 
 Crossover of algorithms a and b in one testbed (N, rate, delay): the message size M* where their times
-are equal. Predicted: the calibrated model's (:func:`lowbw.bench.collectives_model.calibrated_time`), solved in
+are equal. Predicted: the calibrated model's (:func:`lowbw.net.calibrated.calibrated_time`), solved in
 log M by bisection over the measured size range; measured: where log(t_a / t_b) changes sign between two
 measured sizes, interpolated linearly in log M. The talk's textbook condition
 (:func:`lowbw.net.costmodel.crossover_nbytes` with ``talk=True``, alpha = the measured one-way latency,
@@ -27,8 +27,8 @@ from matplotlib.lines import Line2D
 from matplotlib.ticker import NullFormatter
 
 from lowbw.bench.collectives import calibration_key
-from lowbw.bench.collectives_model import TCP_PAYLOAD_PER_FRAME, calibrated_time, model_link
 from lowbw.comm.registry import COLLECTIVES
+from lowbw.net.calibrated import TCP_PAYLOAD_PER_FRAME, calibrated_time, model_link
 from lowbw.net.costmodel import LinkParams, crossover_nbytes
 from lowbw.report.catalog import E1_ALGS
 from lowbw.report.conditions import MARK, busy_testbeds, caption

@@ -19,7 +19,7 @@ from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.stats import MIN_CORRELATION_METHODS, mean_std
 from lowbw.report.training import group_accuracy, group_times, require_baseline, run_times, ttt_cell
-from lowbw.store import ANCHOR_STORE, load_store
+from lowbw.workflow.store import ANCHOR_STORE, load_store
 
 __all__ = ["E4", "E4LM"]
 

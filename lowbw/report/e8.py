@@ -8,13 +8,13 @@ from __future__ import annotations
 import pandas as pd
 from matplotlib.lines import Line2D
 
-from lowbw.bench.e2e_rows import cells
-from lowbw.hoststore import commit_of, cores_of
+from lowbw.bench.e8.rows import cells
 from lowbw.report.catalog import E8_WORKERS
 from lowbw.report.common import plotting
 from lowbw.report.conditions import MARK, caption, mark, short_commit
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.workflow.hoststore import commit_of, cores_of
 
 __all__ = ["E8"]
 
@@ -108,7 +108,7 @@ def _figure(df):
 
 
 def _median_runs(rows: list[dict]):
-    """One row per cell (method x rate x workers): the run of its median repeat (:func:`lowbw.bench.e2e_rows.cells`),
+    """One row per cell (method x rate x workers): the run of its median repeat (:func:`lowbw.bench.e8.rows.cells`),
     with the repeats' count and range."""
     return pd.DataFrame([{**c["run"], **{k: c[k] for k in ("repeats", "err_step_min", "err_step_max")}}
                          for c in cells(rows)])

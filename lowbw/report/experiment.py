@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lowbw.hoststore import locate
+from lowbw.workflow.hoststore import locate
 
 __all__ = ["Context", "Stats", "Experiment", "MissingData"]
 
@@ -41,7 +41,7 @@ class Context:
 
     def bench(self, name: str) -> dict[str, Any] | None:
         """The host measurement ``name``: ``runs/bench/<name>.json``, else the stored one of ``bench: stored``
-        (:func:`lowbw.hoststore.locate`), else None. Its ``provenance`` gains ``origin`` ("measured" or
+        (:func:`lowbw.workflow.hoststore.locate`), else None. Its ``provenance`` gains ``origin`` ("measured" or
         "stored") and ``path`` (the file read), which the tables' captions state."""
         if name not in self._cache:
             loc = locate(name, self.runs_dir, self.host_store)

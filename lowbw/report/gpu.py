@@ -1,4 +1,4 @@
-"""GPU results kept in the repository (:mod:`lowbw.store`, ``paper/measured/gpu``) in the paper.
+"""GPU results kept in the repository (:mod:`lowbw.workflow.store`, ``paper/measured/gpu``) in the paper.
 
 When the store holds runs, :func:`write` puts ``generated/gpu.tex`` (one table, label ``tab:gpu``, whose
 caption says on which GPU, on which date, with which torch/CUDA and commit they were measured) and their tidy
@@ -21,9 +21,9 @@ from pathlib import Path
 from lowbw.report.experiment import Stats
 from lowbw.report.latex import booktabs, escape, fmt_num, fmt_pm
 from lowbw.report.stats import censored
-from lowbw.runio import atomic_write_text
-from lowbw.store import DEFAULT_STORE, load_store
+from lowbw.runs.io import atomic_write_text
 from lowbw.train.targets import parse_target
+from lowbw.workflow.store import DEFAULT_STORE, load_store
 
 __all__ = ["TARGET", "GOALS", "stats", "table", "write"]
 

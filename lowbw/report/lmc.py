@@ -28,8 +28,8 @@ from lowbw.report.experiment import Context, Experiment, MissingData, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.lmc_sweep import SWEEP, at_edge, sweep_table
 from lowbw.report.training import eval_lines, retime
-from lowbw.results import load_metrics, load_runs
-from lowbw.store import load_store
+from lowbw.runs.results import load_metrics, load_runs
+from lowbw.workflow.store import load_store
 
 __all__ = ["E9LMC", "LMC_STORE", "TUNED", "CURVE", "HEADLINE_MBIT", "stats", "numbers", "table", "figure",
            "sweep_latex"]

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lowbw.results import load_runs
+from lowbw.runs.results import load_runs
 
 __all__ = ["SWEEP", "split_point", "sweep_table", "picks", "at_edge", "tuned_block", "write_tuned", "main"]
 

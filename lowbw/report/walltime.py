@@ -24,7 +24,7 @@ import math
 from dataclasses import dataclass
 from itertools import product
 
-from lowbw.algorithms import OWN_ALLREDUCE_ALGORITHMS
+from lowbw.comm.algorithms import OWN_ALLREDUCE_ALGORITHMS
 from lowbw.net.costmodel import LinkParams, allreduce_time, step_time
 from lowbw.report.latex import booktabs, escape, fmt_num
 

@@ -9,8 +9,8 @@ communicates with.
 
 Gradient aggregation runs ``compressor.aggregate(tensor, coll, name, state)`` per parameter tensor
 (``granularity=layer``), once on the flat gradient (``flat``), or per DDP bucket (``bucket``: the tensors
-of a bucket of ``bucket_mb`` MB, :mod:`lowbw.buckets`, compressed each as with ``layer`` and exchanged
-together, one packed call per round, :mod:`lowbw.compress.packing`; dense: one all-reduce of the bucket's
+of a bucket of ``bucket_mb`` MB, :mod:`lowbw.collective.buckets`, compressed each as with ``layer`` and exchanged
+together, one packed call per round, :mod:`lowbw.comm.packing`; dense: one all-reduce of the bucket's
 contiguous slice), on a :class:`TimedCollective` that measures communication time and, in ``sim``,
 serialises the ranks' compute with one lock so that each rank's (de)compression time is measured as if it
 had the machine to itself. :func:`granularity` resolves ``auto``: ``bucket`` wherever a compressor or an
@@ -28,9 +28,9 @@ import time
 
 import torch
 
-from lowbw.buckets import assign
+from lowbw.collective.buckets import assign
+from lowbw.comm.packing import all_reduce_packed, drive
 from lowbw.compress.base import State
-from lowbw.compress.packing import all_reduce_packed, drive
 from lowbw.compress.registry import make
 from lowbw.train.assign import seed_for
 
@@ -129,7 +129,7 @@ def bucket_mb_of(cfg, gran: str) -> float | None:
 
 
 def buckets_of(chunks, bucket_mb: float | None, elem: int = 4) -> list[list[int]]:
-    """The chunks' buckets (lists of chunk indices) in model order: :func:`lowbw.buckets.assign` of their
+    """The chunks' buckets (lists of chunk indices) in model order: :func:`lowbw.collective.buckets.assign` of their
     bytes (``elem`` bytes per element); one chunk per bucket without ``bucket_mb``."""
     if bucket_mb is None:
         return [[i] for i in range(len(chunks))]

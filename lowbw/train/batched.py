@@ -12,7 +12,7 @@ every rank exactly what the threaded collective gives it:
   addition and rounded to the input dtype after it, as :class:`lowbw.comm.numerics.Reducer` does);
 * ``all_gather``: the rows themselves (a copy has no arithmetic);
 
-and records per rank the same :class:`~lowbw.compress.collective.CallRecord` and the same bytes sent as the
+and records per rank the same :class:`~lowbw.compress.protocol.CallRecord` and the same bytes sent as the
 threaded collective's byte meter (ring all-reduce: the segments it forwards in 2(N-1) steps; all-gather:
 the shape headers and the N-1 blocks it forwards). So outputs, call records, bytes and the virtual clock
 are those of the threaded path, bit for bit; tests hold the two paths to that.
@@ -28,10 +28,10 @@ import time
 import torch
 from torch import Tensor
 
+from lowbw.collective.partition import split
 from lowbw.comm.engine import MAX_DIMS
-from lowbw.comm.partition import split
-from lowbw.compress.collective import CallRecord
-from lowbw.compress.packing import drive
+from lowbw.comm.packing import drive
+from lowbw.compress.protocol import CallRecord
 from lowbw.train.aggregate import buckets_of, group_of
 from lowbw.train.world import Exchange, comm_cost, link_for
 

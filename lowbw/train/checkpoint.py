@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 
-from lowbw.runio import atomic_write, atomic_write_json
+from lowbw.runs.io import atomic_write, atomic_write_json
 
 __all__ = ["fingerprint", "save_part", "write_marker", "read_marker", "load_part", "verify", "prune",
            "RUN_ONLY_KEYS", "CHECKPOINT_TYPES", "CheckpointError"]

@@ -8,7 +8,7 @@ import signal
 import sys
 from pathlib import Path
 
-from lowbw.runmetric import headline, run_metric
+from lowbw.runs.metric import headline, run_metric
 from lowbw.train.config import ConfigError, RunConfig, json_schema, keys_help, load_file, parse_override
 from lowbw.train.launch import RunDirError, check_out, run
 

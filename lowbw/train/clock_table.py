@@ -1,6 +1,6 @@
 """The virtual clock's calibration table (``config/clock.json``, written by ``python -m lowbw bench clock``):
 the key of a run in it (:func:`clock_key`) and a ``clock: model`` run's clock values from it
-(:func:`calibrated_clock`, which :func:`lowbw.grid.run_config` applies).
+(:func:`calibrated_clock`, which :func:`lowbw.workflow.grid.run_config` applies).
 
 A key is the run-config keys that decide a worker's compute and (de)compression seconds per step
 (``KEY_FIELDS``, plus ``TEXT_KEY_FIELDS`` for a text dataset), resolved through :class:`RunConfig`, as

@@ -10,15 +10,15 @@ Three modules, one job each, behind this one import:
   wrong types, out-of-range values and impossible combinations *before any work*, always naming the key
   (:class:`ConfigError`.key).
 * :mod:`lowbw.train.config_files`: YAML/JSON files, ``--set`` overrides, :func:`json_schema` (draft 2020-12)
-  for the workflow's config schema, the CLI's :func:`keys_help`, and :func:`validate_grid`, which checks
-  every run of a workflow grid (the cross-key rules JSON Schema cannot express) before any job.
+  for the workflow's config schema and the CLI's :func:`keys_help`; the check of a workflow's whole grid
+  before any job is :func:`lowbw.workflow.grid.validate_grid`.
 """
 
 from __future__ import annotations
 
 from lowbw.train.config_fields import ASSIGNMENTS, SYNC_SCHEMES, RunConfig
-from lowbw.train.config_files import json_schema, keys_help, load_file, parse_override, validate_grid
+from lowbw.train.config_files import json_schema, keys_help, load_file, parse_override
 from lowbw.train.config_rules import ConfigError
 
-__all__ = ["RunConfig", "ConfigError", "json_schema", "validate_grid", "keys_help", "parse_override", "load_file",
+__all__ = ["RunConfig", "ConfigError", "json_schema", "keys_help", "parse_override", "load_file",
            "SYNC_SCHEMES", "ASSIGNMENTS"]

@@ -14,7 +14,7 @@ import math
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any
 
-from lowbw.algorithms import OUTER_OPTIMIZERS
+from lowbw.comm.algorithms import OUTER_OPTIMIZERS
 from lowbw.train.config_rules import ConfigError, check, coerce
 from lowbw.train.schemes.registry import SCHEMES
 
@@ -322,7 +322,7 @@ class RunConfig:
                                          "virtual time; from t_i on the world link has mbit_i (before t0: "
                                          "bandwidth_mbit)", group="clock")
     adaptive: str = _f("off", "moo: choose the top-k density each step by the multi-objective rule of Tyagi & "
-                       "Swany 2023 (lowbw.adaptive) at the current bandwidth; needs compressor topk or artopk",
+                       "Swany 2023 (lowbw.train.adaptive) at the current bandwidth; needs compressor topk or artopk",
                        enum=["off", "moo"], group="clock")
     adaptive_c_low: float = _f(0.001, "moo: smallest candidate density", exclusive_minimum=0, maximum=1,
                                group="clock")

@@ -1,8 +1,9 @@
 """Run configs from outside: files (YAML/JSON), ``--set key=value`` overrides, the JSON Schema and the
-CLI's key list exported from the field table, and the check of a workflow's whole grid before any job.
+CLI's key list exported from the field table.
 
 * :func:`json_schema` exports the field table's rules as JSON Schema (draft 2020-12) for the workflow's
-  config schema; cross-key rules that JSON Schema cannot express are checked by :func:`validate_grid`.
+  config schema; cross-key rules that JSON Schema cannot express are checked by
+  :func:`lowbw.workflow.grid.validate_grid`.
 """
 
 from __future__ import annotations
@@ -13,17 +14,17 @@ from typing import Any
 
 import yaml
 
-from lowbw.grid import encode, expand, run_config
 from lowbw.train.config_fields import RunConfig
 from lowbw.train.config_rules import ConfigError, json_type
 
-__all__ = ["json_schema", "keys_help", "parse_override", "load_file", "validate_grid"]
+__all__ = ["json_schema", "keys_help", "parse_override", "load_file"]
 
 
 def json_schema() -> dict[str, Any]:
     """JSON Schema (draft 2020-12) of a run config: types, defaults, enums, ranges, no unknown keys.
 
-    Cross-key rules (divisibility, combinations) are not expressible here; :func:`validate_grid` runs them.
+    Cross-key rules (divisibility, combinations) are not expressible here;
+    :func:`lowbw.workflow.grid.validate_grid` runs them.
     """
     props: dict[str, Any] = {}
     for f in fields(RunConfig):
@@ -115,20 +116,3 @@ def load_file(path: str) -> dict[str, Any]:
     if "config" in d and isinstance(d["config"], dict):
         d = d["config"]
     return d
-
-
-def validate_grid(config: dict[str, Any]) -> int:
-    """Check every training run of a workflow config (``experiments`` x ``grid`` x ``seeds``) before any job.
-
-    Raises ConfigError naming the experiment, the run and the key. Returns the number of runs checked.
-    """
-    n = 0
-    for name, exp in (config.get("experiments") or {}).items():
-        for params in expand(exp, config.get("seeds") or [0]):
-            d = run_config(config, name, params)
-            try:
-                RunConfig.from_dict(d)
-            except ConfigError as e:
-                raise ConfigError(e.key, f"experiment {name} run {encode(params)}: {e}") from e
-            n += 1
-    return n

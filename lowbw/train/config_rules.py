@@ -8,7 +8,7 @@ import math
 from dataclasses import fields
 from typing import Any
 
-from lowbw.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.net.trace import resolve_trace
 from lowbw.net.units import keyed_number
 from lowbw.train.faults import most_absent, parse_faults

@@ -7,10 +7,10 @@
   of point-to-point traffic, and the run's config.json says which).
 * ``torchrun``: the same worker under ``torchrun`` (rendezvous from its environment). Called inside
   torchrun (``RANK`` set) this process *is* a worker; otherwise it starts
-  ``python -m lowbw.torchrun --standalone --nproc_per_node M -m lowbw.train.worker ...`` (torchrun, its
+  ``python -m lowbw.launch.torchrun --standalone --nproc_per_node M -m lowbw.train.worker ...`` (torchrun, its
   stores on 127.0.0.1 only).
 * ``procs`` and ``torchrun`` rendezvous through a store listening on ``MASTER_ADDR`` only
-  (:mod:`lowbw.rendezvous`): 127.0.0.1, or the namespace's address in the testbed.
+  (:mod:`lowbw.launch.rendezvous`): 127.0.0.1, or the namespace's address in the testbed.
 
 Failure behaviour: the run directory's ``.lock`` is held by the launcher *and* every worker
 (flock, shared once the launcher has checked it is alone), so a rerun cannot start while an orphan still
@@ -39,7 +39,7 @@ from lowbw.net.link import LinkSpec
 from lowbw.net.probe import RealtimeUnavailable, realtime_available
 from lowbw.net.testbed import Testbed
 from lowbw.net.trace import resolve_trace
-from lowbw.runio import set_parent_death_signal
+from lowbw.runs.io import set_parent_death_signal
 from lowbw.train.allocator import steady_allocator
 from lowbw.train.config import RunConfig
 from lowbw.train.rundir import RunDirError, RunLock, check_out, config_diff, finish, prepare_out
@@ -257,7 +257,7 @@ def _supervise(workers: list[_Worker], stall_s: float, grace: float) -> str | No
 def _guardian(tag: str) -> subprocess.Popen:
     """A helper that deletes the testbed's namespaces (and kills what runs in them) once this process is
     gone, however it died: it waits for EOF on its stdin, which only our death or exit closes."""
-    return subprocess.Popen([sys.executable, "-m", "lowbw.doctor", "--guard", tag], stdin=subprocess.PIPE,
+    return subprocess.Popen([sys.executable, "-m", "lowbw.workflow.doctor", "--guard", tag], stdin=subprocess.PIPE,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
 
 
@@ -305,7 +305,7 @@ def _run_procs(cfg: RunConfig, out: Path, quiet: bool = False) -> None:
 
     try:
         if cfg.backend == "torchrun":
-            tcmd = [sys.executable, "-m", "lowbw.torchrun", "--standalone",  # its stores on 127.0.0.1 only
+            tcmd = [sys.executable, "-m", "lowbw.launch.torchrun", "--standalone",  # its stores on 127.0.0.1 only
                     f"--nproc_per_node={cfg.workers}", *cmd[1:]]
             p = subprocess.Popen(tcmd, env=env, stdout=stdout, stderr=subprocess.PIPE, start_new_session=True,
                                  preexec_fn=lambda: set_parent_death_signal(signal.SIGTERM))

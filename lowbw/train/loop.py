@@ -24,7 +24,7 @@ from typing import Any
 import torch
 
 from lowbw.compress.base import NonFiniteError
-from lowbw.runio import append_jsonl, atomic_write_json
+from lowbw.runs.io import append_jsonl, atomic_write_json
 from lowbw.train import checkpoint as ckpt
 from lowbw.train import records
 from lowbw.train.assign import Batches, assign

@@ -13,7 +13,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lowbw.runio import atomic_write_json, provenance
+from lowbw.runs.io import atomic_write_json, provenance
 from lowbw.train.state import RunState
 from lowbw.train.targets import parse_targets
 from lowbw.train.userfiles import user_files

@@ -3,7 +3,7 @@ would do (new, resume, complete, or refused: another config's run), and sealing 
 
 Invariants: while a run lives, its launcher and every worker hold ``DIR/.lock`` (the launcher exclusively
 while it checks and prepares the directory, then all shared); a complete run's ``summary.json`` is written
-last (:func:`lowbw.runio.seal_summary`); keys in ``RUN_ONLY_KEYS`` never make two configs differ.
+last (:func:`lowbw.runs.io.seal_summary`); keys in ``RUN_ONLY_KEYS`` never make two configs differ.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Any
 
-from lowbw.runio import lock_holders, seal_summary
+from lowbw.runs.io import lock_holders, seal_summary
 from lowbw.train.config import RunConfig
 from lowbw.train.userfiles import changed_files
 

@@ -4,7 +4,7 @@
     torchrun --nproc_per_node 4 -m lowbw.train.worker --config run.json --out DIR
 
 Initialises torch.distributed (torchrun's environment, the store listening on MASTER_ADDR only:
-:mod:`lowbw.rendezvous`; gloo on CPU, NCCL on CUDA), installs the loopback rate limiter when
+:mod:`lowbw.launch.rendezvous`; gloo on CPU, NCCL on CUDA), installs the loopback rate limiter when
 the testbed asks for it, and runs the same :class:`~lowbw.train.loop.Trainer` as ``sim`` over a
 :class:`~lowbw.train.world.DistWorld`.
 
@@ -27,9 +27,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from lowbw.launch.rendezvous import init_process_group
 from lowbw.net.ratelimit import install_from_env
-from lowbw.rendezvous import init_process_group
-from lowbw.runio import set_parent_death_signal
+from lowbw.runs.io import set_parent_death_signal
 from lowbw.train.allocator import steady_allocator
 from lowbw.train.config import RunConfig, load_file, parse_override
 from lowbw.train.ddp import DDPTrainer
@@ -49,7 +49,7 @@ def worker_main(cfg, out, keep_checkpoint: bool = False) -> dict[str, Any]:
     parent = os.environ.get("LOWBW_PARENT_PID")
     set_parent_death_signal(9, int(parent) if parent else None)
     out = Path(out).resolve()
-    out.mkdir(parents=True, exist_ok=True)  # started by torchrun or lowbw.cluster without our launcher
+    out.mkdir(parents=True, exist_ok=True)  # started by torchrun or lowbw.launch.cluster without our launcher
     lock = RunLock(out).acquire(shared=True)
     steady_allocator()
     torch.set_num_threads(int(os.environ.get("LOWBW_THREADS") or default_threads(cfg)))

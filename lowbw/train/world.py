@@ -32,7 +32,7 @@ from lowbw.comm.distributed import DistCollective
 from lowbw.comm.meter import Meter, native_volume
 from lowbw.comm.registry import expected
 from lowbw.comm.threads import ThreadCollective, run_threads
-from lowbw.compress.collective import CallRecord
+from lowbw.compress.protocol import CallRecord
 from lowbw.train.aggregate import TimedCollective, group_of
 from lowbw.train.links import (  # noqa: F401  (re-exported: the world's API names its links)
     ShapedLink,

@@ -22,7 +22,7 @@ export OMP_NUM_THREADS=1
 points() {  # the run directories of phase $1 (default | curve | other | tuned), in order
   "$PY" - "$CONFIG" "$1" <<'EOF'
 import sys, yaml
-from lowbw.grid import run_dirs
+from lowbw.workflow.grid import run_dirs
 config, phase = yaml.safe_load(open(sys.argv[1])), sys.argv[2]
 for d in run_dirs(config):
     exp, point = d.split("/")[1], d.split("/", 2)[2]
@@ -39,7 +39,7 @@ train() {  # one run directory
   mkdir -p "$d"
   "$PY" - "$CONFIG" "$d" > "$d/run-config.json" <<'EOF' || return
 import json, sys, yaml
-from lowbw.grid import decode, run_config
+from lowbw.workflow.grid import decode, run_config
 config, d = yaml.safe_load(open(sys.argv[1])), sys.argv[2]
 _, exp, rest = d.split("/", 2)
 print(json.dumps(run_config(config, exp, decode(rest)), sort_keys=True))

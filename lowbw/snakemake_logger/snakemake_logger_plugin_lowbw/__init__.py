@@ -1,4 +1,5 @@
-"""Snakemake logger plugin ``lowbw``: the workflow's progress line (:mod:`lowbw.progress`) in place of the job log.
+"""Snakemake logger plugin ``lowbw``: the workflow's progress line (:mod:`lowbw.workflow.progress`) in place of
+the job log.
 
     PYTHONPATH=lowbw/snakemake_logger snakemake --cores 2 --logger lowbw
 
@@ -9,7 +10,7 @@ terminal and printed as a plain line at most every ``--logger-lowbw-every`` seco
 stderr is not one (CI logs); warnings, errors and a failed job's message and log are printed in full as
 Snakemake formats them. Snakemake's complete log is still written to ``.snakemake/log/``. A dry run prints
 what Snakemake prints. A run that had jobs to do leaves its record (command, times, jobs, load) in
-``last_run.json`` beside the durations, for the reference build's provenance (:mod:`lowbw.reference`).
+``last_run.json`` beside the durations, for the reference build's provenance (:mod:`lowbw.workflow.reference`).
 """
 
 import json
@@ -26,7 +27,7 @@ from snakemake_interface_logger_plugins.base import LogHandlerBase
 from snakemake_interface_logger_plugins.common import LogEvent
 from snakemake_interface_logger_plugins.settings import LogHandlerSettingsBase
 
-from lowbw.progress import HISTORY, LAST_RUN, Durations, Progress
+from lowbw.workflow.progress import HISTORY, LAST_RUN, Durations, Progress
 
 __all__ = ["LogHandler", "LogHandlerSettings"]
 

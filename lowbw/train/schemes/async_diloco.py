@@ -21,7 +21,7 @@ On the event engine of :mod:`.async_outer` (the workers' rounds, links, clock) w
 3. worker i joins the server's batch; at the batch's deadline (``async_grace_s`` after its first arrival;
    0: that instant) every worker of the batch is sent the server's model.
 
-Reductions (``tests/test_train_async_outer.py``): with N = 1 and c = 0, DN is SGD with Nesterov momentum on
+Reductions (``tests/train/test_async_outer.py``): with N = 1 and c = 0, DN is SGD with Nesterov momentum on
 every arrival, the same operations as torch.optim.SGD(nesterov=True) in :class:`lowbw.train.optim.FlatOptimizer`;
 so with one worker ``async_diloco`` is ``diloco`` with identical metrics. With M equal workers on equal
 links, DyLU off, N = M and c = 0, a round's M Deltas arrive at one instant and are all applied before any

@@ -17,7 +17,7 @@ synchroniser:
    S is sent theta and starts its next round from it. Learners outside S go on with their rounds; their
    Deltas, taken from an older theta, join a later merge.
 
-Reduction (``tests/test_train_async_outer.py``): equal learners on equal links with K = M and DyLU off
+Reduction (``tests/train/test_async_outer.py``): equal learners on equal links with K = M and DyLU off
 arrive together at every round; step 3 is the mean and step 4 DiLoCo's outer step, so the run's training
 metrics are DiLoCo's, identical; its clock and bytes differ by design (a synchroniser's star, not the run's
 collective).

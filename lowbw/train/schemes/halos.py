@@ -30,7 +30,7 @@ messages cross the GPS's shared port at ``bandwidth_mbit`` / ``latency_ms`` (the
 synchronisation delivers every Delta, then every LPS with updates since its last merge sends them (step 3)
 and merges the answer.
 
-Reduction (``tests/test_train_async_outer.py``): with one region, K = 1, alpha = 1 and a GPS that adds
+Reduction (``tests/train/test_async_outer.py``): with one region, K = 1, alpha = 1 and a GPS that adds
 what it is sent (``outer_lr`` 1, ``outer_momentum`` 0, buffer 1), theta_g = p^merged - (p^merged - p) = p up
 to rounding, so HALoS is its global-server form: ``async_diloco`` with the LPS's rate, momentum and buffer.
 

@@ -38,8 +38,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from lowbw.adaptive import AdaptiveTopK, ChosenTopK, candidate_densities
 from lowbw.train import batched
+from lowbw.train.adaptive import AdaptiveTopK, ChosenTopK, candidate_densities
 from lowbw.train.aggregate import (
     aggregate_rank,
     average_rank,
@@ -360,7 +360,7 @@ class Synchronous(Scheme):
         return ex
 
     def adapt(self, step: int, clock: dict[str, float]) -> None:
-        """MOO choice of the top-k density and its collective at the current links (lowbw.adaptive), before
+        """MOO choice of the top-k density and its collective at the current links (lowbw.train.adaptive), before
         step ``step``'s aggregation. The compression gain ||top_c(g)||^2 / ||g||^2 of every candidate c is read
         off one sort of replica 0's gradient every 10 steps (one sort costs less than Tyagi & Swany's exploration,
         which runs each candidate for a step); compute and compression seconds per step are the virtual clock's

@@ -1,0 +1,79 @@
+"""lowbw.report.lmc: the converged LM grid's target from dense's loss, censored times to target, loss at equal
+time and tokens, the headline chosen by the numbers, and the stored runs read where runs/ lacks them."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from lowbw.report import lmc
+from lowbw.report.experiment import Context
+from lowbw.runs.io import append_jsonl, atomic_write_json
+
+
+def fake_lm_run(d, name, seed, losses, bytes_per_step, sync="sync", lr=0.004):
+    """A run of ``len(losses)`` evaluated steps, 1 s compute each, ``bytes_per_step`` bytes on the wire each."""
+    d.mkdir(parents=True)
+    atomic_write_json(d / "config.json", {"config": {"name": name, "seed": seed, "steps": len(losses),
+                                                     "workers": 4, "dataset": "shakespeare", "model": "gpt-mini",
+                                                     "lr": lr, "outer_lr": 0.7, "sync": sync},
+                                          "provenance": {"host": "h"}})
+    for s, v in enumerate(losses, 1):
+        append_jsonl(d / "metrics.jsonl", {"step": s, "val_loss": v, "t_virtual": float(s),
+                                           "t_virtual_compute": float(s), "t_virtual_compress": 0.0,
+                                           "comm_alpha_terms": 0.0, "comm_beta_bytes": float(s * bytes_per_step),
+                                           "bytes_sent": float(4 * s * bytes_per_step)})
+    atomic_write_json(d / "summary.json", {"complete": True, "final_val_loss": losses[-1],
+                                           "best_val_loss": min(losses), "bytes_sent_total": 4.0 * len(losses) *
+                                           bytes_per_step, "step": len(losses)})
+
+
+def _grid(root):
+    # dense: 2.10 at the end (mean) (target 2.2 = 2.10 + 0.1), 1.25 MB a step; diloco: 10x fewer bytes, ends at 2.15
+    for s in (0, 1):
+        fake_lm_run(root / "e9_lmc" / "method~dense-tuned" / f"seed~{s}", "dense-tuned", s,
+                    [3.0, 2.5, 2.3, 2.2, 2.095 + 0.01 * s], 1.25e6)
+        fake_lm_run(root / "e9_lmc" / "method~diloco16-tuned" / f"seed~{s}", "diloco16-tuned", s,
+                    [3.0, 2.6, 2.4, 2.19, 2.15 + 0.01 * s], 1.25e5, sync="diloco")
+        fake_lm_run(root / "e9_lmc" / "method~demo-tuned" / f"seed~{s}", "demo-tuned", s,
+                    [3.0, 2.9, 2.8, 2.7, 2.6], 1e4)
+
+
+def test_target_ttt_and_headline_are_chosen_by_the_numbers(tmp_path):
+    _grid(tmp_path / "runs")
+    st = lmc.stats(Context({"report": {"latency_ms": 0.0}}, tmp_path / "runs", tmp_path / "out"))
+    assert st.meta["target"] == pytest.approx(2.2) and st.meta["where"] == "measured by this build"
+    m = st.tables["methods"].set_index("method")
+    # at 10 Mbit/s a dense step costs 1 s + 1 s of wire, diloco's 1 s + 0.1 s: dense arrives at step 4 (8 s),
+    # diloco at step 4 too (4.4 s)
+    assert m.loc["dense", "ttt_median_s@10"] == pytest.approx(8.0)
+    assert m.loc["diloco16", "ttt_median_s@10"] == pytest.approx(4.4)
+    assert m.loc["demo", "arrived@10"] == 0 and math.isinf(m.loc["demo", "ttt_median_s@10"])
+    n = lmc.numbers(st)
+    assert n["ENineLmcTenBest"] == "diloco16" and n["ENineLmcTenSpeedup"] == "1.82"
+    assert n["ENineLmcTenBestEnds"] == "ends higher than dense"  # 2.15/2.16 against 2.095/2.105: Welch p < 0.05
+    assert n["ENineLmcNever"] == "demo" and n["ENineLmcTenBestArrived"] == "2 of 2"
+    # equal wall-clock at 10 Mbit/s: demo's whole run ends first (5 x 1.008 s); by then dense has evaluated 2
+    # steps (2.5), diloco 4 (2.19)
+    assert m.loc["diloco16", "loss_at_equal_time@10"] == pytest.approx(2.19)
+    assert m.loc["dense", "loss_at_equal_time@10"] == pytest.approx(2.5)
+    assert "tab:e9lmc" in lmc.table(st)
+    assert lmc.sweep_latex(st) is None  # no sweep runs: no appendix (the store's are not mixed in)
+    fake_lm_run(tmp_path / "runs" / "e9_lmc_sweep" / "method~dense" / "seed~0", "dense", 0, [3.0, 2.1], 1e5)
+    fake_lm_run(tmp_path / "runs" / "e9_lmc_sweep" / "method~dense+lrx2" / "seed~0", "dense+lrx2", 0, [3.0, 2.0],
+                1e5, lr=0.008)
+    st = lmc.stats(Context({"report": {"latency_ms": 0.0}}, tmp_path / "runs", tmp_path / "out"))
+    app = lmc.sweep_latex(st)
+    assert "tab:e9lmc-sweep" in app and app.count("checkmark") == 1 and lmc.numbers(st)["ENineLmcSweepPoints"] == "2"
+    assert lmc.figure(st).axes[0].get_xlabel().startswith("virtual time")
+
+
+def test_the_stored_runs_are_read_where_runs_lack_them(tmp_path, monkeypatch):
+    _grid(tmp_path / "store")
+    monkeypatch.setattr(lmc, "LMC_STORE", tmp_path / "store")
+    st = lmc.stats(Context({}, tmp_path / "runs", tmp_path / "out"))
+    assert st.meta["where"] == "stored" and st.meta["seeds"] == 2
+    assert lmc.stats(Context({}, tmp_path / "nothing", tmp_path / "out")) is not None
+    monkeypatch.setattr(lmc, "LMC_STORE", tmp_path / "empty")
+    assert lmc.stats(Context({}, tmp_path / "nothing", tmp_path / "out")) is None
