@@ -18,8 +18,8 @@ SCHEMES: dict[str, str] = {
     "ssp": "lowbw.train.schemes.parameter_server:ParameterServer",
     "async": "lowbw.train.schemes.parameter_server:ParameterServer",
     "diloco": "lowbw.train.schemes.diloco:DiLoCo",
-    "desloc": "lowbw.train.schemes.synchronous:LocalSGD",  # + the DesLoc add-on (lowbw.train.desloc) on the moments
-    "sparta": "lowbw.train.schemes.synchronous:LocalOnly",  # + the Sparta add-on (lowbw.train.sparta)
+    "desloc": "lowbw.train.schemes.synchronous:LocalSGD",  # + the DesLoc add-on (lowbw.train.schemes.desloc) on the moments
+    "sparta": "lowbw.train.schemes.synchronous:LocalOnly",  # + the Sparta add-on (lowbw.train.schemes.sparta)
     "noloco": "lowbw.train.schemes.noloco:NoLoCo",
     "async_diloco": "lowbw.train.schemes.async_diloco:AsyncDiLoCo",
     "decoupled_diloco": "lowbw.train.schemes.decoupled_diloco:DecoupledDiLoCo",

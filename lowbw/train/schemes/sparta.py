@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import torch
 
-from lowbw.train.addons import AddOnResult, mean_rows
+from lowbw.train.schemes.addons import AddOnResult, mean_rows
 from lowbw.train.assign import seed_for
 
 __all__ = ["Sparta", "indices"]
