@@ -29,6 +29,7 @@ Every scheme class is built as ``cls(cfg, world, rep, opt, batches)``.
 
 from __future__ import annotations
 
+import time
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -40,7 +41,7 @@ import torch
 from lowbw.train.replicas import Replicas
 from lowbw.train.state import RunState, WorkerStats
 
-__all__ = ["Scheme", "StepContext", "LocalStep"]
+__all__ = ["Scheme", "StepContext", "LocalStep", "ReplicaStep"]
 
 
 @dataclass
@@ -54,13 +55,34 @@ class LocalStep:
     exchange: Any = None  # lowbw.train.world.Exchange
 
 
+class ReplicaStep:
+    """The local step a scheme calls (``StepContext.local_step``): every local replica's gradient on its next
+    ``b`` samples, drawn from the run's batch streams. A collaborator of its own, so that a scheme's step never
+    calls back into the Trainer (DDP's path has its own: :class:`lowbw.train.ddp.DDPStep`)."""
+
+    def __init__(self, rep: Replicas, batches: Callable[[int, int], tuple[torch.Tensor, torch.Tensor]], R: int):
+        self.rep, self.batches, self.R = rep, batches, R  # the replicas, batches(i, b), replicas held here
+
+    def __call__(self, b: int) -> LocalStep:
+        """The rows ``[R, P]`` and, per replica, its loss, correct predictions, sample count and compute
+        seconds (batch + forward/backward)."""
+        t_batch = time.perf_counter()
+        xs, ys = zip(*(self.batches(i, b) for i in range(self.R)), strict=True)
+        t_batch = (time.perf_counter() - t_batch) / self.R  # per replica: loading and augmenting its batch
+        losses, correct, secs = self.rep.forward_backward(list(xs), list(ys))
+        stats = [WorkerStats(loss=losses[i], correct=correct[i], count=b, t_compute=t_batch + secs[i])
+                 for i in range(self.R)]
+        return LocalStep(self.rep.grads, stats)
+
+
 @dataclass
 class StepContext:
     """What a scheme's step gets from the Trainer: the collaborators it may use and the state it advances.
 
     ``lr``: this step's learning rate; ``local_batch``: b = B / M; ``total``: the run's samples (progress =
     ``state.samples / total``); ``local_step(b)``: the replicas' gradients on their next ``b`` samples
-    (:class:`LocalStep`; DDP's path averages them too)."""
+    (:class:`LocalStep`; :class:`ReplicaStep`, or DDP's, which averages them too), never a method of
+    the Trainer."""
 
     cfg: Any
     world: Any
