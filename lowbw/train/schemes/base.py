@@ -12,17 +12,22 @@ Invariants: a scheme's step advances ``state.samples`` (and ``state.step`` once 
 ``state.in_sync`` true only when every replica (or the evaluated model) agrees, and makes the same
 collective calls on every process in the same order.
 
-How to add a scheme (one module, one registry line, its tests):
+How to add a scheme (its module, its declaration, one registry line, its tests):
 
 1. write a module under ``lowbw/train/schemes/`` with one class: a subclass of
    :class:`lowbw.train.schemes.synchronous.Synchronous` when it is "local step, then communicate" (override
-   ``action(step, progress)`` for its schedule of gradient / model averages, and ``model_sync`` / ``finish``
+   ``action(step, progress)`` for its schedule of gradient / model averages, and ``scheme_sync`` / ``finish``
    / ``state_dict`` when it has its own model synchronisation, as :mod:`lowbw.train.schemes.diloco`), or of
-   :class:`Scheme` itself when its steps are not synchronous (as
-   :mod:`lowbw.train.schemes.parameter_server`);
-2. add one line ``"<cfg.sync name>": "<module>:<Class>"`` to :data:`lowbw.train.schemes.registry.SCHEMES`
-   (the config's choices of ``sync``, ``lowbw.train.config_fields.SYNC_SCHEMES``, are its names);
-3. tests: its schedule or update by hand against a twin run, and its determinism.
+   :class:`Scheme` itself when its steps are not synchronous (as :mod:`lowbw.train.schemes.parameter_server`);
+   it reads from the config only the engine's keys and the keys it declares;
+2. declare it in ``lowbw/train/schemes/keys/<module>.py`` (torch-free): its key sets (frozen dataclasses of
+   :func:`lowbw.train.config_key.key` fields: default, unit, help, range; shared ones such as
+   :class:`~lowbw.train.schemes.keys.synchronous.WorldPeriod` are listed, not copied), its ``check(cfg)``
+   (ConfigError naming the key) and ``SPEC = SchemeSpec("<module>:<Class>", keys=..., check=...)``
+   (:class:`lowbw.train.schemes.spec.SchemeSpec`; its flags answer the rules across schemes);
+3. add one line ``"<cfg.sync name>": <module>.SPEC`` to :data:`lowbw.train.schemes.registry.SCHEMES`
+   (the config's choices of ``sync`` are its names; RunConfig gains its keys);
+4. tests: its schedule or update by hand against a twin run, and its determinism.
 
 Every scheme class is built as ``cls(cfg, world, rep, opt, batches)``.
 """
