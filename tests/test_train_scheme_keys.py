@@ -69,12 +69,12 @@ def test_a_schemes_key_under_another_scheme_is_refused_naming_it(sync):
 
 
 def _cfg_reads(tree: ast.AST) -> set[str]:
-    """The attributes read off a config in a module: ``cfg.x``, ``c.x``, ``self.cfg.x``, ``ctx.cfg.x``."""
+    """The attributes read off a config in a module: ``cfg.x``, ``self.cfg.x``, ``ctx.cfg.x``."""
     out = set()
     for n in ast.walk(tree):
         if isinstance(n, ast.Attribute):
             v = n.value
-            if (isinstance(v, ast.Name) and v.id in ("cfg", "c")) or (isinstance(v, ast.Attribute) and v.attr == "cfg"):
+            if (isinstance(v, ast.Name) and v.id == "cfg") or (isinstance(v, ast.Attribute) and v.attr == "cfg"):
                 out.add(n.attr)
     return out
 

@@ -411,13 +411,13 @@ class Hierarchical(Synchronous):
     neighbourhoods every L_N steps, the world every L_W steps; the highest level due wins."""
 
     def action(self, step: int, progress: float) -> Action:
-        c = self.cfg
-        grad = "household" if c.household_period == 1 else None
-        if step % c.world_period == 0:
+        cfg = self.cfg
+        grad = "household" if cfg.household_period == 1 else None
+        if step % cfg.world_period == 0:
             avg = "world"
-        elif c.neighbourhoods and step % c.neighbourhood_period == 0:
+        elif cfg.neighbourhoods and step % cfg.neighbourhood_period == 0:
             avg = "neighbourhood"
-        elif c.household_period > 1 and step % c.household_period == 0:
+        elif cfg.household_period > 1 and step % cfg.household_period == 0:
             avg = "household"
         else:
             avg = None
