@@ -15,10 +15,11 @@ from lowbw.train.config import ConfigError, RunConfig, keys_help
 from lowbw.train.config_fields import EngineKeys
 from lowbw.train.schemes.registry import SCHEMES, key_sets, users_of
 from lowbw.train.schemes.spec import key_names
+from tests.helpers import sim_run
 
 ROOT = Path(__file__).resolve().parents[1]
 SCHEMES_DIR = ROOT / "lowbw" / "train" / "schemes"
-BASE = dict(dataset="synthetic", model="mlp", workers=4, batch_size=32, steps=2, progress=False)
+BASE = sim_run(workers=4)
 ENGINE = {f.name for f in fields(EngineKeys)}
 
 
