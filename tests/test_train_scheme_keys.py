@@ -130,5 +130,6 @@ def test_stored_runs_configs_load_unchanged():
     for p in paths:
         c = json.loads(p.read_text())
         c = c.get("config", c)
-        cfg = RunConfig.from_dict({k: v for k, v in c.items() if k in RunConfig.keys()}, check_registries=False)
-        assert {k: v for k, v in cfg.to_dict().items() if k in c} == {k: c[k] for k in c if k in RunConfig.keys()}, p
+        known = set(RunConfig.keys())
+        cfg = RunConfig.from_dict({k: v for k, v in c.items() if k in known}, check_registries=False)
+        assert {k: v for k, v in cfg.to_dict().items() if k in c} == {k: c[k] for k in c if k in known}, p

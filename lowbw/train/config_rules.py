@@ -243,9 +243,8 @@ def _check_backends_and_network(cfg) -> None:
         if len(sched) % 2 or min(ts) < 0 or min(bs) <= 0 or any(a >= b for a, b in zip(ts, ts[1:])):
             raise ConfigError("bandwidth_schedule",
                               f"{sched}: needs flat pairs [t0, mbit0, t1, mbit1, ...], t >= 0 increasing, mbit > 0")
-    if cfg.adaptive != "off":
-        if cfg.adaptive_c_low > cfg.adaptive_c_high:
-            raise ConfigError("adaptive_c_low", f"{cfg.adaptive_c_low} > adaptive_c_high={cfg.adaptive_c_high}")
+    if cfg.adaptive != "off" and cfg.adaptive_c_low > cfg.adaptive_c_high:
+        raise ConfigError("adaptive_c_low", f"{cfg.adaptive_c_low} > adaptive_c_high={cfg.adaptive_c_high}")
 
 
 def _check_workload(cfg) -> None:

@@ -77,8 +77,8 @@ from lowbw.comm.meter import Meter
 from lowbw.train.aggregate import TimedCollective, aggregate_rank
 from lowbw.train.config_rules import ConfigError
 from lowbw.train.optim import FlatOptimizer
-from lowbw.train.schemes.synchronous import Action, ModelSync, Synchronous
 from lowbw.train.schemes.streaming import Background, FragmentPlan, InFlight
+from lowbw.train.schemes.synchronous import Action, ModelSync, Synchronous
 from lowbw.train.world import Exchange
 
 __all__ = ["DiLoCo", "OuterSchedule", "merge_exchanges"]

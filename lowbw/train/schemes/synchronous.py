@@ -49,13 +49,13 @@ from lowbw.train.aggregate import (
     make_compressor,
     make_states,
 )
-from lowbw.train.schemes.desloc import DesLoc
 from lowbw.train.optim import clip_rows
 from lowbw.train.schemes.base import Scheme, StepContext
 from lowbw.train.schemes.charge import compress_model_s, count_comm, record_step
+from lowbw.train.schemes.desloc import DesLoc
 from lowbw.train.schemes.sparta import Sparta
-from lowbw.train.state import RunState, WorkerStats
 from lowbw.train.schemes.streaming import InFlight, landing_wait
+from lowbw.train.state import RunState, WorkerStats
 from lowbw.train.world import Exchange, link_for
 
 __all__ = ["Action", "ModelSync", "Synchronous", "SyncSGD", "LocalSGD", "PostLocalSGD", "Hierarchical",
