@@ -5,7 +5,11 @@ The check reads every module of lowbw (its syntax tree, not its text): a compari
 a string constant, or a tuple, list or set of them, that is a registered name, and a ``startswith`` of a prefix
 of one. Allowed: the extension's own module (the collective's SPEC, the compressor's registration), the
 registries, and the places in ``ALLOWED`` below, each with the reason it may (listed once, here). ``none`` (the
-config's "no compressor") and the sync schemes' names (their own redesign: issue 48) are not checked.
+config's "no compressor") is not checked.
+
+A sync scheme's name likewise: outside the scheme registry and the scheme's own modules (its declaration in
+``lowbw/train/schemes/keys/<m>.py``, the module of the same name ``lowbw/train/schemes/<m>.py`` and the module of
+the class that runs it) only the places in ``SCHEME_ALLOWED`` compare it.
 """
 
 from __future__ import annotations
@@ -17,6 +21,7 @@ from lowbw.comm.registry import COLLECTIVES
 from lowbw.compress.registry import available
 from lowbw.data.specs import SPECS
 from lowbw.data.text import TEXT_SPECS
+from lowbw.train.schemes.registry import SCHEMES
 from lowbw.train.workload_specs import WORKLOADS
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,12 +65,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("lowbw/bench/train.py", "cnn"): "the compression benchmark's default model: its runs' paths, its figure's title",
     ("lowbw/advise/workload.py", "mlp"): "the calibrated model whose rate per multiply-add the advisor borrows",
     ("lowbw/report/gpu.py", "cifar10"): "the GPU profile's CIFAR-10 runs take the target its config names",
-    ("lowbw/train/config_rules.py", "topk"): "left to issue 48's rework of config_rules (a compressor's own rule)",
-    ("lowbw/train/config_rules.py", "artopk"): "left to issue 48's rework of config_rules (a compressor's own rule)",
-    ("lowbw/train/config_rules.py", "demo"): "left to issue 48's rework of config_rules (a compressor's own rule)",
-    ("lowbw/train/config_rules.py", "signsgd"): "left to issue 48's rework of config_rules (a compressor's own rule)",
-    ("lowbw/train/config_rules.py", "ef_signsgd"): "left to issue 48's rework of config_rules (a compressor's own "
-                                                   "rule)",
 }
 
 
@@ -135,3 +134,68 @@ def test_the_check_finds_a_comparison_and_a_prefix(tmp_path):
     f.write_text('def f(a, c, m):\n    if a == "ring" or c in ("topk", "x"):\n        return m.startswith("gpt")\n'
                  'SPEC = CollectiveSpec(name="tree")\nx = a == "tree"\n')
     assert compared_names(f, {**names, "tree": "collective"}) == [(2, "ring"), (2, "topk"), (3, "gpt")]
+
+
+# ------------------------------------------------------------------------------------------ sync schemes
+SCHEME_REGISTRY = "lowbw/train/schemes/registry.py"
+_ADVISOR = ("the advisor's cost formulas price the schemes it models by name (lowbw.advise.candidates' "
+            "MODELLED_SYNC): outside lowbw/train, left to a follow-up that moves them into the declarations")
+_FAMILY = "an advisor family's name (the advisor's word for a kind of method), not the config's sync"
+# (module, scheme name) -> why it may compare that name
+SCHEME_ALLOWED: dict[tuple[str, str], str] = {
+    ("lowbw/advise/candidates.py", "sync"): _ADVISOR,
+    ("lowbw/advise/candidates.py", "local"): _ADVISOR,
+    ("lowbw/advise/candidates.py", "diloco"): _ADVISOR,
+    ("lowbw/advise/candidates.py", "hierarchical"): _ADVISOR,
+    ("lowbw/advise/size_trend.py", "diloco"): "E12's family (the advisor's word for DiLoCo runs) and Charles et al.'s "
+                                               "law for it, not the config's sync",
+    ("lowbw/report/e11.py", "diloco"): _FAMILY,
+    ("lowbw/report/e11.py", "local"): _FAMILY,
+    ("lowbw/runs/compare.py", "sync"): "a run's label leaves out world_period for the default scheme: outside "
+                                       "lowbw/train, left to a follow-up (the declaration's keys say which read it)",
+    ("lowbw/report/lmc_sweep.py", "diloco"): "the sweep table's outer_lr column for the schemes with an outer step: "
+                                             "outside lowbw/train, left to a follow-up",
+    ("lowbw/report/lmc_sweep.py", "noloco"): "the sweep table's outer_lr column for the schemes with an outer step: "
+                                             "outside lowbw/train, left to a follow-up",
+}
+
+
+def _scheme_owners() -> dict[str, set[str]]:
+    """Scheme name -> the modules that own it: its declaration's keys module (named in its registry line,
+    ``"<name>": <m>.SPEC``), the scheme module of the same name and the module of the class that runs it."""
+    owners: dict[str, set[str]] = {}
+    for node in ast.walk(ast.parse((ROOT / SCHEME_REGISTRY).read_text())):
+        if not isinstance(node, ast.Dict):
+            continue
+        for k, v in zip(node.keys, node.values, strict=True):
+            if isinstance(k, ast.Constant) and isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name):
+                m = v.value.id
+                runs = SCHEMES[k.value].runs.partition(":")[0].replace(".", "/") + ".py"
+                owners[k.value] = {f"lowbw/train/schemes/keys/{m}.py", f"lowbw/train/schemes/{m}.py", runs}
+    return owners
+
+
+def test_every_scheme_has_its_owners_from_its_registry_line():
+    owners = _scheme_owners()
+    assert set(owners) == set(SCHEMES)
+    for name, mods in owners.items():
+        assert any((ROOT / m).exists() for m in mods if "/keys/" in m), name
+
+
+def test_no_code_compares_a_sync_schemes_name_outside_its_modules_and_the_registry():
+    names = {n: "sync scheme" for n in SCHEMES}
+    owners = _scheme_owners()
+    found = []
+    for path in sorted((ROOT / "lowbw").rglob("*.py")):
+        rel = path.relative_to(ROOT).as_posix()
+        if rel == SCHEME_REGISTRY:
+            continue
+        found += [f"{rel}:{line}: compares the sync scheme name {s!r}" for line, s in compared_names(path, names)
+                  if rel not in owners.get(s, set()) and (rel, s) not in SCHEME_ALLOWED]
+    assert not found, "\n".join(found)
+
+
+def test_every_allowed_place_still_compares_its_scheme_name():
+    names = {n: "sync scheme" for n in SCHEMES}
+    stale = [k for k in SCHEME_ALLOWED if k[1] not in {s for _, s in compared_names(ROOT / k[0], names)}]
+    assert not stale, stale

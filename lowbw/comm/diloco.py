@@ -208,7 +208,7 @@ def layer_runs(names: list[str]) -> list[list[int]]:
     """The model's layers as lists of indices into ``names`` (parameter names, in order): a tensor's layer is
     its name up to the first numeric component (``blocks.3.attn.c_attn.weight`` -> ``blocks.3``: a repeated
     block), else its module (``fc1.weight`` -> ``fc1``); consecutive tensors of one layer are one layer.
-    The engine's strided fragments use the same rule (:func:`lowbw.train.streaming.layers`)."""
+    The engine's strided fragments use the same rule (:func:`lowbw.train.schemes.streaming.layers`)."""
     out: list[list[int]] = []
     last = None
     for i, name in enumerate(names):

@@ -104,5 +104,5 @@ class ARTopK(Sparse):
         return out.to(tensor.dtype).view(tensor.shape)
 
 
-register("artopk", family="sparsify", configurable_ef=False, bench=({"ratio": 0.01},),
+register("artopk", family="sparsify", configurable_ef=False, bench=({"ratio": 0.01},), adaptive_density=True,
          doc="all-reduce top-k: leader's indices (star | var), values all-reduced, error feedback")(ARTopK)

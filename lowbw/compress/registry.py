@@ -9,7 +9,8 @@ raises).
 Besides the factory, a registration says what the rest of lowbw needs to know about the method, so that nothing
 else names it: its ``family`` (the advisor's and the efficiency table's word for it), whether it is a whole
 training method (``whole_method``), whether its payload's size depends on the values (``value_sized``) and the
-settings the compressor benchmark measures it at (``bench``; :func:`bench_settings`, E2's rows in this order).
+settings the compressor benchmark measures it at (``bench``; :func:`bench_settings`, E2's rows in this order) and
+whether ``adaptive: moo`` may choose its top-k density (``adaptive_density``).
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ class Entry:
     whole_method: bool = False  # a training method of its own (DeMo, SparseLoCo): its family names any run it is in
     value_sized: bool = False  # its payload's size depends on the values, not only on the shape (thresholding)
     bench: tuple[dict[str, Any], ...] = ()  # the settings the compressor benchmark (E2) measures, in its row order
+    adaptive_density: bool = False  # adaptive: moo may choose its top-k density each step (lowbw.adaptive.ChosenTopK)
 
 
 _REGISTRY: dict[str, Entry] = {}
@@ -45,7 +47,8 @@ _REGISTRY: dict[str, Entry] = {}
 
 def register(
     name: str, *, family: str, error_feedback: bool = False, configurable_ef: bool = True, doc: str = "",
-    whole_method: bool = False, value_sized: bool = False, bench: tuple[dict[str, Any], ...] = ()
+    whole_method: bool = False, value_sized: bool = False, bench: tuple[dict[str, Any], ...] = (),
+    adaptive_density: bool = False
 ) -> Callable[[Callable[..., Compressor]], Callable[..., Compressor]]:
     """Register a factory under ``name``. ``error_feedback``: whether ``make(name)`` wraps it in
     :class:`ErrorFeedback` by default; ``configurable_ef``: whether ``make(name, error_feedback=...)`` may
@@ -58,7 +61,7 @@ def register(
         if name in _REGISTRY:
             raise ValueError(f"compressor {name!r} registered twice")
         _REGISTRY[name] = Entry(factory, error_feedback, configurable_ef, doc, family, whole_method, value_sized,
-                                tuple(dict(b) for b in bench))
+                                tuple(dict(b) for b in bench), adaptive_density)
         return factory
 
     return deco

@@ -329,7 +329,7 @@ class DGC(Sparse):
 register("threshold", family="sparsify", error_feedback=True, value_sized=True,
          bench=({"alpha": "2.5std"},),  # "<k>std": k x the input's standard deviation
          doc="send |g + Z| >= alpha, accumulate the rest in Z (the draft paper's method)")(Threshold)
-register("topk", family="sparsify", error_feedback=True, bench=({"ratio": 0.01},),
+register("topk", family="sparsify", error_feedback=True, bench=({"ratio": 0.01},), adaptive_density=True,
          doc="top-k by magnitude with error feedback")(TopK)
 register("randomk", family="sparsify", error_feedback=True, bench=({"ratio": 0.01},),
          doc="random-k with a shared seed (summable) and error feedback")(RandomK)

@@ -33,6 +33,7 @@ from lowbw.comm.packing import all_reduce_packed, drive
 from lowbw.compress.base import State
 from lowbw.compress.registry import make
 from lowbw.train.assign import seed_for
+from lowbw.train.schemes.registry import spec_of
 
 __all__ = ["TimedCollective", "make_compressor", "make_states", "group_of", "aggregate_rank",
            "average_rank", "granularity", "bucket_mb_of", "buckets_of", "call_bytes", "LEVELS"]
@@ -116,11 +117,12 @@ def make_states(cfg, ranks: list[int]):
 
 
 def granularity(cfg, comp) -> str:
-    """``cfg.granularity`` with ``auto`` resolved: ``bucket`` with a compressor ``comp`` or an outer step
-    (``sync: diloco``), else ``flat`` (the dense gradient as one DDP bucket)."""
+    """``cfg.granularity`` with ``auto`` resolved: ``bucket`` with a compressor ``comp`` or a scheme that
+    aggregates a pseudo-gradient (its declaration's ``pseudo_gradient``: diloco), else ``flat`` (the dense
+    gradient as one DDP bucket)."""
     if cfg.granularity != "auto":
         return cfg.granularity
-    return "bucket" if comp is not None or cfg.sync == "diloco" else "flat"
+    return "bucket" if comp is not None or spec_of(cfg.sync).pseudo_gradient else "flat"
 
 
 def bucket_mb_of(cfg, gran: str) -> float | None:

@@ -29,7 +29,7 @@ input, 130 when interrupted."""
 def add_parser(subparsers) -> argparse.ArgumentParser:
     p = subparsers.add_parser(
         "train", help="train one run config (sim | procs | torchrun)", description=_DESC,
-        epilog="keys (name = default {choices}):\n" + keys_help(),
+        epilog="keys (name = default {choices} [unit]):\n" + keys_help(),
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     p.add_argument("--config", "-c", help="run config file (YAML or JSON); omitted = all defaults")

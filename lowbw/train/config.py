@@ -2,8 +2,9 @@
 
 Three modules, one job each, behind this one import:
 
-* :mod:`lowbw.train.config_fields`: the field table, :class:`RunConfig` (every key with its default, help,
-  allowed values and range) and what the sources define by formula (:meth:`RunConfig.derived`: local batch
+* :mod:`lowbw.train.config_fields`: the field table, :class:`RunConfig` (every key with its default, unit,
+  help, allowed values and range; the engine's keys and every sync scheme's declared ones,
+  :mod:`lowbw.train.schemes.keys`) and what the sources define by formula (:meth:`RunConfig.derived`: local batch
   size, B/M or the thesis' Appendix A household formula; copies C of every sample; overlap epochs ceil(E/C);
   total samples).
 * :mod:`lowbw.train.config_rules`: :meth:`RunConfig.from_dict` rejects unknown keys (with a suggestion),

@@ -1,6 +1,11 @@
-"""The field table of a run configuration: every key of :class:`RunConfig` with its default, help text,
+"""The field table of a run configuration: every key of :class:`RunConfig` with its default, unit, help text,
 allowed values and range, and the values derived from them by formula (local batch size, copies C of every
 sample, overlap epochs ceil(E/C), total samples).
+
+:class:`RunConfig` is assembled from the engine's keys (:class:`EngineKeys`, here) and the key sets every
+registered sync scheme declares (:mod:`lowbw.train.schemes.keys`, read through
+:func:`lowbw.train.schemes.registry.key_sets`), section by section; a scheme's keys are thus added by the
+scheme, never listed here.
 
 A :class:`RunConfig` is flat (every key a scalar, list or dict) so that the same keys work in ``run.yaml``,
 ``--set key=value``, Snakemake's grid (``runs/<exp>/<key>~<value>/...``) and papermill. Validation is
@@ -11,32 +16,27 @@ from __future__ import annotations
 
 import difflib
 import math
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, make_dataclass
 from typing import Any
 
 from lowbw.comm.algorithms import OUTER_OPTIMIZERS
+from lowbw.train.config_key import key
 from lowbw.train.config_rules import ConfigError, check, coerce
-from lowbw.train.schemes.registry import SCHEMES
+from lowbw.train.schemes.registry import SCHEMES, key_sets
 
-__all__ = ["RunConfig", "SYNC_SCHEMES", "ASSIGNMENTS", "OUTER_OPTIMIZERS"]
+__all__ = ["RunConfig", "EngineKeys", "SYNC_SCHEMES", "ASSIGNMENTS", "OUTER_OPTIMIZERS", "GROUPS"]
 
-
-def _f(default: Any, help: str, *, enum: list[str] | None = None, minimum: float | None = None,
-       maximum: float | None = None, exclusive_minimum: float | None = None, group: str = "") -> Any:
-    meta = {"help": help, "enum": enum, "minimum": minimum, "maximum": maximum,
-            "exclusive_minimum": exclusive_minimum, "group": group}
-    if isinstance(default, list | dict):
-        return field(default_factory=lambda d=default: type(d)(d), metadata=meta)
-    return field(default=default, metadata=meta)
+_f = key  # the table below declares each key with lowbw.train.config_key.key
 
 
 SYNC_SCHEMES = list(SCHEMES)  # the choices of ``sync``: the scheme registry's names, in its order
 ASSIGNMENTS = ["disjoint", "full", "coarse", "medium", "fine", "household"]
 
 
-@dataclass
-class RunConfig:
-    """Every key of a training run. ``python -m lowbw train --help`` lists them with their defaults."""
+@dataclass(frozen=True)
+class EngineKeys:
+    """The engine's keys: every key of a training run that no one sync scheme owns (a scheme's own are in its
+    keys module, :mod:`lowbw.train.schemes.keys`)."""
 
     # --- run
     name: str = _f("", "free-form label stored with the run", group="run")
@@ -101,8 +101,6 @@ class RunConfig:
                          "(hierarchical: S_H household shards)", enum=ASSIGNMENTS, group="data")
     shards: int = _f(0, "coarse: number of shards S (divides workers)", minimum=0, group="data")
     copies: int = _f(0, "medium/fine: copies C of every sample (1..workers)", minimum=0, group="data")
-    household_shards: int = _f(0, "hierarchical: household shards S_H (divides households; 0: = households, "
-                               "i.e. disjoint)", minimum=0, group="data")
 
     # --- model and optimisation
     model: str = _f("cnn", "model name (lowbw.train.models.MODELS)", group="optim")
@@ -110,9 +108,6 @@ class RunConfig:
     batch_size: int = _f(0, "global batch size B per step (sum of local batches); 0: workers x "
                          "local_batch_size, or 128 if that is 0 too", minimum=0, group="optim")
     local_batch_size: int = _f(0, "per-worker batch size b (0: batch_size / workers)", minimum=0, group="optim")
-    effective_batch_size: int = _f(0, "hierarchical: target effective batch size B_e; the local batch is "
-                                   "B_e L_W H / (M (H + L_W - 1)) rounded (thesis Appendix A); 0: off",
-                                   minimum=0, group="optim")
     epochs: float = _f(10.0, "target epochs E over the training split; with C copies per sample the run does "
                        "ceil(E/C) overlap epochs (thesis 5.2.1)", minimum=0, group="optim")
     steps: int = _f(0, "total steps; overrides epochs (0: use epochs)", minimum=0, group="optim")
@@ -202,103 +197,8 @@ class RunConfig:
                           exclusive_minimum=0, group="sync")
     ddp_hook: bool = _f(False, "procs/torchrun: torch DDP with the compressor as a communication hook",
                         group="sync")
-    world_period: int = _f(1, "L_W: steps between world synchronisations (local, post_local, hierarchical; "
-                           "diloco, noloco, async_diloco, decoupled_diloco, halos: H, inner steps per outer step)",
-                           minimum=1, group="sync")
-    outer_optimizer: str = _f("nesterov", "diloco: the outer optimiser on the pseudo-gradient, SGD with Nesterov "
-                              "momentum (the paper's) or plain SGD with momentum", enum=list(OUTER_OPTIMIZERS),
-                              group="sync")
-    outer_lr: float = _f(0.7, "diloco, noloco: outer learning rate (sgd, outer_lr 1, outer_momentum 0 = local SGD)",
-                         exclusive_minimum=0, group="sync")
-    outer_momentum: float = _f(0.9, "diloco, noloco: outer momentum", minimum=0, maximum=0.999999, group="sync")
-    diloco_fragments: int = _f(1, "diloco: F fragments of the model (consecutive parameter tensors of near-equal "
-                               "size); fragment f has its outer step at inner steps t with t = (f + 1) H / F "
-                               "(mod H), so the link carries one fragment every H/F steps, not the whole "
-                               "model every H (Streaming DiLoCo, Douillard et al. 2025); 1: plain DiLoCo",
-                               minimum=1, group="sync")
-    diloco_delay: int = _f(0, "diloco: tau, inner steps between the start of a fragment's exchange and the outer "
-                           "update it brings (its communication overlaps tau steps of compute; Streaming "
-                           "DiLoCo's overlap); 0: applied at once", minimum=0, group="sync")
-    diloco_fragment_layout: str = _f("contiguous", "diloco, F > 1: contiguous = F near-equal contiguous ranges "
-                                     "of the flat row (tensors split at row boundaries); strided = Streaming "
-                                     "DiLoCo's fragments (Douillard et al. 2025): whole layers, layer j in "
-                                     "fragment j mod F", enum=["contiguous", "strided"], group="sync")
-    diloco_alpha: float = _f(0.0, "diloco: mixing factor alpha of a landed fragment, theta <- alpha theta_local + "
-                             "(1 - alpha) theta_global (Streaming DiLoCo; torchft's fragment_update_alpha, default "
-                             "0; the paper's runs 0.5); 0: replace", minimum=0, maximum=0.999999, group="sync")
-    diloco_schedule: str = _f("start_at_slot", "diloco with diloco_delay tau: start_at_slot = a fragment's "
-                              "exchange starts after its sync step t and lands after t + tau; land_at_slot = it "
-                              "starts tau steps before its sync step and lands at it (torchft's "
-                              "DiLoCo(fragment_sync_delay))", enum=["start_at_slot", "land_at_slot"],
-                              group="sync")
-    diloco_overlap: str = _f("none", "diloco: delayed = one-step-delayed outer steps (PCCL's asynchronous "
-                             "DiLoCo): the exchange of boundary k runs during the next H inner steps and its outer "
-                             "step lands at boundary k + 1; eager = eager updates (Kale et al. 2025): the same "
-                             "overlap, each worker's own fresh pseudo-gradient replacing its stale share of the "
-                             "delayed average at once; both need diloco_fragments 1, diloco_delay 0, diloco_alpha 0",
-                             enum=["none", "delayed", "eager"], group="sync")
-    desloc_m1_period: int = _f(0, "desloc: K_u, steps between averages of Adam's first moment (DES-LOC, Iacob et "
-                               "al. 2025); 0: 3 x world_period (their recommendation)", minimum=0, group="sync")
-    desloc_m2_period: int = _f(0, "desloc: K_v, steps between averages of Adam's second moment; 0: 6 x "
-                               "world_period (their recommendation)", minimum=0, group="sync")
-    sparta_density: float = _f(0.0, "SPARTA (Beton et al. 2025): fraction p of the parameters averaged over the "
-                               "world after every step (the same random indices on every worker, from the seed); "
-                               "needs sync=sparta (alone) or sync=diloco (composed); their runs: 0.0005-0.005; "
-                               "0: off", minimum=0, maximum=1, group="sync")
-    local_start: float = _f(0.5, "post_local: fraction of training after which local SGD starts (Lin et al.: at "
-                            "the first lr decay)", minimum=0, maximum=1, group="sync")
-    households: int = _f(0, "H: households (divides workers); hierarchical only", minimum=0, group="sync")
-    household_period: int = _f(1, "L_H: steps between household synchronisations (1: gradient averaging in "
-                               "the household every step)", minimum=1, group="sync")
-    neighbourhoods: int = _f(0, "NB: neighbourhoods (divides households; 0: none)", minimum=0, group="sync")
-    neighbourhood_period: int = _f(0, "L_N: steps between neighbourhood synchronisations", minimum=0,
-                                   group="sync")
     average_buffers: bool = _f(True, "model averaging also averages BatchNorm running statistics (diloco's outer "
                                "step moves parameters only)", group="sync")
-    staleness: int = _f(2, "ssp: staleness bound s (a worker may be s clocks ahead of the slowest)", minimum=0,
-                        group="sync")
-    async_dylu: bool = _f(True, "async_diloco, decoupled_diloco, halos: Dynamic Local Updates (Liu et al. 2024): "
-                          "worker i takes H_i = max(1, floor(H x min_j speed_j / speed_i)) inner steps per round "
-                          "(worker_speeds), so a slow worker does fewer; false: H = world_period for all",
-                          group="sync")
-    async_grace_s: float = _f(0.0, "async_diloco, halos: seconds a server waits after the first Delta of a batch "
-                              "before sending the batch's workers its model (the asyncdiloco toy code's "
-                              "max_wait_time); decoupled_diloco: the grace window after the quorum; 0: only "
-                              "Deltas arriving at the same virtual instant", minimum=0, group="sync")
-    async_buffer: int = _f(0, "async_diloco: N, Delayed Nesterov's buffer: the outer momentum is updated with "
-                           "the mean of every N Deltas, each Delta applied at once at outer_lr / N (Liu et al. "
-                           "2024, Algorithm 3); 0: N = workers; 1: Nesterov on every Delta", minimum=0,
-                           group="sync")
-    async_momentum_activation: float = _f(0.0, "async_diloco: c, Delayed Nesterov's momentum activation (the "
-                                          "fraction of the momentum applied between its updates); 0: the "
-                                          "paper's", minimum=0, maximum=1, group="sync")
-    decoupled_quorum: int = _f(0, "decoupled_diloco: K, the fewest learners' Deltas the synchroniser merges "
-                               "(Douillard et al. 2026); 0: all workers (equal learners: DiLoCo)", minimum=0,
-                               group="sync")
-    decoupled_weighting: str = _f("tokens", "decoupled_diloco: weight of a learner's Delta in a merge: tokens = "
-                                  "its round's samples x samples per inner step (the paper's token weighting); "
-                                  "uniform = the plain mean", enum=["tokens", "uniform"], group="sync")
-    halos_regions: int = _f(1, "halos: R regions of workers/R consecutive workers, each with its local "
-                            "parameter server (Kim et al. 2025); the global server sits with region 0's",
-                            minimum=1, group="sync")
-    halos_local_lr: float = _f(0.7, "halos: a local server's Delayed Nesterov rate eta_l on its workers' Deltas "
-                               "(their script: 0.2 x buffer 16)", exclusive_minimum=0, group="sync")
-    halos_local_momentum: float = _f(0.9, "halos: a local server's momentum beta_l", minimum=0,
-                                     maximum=0.999999, group="sync")
-    halos_local_buffer: int = _f(0, "halos: a local server's Delayed Nesterov buffer (0: workers per region)",
-                                 minimum=0, group="sync")
-    halos_global_buffer: int = _f(0, "halos: the global server's Delayed Nesterov buffer (0: regions); its rate "
-                                  "and momentum are outer_lr, outer_momentum", minimum=0, group="sync")
-    halos_accumulation: int = _f(0, "halos: K, updates a local server applies between its sends to the global "
-                                 "server (0: workers per region)", minimum=0, group="sync")
-    halos_merge_weight: float = _f(0.25, "halos: alpha, a local server's model after the global model arrives: "
-                                   "(1 - alpha) local + alpha global (their model_merge_weight; their script "
-                                   "0.25)", exclusive_minimum=0, maximum=1, group="sync")
-    halos_region_mbit: float = _f(0.0, "halos: bandwidth (Mbit/s) of a local server's port inside its region "
-                                  "(0: bandwidth_mbit); the global link is bandwidth_mbit", minimum=0,
-                                  group="sync")
-    halos_region_latency_ms: float = _f(-1.0, "halos: one-way latency (ms) inside a region (-1: latency_ms)",
-                                        group="sync")
     worker_speeds: list[float] = _f([], "virtual clock: relative compute time of each worker (len = workers; [] = "
                                     "all equal; a straggler at 3 computes 3x as long); synchronous schemes wait "
                                     "for the slowest, ssp/async let the others run ahead", group="sync")
@@ -367,6 +267,11 @@ class RunConfig:
     targets: list[float] = _f([], "time-to-target in summary.json: test accuracies (0..1], or \"<metric><=|>="
                               "<value>\" strings such as \"val_loss<=1.9\" (lowbw.train.targets)", group="log")
 
+
+class _RunConfig:
+    """What a run config does with its keys (the base of :class:`RunConfig`): construction from a dict, export,
+    the values derived by formula, validation."""
+
     # ------------------------------------------------------------------------------------------- construction
     @classmethod
     def keys(cls) -> list[str]:
@@ -391,7 +296,7 @@ class RunConfig:
         return asdict(self)
 
     def replace(self, **kw) -> RunConfig:
-        return RunConfig.from_dict({**self.to_dict(), **kw})
+        return type(self).from_dict({**self.to_dict(), **kw})
 
     # ------------------------------------------------------------------------------------------- derived values
     @property
@@ -463,3 +368,22 @@ class RunConfig:
     def validate(self, *, check_registries: bool = True) -> None:
         """Every rule of :mod:`lowbw.train.config_rules`; raises ConfigError naming the key to change."""
         check(self, registries=check_registries)
+
+
+GROUPS = ("run", "data", "optim", "sync", "clock", "log")  # the sections of the keys, in the help's order
+
+
+def _assembled_fields() -> list[tuple[str, str, Any]]:
+    """RunConfig's fields: the engine's keys, then every registered scheme's key sets (registry order), sorted
+    stably by section so that the help lists each section once."""
+    fs = sorted([*fields(EngineKeys), *(f for ks in key_sets() for f in fields(ks))],
+                key=lambda f: GROUPS.index(f.metadata["group"]))
+    return [(f.name, f.type, field(default=f.default, default_factory=f.default_factory, metadata=f.metadata))
+            for f in fs]
+
+
+RunConfig = make_dataclass("RunConfig", _assembled_fields(), bases=(_RunConfig,))
+RunConfig.__module__ = __name__  # make_dataclass (Python 3.11) does not set it; pickling and the docs need it
+RunConfig.__doc__ = ("Every key of a training run: the engine's (:class:`EngineKeys`) and every sync scheme's "
+                     "(:mod:`lowbw.train.schemes.keys`). ``python -m lowbw train --help`` lists them with their "
+                     "defaults.")

@@ -30,7 +30,8 @@ def json_schema() -> dict[str, Any]:
     for f in fields(RunConfig):
         m = f.metadata
         kind = json_type(f)
-        p: dict[str, Any] = {"type": kind, "description": m["help"]}
+        unit = f" [{m['unit']}]" if m.get("unit") else ""
+        p: dict[str, Any] = {"type": kind, "description": m["help"] + unit}
         default = f.default if f.default is not MISSING else f.default_factory()
         p["default"] = default
         if kind == "array":
@@ -63,6 +64,7 @@ def keys_help() -> str:
             lines.append(f"\n{titles.get(group, group)}:")
         default = f.default if f.default is not MISSING else f.default_factory()
         extra = f" {{{', '.join(m['enum'])}}}" if m.get("enum") else ""
+        extra += f" [{m['unit']}]" if m.get("unit") else ""
         lines.append(f"  {f.name} = {default!r}{extra}\n      {m['help']}")
     return "\n".join(lines)
 

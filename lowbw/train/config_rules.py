@@ -1,5 +1,10 @@
 """Validation of a run config: each value's type and range, then the rules across keys, then the names
-looked up in registries. Every error is a :class:`ConfigError` naming the key to change."""
+looked up in registries. Every error is a :class:`ConfigError` naming the key to change.
+
+A rule here spans extensions: the engine's keys, and what the schemes' declarations
+(:class:`~lowbw.train.schemes.spec.SchemeSpec`) and the compressors' registrations say about themselves. A
+scheme's own rules are its declaration's ``check`` (:mod:`lowbw.train.schemes.keys`), a compressor's its
+registration's; nothing here names a scheme or a compressor."""
 
 from __future__ import annotations
 
@@ -11,18 +16,13 @@ from typing import Any
 from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.net.trace import resolve_trace
 from lowbw.net.units import keyed_number
+from lowbw.train.config_key import ConfigError
 from lowbw.train.faults import most_absent, parse_faults
+from lowbw.train.schemes.registry import SCHEMES, key_sets, spec_of, users_of
+from lowbw.train.schemes.spec import key_names
 from lowbw.train.targets import TargetError, parse_targets
 
 __all__ = ["ConfigError", "json_type", "coerce", "check_range", "check", "check_registries"]
-
-
-class ConfigError(ValueError):
-    """An invalid run configuration; ``key`` names the offending key."""
-
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key = key
 
 
 # ----------------------------------------------------------------------------------------------- values
@@ -110,6 +110,7 @@ def check(cfg, *, registries: bool = True) -> None:
     """Every rule, in order: ranges, then the cross-key rules, then (with ``registries``) the registries."""
     for f in fields(cfg):
         check_range(f, getattr(cfg, f.name))
+    _check_scheme_keys(cfg)
     _check_batches(cfg)
     _check_assignment(cfg)
     _check_sync(cfg)
@@ -128,10 +129,6 @@ def _check_batches(cfg) -> None:
         B = cfg.batch_size or 128
         if B % M:
             raise ConfigError("batch_size", f"global batch {B} is not divisible by workers={M}")
-    if cfg.effective_batch_size and cfg.sync != "hierarchical":
-        raise ConfigError("effective_batch_size", "only meaningful with sync=hierarchical (thesis Appendix A)")
-    if cfg.effective_batch_size and (cfg.batch_size or cfg.local_batch_size):
-        raise ConfigError("effective_batch_size", "set either effective_batch_size or batch_size/local_batch_size")
     if cfg.epochs <= 0 and cfg.steps <= 0:
         raise ConfigError("epochs", "one of epochs or steps must be > 0")
     if cfg.dynamic_batch != "off" and cfg.dynamic_batch_max < cfg.global_batch:
@@ -140,8 +137,6 @@ def _check_batches(cfg) -> None:
     if cfg.dynamic_batch != "off" and cfg.dynamic_batch_metric != "train_loss" and cfg.val_fraction == 0:
         raise ConfigError("dynamic_batch_metric",
                           f"{cfg.dynamic_batch_metric} needs a validation split (val_fraction > 0)")
-    if cfg.dynamic_batch != "off" and cfg.sync in ("ssp", "async"):
-        raise ConfigError("dynamic_batch", f"not supported with sync={cfg.sync}")
     ms = cfg.lr_milestones
     if any(not (0 < m < 1) for m in ms) or list(ms) != sorted(ms):
         raise ConfigError("lr_milestones", f"{ms}: must be increasing fractions in (0, 1)")
@@ -165,152 +160,52 @@ def _check_assignment(cfg) -> None:
             raise ConfigError("copies", f"{a} assignment needs 1 <= copies <= workers={M} (got {cfg.copies})")
     elif cfg.copies:
         raise ConfigError("copies", f"only used with assignment=medium or fine (assignment={a})")
-    if a == "household" and cfg.sync != "hierarchical":
-        raise ConfigError("assignment", "household assignment needs sync=hierarchical")
+
+
+def _check_scheme_keys(cfg) -> None:
+    """A key that sync schemes declare (:mod:`lowbw.train.schemes.keys`) keeps its default under a scheme that
+    does not read it: a value there would be ignored silently."""
+    own = set(key_names(spec_of(cfg.sync)))
+    for ks in key_sets():
+        for f in fields(ks):
+            if f.name not in own and getattr(cfg, f.name) != f.default:
+                raise ConfigError(f.name, f"not used with sync={cfg.sync} (only with "
+                                          f"{', '.join(users_of(f.name))})")
 
 
 def _check_sync(cfg) -> None:
-    """Synchronisation schemes: households, neighbourhoods and their periods; what each scheme may be combined with."""
-    M, s, a = cfg.workers, cfg.sync, cfg.assignment
-    if s == "hierarchical":
-        H = cfg.households
-        if H < 1 or M % H:
-            raise ConfigError("households", f"hierarchical needs households H dividing workers={M} (got {H})")
-        if a not in ("disjoint", "household"):
-            raise ConfigError("assignment",
-                              "hierarchical uses household shards: assignment must be disjoint or household")
-        SH = cfg.household_shards or H
-        if H % SH:
-            raise ConfigError("household_shards", f"S_H={SH} must divide households={H}")
-        if a == "disjoint" and SH != H:
-            raise ConfigError("household_shards", "S_H < H overlaps households: use assignment=household")
-        NB = cfg.neighbourhoods
-        if NB:
-            if H % NB or NB >= H:
-                raise ConfigError("neighbourhoods", f"NB={NB} must divide households={H} and be smaller")
-            if not cfg.neighbourhood_period:
-                raise ConfigError("neighbourhood_period", "set L_N when neighbourhoods > 0")
-            if not (cfg.household_period <= cfg.neighbourhood_period <= cfg.world_period):
-                raise ConfigError("neighbourhood_period", f"need L_H <= L_N <= L_W (got {cfg.household_period}, "
-                                                          f"{cfg.neighbourhood_period}, {cfg.world_period})")
-        elif cfg.neighbourhood_period:
-            raise ConfigError("neighbourhood_period", "only used with neighbourhoods > 0")
-        if cfg.household_period > cfg.world_period:
-            raise ConfigError("household_period", f"L_H={cfg.household_period} > L_W={cfg.world_period}")
-    else:
-        for k in ("households", "neighbourhoods", "neighbourhood_period", "household_shards"):
-            if getattr(cfg, k):
-                raise ConfigError(k, f"only used with sync=hierarchical (sync={s})")
-    if s != "diloco":
-        for f in fields(cfg):
-            if (f.name.startswith("outer_") and getattr(cfg, f.name) != f.default
-                    and not (s == "noloco" and f.name in ("outer_lr", "outer_momentum"))
-                    and not (s in ASYNC_OUTER and f.name in ("outer_lr", "outer_momentum"))
-                    and not (s == "decoupled_diloco" and f.name == "outer_optimizer")):
-                raise ConfigError(f.name, f"only used with sync=diloco (noloco: outer_lr, outer_momentum; "
-                                          f"sync={s})")
+    """The rules that span schemes, read off the schemes' declarations: which schemes a compressed update, a
+    DDP hook, churn or household shards need; per-worker speeds; then the run's scheme's own rules."""
+    M, s = cfg.workers, cfg.sync
+    spec = spec_of(s)
+    if cfg.assignment == "household" and "households" not in key_names(spec):
+        raise ConfigError("assignment", f"household assignment needs sync={' or '.join(users_of('households'))}")
     if cfg.compress_target == "update":
-        if s != "sync" or cfg.compressor == "none":
-            raise ConfigError("compress_target", f"update compresses each worker's optimiser step: needs sync=sync "
-                                                 f"and a compressor (sync={s}, compressor={cfg.compressor})")
+        if not spec.compress_updates or cfg.compressor == "none":
+            raise ConfigError("compress_target", f"update compresses each worker's optimiser step: needs sync="
+                                                 f"{' or '.join(_with('compress_updates'))} and a compressor "
+                                                 f"(sync={s}, compressor={cfg.compressor})")
         if cfg.optimizer not in ("sgd", "adam", "adamw") or cfg.ddp_hook or cfg.adaptive != "off":
             raise ConfigError("compress_target", "update needs optimizer sgd, adam or adamw, no ddp_hook and "
                                                  "adaptive off")
-    if s == "noloco" and (M < 2 or M % 2):
-        raise ConfigError("workers", f"noloco pairs the workers: needs an even number >= 2, got {M}")
-    _check_new_schemes(cfg)
-    _check_async_outer(cfg)
-    if s in ("sync", "ssp", "async", "sparta") and cfg.world_period != 1:
-        raise ConfigError("world_period", f"not used with sync={s}")
-    if s in ("ssp", "async") and cfg.backend != "sim":
-        raise ConfigError("backend", f"sync={s} runs on the sim backend only")
-    if s in ("ssp", "async", "local", "desloc", "sparta", "noloco") and cfg.compressor != "none":
-        raise ConfigError("compressor", f"sync={s} averages models / pushes to a parameter server densely; "
-                                        "compressors apply to gradient synchronisation (sync, post_local, "
-                                        "hierarchical with household_period=1)")
-    if s == "hierarchical" and cfg.compressor != "none" and cfg.household_period != 1:
-        raise ConfigError("compressor", "hierarchical compresses the per-step household gradient average: needs "
-                                        "household_period=1")
     if cfg.worker_speeds and (len(cfg.worker_speeds) != M or any(v <= 0 for v in cfg.worker_speeds)):
         raise ConfigError("worker_speeds", f"{cfg.worker_speeds}: needs {M} positive numbers (one per worker)")
-    if s != "diloco":
-        for k in ("diloco_fragments", "diloco_delay"):
-            if getattr(cfg, k) != (1 if k == "diloco_fragments" else 0):
-                raise ConfigError(k, f"only used with sync=diloco (sync={s})")
-    elif cfg.world_period % cfg.diloco_fragments:
-        raise ConfigError("diloco_fragments", f"{cfg.diloco_fragments} does not divide world_period="
-                                              f"{cfg.world_period} (a fragment every H/F inner steps)")
-    elif cfg.diloco_delay >= cfg.world_period:
-        raise ConfigError("diloco_delay", f"{cfg.diloco_delay}: must be below world_period={cfg.world_period} "
-                                          "(a fragment's update lands before its next exchange)")
-
-
-ASYNC_OUTER = ("async_diloco", "decoupled_diloco", "halos")  # the schemes of lowbw.train.schemes.async_outer
-
-
-def _check_async_outer(cfg) -> None:
-    """async_diloco, decoupled_diloco and halos (issue 48): their own keys only where used; what they run on."""
-    s, M = cfg.sync, cfg.workers
-    shared = ("async_dylu", "async_grace_s")  # the engine's; the rest each policy's own
-    own = {"async_diloco": ("async_",), "decoupled_diloco": (*shared, "decoupled_"), "halos": (*shared, "halos_")}
-    for f in fields(cfg):
-        if (f.name.startswith(("async_", "decoupled_", "halos_")) and getattr(cfg, f.name) != f.default
-                and not f.name.startswith(own.get(s, ()))):
-            raise ConfigError(f.name, f"not used with sync={s}")
     try:
         churn = parse_faults(cfg.faults, M)
     except ValueError as e:
         raise ConfigError("faults", str(e)) from None
     if churn and most_absent(churn) >= M:
         raise ConfigError("faults", f"all {M} workers are away at once")
-    if churn and s not in ASYNC_OUTER:
-        raise ConfigError("faults", f"churn needs sync async_diloco, decoupled_diloco or halos (sync={s} waits for "
+    if churn and not spec.tolerates_churn:
+        raise ConfigError("faults", f"churn needs sync {', '.join(_with('tolerates_churn'))} (sync={s} waits for "
                                     "every worker at its exchanges)")
-    if churn and s == "decoupled_diloco" and (cfg.decoupled_quorum or M) > M - most_absent(churn):
-        raise ConfigError("decoupled_quorum", f"{cfg.decoupled_quorum or M} learners can not meet while "
-                                              f"{most_absent(churn)} of {M} are away (faults): set it lower")
-    if s not in ASYNC_OUTER:
-        return
-    if cfg.backend != "sim" and cfg.clock != "model":
-        raise ConfigError("clock", f"sync={s} on {cfg.backend} needs clock=model (every process replays one event "
-                                   "schedule)")
-    if cfg.compressor != "none":
-        raise ConfigError("compressor", f"sync={s} pushes dense Deltas to its server (got {cfg.compressor!r})")
-    if cfg.dynamic_batch != "off":
-        raise ConfigError("dynamic_batch", f"not supported with sync={s}")
-    if s == "async_diloco" and cfg.async_momentum_activation and (cfg.async_buffer or M) == 1:
-        raise ConfigError("async_momentum_activation", "needs a buffer async_buffer > 1 (with N = 1 c does nothing)")
-    if s == "decoupled_diloco" and cfg.decoupled_quorum > M:
-        raise ConfigError("decoupled_quorum", f"{cfg.decoupled_quorum} is above workers={M}")
-    if s == "halos" and M % cfg.halos_regions:
-        raise ConfigError("halos_regions", f"{cfg.halos_regions} does not divide workers={M}")
-    if s == "halos" and cfg.halos_region_latency_ms < 0 and cfg.halos_region_latency_ms != -1:
-        raise ConfigError("halos_region_latency_ms", f"{cfg.halos_region_latency_ms}: >= 0, or -1 (latency_ms)")
+    if spec.check is not None:
+        spec.check(cfg)
 
 
-def _check_new_schemes(cfg) -> None:
-    """Muon, DES-LOC, SPARTA and Streaming DiLoCo's own keys (issue 35): each only where it is used."""
-    s = cfg.sync
-    if cfg.optimizer == "muon" and s in ("ssp", "async"):
-        raise ConfigError("optimizer", f"muon is not wired into the parameter server (sync={s})")
-    if s == "desloc" and cfg.optimizer not in ("adam", "adamw"):
-        raise ConfigError("optimizer", f"desloc averages Adam's moments: needs adam or adamw, got {cfg.optimizer!r}")
-    if s != "desloc":
-        for k in ("desloc_m1_period", "desloc_m2_period"):
-            if getattr(cfg, k):
-                raise ConfigError(k, f"only used with sync=desloc (sync={s})")
-    if s == "sparta" and cfg.sparta_density <= 0:
-        raise ConfigError("sparta_density", "sync=sparta needs a density p in (0, 1] (e.g. 0.001)")
-    if cfg.sparta_density and s not in ("sparta", "diloco"):
-        raise ConfigError("sparta_density", f"only used with sync=sparta or sync=diloco (sync={s})")
-    if s != "diloco":
-        for k, v in (("diloco_fragment_layout", "contiguous"), ("diloco_alpha", 0.0),
-                     ("diloco_schedule", "start_at_slot"), ("diloco_overlap", "none")):
-            if getattr(cfg, k) != v:
-                raise ConfigError(k, f"only used with sync=diloco (sync={s})")
-    elif cfg.diloco_overlap != "none" and (cfg.diloco_fragments != 1 or cfg.diloco_delay or cfg.diloco_alpha):
-        raise ConfigError("diloco_overlap", f"{cfg.diloco_overlap} overlaps whole outer steps: needs "
-                                            "diloco_fragments 1, diloco_delay 0 and diloco_alpha 0")
+def _with(prop: str) -> list[str]:
+    """The schemes whose declaration has property ``prop`` (:class:`~lowbw.train.schemes.spec.SchemeSpec`)."""
+    return [name for name, spec in SCHEMES.items() if getattr(spec, prop)]
 
 
 def _check_backends_and_network(cfg) -> None:
@@ -319,13 +214,8 @@ def _check_backends_and_network(cfg) -> None:
     if cfg.ddp_hook:
         if cfg.backend == "sim":
             raise ConfigError("ddp_hook", "DDP communication hooks need real processes (backend procs or torchrun)")
-        if s != "sync":
-            raise ConfigError("ddp_hook", "DDP hooks implement sync=sync")
-        if cfg.grad_clip and cfg.compressor in ("demo", "signsgd", "ef_signsgd"):
-            # these clip each worker's raw gradient before compression (Compressor.clip_at), which a DDP hook,
-            # running inside backward, cannot do
-            raise ConfigError("grad_clip", f"{cfg.grad_clip}: {cfg.compressor} clips each worker's gradient before "
-                                           "compression, which a DDP hook cannot: ddp_hook=false or grad_clip=0")
+        if not spec_of(s).ddp_hook:
+            raise ConfigError("ddp_hook", f"DDP hooks implement sync={' or '.join(_with('ddp_hook'))}")
     if cfg.testbed and cfg.backend != "procs":
         raise ConfigError("testbed", "the tc testbed launches real processes: backend=procs")
     if cfg.testbed_realtime and not cfg.testbed:
@@ -353,12 +243,8 @@ def _check_backends_and_network(cfg) -> None:
         if len(sched) % 2 or min(ts) < 0 or min(bs) <= 0 or any(a >= b for a, b in zip(ts, ts[1:])):
             raise ConfigError("bandwidth_schedule",
                               f"{sched}: needs flat pairs [t0, mbit0, t1, mbit1, ...], t >= 0 increasing, mbit > 0")
-    if cfg.adaptive != "off":
-        if cfg.compressor not in ("topk", "artopk"):
-            raise ConfigError("adaptive", f"moo adapts a top-k density: compressor must be topk or artopk, got "
-                                          f"{cfg.compressor!r}")
-        if cfg.adaptive_c_low > cfg.adaptive_c_high:
-            raise ConfigError("adaptive_c_low", f"{cfg.adaptive_c_low} > adaptive_c_high={cfg.adaptive_c_high}")
+    if cfg.adaptive != "off" and cfg.adaptive_c_low > cfg.adaptive_c_high:
+        raise ConfigError("adaptive_c_low", f"{cfg.adaptive_c_low} > adaptive_c_high={cfg.adaptive_c_high}")
 
 
 def _check_workload(cfg) -> None:
@@ -428,15 +314,25 @@ def check_registries(cfg) -> None:
     _check_workload(cfg)
     if cfg.collective not in ALLREDUCE_ALGORITHMS:
         raise ConfigError("collective", f"{cfg.collective!r} is unknown; allowed: {', '.join(ALLREDUCE_ALGORITHMS)}")
+    names = registry.available()
+    if cfg.compressor != "none" and cfg.compressor not in names:
+        raise ConfigError("compressor", f"{cfg.compressor!r} is unknown; allowed: {', '.join(names)}")
+    if cfg.adaptive != "off":  # the registrations say whose density the policy may choose
+        adaptable = [n for n in names if registry.entry(n).adaptive_density]
+        if cfg.compressor not in adaptable:
+            raise ConfigError("adaptive", f"moo adapts a top-k density: compressor must be {' or '.join(adaptable)}, "
+                                          f"got {cfg.compressor!r}")
     if cfg.compressor == "none":
         return
-    names = registry.available()
-    if cfg.compressor not in names:
-        raise ConfigError("compressor", f"{cfg.compressor!r} is unknown; allowed: {', '.join(names)}")
     try:  # the arguments alone first, so a bad argument is blamed on compressor_args, not on error_feedback
-        registry.make(cfg.compressor, **dict(cfg.compressor_args))
+        comp = registry.make(cfg.compressor, **dict(cfg.compressor_args))
     except (ValueError, TypeError) as e:
         raise ConfigError("compressor_args", str(e)) from e
+    if cfg.ddp_hook and cfg.grad_clip and comp.clip_at == "worker":
+        # the method clips each worker's raw gradient before compression (Compressor.clip_at), which a DDP hook,
+        # running inside backward, cannot do
+        raise ConfigError("grad_clip", f"{cfg.grad_clip}: {cfg.compressor} clips each worker's gradient before "
+                                       "compression, which a DDP hook cannot: ddp_hook=false or grad_clip=0")
     try:
         make_compressor(cfg)
     except (ValueError, TypeError) as e:

@@ -2,7 +2,7 @@
 communication hook (:func:`lowbw.comm.hooks.make_hook`); torch's bucketing replaces lowbw's per-tensor aggregation.
 
 The module's parameters are views into the replica's flat row, so the optimiser, checkpoints, evaluation
-and metrics are those of :class:`~lowbw.train.loop.Trainer`; only :meth:`DDPTrainer.local_step` differs
+and metrics are those of :class:`~lowbw.train.loop.Trainer`; only the local step differs (:class:`DDPStep`)
 (DDP's buckets, reverse parameter order, its own overlap of communication with the backward pass).
 BatchNorm buffers are not broadcast (``broadcast_buffers=False``): as in the other schemes each worker
 keeps its own. The hook returns at once and its exchange thread works while backward goes on, so the
@@ -27,7 +27,7 @@ from lowbw.train.replicas import correct_samples
 from lowbw.train.schemes.base import LocalStep
 from lowbw.train.state import WorkerStats
 
-__all__ = ["DDPTrainer"]
+__all__ = ["DDPTrainer", "DDPStep"]
 
 
 class DDPTrainer(Trainer):
@@ -49,10 +49,20 @@ class DDPTrainer(Trainer):
                                           seed=seed_for(cfg.seed, "compress", world.rank) % (2**31))
         timed, self.hook_timer = timed_hook(hook)  # seconds inside hook calls this step
         self.ddp.register_comm_hook(self.hook_state, timed)
+        self.local_step = DDPStep(self.ddp, m, self.batches, self.hook_state, self.hook_timer, world)
 
-    def local_step(self, b: int) -> LocalStep:
-        """This worker's gradient on its next ``b`` samples, averaged over the world by DDP and the hook
-        (``ddp_hook`` implies ``sync: sync``, whose every step is a world gradient average)."""
+
+class DDPStep:
+    """This worker's local step through DDP (``StepContext.local_step``): its gradient on its next ``b``
+    samples, averaged over the world by DDP and the hook (``ddp_hook`` implies a scheme whose every step is a
+    world gradient average)."""
+
+    def __init__(self, ddp, module, batches, hook_state, hook_timer, world):
+        self.ddp, self.model_template = ddp, module  # DDP and the module whose parameters view the replica
+        self.batches, self.world = batches, world  # batches(i, b); the world that accounts the exchange
+        self.hook_state, self.hook_timer = hook_state, hook_timer  # the hook's collective, meter and timer
+
+    def __call__(self, b: int) -> LocalStep:
         t0 = time.perf_counter()
         x, y = self.batches(0, b)
         coll, meter = self.hook_state.collective(), self.hook_state.meter

@@ -2,11 +2,12 @@
 
 Per step (:meth:`Trainer.train_step`) the run's sync scheme (one object behind one interface,
 :mod:`lowbw.train.schemes`, chosen by ``sync``) runs the step: every replica held here takes its next local
-batch (its own seeded stream and augmentation generator) and computes its gradient (:meth:`Trainer.local_step`),
-then the scheme aggregates gradients, averages models or takes an outer step through the world's
-collectives, or (parameter server) applies one server update; it charges the step's time and bytes to the
-run's virtual clock (:mod:`lowbw.train.schemes.charge`). With ``clock=model`` every field of metrics.jsonl
-except the measured ``t_compute/t_compress/t_comm/t_step/t_wall`` is deterministic, ``t_virtual*`` included.
+batch (its own seeded stream and augmentation generator) and computes its gradient (the local step,
+:class:`~lowbw.train.schemes.base.ReplicaStep`), then the scheme aggregates gradients, averages models or
+takes an outer step through the world's collectives, or (parameter server) applies one server update; it
+charges the step's time and bytes to the run's virtual clock (:mod:`lowbw.train.schemes.charge`). With
+``clock=model`` every field of metrics.jsonl except the measured ``t_compute/t_compress/t_comm/t_step/t_wall``
+is deterministic, ``t_virtual*`` included.
 
 Outputs (main process): ``config.json`` at the start, one ``metrics.jsonl`` line every ``log_every`` steps
 and at every evaluation, ``summary.json`` last and atomically. The run's progress is one
@@ -32,8 +33,8 @@ from lowbw.train.optim import make_optimizer
 from lowbw.train.replicas import Replicas
 from lowbw.train.schedule import LRSchedule, dynamic_batch
 from lowbw.train.schemes import make_scheme
-from lowbw.train.schemes.base import LocalStep, StepContext
-from lowbw.train.state import Interval, RunState, WorkerStats
+from lowbw.train.schemes.base import ReplicaStep, StepContext
+from lowbw.train.state import Interval, RunState
 from lowbw.train.targets import parse_targets
 from lowbw.train.workload import build_template, load_workload
 
@@ -85,6 +86,8 @@ class Trainer:
         # the sync scheme (cfg.sync): what every step does after its local step; desloc averages the
         # optimiser's moments, the parameter server (ssp, async) draws its own batches
         self.sync = make_scheme(cfg, world, self.rep, self.opt, self.batches)
+        # the local step the scheme calls: a collaborator, not a method of this Trainer (DDP: its own)
+        self.local_step = ReplicaStep(self.rep, self.batches, len(world.ranks))
         self.state = RunState(batch=cfg.global_batch, next_eval=self.eval_every_samples,
                               ttt={t.name: None for t in parse_targets(cfg.targets)})
         self._t_start = time.perf_counter()
@@ -126,18 +129,6 @@ class Trainer:
         return StepContext(cfg=self.cfg, world=self.world, rep=self.rep, opt=self.opt, state=st,
                            lr=self.sched(st.samples), local_batch=self.local_batch, total=self.total,
                            local_step=self.local_step)
-
-    def local_step(self, b: int) -> LocalStep:
-        """Every local replica's gradient on its next ``b`` samples: the rows ``[R, P]`` and, per replica, its
-        loss, correct predictions, sample count and compute seconds (batch + forward/backward)."""
-        rep, R = self.rep, len(self.world.ranks)
-        t_batch = time.perf_counter()
-        xs, ys = zip(*(self.batches(i, b) for i in range(R)), strict=True)
-        t_batch = (time.perf_counter() - t_batch) / R  # per replica: loading and augmenting its batch
-        losses, correct, secs = rep.forward_backward(list(xs), list(ys))
-        stats = [WorkerStats(loss=losses[i], correct=correct[i], count=b, t_compute=t_batch + secs[i])
-                 for i in range(R)]
-        return LocalStep(rep.grads, stats)
 
     # ------------------------------------------------------------------------------------------- evaluation
     def evaluate(self) -> dict[str, float | None]:

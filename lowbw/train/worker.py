@@ -35,6 +35,7 @@ from lowbw.train.config import RunConfig, load_file, parse_override
 from lowbw.train.ddp import DDPTrainer
 from lowbw.train.loop import Trainer, resolve_device
 from lowbw.train.rundir import RunLock, finish
+from lowbw.train.schemes.registry import spec_of
 from lowbw.train.timeouts import peer_timeout_s
 from lowbw.train.world import DistWorld, default_threads
 
@@ -63,12 +64,7 @@ def worker_main(cfg, out, keep_checkpoint: bool = False) -> dict[str, Any]:
     world = DistWorld(cfg, timeout_s=t0, meta_timeout_s=_init_timeout_s(t0))
     ok = False
     try:
-        levels = []
-        if cfg.sync == "hierarchical":
-            levels.append("household")
-            if cfg.neighbourhoods:
-                levels.append("neighbourhood")
-        world.ensure_groups(["world", *levels])
+        world.ensure_groups(spec_of(cfg.sync).groups(cfg))  # the scheme's groups: the world, households, ...
         if cfg.ddp_hook:
             tr = DDPTrainer(cfg, world, out)
         else:

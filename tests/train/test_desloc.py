@@ -1,4 +1,4 @@
-"""sync: desloc (lowbw.train.desloc): local Adam with the parameters and each moment averaged on its own period."""
+"""sync: desloc (lowbw.train.schemes.desloc): local Adam, its parameters and each moment averaged on its own period."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import torch
 
 from lowbw.runs.io import read_jsonl
 from lowbw.train.config import ConfigError
-from lowbw.train.desloc import periods
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
+from lowbw.train.schemes.desloc import periods
 from lowbw.train.world import SimWorld
 from tests.helpers import config_of, sim_run, strip
 from tests.sim_procs import assert_same_metrics, sim_and_procs

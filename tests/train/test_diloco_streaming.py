@@ -287,7 +287,7 @@ def test_bench_e2e_accepts_the_diloco_presets():
 def test_background_jobs_run_in_order_and_every_wait_times_out():
     import threading
 
-    from lowbw.train.streaming import Background
+    from lowbw.train.schemes.streaming import Background
 
     bg, gate, order = Background(), threading.Event(), []
     first = bg.submit(lambda: (gate.wait(10), order.append(1))[1])

@@ -16,7 +16,7 @@ from lowbw.train.config import RunConfig
 from lowbw.train.config_fields import SYNC_SCHEMES
 from lowbw.train.loop import Trainer
 from lowbw.train.schemes import SCHEMES, scheme_class
-from lowbw.train.schemes.base import Scheme
+from lowbw.train.schemes.base import ReplicaStep, Scheme
 from lowbw.train.schemes.diloco import DiLoCo
 from lowbw.train.schemes.noloco import NoLoCo
 from lowbw.train.schemes.parameter_server import ParameterServer
@@ -93,3 +93,18 @@ def test_schedules():
     h = acts(cfg(sync="hierarchical", households=2, world_period=4, household_period=1))
     assert h == [("household", None)] * 3 + [("household", "world")] + [("household", None)] * 3 + [
         ("household", "world")]
+
+
+def test_a_scheme_gets_its_collaborators_not_the_trainer():
+    """The step context's local step is a collaborator of its own (the replicas and their batch streams), not a
+    method of the Trainer: a scheme's step never calls back into the Trainer."""
+    c = RunConfig.from_dict(dict(dataset="synthetic", model="mlp", workers=4, batch_size=32, steps=2,
+                                 progress=False))
+    tr = Trainer(c, SimWorld(c))
+    ctx = tr._context()
+    assert isinstance(ctx.local_step, ReplicaStep)
+    assert not any(isinstance(getattr(v, "__self__", None), Trainer) for v in vars(ctx).values())
+    assert not any(isinstance(v, Trainer) for v in vars(ctx).values())
+    tr.train_step()
+    assert tr.state.samples == 32
+    tr.sync.close()

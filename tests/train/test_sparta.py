@@ -1,4 +1,4 @@
-"""sync: sparta and sparta_density with diloco (lowbw.train.sparta): a random part of the parameters averaged
+"""sync: sparta and sparta_density with diloco (lowbw.train.schemes.sparta): a random part of the parameters averaged
 after every step."""
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ from lowbw.runs.io import read_jsonl
 from lowbw.train.config import ConfigError
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
-from lowbw.train.sparta import indices
+from lowbw.train.schemes.sparta import indices
 from lowbw.train.world import SimWorld
 from tests.helpers import config_of, sim_run, strip
 from tests.sim_procs import assert_same_metrics, sim_and_procs

@@ -1,5 +1,5 @@
 """Streaming DiLoCo as its paper states it: whole-layer strided fragments, the mixing factor alpha, and
-torchft's land-at-slot schedule (lowbw.train.streaming, lowbw.train.schemes.diloco)."""
+torchft's land-at-slot schedule (lowbw.train.schemes.streaming, lowbw.train.schemes.diloco)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from lowbw.train.config import ConfigError
 from lowbw.train.launch import run
 from lowbw.train.loop import Trainer
 from lowbw.train.schemes.diloco import OuterSchedule
-from lowbw.train.streaming import FragmentPlan, layers
+from lowbw.train.schemes.streaming import FragmentPlan, layers
 from lowbw.train.world import SimWorld
 from tests.helpers import config_of, sim_run, strip
 from tests.sim_procs import assert_same_metrics, sim_and_procs

@@ -8,7 +8,7 @@ where compute and (de)compression are measured (``clock=measured``) or modelled 
 ``clock_sample_s`` per sample, ``clock_compress_mbyte_s``), and the communication time is the
 :mod:`lowbw.net.costmodel` time of the exact collective calls the step made, at the configured link; an
 exchange in the background (diloco with ``diloco_delay``) adds, at the step it lands, only the part of its
-time the steps since its start did not hide (:mod:`lowbw.train.streaming`).
+time the steps since its start did not hide (:mod:`lowbw.train.schemes.streaming`).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ __all__ = ["count_comm", "record_step", "compress_model_s"]
 def count_comm(st: RunState, ex, weight: float = 1.0) -> None:
     """Accumulate the alpha-beta coefficients of exchange ``ex`` (lets the report re-time at any link) and its
     collective calls per worker (``messages``: one per bucket and round with ``granularity: bucket``);
-    ``weight``: the exposed fraction of a background exchange (:mod:`lowbw.train.streaming`)."""
+    ``weight``: the exposed fraction of a background exchange (:mod:`lowbw.train.schemes.streaming`)."""
     st.clock["comm_alpha_terms"] += ex.v_alpha * weight
     st.clock["comm_beta_bytes"] += ex.v_beta_bytes * weight
     st.messages += messages_of(ex)  # sent whole, exposed or not

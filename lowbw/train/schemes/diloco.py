@@ -15,7 +15,7 @@ the workers' mean: local SGD, up to floating-point rounding. BatchNorm statistic
 (each worker keeps its own, as the wrapper :mod:`lowbw.comm.diloco` does).
 
 Streaming DiLoCo (Douillard et al. 2025, "Streaming DiLoCo with overlapping communication"):
-``diloco_fragments`` F > 1 cuts the flat row into F fragments (:class:`lowbw.train.streaming.FragmentPlan`),
+``diloco_fragments`` F > 1 cuts the flat row into F fragments (:class:`lowbw.train.schemes.streaming.FragmentPlan`),
 each with its own slice of theta_start and its own outer momentum; fragment f does steps 1-4 alone after the
 inner steps t with t = (f + 1) H / F (mod H), so an exchange carries one fragment (its pseudo-gradient,
 through the collective and the compressor with error feedback like the whole model). ``diloco_delay`` tau >
@@ -30,10 +30,10 @@ default) starts fragment f's exchange after its slot t and lands it after t + ta
 (torchft's ``fragment_sync_delay``) starts it after t - tau and lands it at the slot t, so the fragments'
 updates land on the paper's schedule and Delta_f is taken tau steps earlier. The paper sends 4-bit
 pseudo-gradients: ``compressor: blockwise``, ``compressor_args: {bits: 4}``. On procs the exchange really runs
-in the background (one thread per process, :class:`lowbw.train.streaming.Background`) and is waited for,
+in the background (one thread per process, :class:`lowbw.train.schemes.streaming.Background`) and is waited for,
 with the world's peer timeout, at
 the landing step; sim runs it at once and applies it tau steps later (the same arithmetic). The virtual
-clock of the overlap is in :mod:`lowbw.train.streaming`. With F > 1 no step leaves the replicas equal: the
+clock of the overlap is in :mod:`lowbw.train.schemes.streaming`. With F > 1 no step leaves the replicas equal: the
 run is evaluated on theta_start (the global model, equal on every worker, :attr:`DiLoCo.global_row`).
 
 ``diloco_overlap: delayed`` (F = 1, tau = 0): one-step-delayed DiLoCo as PCCL's asynchronous DiLoCo runs it
@@ -77,8 +77,8 @@ from lowbw.comm.meter import Meter
 from lowbw.train.aggregate import TimedCollective, aggregate_rank
 from lowbw.train.config_rules import ConfigError
 from lowbw.train.optim import FlatOptimizer
+from lowbw.train.schemes.streaming import Background, FragmentPlan, InFlight
 from lowbw.train.schemes.synchronous import Action, ModelSync, Synchronous
-from lowbw.train.streaming import Background, FragmentPlan, InFlight
 from lowbw.train.world import Exchange
 
 __all__ = ["DiLoCo", "OuterSchedule", "merge_exchanges"]

@@ -1,27 +1,62 @@
-"""The sync scheme registry: every ``cfg.sync`` name and the class that runs it, one line per scheme.
+"""The sync scheme registry: every ``cfg.sync`` name and its declaration, one line per scheme.
 
-Classes are named by import path (``"module:Class"``) rather than imported, so this table imports nothing:
-the run config reads its names for the choices of ``sync`` (:data:`lowbw.train.config_fields.SYNC_SCHEMES`)
-without loading torch or the schemes, and :func:`lowbw.train.schemes.scheme_class` imports a scheme's module
-when a run builds it. Every class is built as ``cls(cfg, world, rep, opt, batches)``.
+A declaration (:class:`~lowbw.train.schemes.spec.SchemeSpec`, in the scheme's keys module
+:mod:`lowbw.train.schemes.keys`) names its class by import path (``"module:Class"``), so this table imports no
+scheme and no torch: the run config reads the names (the choices of ``sync``,
+:data:`lowbw.train.config_fields.SYNC_SCHEMES`), the key sets it is assembled from and the schemes' rules, and
+:func:`lowbw.train.schemes.scheme_class` imports a scheme's module when a run builds it. Every class is built
+as ``cls(cfg, world, rep, opt, batches)``.
 """
 
 from __future__ import annotations
 
-__all__ = ["SCHEMES"]
+from lowbw.train.schemes.keys import (
+    async_diloco,
+    decoupled_diloco,
+    desloc,
+    diloco,
+    halos,
+    noloco,
+    parameter_server,
+    sparta,
+    synchronous,
+)
+from lowbw.train.schemes.spec import SchemeSpec, key_names
 
-SCHEMES: dict[str, str] = {
-    "sync": "lowbw.train.schemes.synchronous:SyncSGD",
-    "local": "lowbw.train.schemes.synchronous:LocalSGD",
-    "post_local": "lowbw.train.schemes.synchronous:PostLocalSGD",
-    "hierarchical": "lowbw.train.schemes.synchronous:Hierarchical",
-    "ssp": "lowbw.train.schemes.parameter_server:ParameterServer",
-    "async": "lowbw.train.schemes.parameter_server:ParameterServer",
-    "diloco": "lowbw.train.schemes.diloco:DiLoCo",
-    "desloc": "lowbw.train.schemes.synchronous:LocalSGD",  # + the DesLoc add-on (lowbw.train.desloc) on the moments
-    "sparta": "lowbw.train.schemes.synchronous:LocalOnly",  # + the Sparta add-on (lowbw.train.sparta)
-    "noloco": "lowbw.train.schemes.noloco:NoLoCo",
-    "async_diloco": "lowbw.train.schemes.async_diloco:AsyncDiLoCo",
-    "decoupled_diloco": "lowbw.train.schemes.decoupled_diloco:DecoupledDiLoCo",
-    "halos": "lowbw.train.schemes.halos:HALoS",
+__all__ = ["SCHEMES", "spec_of", "key_sets", "users_of"]
+
+SCHEMES: dict[str, SchemeSpec] = {
+    "sync": synchronous.SYNC,
+    "local": synchronous.LOCAL,
+    "post_local": synchronous.POST_LOCAL,
+    "hierarchical": synchronous.HIERARCHICAL,
+    "ssp": parameter_server.SSP,
+    "async": parameter_server.ASYNC,
+    "diloco": diloco.SPEC,
+    "desloc": desloc.SPEC,
+    "sparta": sparta.SPEC,
+    "noloco": noloco.SPEC,
+    "async_diloco": async_diloco.SPEC,
+    "decoupled_diloco": decoupled_diloco.SPEC,
+    "halos": halos.SPEC,
 }
+
+
+def spec_of(name: str) -> SchemeSpec:
+    """The declaration of ``cfg.sync`` value ``name`` (KeyError for an unknown one: the config's enum names it
+    first)."""
+    return SCHEMES[name]
+
+
+def key_sets() -> list[type]:
+    """Every key set some registered scheme reads, once each, in registry order."""
+    out: list[type] = []
+    for spec in SCHEMES.values():
+        out += [ks for ks in spec.keys if ks not in out]
+    return out
+
+
+def users_of(key: str) -> list[str]:
+    """The schemes that read config key ``key`` (a key of a scheme's key set), in registry order."""
+    return [name for name, spec in SCHEMES.items() if key in key_names(spec)]
+

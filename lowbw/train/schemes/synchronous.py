@@ -13,9 +13,9 @@ Per step a scheme's :meth:`Synchronous.action` is a pair (gradient level, model-
                   every step (L_H = 1) or models every L_H steps; neighbourhoods (NB) every L_N steps; the
                   world every L_W steps (the highest level due wins). Thesis ch. 4.2.
 ``desloc``        :class:`LocalSGD` with Adam, whose moments are averaged on their own periods too (Iacob et
-                  al. 2025; the add-on :mod:`lowbw.train.desloc`)
+                  al. 2025; the add-on :mod:`lowbw.train.schemes.desloc`)
 ``sparta``        :class:`LocalOnly`: local steps; a random p of the parameters averaged after every step
-                  (Beton et al. 2025; the add-on :mod:`lowbw.train.sparta`)
+                  (Beton et al. 2025; the add-on :mod:`lowbw.train.schemes.sparta`)
 ``diloco``        :class:`lowbw.train.schemes.diloco.DiLoCo`: outer steps on the pseudo-gradient
 ``noloco``        :class:`lowbw.train.schemes.noloco.NoLoCo`: every L_W steps a pairwise outer step with one
                   seeded peer, no collective (Kolehmainen et al. 2025)
@@ -26,7 +26,7 @@ A :class:`Synchronous` scheme owns the run's compressor, one compressor State pe
 (each parameter tensor, or the flat gradient). It aggregates gradients and averages models at a level and
 returns the world's :class:`~lowbw.train.world.Exchange` of it; with ``adaptive: moo`` it also chooses the
 top-k density of each step (:meth:`Synchronous.adapt`). After its own model synchronisation it runs the
-add-ons of :data:`ADDONS` (:mod:`lowbw.train.addons`: desloc's moments, sparta's sparse average).
+add-ons of :data:`ADDONS` (:mod:`lowbw.train.schemes.addons`: desloc's moments, sparta's sparse average).
 """
 
 from __future__ import annotations
@@ -49,19 +49,19 @@ from lowbw.train.aggregate import (
     make_compressor,
     make_states,
 )
-from lowbw.train.desloc import DesLoc
 from lowbw.train.optim import clip_rows
 from lowbw.train.schemes.base import Scheme, StepContext
 from lowbw.train.schemes.charge import compress_model_s, count_comm, record_step
-from lowbw.train.sparta import Sparta
+from lowbw.train.schemes.desloc import DesLoc
+from lowbw.train.schemes.sparta import Sparta
+from lowbw.train.schemes.streaming import InFlight, landing_wait
 from lowbw.train.state import RunState, WorkerStats
-from lowbw.train.streaming import InFlight, landing_wait
 from lowbw.train.world import Exchange, link_for
 
 __all__ = ["Action", "ModelSync", "Synchronous", "SyncSGD", "LocalSGD", "PostLocalSGD", "Hierarchical",
            "LocalOnly", "ADDONS"]
 
-# per-step synchronisations after the scheme's own, in this order (lowbw.train.addons' interface)
+# per-step synchronisations after the scheme's own, in this order (lowbw.train.schemes.addons' interface)
 ADDONS = (DesLoc, Sparta)
 
 
@@ -105,7 +105,7 @@ class Synchronous(Scheme):
                                        numels=[k for _, _, k, _ in self.chunks])
             self.comp = ChosenTopK.like(self.comp)  # aggregates with the collective the policy chooses
         self.addons = [a(cfg, world, rep, opt, self.direct) for a in ADDONS if a.applies(cfg)]
-        self.link_free = 0.0  # virtual time the background link is free again (lowbw.train.streaming)
+        self.link_free = 0.0  # virtual time the background link is free again (lowbw.train.schemes.streaming)
 
     # ------------------------------------------------------------------------------------ the schedule
     def action(self, step: int, progress: float) -> Action:
@@ -199,7 +199,7 @@ class Synchronous(Scheme):
         return ls.grads, ls.stats, [ex], t_opt
 
     def overlap(self, st: RunState, ms: ModelSync) -> None:
-        """The virtual clock of background exchanges (diloco with tau > 0; :mod:`lowbw.train.streaming`):
+        """The virtual clock of background exchanges (diloco with tau > 0; :mod:`lowbw.train.schemes.streaming`):
         each exchange landing now makes the step wait w = max(0, e - T) for the link to finish it (T: the
         clock after this step's own time); exchanges starting now start at the clock after those waits."""
         clock = st.clock
@@ -411,13 +411,13 @@ class Hierarchical(Synchronous):
     neighbourhoods every L_N steps, the world every L_W steps; the highest level due wins."""
 
     def action(self, step: int, progress: float) -> Action:
-        c = self.cfg
-        grad = "household" if c.household_period == 1 else None
-        if step % c.world_period == 0:
+        cfg = self.cfg
+        grad = "household" if cfg.household_period == 1 else None
+        if step % cfg.world_period == 0:
             avg = "world"
-        elif c.neighbourhoods and step % c.neighbourhood_period == 0:
+        elif cfg.neighbourhoods and step % cfg.neighbourhood_period == 0:
             avg = "neighbourhood"
-        elif c.household_period > 1 and step % c.household_period == 0:
+        elif cfg.household_period > 1 and step % cfg.household_period == 0:
             avg = "household"
         else:
             avg = None

@@ -26,8 +26,8 @@ from __future__ import annotations
 
 import torch
 
-from lowbw.train.addons import AddOnResult, mean_rows
 from lowbw.train.assign import seed_for
+from lowbw.train.schemes.addons import AddOnResult, mean_rows
 
 __all__ = ["Sparta", "indices"]
 

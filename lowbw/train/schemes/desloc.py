@@ -23,7 +23,7 @@ far, e.g. a ReLU unit dead on its batches) and the averaged m is not, its step t
 
 from __future__ import annotations
 
-from lowbw.train.addons import AddOnResult, mean_rows
+from lowbw.train.schemes.addons import AddOnResult, mean_rows
 
 __all__ = ["DesLoc", "periods"]
 
