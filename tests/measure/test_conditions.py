@@ -85,8 +85,12 @@ def test_verdict_rules():
     assert cond.verdict(2, None, None, 4.0, 2.0) == ()  # our own two workers on two cores
     assert cond.verdict(2, None, None, 6.5, 2.0) == ("load 6.5 on 2 cores (2.0 of it ours)",)
     # four workers of ours on two cores: the load counts four runnable tasks, the CPU two cores; not busy
-    assert cond.verdict(2, 0.0, 0.0, 3.9, 1.5, own_tasks=4.0) == ()
-    assert cond.verdict(2, 0.0, 0.0, 6.5, 1.5, own_tasks=4.0) == ("load 6.5 on 2 cores (4.0 of it ours)",)
+    assert cond.verdict(2, None, None, 3.9, 1.5, own_tasks=4.0) == ()
+    assert cond.verdict(2, None, None, 6.5, 1.5, own_tasks=4.0) == ("load 6.5 on 2 cores (4.0 of it ours)",)
+    # where other processes' CPU is measured it decides alone: a lagging load of 3.5 after our own cells, with
+    # nobody else on the cores, is not busy; the same load with another process on a core is
+    assert cond.verdict(2, 0.0, 0.0, 3.5, 1.1) == ()
+    assert cond.verdict(2, 0.9, 0.0, 3.5, 1.1) == ("other processes used 0.90 of 2 cores",)
 
 
 def test_own_tasks_count_the_runnable_threads_of_our_tree():
