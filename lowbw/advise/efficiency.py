@@ -242,7 +242,8 @@ def lookup(rows: list[dict[str, Any]], method: str, model: str, kind: str, worke
 
     A row where every seed reached the target measures the ratio; a row where some seed did not is censored by
     its horizon: it only bounds the ratio from below (:func:`lower_bound`; a short run says nothing about a
-    longer one). Rows of the nearest setting that measure it are combined by their median ratio; where the
+    longer one). Rows of the nearest setting that measure it are combined by their median ratio, raised to the
+    bound of the censored rows as near (a converged run that arrived does not undo a short one that did not); where the
     nearest rows are all censored, the nearest rows that measure it (another target, model or number of
     workers) give the ratio, raised to the nearest rows' bound; where no row measures it, the bound itself (some
     seed reached some target); ``inf`` where no seed of the method reached any target."""
@@ -261,11 +262,17 @@ def lookup(rows: list[dict[str, Any]], method: str, model: str, kind: str, worke
     dense = statistics.median(finite) if finite else math.nan  # dense missed the target in short runs: unknown
     measured = [r for r in near if complete(r)]
     horizon = max((r["steps_max"] for r in near if math.isfinite(r.get("steps_max", math.nan))), default=math.nan)
+    bound = max(lower_bound(r) for r in near)
     if measured:
         ratio = statistics.median(r["steps_ratio"] for r in measured)
+        if bound > ratio:  # as near a setting where some seed missed within its horizon: at least its bound
+            censored = next(r for r in near if lower_bound(r) == bound)
+            return Efficiency(bound, "measured" if same else "extrapolated",
+                              f"at least {bound:.2f}x dense's steps: not every seed reached the target within "
+                              f"{censored['steps_max']:g} steps in {_where(censored)} ({ratio:.2f}x in "
+                              f"{_where(measured[0])})", dense)
         return Efficiency(ratio, "measured" if same else "extrapolated", f"{ratio:.2f}x dense's steps in {_where(r0)}",
                           dense)
-    bound = max(lower_bound(r) for r in near)
     failed = horizon if same else math.nan  # the user's own setting: some seed missed within this many steps
     within = f"not every seed reached the target within {horizon:g} steps in {_where(r0)}" \
         if math.isfinite(horizon) else f"did not reach the target in {_where(r0)}"

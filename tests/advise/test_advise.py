@@ -205,6 +205,12 @@ def test_a_short_run_that_missed_the_target_bounds_the_ratio_it_does_not_end_it(
     # no row measures it, but two seeds reached: the bound itself, said to be one
     e = lookup(rows[:1], "topk1", "gpt-mini", "lm", 4, "val_loss", 2.4)
     assert e.ratio == pytest.approx(1000 / 3 / 200) and e.basis.startswith("at least")
+    # as near as a row that measures 1.2x, a short run where no seed arrived within 250 steps (dense: 140):
+    # at least 250 / 140, not the 1.2x of the run that was long enough
+    rows = [_row("e10", "diloco16", 2.4, 3, 0, math.nan, 140.0, 250.0),
+            _row("e9c", "diloco16", 2.4, 3, 3, 120.0, 100.0, 1024.0)]
+    e = lookup(rows, "diloco16", "gpt-mini", "lm", 4, "val_loss", 2.4)
+    assert e.ratio == pytest.approx(250 / 140) and e.basis.startswith("at least") and "1.20x" in e.basis
     # no seed of the method reached any target: never
     none = [_row("e9", "topk1", 2.4, 3, 0, math.nan, 200.0, 400.0)]
     assert lookup(none, "topk1", "gpt-mini", "lm", 4, "val_loss", 2.4).ratio == math.inf
