@@ -51,22 +51,28 @@ def test_bad_loss_is_named(loss):
 
 
 def test_the_clocks_links_under_link_loss(tmp_path):
-    """link_for charges every latency step the stall of one message per worker and every byte its resends; the
+    """link_for charges every call the stall of one message per worker (its last step) and every byte its resends; the
     parameter server's port one message alone; the testbed gets the loss and the congestion control; a
     synchronous run trains identically (TCP resends every packet) and takes longer."""
+    from lowbw.compress.collective import CallRecord
+    from lowbw.net.costmodel import LinkParams
     from lowbw.runio import read_jsonl
     from lowbw.train import launch
     from lowbw.train.config import RunConfig
     from lowbw.train.schemes.parameter_server import server_link
-    from lowbw.train.world import link_for
+    from lowbw.train.world import comm_cost, link_for
     from tests.helpers import sim_run, strip
 
     base = sim_run(workers=4, steps=6, bandwidth_mbit=10.0, latency_ms=1.0)
     plain, lossy = RunConfig.from_dict(base), RunConfig.from_dict({**base, "link_loss": 0.1})
     a, b = link_for(plain, "world"), link_for(lossy, "world")
     rtt = 2e-3 + tcploss.MSS * 8 / a.bandwidth_bps
-    assert (b.alpha_s, b.bandwidth_bps) == pytest.approx(
-        tcploss.lossy_alpha_beta(a.alpha_s, a.bandwidth_bps, 0.1, rtt, "bbr", 4))
+    r = tcploss.recovery(0.1, rtt, a.bandwidth_bps, "bbr", 4)  # one message per worker in a call's last step
+    assert (b.alpha_s, b.bandwidth_bps, b.call_stall_s) == pytest.approx(
+        (a.alpha_s, a.bandwidth_bps / r.beta_factor, r.stall_s))
+    calls = {0: [[CallRecord("all_reduce", 4000, "ring", 4)] * 3] * 4}  # three calls in sequence: three stalls
+    assert comm_cost(calls, b)["v_comm"] == pytest.approx(comm_cost(calls, LinkParams(b.alpha_s, b.bandwidth_bps))
+                                                          ["v_comm"] + 3 * r.stall_s)
     s = server_link(lossy)
     assert (s.alpha_s, s.bandwidth_bps) == pytest.approx(
         tcploss.lossy_alpha_beta(a.alpha_s, a.bandwidth_bps, 0.1, rtt, "bbr", 1))

@@ -30,7 +30,10 @@ Expected time of one message (``alpha`` its latency, ``beta`` seconds per payloa
     t(m) = alpha + p RTO / (1 - 2p) + m beta_loss
 
 A step of a collective with ``k`` messages in flight at once ends with its last: its stall is charged with the
-probability that any of the ``k`` loses its tail (``1 - (1 - p)^k``), never the mean of one. What the model
+probability that any of the ``k`` loses its tail (``1 - (1 - p)^k``), never the mean of one. In a pipelined
+collective (a ring) the next step's data on the same connection reveals an earlier step's lost tail (RACK
+resends it at once), so only the last step's tails wait for the timer: the virtual clock charges the stall
+once per call (:class:`lowbw.train.links.LossyLink`), a message to a server once per message. What the model
 leaves out: lost ACKs (cumulative ACKs cover them; the receiver has the data), the slow start after a timeout,
 and two or more tail segments lost at once (the probe then waits ``2 SRTT`` + a few ms: a shorter stall).
 :mod:`lowbw.bench.loss` measures one message at a time on the testbed against :func:`message_time`.

@@ -13,8 +13,8 @@ from lowbw.net.costlinks import WorkerLink
 from lowbw.net.costmodel import LinkParams, calls_time
 from lowbw.net.trace import Trace, rates_at, resolve_trace
 
-__all__ = ["WorkerLinks", "ShapedLink", "link_for", "links_for", "worker_links", "has_worker_links", "bandwidth_at",
-           "comm_cost", "level_cost", "lossy"]
+__all__ = ["WorkerLinks", "ShapedLink", "LossyLink", "link_for", "links_for", "worker_links", "has_worker_links",
+           "bandwidth_at", "comm_cost", "level_cost", "lossy"]
 
 
 def lossy(cfg, alpha_s: float, bandwidth_bps: float, latency_ms: float, concurrent: int) -> tuple[float, float]:
@@ -96,6 +96,18 @@ class WorkerLinks(LinkParams):
 
 
 @dataclass(frozen=True)
+class LossyLink(LinkParams):
+    """A level's link under ``link_loss``: alpha as without loss, the bandwidth TCP's resends leave
+    (:func:`lowbw.net.tcploss.recovery`), and ``call_stall_s``, the expected wait of a collective call for a lost
+    tail (one message per worker in flight), which :func:`comm_cost` charges once per call: a pipelined
+    collective's earlier steps have a lost tail revealed by the next step's data on the same connection (RACK),
+    only its last step's waits for the retransmission timer. Seen as a plain :class:`LinkParams` (no stall)
+    by anything else."""
+
+    call_stall_s: float = 0.0
+
+
+@dataclass(frozen=True)
 class ShapedLink(LinkParams):
     """A link shaped by a token bucket (``clock_shaper_burst_bytes``, the testbed's tc tbf): ``bucket_bytes``
     payload bytes leave at line rate after the link idles; :func:`comm_cost` times each exchange's calls on it
@@ -145,9 +157,14 @@ def link_for(cfg, level: str, t_virtual: float = 0.0):
     else:
         bw = cfg.household_bandwidth_mbit or cfg.bandwidth_mbit
         lat = cfg.latency_ms if cfg.household_latency_ms < 0 else cfg.household_latency_ms
-    # alpha = network latency + the sending/receiving software's own per-message cost; beta = 1 / goodput;
-    # under link_loss both as TCP's loss recovery charges them (one message per worker in flight a step)
-    alpha, bps = lossy(cfg, (lat + cfg.clock_overhead_ms) / 1e3, bw * 1e6 * cfg.link_goodput, lat, cfg.workers)
+    # alpha = network latency + the sending/receiving software's own per-message cost; beta = 1 / goodput
+    alpha, bps = (lat + cfg.clock_overhead_ms) / 1e3, bw * 1e6 * cfg.link_goodput
+    if getattr(cfg, "link_loss", 0.0) and burst <= 0:  # TCP's loss recovery: resent bytes, a stall per call
+        r = tcploss.recovery(cfg.link_loss, 2 * lat / 1e3 + tcploss.MSS * 8 / bps, bps, cfg.tcp_congestion,
+                             cfg.workers)
+        return LossyLink(alpha_s=alpha, bandwidth_bps=bps / r.beta_factor, call_stall_s=r.stall_s)
+    if burst > 0:  # with a token bucket, the loss's stall on every step (lossy)
+        alpha, bps = lossy(cfg, alpha, bps, lat, cfg.workers)
     if burst > 0:  # the bucket counts wire bytes (frames); the clock's bytes are payload
         return ShapedLink(alpha_s=alpha, bandwidth_bps=bps, bucket_bytes=burst * cfg.link_goodput)
     return LinkParams(alpha_s=alpha, bandwidth_bps=bps)
@@ -200,12 +217,16 @@ _BETA_ONLY = (0.0, 8.0)  # alpha = 0,   beta = 1 s/byte -> the bytes on the crit
 
 def comm_cost(per_group_calls: dict[int, list[list]], link) -> dict[str, float]:
     """``v_comm`` at ``link`` (a :class:`WorkerLinks`: on every worker's own link, with its bucket if any; a
-    :class:`ShapedLink`: the calls as one exchange on its token bucket) plus its equal-link coefficients ``v_alpha`` and
+    :class:`ShapedLink`: the calls as one exchange on its token bucket; a :class:`LossyLink`: its stall once per
+    call) plus its equal-link coefficients ``v_alpha`` and
     ``v_beta_bytes`` of the plain link (see Exchange)."""
     links = list(link.workers) if isinstance(link, WorkerLinks) else None
     bucket = link.bucket_bytes if isinstance(link, ShapedLink | WorkerLinks) else 0.0
+    stall = 0.0
+    if isinstance(link, LossyLink):  # once per call: the most calls one group makes in sequence
+        stall = link.call_stall_s * max((len(lst) for lists in per_group_calls.values() for lst in lists), default=0)
     return {
-        "v_comm": _v_comm(per_group_calls, link, links, bucket),
+        "v_comm": _v_comm(per_group_calls, link, links, bucket) + stall,
         "v_alpha": _v_comm(per_group_calls, LinkParams(*_ALPHA_ONLY)),
         "v_beta_bytes": _v_comm(per_group_calls, LinkParams(*_BETA_ONLY)),
     }
