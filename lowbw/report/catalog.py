@@ -80,7 +80,8 @@ _BUDGET = (("Budget", "the network's wall-clock budget: its shortest run (durati
            ("LeadValue", "its quality there"), ("LeadNext", "the runner-up"),
            ("LeadBy", "the leader's margin over the runner-up (quality units)"))
 # ... and on the lossy networks, what the loss cost dense training
-_LOSSY = (("DensePpl", "dense's perplexity at the even network's budget there / on the even network, less 1 (%)"),
+_LOSSY = (("DensePpl", "dense's perplexity there after its whole even-network run's wall-clock / at that run's end, "
+                        "less 1 (%)"),
           ("DenseFinalGap", "dense's final validation loss there less on the even network, same steps (signed, "
                             "nats/char)"))
 

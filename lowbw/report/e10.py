@@ -141,6 +141,11 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
     # ... and the even network's, on every network: what the same wall-clock buys there
     b0 = budget.get(BASELINE_NETWORK, math.nan)
     per_run["at_even_budget"] = [_at_time(m, goal.metric, b0) for m in curves]
+    # ... and the wall-clock of the same seed's dense run on the even network (what loss costs at equal time)
+    dense = per_run[(per_run["network"] == BASELINE_NETWORK) & (per_run["method"] == "dense")]
+    dense_end = dict(zip(dense["seed"], dense["t_end_s"]))
+    per_run["at_dense_end"] = [_at_time(m, goal.metric, dense_end.get(s, math.nan))
+                               for m, s in zip(curves, per_run["seed"])]
     base = per_run[per_run["network"] == BASELINE_NETWORK].set_index(["method", "seed"])
     ttt_ratio, end_ratio = [], []
     for _, r in per_run.iterrows():
@@ -163,10 +168,10 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
     slow = []
     for (net, meth), g in per_run.groupby(["network", "method"], sort=False):
         tr, er, tt, acc = _ms(g["ttt_ratio"]), _ms(g["end_ratio"]), _ms(g["ttt_s"]), _ms(g["quality"])
-        bq, eq = _ms(g["at_budget"]), _ms(g["at_even_budget"])
+        bq, eq, dq = _ms(g["at_budget"]), _ms(g["at_even_budget"]), _ms(g["at_dense_end"])
         slow.append({"network": net, "method": meth, "links": g["links"].iloc[0], "ttt_mean_s": tt[0],
                      "budget_s": float(g["budget_s"].iloc[0]), "at_budget_mean": bq[0], "at_budget_std": bq[1],
-                     "at_even_budget_mean": eq[0],
+                     "at_even_budget_mean": eq[0], "at_dense_end_mean": dq[0],
                      "ttt_std_s": tt[1], "ttt_median_s": censored(g["ttt_s"]).median,
                      "ttt_ratio_median": censored(g["ttt_ratio"]).median,
                      "ttt_ratio_mean": tr[0], "ttt_ratio_std": tr[1],
@@ -346,8 +351,9 @@ def _leader(sd, net: str, higher_is_better: bool):
 
 def _budget_numbers(st: Stats) -> dict[str, str]:
     """Which method leads at each network's wall-clock budget (its shortest run) and by how much over the next;
-    on the lossy networks, what the loss cost dense: the perplexity at the even network's budget against the
-    even network's, and the final loss at equal steps (TCP resends every packet: the same math)."""
+    on the lossy networks, what the loss cost dense: its perplexity there after the wall-clock of its whole run
+    on the even network (same seed) against that run's, and the final loss at equal steps (TCP resends every
+    packet: the same math)."""
     sd, goal = st.tables["slowdown"], st.meta["goal"]
     p, hib = PREFIX[st.meta["key"]], goal.higher_is_better
     out: dict[str, str] = {}
@@ -374,7 +380,7 @@ def _budget_numbers(st: Stats) -> dict[str, str]:
         lossy = sd[(sd["network"] == net) & (sd["method"] == "dense")]
         if not net.startswith("loss") or lossy.empty or even.empty:
             continue
-        x, y = float(lossy["at_even_budget_mean"].iloc[0]), float(even["at_even_budget_mean"].iloc[0])
+        x, y = float(lossy["at_dense_end_mean"].iloc[0]), float(even["at_dense_end_mean"].iloc[0])
         if math.isfinite(x) and math.isfinite(y):  # perplexity = exp(loss per character)
             out[f"{p}{w}DensePpl"] = fmt_num(100 * (math.exp(x - y) - 1), 2)
         gap = float(lossy[f"{goal.metric}_mean"].iloc[0]) - float(even[f"{goal.metric}_mean"].iloc[0])
