@@ -39,7 +39,7 @@ class Entry:
     whole_method: bool = False  # a training method of its own (DeMo, SparseLoCo): its family names any run it is in
     value_sized: bool = False  # its payload's size depends on the values, not only on the shape (thresholding)
     bench: tuple[dict[str, Any], ...] = ()  # the settings the compressor benchmark (E2) measures, in its row order
-    adaptive_density: bool = False  # adaptive: moo may choose its top-k density each step (lowbw.adaptive.ChosenTopK)
+    adaptive_density: bool = False  # adaptive: moo may choose its top-k density (lowbw.train.adaptive.ChosenTopK)
 
 
 _REGISTRY: dict[str, Entry] = {}

@@ -9,7 +9,8 @@
   :mod:`~lowbw.net.namespaces`, :mod:`~lowbw.net.runner` and
   :mod:`~lowbw.net.linkemu` (delay, jitter and loss in userspace where the kernel has no netem),
   :mod:`~lowbw.net.trace` (bandwidth/delay traces) and :mod:`~lowbw.net.faults` (stragglers, failures,
-  partitions); :mod:`~lowbw.net.costlinks` is the cost model on per-worker links;
+  partitions); :mod:`~lowbw.net.costlinks` is the cost model on per-worker links, :mod:`~lowbw.net.tcploss`
+  what random packet loss adds to a message under TCP's loss recovery;
 * :mod:`lowbw.net.calibrated` -- E1's calibrated model of our collectives on the testbed's links (the
   alpha-beta model plus gloo's handshakes, refilled token buckets, the tree's window, per-step software cost);
 * :mod:`lowbw.net.ratelimit` -- the ``loopback-ratelimit`` fallback (in-process pacing of our own sends);

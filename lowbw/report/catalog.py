@@ -16,8 +16,9 @@ import re
 from lowbw.report.catalog_e12 import E12_MACROS  # E12's (Charles et al.'s DiLoCo scaling at micro scale)
 
 __all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E1_EXCHANGE_METHODS", "E2_INPUTS",
-           "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS", "CLAIMS",
-           "AXIS_NOT_RUN", "not_run_macro", "not_run_macros", "check_numbers", "word"]
+           "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS",
+           "E10_MLP_NETWORKS", "E10_LEAD_NETWORKS", "CLAIMS", "AXIS_NOT_RUN", "not_run_macro", "not_run_macros",
+           "check_numbers", "word"]
 
 PREFIX = {"e1": "EOne", "e2": "ETwo", "e3": "EThree", "e4": "EFour", "e5": "EFive", "e6": "ESix",
           "e7": "ESeven", "e8": "EEight", "e9": "ENine", "e10": "ETen",
@@ -45,8 +46,13 @@ E9_LINKS = {"Slow": (1.0, 0.5), "Mid": (10.0, 0.5), "Far": (10.0, 50.0)}
 # names (the language model's overlapped and gossip DiLoCo variants and the diloco16 they are placed against)
 E9_METHODS = {"e9lm": {"diloco16": "Diloco", "diloco16_delayed": "Delayed", "diloco16_eager": "Eager",
                        "noloco16": "Noloco"}}
-# E10's networks (experiment e10_<network>) other than "even" -> their words
-E10_NETWORKS = {"oneslow": "OneSlow", "asym": "Asym", "trace": "Trace", "straggler": "Straggler"}
+# E10's networks (experiment e10_<network>) other than "even" -> their words; the MLP's grid (medium profile) runs
+# the first four, the language model's all (issue 48 added the lossy and churning ones)
+E10_NETWORKS = {"oneslow": "OneSlow", "asym": "Asym", "trace": "Trace", "straggler": "Straggler", "loss1": "LossOne",
+                "loss10": "LossTen", "churn": "Churn"}
+E10_MLP_NETWORKS = ("oneslow", "asym", "trace", "straggler")
+# the networks whose method at the wall-clock budget the prose names (lowbw.report.e10's _budget_numbers)
+E10_LEAD_NETWORKS = ("loss1", "loss10", "churn")
 
 
 def _per_link(prefix: str) -> dict[str, str]:
@@ -68,15 +74,39 @@ def _per_method(key: str, quality: str) -> dict[str, str]:
                     "else how many seeds did"))}
 
 
-def _per_network(prefix: str) -> dict[str, str]:
-    """E10's numbers for each network but the even one (``E10_NETWORKS``): slow-downs against the even network."""
-    return {f"{prefix}{w}{k}": f"{what} ({net} network)" for net, w in E10_NETWORKS.items() for k, what in (
-        ("Links", "the network's links (words)"),
-        ("Best", "the method slowed least (time to target there / on the even network)"),
-        ("BestRatio", "its slow-down (ratio)"), ("Worst", "the method slowed most"),
-        ("WorstRatio", "its slow-down (ratio)"), ("DenseRatio", "dense training's slow-down (ratio)"),
-        ("RunBest", "the method whose whole run (the same samples) slowed least"),
-        ("RunBestRatio", "that slow-down (ratio)"))}
+# E10's numbers at a network's wall-clock budget (its shortest run; every seed of every method counted)
+_BUDGET = (("Budget", "the network's wall-clock budget: its shortest run (duration)"),
+           ("Lead", "the method with the best quality at that budget (mean over seeds)"),
+           ("LeadValue", "its quality there"), ("LeadNext", "the runner-up"),
+           ("LeadBy", "the leader's margin over the runner-up (quality units)"))
+# ... and on the lossy networks, what the loss cost dense training
+_LOSSY = (("DensePpl", "dense's perplexity there after its whole even-network run's wall-clock / at that run's end, "
+                        "less 1 (%)"),
+          ("DenseFinalGap", "dense's final validation loss there less on the even network, same steps (signed, "
+                            "nats/char)"))
+
+
+def _per_network(prefix: str, networks) -> dict[str, str]:
+    """E10's numbers for each of ``networks`` (not the even one): slow-downs against the even network; on the
+    networks of ``E10_LEAD_NETWORKS`` the method leading at the wall-clock budget, on the lossy ones what the loss
+    cost dense training. Churn refuses dense (every other method than the three that tolerate it): no ratio."""
+    out = {}
+    for net in networks:
+        w = E10_NETWORKS[net]
+        keys = [("Links", "the network's links (words)"),
+                ("Best", "the method slowed least (time to target there / on the even network)"),
+                ("BestRatio", "its slow-down (ratio)"), ("Worst", "the method slowed most"),
+                ("WorstRatio", "its slow-down (ratio)"), ("DenseRatio", "dense training's slow-down (ratio)"),
+                ("RunBest", "the method whose whole run (the same samples) slowed least"),
+                ("RunBestRatio", "that slow-down (ratio)")]
+        if net == "churn":
+            keys = [k for k in keys if k[0] != "DenseRatio"]
+        if net in E10_LEAD_NETWORKS:
+            keys += list(_BUDGET)
+        if net.startswith("loss"):
+            keys += list(_LOSSY)
+        out.update({f"{prefix}{w}{k}": f"{what} ({net} network)" for k, what in keys})
+    return out
 
 
 _SCHEMES = {  # E5 and E6 share their summary (lowbw.report.schemes)
@@ -342,7 +372,7 @@ MACROS: dict[str, str] = {
     "ETenEvenFastest": "fastest method to the target on the even network",
     "ETenEvenFastestTtt": "its mean virtual time (duration)",
     "ETenEvenLinks": "the even network's links (words)",
-    **_per_network("ETen"),
+    **_per_network("ETen", E10_MLP_NETWORKS),
     "ETenAutoChoice": "the collective(s) the cost model chose for top-k on the networks (words)",
     "ETenAutoMethod": "the method whose collective the cost model chooses",
     "ETenAutoFixed": "the same top-k without the choice",
@@ -407,7 +437,14 @@ MACROS.update({
     "ETenLmEvenFastest": "fastest method to the target on the even network",
     "ETenLmEvenFastestTtt": "its mean virtual time (duration)",
     "ETenLmEvenLinks": "the even network's links (words)",
-    **_per_network("ETenLm"),
+    "ETenLmBudgetLeads": "per network, the method leading at its budget, its loss and margin (list)",
+    "ETenLmLossBenchDate": "date of the measurement of TCP's loss recovery on the testbed (lowbw.bench.loss)",
+    "ETenLmLossBenchHost": "the machine that measured it",
+    "ETenLmLossBenchRate": "its links' rate",
+    "ETenLmLossBenchCc": "the TCP congestion control its links ran",
+    "ETenLmLossBenchList": "per loss and message size: the extra time measured and modelled (list)",
+    "ETenLmLossBenchLoad": "the highest 1-minute load while it measured",
+    **_per_network("ETenLm", E10_NETWORKS),
 })
 # E9 on the language model near convergence, each method tuned (lowbw.report.lmc)
 MACROS.update({
@@ -526,8 +563,10 @@ CLAIMS: dict[str, tuple[float, str]] = {
     "ENineRareBytesMin": (1.0, "times fewer bytes per step than dense"),
     "ENineLmRareBytesMin": (1.0, "times fewer bytes per step than dense"),
     "EEightComputeScaleFour": (1.0, "times slower than alone"),
-    **{f"{p}{w}DenseRatio": (1.0, "dense training is ... times slower") for p in ("ETen", "ETenLm")
-       for w in E10_NETWORKS.values()},
+    **{f"{p}{E10_NETWORKS[n]}DenseRatio": (1.0, "dense training is ... times slower")
+       for p, nets in (("ETen", E10_MLP_NETWORKS), ("ETenLm", E10_NETWORKS)) for n in nets if n != "churn"},
+    **{f"ETenLm{E10_NETWORKS[n]}DensePpl": (0.0, "dense's perplexity ... higher than without")
+       for n in E10_NETWORKS if n.startswith("loss")},
 }
 
 

@@ -1,8 +1,10 @@
 """E10 -- unequal and unsteady networks (``runs/e10_<network>``): the same schemes of four workers on five
-networks (one experiment per network, the network in its base): ``even`` (every link the same), ``oneslow``
-(one worker's link slower), ``asym`` (uplinks slower than downlinks), ``trace`` (every link following a
-bandwidth trace) and ``straggler`` (one worker computing longer). Which schemes degrade gracefully, and by
-how much?
+networks (the language model: eight; one experiment per network, the network in its base): ``even`` (every
+link the same), ``oneslow`` (one worker's link slower), ``asym`` (uplinks slower than downlinks), ``trace``
+(every link following a bandwidth trace), ``straggler`` (one worker computing longer), and on the language
+model (issue 48) ``loss1``/``loss10`` (1% and 10% of every uplink's packets lost at random: TCP resends them,
+the clock charges its recovery, :mod:`lowbw.net.tcploss`) and ``churn`` (a worker leaves and rejoins; only
+the schemes that tolerate it run there). Which schemes degrade gracefully, and by how much?
 
 Every time here is the run's own virtual clock (``t_virtual``: per-worker links timed by
 :mod:`lowbw.net.costlinks`, the trace read at each step's virtual time, a synchronous step waiting for its
@@ -13,6 +15,11 @@ Slow-down of a scheme on a network = its virtual time to the target accuracy the
 (the same scheme and seed: for synchronous schemes on the model clock the two runs train identically and
 differ only in time), then mean and standard deviation over the seeds where both reached the target.
 
+At a fixed wall-clock budget: a network's budget is its shortest run (so that every seed of every method has a
+value at it), and each run is judged by its last evaluation at or before it (``at_budget``; ``at_even_budget``:
+at the even network's budget, what the same wall-clock buys on each network); the method with the best mean over
+all seeds leads, by its margin over the next.
+
 Top-k whose collective the cost model chooses (``adaptive: moo`` at one density, :mod:`lowbw.train.adaptive`): which
 collective its policy picks on each network is recomputed here from the run's config at every logged step's
 virtual time (:func:`lowbw.train.adaptive.run_collective`, the links the run's clock had then), and it is compared
@@ -20,7 +27,8 @@ with the same top-k without the policy (``FIXED``).
 
 The check against the testbed (``runs/bench/e10check.json``, ``python -m lowbw bench e10check``; optional:
 the paper builds without it) is the table ``check`` and the ``ETenCheck*`` numbers, labelled with the machine
-and date that measured it.
+and date that measured it; the language model's numbers carry ``runs/bench/loss.json`` (``python -m lowbw bench
+loss``: what loss costs one message on the testbed, against the clock's model) as ``ETenLmLossBench*``.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ from functools import partial
 
 import pandas as pd
 
-from lowbw.report.catalog import E10_NETWORKS, PREFIX, word
+from lowbw.net.units import parse_rate
+from lowbw.report.catalog import E10_NETWORKS, MACROS, PREFIX, word
 from lowbw.report.common import fmt_duration, plotting, training_runs
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.goal import goal_of
@@ -40,6 +49,8 @@ from lowbw.report.stats import censored
 from lowbw.report.training import time_to_target
 from lowbw.train.adaptive import run_collective
 from lowbw.train.config import RunConfig
+from lowbw.train.faults import parse_faults
+from lowbw.workflow.hoststore import cores_of
 
 __all__ = ["E10", "E10LM", "NETWORKS", "BASELINE_NETWORK", "EXPERIMENTS", "TARGET", "RUNS_PREFIX"]
 
@@ -57,7 +68,8 @@ COLLECTIVE_WORDS = {"allgather": "all-gather", "artopk-ring": "AR-Top-$k$ over a
                     "artopk-tree": "AR-Top-$k$ over a tree"}
 # panel titles of the figure
 TITLES = {"oneslow": "one slow worker link", "asym": "slow uplinks", "trace": "bandwidth trace",
-          "straggler": "one straggler"}
+          "straggler": "one straggler", "loss1": "1% packet loss", "loss10": "10% packet loss",
+          "churn": "a worker leaves, rejoins"}
 
 
 def _links_label(r) -> str:
@@ -88,6 +100,13 @@ def _links_label(r) -> str:
         parts = [f"trace {r['bandwidth_trace']}"]
     if speeds and max(speeds) != min(speeds):
         parts.append(f"one worker {fmt_num(max(speeds) / min(speeds))}x compute")
+    v = r.get("link_loss")
+    loss = float(v) if v is not None and v == v else 0.0  # NaN: a run of a config without the key
+    if loss:
+        parts.append(f"{fmt_num(round(100 * loss, 6))}% of packets lost on every uplink")
+    for c in parse_faults([str(f) for f in _lst(r.get("faults"))], int(r["workers"])):
+        parts.append(f"worker {c.rank} away after step {c.leave_step}"
+                     + (f", back after {c.rejoin_step}" if c.rejoin_step is not None else " for good"))
     return ", ".join(parts)
 
 
@@ -106,14 +125,27 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
     if goal.metric == "test_acc" and goal.target.value > TARGET:
         goal = goal_of({"targets": {str(runs["dataset"].iloc[0]): TARGET}}, runs)
     target = goal.target
-    rows = []
+    rows, curves = [], []
     for _, r in runs.iterrows():
         m = mets[(mets["run"] == r["run"]) & (mets["experiment"] == r["experiment"])]
+        curves.append(m)
         rows.append({"network": r["experiment"].removeprefix(pre), "method": r["method"], "seed": int(r["seed"]),
                      "run": r["run"], "links": _links_label(r), "ttt_s": time_to_target(m, target),
                      "t_end_s": float(r["t_virtual"]), "quality": float(r[goal.final]),
                      "workers": int(r["workers"]), "steps": int(r["step"])})
     per_run = pd.DataFrame(rows)
+    # the wall-clock budget of a network: its shortest run, so that every seed of every method has a value at it
+    budget = per_run.groupby("network")["t_end_s"].min().to_dict()
+    per_run["budget_s"] = per_run["network"].map(budget)
+    per_run["at_budget"] = [_at_time(m, goal.metric, b) for m, b in zip(curves, per_run["budget_s"])]
+    # ... and the even network's, on every network: what the same wall-clock buys there
+    b0 = budget.get(BASELINE_NETWORK, math.nan)
+    per_run["at_even_budget"] = [_at_time(m, goal.metric, b0) for m in curves]
+    # ... and the wall-clock of the same seed's dense run on the even network (what loss costs at equal time)
+    dense = per_run[(per_run["network"] == BASELINE_NETWORK) & (per_run["method"] == "dense")]
+    dense_end = dict(zip(dense["seed"], dense["t_end_s"]))
+    per_run["at_dense_end"] = [_at_time(m, goal.metric, dense_end.get(s, math.nan))
+                               for m, s in zip(curves, per_run["seed"])]
     base = per_run[per_run["network"] == BASELINE_NETWORK].set_index(["method", "seed"])
     ttt_ratio, end_ratio = [], []
     for _, r in per_run.iterrows():
@@ -136,7 +168,10 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
     slow = []
     for (net, meth), g in per_run.groupby(["network", "method"], sort=False):
         tr, er, tt, acc = _ms(g["ttt_ratio"]), _ms(g["end_ratio"]), _ms(g["ttt_s"]), _ms(g["quality"])
+        bq, eq, dq = _ms(g["at_budget"]), _ms(g["at_even_budget"]), _ms(g["at_dense_end"])
         slow.append({"network": net, "method": meth, "links": g["links"].iloc[0], "ttt_mean_s": tt[0],
+                     "budget_s": float(g["budget_s"].iloc[0]), "at_budget_mean": bq[0], "at_budget_std": bq[1],
+                     "at_even_budget_mean": eq[0], "at_dense_end_mean": dq[0],
                      "ttt_std_s": tt[1], "ttt_median_s": censored(g["ttt_s"]).median,
                      "ttt_ratio_median": censored(g["ttt_ratio"]).median,
                      "ttt_ratio_mean": tr[0], "ttt_ratio_std": tr[1],
@@ -152,6 +187,9 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
     check = ctx.bench("e10check") if key == "e10" else None  # the testbed check ran the MLP's networks
     if check and check.get("rows"):
         tables["check"] = _check_table(check)
+    loss_bench = ctx.bench("loss") if key == "e10lm" else None  # TCP's loss recovery: testbed against the clock
+    if loss_bench and loss_bench.get("rows"):
+        tables["loss_bench"] = pd.DataFrame(loss_bench["rows"])
     return Stats(tables,
                  {"source": f"runs/{pre}*", "key": key, "goal": goal, "metric": goal.metric,
                   "target": target.value, "seeds": int(per_run["seed"].nunique()),
@@ -159,7 +197,54 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
                   "steps": sorted(int(n) for n in per_run["steps"].unique()),
                   "networks": [n for n in NETWORKS if n in set(per_run["network"])],
                   "methods": _method_order(ctx, per_run, pre), "baseline": BASELINE_NETWORK,
-                  "check": _check_meta(check) if check and check.get("rows") else None})
+                  "check": _check_meta(check) if check and check.get("rows") else None,
+                  "loss_bench": _loss_meta(loss_bench) if loss_bench and loss_bench.get("rows") else None})
+
+
+def _at_time(m, metric: str, t: float) -> float:
+    """The run's last evaluation of ``metric`` at virtual time <= ``t`` (a run that ended before keeps its last
+    one); NaN where it has none by then."""
+    if metric not in m or not math.isfinite(t):
+        return math.nan
+    e = m[m[metric].notna() & (m["t_virtual"] <= t * (1 + 1e-12))]
+    return float(e.sort_values("t_virtual")[metric].iloc[-1]) if not e.empty else math.nan
+
+
+def _loss_meta(doc: dict) -> dict:
+    """Where and how ``runs/bench/loss.json`` (:mod:`lowbw.bench.loss`) measured."""
+    prov, cond, setting = doc.get("provenance") or {}, doc.get("conditions") or {}, doc.get("setting") or {}
+    return {"date": str(prov.get("date", "?"))[:10], "host": f"{prov.get('cpu', '?')}, {cores_of(prov)} cores",
+            "origin": prov.get("origin"), "rate": setting.get("rate"), "cc": setting.get("congestion_control"),
+            "load": cond.get("load1_max"), "busy": bool(cond.get("busy"))}
+
+
+# where lowbw.bench.loss's emulators drop the packets, in words
+DROPPED = {"kernel": "dropped at the sender", "userspace": "dropped on the wire"}
+
+
+def _loss_bench_numbers(st: Stats) -> dict[str, str]:
+    """The clock's model of TCP's loss recovery against the testbed: per lossy cell, the extra time a message
+    took (mean over the cell's messages, less the same size's at no loss) and what the model charges."""
+    t, meta = st.tables.get("loss_bench"), st.meta.get("loss_bench")
+    if t is None or t.empty or not meta:
+        return {}
+    p = PREFIX[st.meta["key"]]
+    cells = t[t["loss"] > 0].sort_values([c for c in ("emulator", "loss", "size") if c in t], kind="stable")
+
+    def kb(n: int) -> str:
+        return f"{fmt_num(n / 1024, 3)}\\,KiB" if n < 1 << 20 else f"{fmt_num(n / (1 << 20), 3)}\\,MiB"
+
+    out = {f"{p}LossBenchDate": escape(meta["date"]), f"{p}LossBenchHost": escape(meta["host"]),
+           f"{p}LossBenchCc": escape(str(meta["cc"])),
+           f"{p}LossBenchRate": rf"{fmt_num(parse_rate(meta['rate']) / 1e6)}\,Mbit/s",
+           f"{p}LossBenchList": "; ".join(
+               rf"{kb(int(r['size']))} at {fmt_num(round(100 * r['loss'], 6))}\,\% "
+               rf"{DROPPED.get(r.get('emulator'), 'dropped')}: {fmt_num(1e3 * r['extra_s'], 2)} ms measured, "
+               rf"{fmt_num(1e3 * r['model_extra_s'], 2)} ms modelled" + (" (busy)" if r["busy"] else "")
+               for _, r in cells.iterrows())}
+    if meta["load"] is not None:
+        out[f"{p}LossBenchLoad"] = fmt_num(float(meta["load"]), 2)
+    return out
 
 
 def _auto_choices(ctx: Context, runs, mets, pre: str):
@@ -246,10 +331,61 @@ def numbers(st: Stats) -> dict[str, str]:
             lo = run.loc[run["end_ratio_mean"].idxmin()]
             out[f"{p}{w}RunBest"] = escape(lo["method"])
             out[f"{p}{w}RunBestRatio"] = fmt_num(float(lo["end_ratio_mean"]), 3)
+    out.update(_budget_numbers(st))
+    out.update(_loss_bench_numbers(st))
     if st.meta["key"] == "e10":  # the adaptive collective and the testbed check ran on the MLP's grid
         out.update(_auto_numbers(st))
         out.update(_check_numbers(st))
     return out
+
+
+def _leader(sd, net: str, higher_is_better: bool):
+    """(leader, runner-up) rows of network ``net`` by the quality at its budget (every seed counted), or None
+    with fewer than two methods measured there."""
+    t = sd[(sd["network"] == net) & sd["at_budget_mean"].notna()]
+    if len(t) < 2:
+        return None
+    t = t.sort_values("at_budget_mean", ascending=not higher_is_better, kind="stable")
+    return t.iloc[0], t.iloc[1]
+
+
+def _budget_numbers(st: Stats) -> dict[str, str]:
+    """Which method leads at each network's wall-clock budget (its shortest run) and by how much over the next;
+    on the lossy networks, what the loss cost dense: its perplexity there after the wall-clock of its whole run
+    on the even network (same seed) against that run's, and the final loss at equal steps (TCP resends every
+    packet: the same math)."""
+    sd, goal = st.tables["slowdown"], st.meta["goal"]
+    p, hib = PREFIX[st.meta["key"]], goal.higher_is_better
+    out: dict[str, str] = {}
+    leads = []
+    for net in st.meta["networks"]:
+        w = "Even" if net == BASELINE_NETWORK else E10_NETWORKS.get(net)
+        pair = _leader(sd, net, hib)
+        if w is None or pair is None:
+            continue
+        a, b = pair
+        by = abs(float(a["at_budget_mean"]) - float(b["at_budget_mean"]))
+        vals = {"Budget": fmt_duration(float(a["budget_s"])), "Lead": escape(a["method"]),
+                "LeadValue": goal.fmt(float(a["at_budget_mean"])), "LeadNext": escape(b["method"]),
+                "LeadBy": goal.fmt(by, 2)}
+        out.update({f"{p}{w}{k}": v for k, v in vals.items()})  # where catalogued: E10_LEAD_NETWORKS' on the LM
+        leads.append(f"{escape(net)}: {vals['Lead']} ({vals['LeadValue']} at {vals['Budget']}, {vals['LeadBy']} "
+                     f"ahead of {vals['LeadNext']})")
+    if leads:
+        out[f"{p}BudgetLeads"] = "; ".join(leads)
+    if goal.metric != "val_loss":
+        return {k: v for k, v in out.items() if k in MACROS}
+    even = sd[(sd["network"] == BASELINE_NETWORK) & (sd["method"] == "dense")]
+    for net, w in E10_NETWORKS.items():
+        lossy = sd[(sd["network"] == net) & (sd["method"] == "dense")]
+        if not net.startswith("loss") or lossy.empty or even.empty:
+            continue
+        x, y = float(lossy["at_dense_end_mean"].iloc[0]), float(even["at_dense_end_mean"].iloc[0])
+        if math.isfinite(x) and math.isfinite(y):  # perplexity = exp(loss per character)
+            out[f"{p}{w}DensePpl"] = fmt_num(100 * (math.exp(x - y) - 1), 2)
+        gap = float(lossy[f"{goal.metric}_mean"].iloc[0]) - float(even[f"{goal.metric}_mean"].iloc[0])
+        out[f"{p}{w}DenseFinalGap"] = fmt_num(gap, 2) if gap else "0"  # signed
+    return {k: v for k, v in out.items() if k in MACROS}
 
 
 def _auto_numbers(st: Stats) -> dict[str, str]:
@@ -375,6 +511,21 @@ def table(st: Stats) -> str:
         for net in nets:
             row.append(_cell(sd.loc[(net, meth)], net != BASELINE_NETWORK) if (net, meth) in sd.index else "--")
         rows.append(row)
+    # below: the quality at each network's wall-clock budget, every seed counted, the leader in bold
+    flat = st.tables["slowdown"]
+    lead = {n: pair[0]["method"] for n in nets if (pair := _leader(flat, n, goal.higher_is_better)) is not None}
+    budgets = [fmt_duration(float(flat.loc[flat["network"] == n, "budget_s"].iloc[0])) for n in nets]
+    rows.append([r"\midrule \emph{at the budget}", ""] + budgets)
+    for meth in st.meta["methods"]:
+        row = [escape(meth), ""]
+        for net in nets:
+            if (net, meth) not in sd.index or not math.isfinite(sd.loc[(net, meth), "at_budget_mean"]):
+                row.append("--")
+                continue
+            r = sd.loc[(net, meth)]
+            v = goal.fmt(r["at_budget_mean"]) + r" $\pm$ " + goal.fmt(r["at_budget_std"], 2)
+            row.append(rf"\textbf{{{v}}}" if lead.get(net) == meth else v)
+        rows.append(row)
     header = ["Method", goal.label] + [escape(n) for n in nets]
     nets_text = "; ".join(f"{escape(n)}: {escape(st.tables['slowdown'].query('network == @n')['links'].iloc[0])}"
                           for n in nets)
@@ -384,8 +535,11 @@ def table(st: Stats) -> str:
                     f"network (mean $\\pm$ std), virtual time to {goal.words} there, and "
                     f"on every other network that time divided by the same run's on the even one (mean over "
                     f"seeds; (k/n): only k of n seeds reached the target; in parentheses the same ratio for the "
-                    f"whole run, the same samples). Times are the runs' own virtual "
-                    f"clocks on per-worker links. Networks: {nets_text}.", f"tab:{st.meta['key']}", size=r"\scriptsize")
+                    f"whole run, the same samples). Below: {goal.label.lower()} at each network's wall-clock budget "
+                    f"(its shortest run, so that every seed of every method counts; mean $\\pm$ std over seeds; the "
+                    f"{'highest' if goal.higher_is_better else 'lowest'} in bold). Times are the runs' "
+                    f"own virtual clocks on per-worker links. Networks: {nets_text}.", f"tab:{st.meta['key']}",
+                    size=r"\scriptsize")
 
 
 def figure(st: Stats):
@@ -396,7 +550,11 @@ def figure(st: Stats):
     sd = st.tables["slowdown"]
     nets = [n for n in st.meta["networks"] if n != BASELINE_NETWORK]
     methods = st.meta["methods"]
-    fig, axes = plt.subplots(1, max(1, len(nets)), figsize=(7.0, 2.3), sharey=True, squeeze=False)
+    ncols = min(4, max(1, len(nets)))  # four panels a row: the lossy and churning networks make up to seven
+    nrows = math.ceil(max(1, len(nets)) / ncols)
+    fig, axes = plt.subplots(nrows, ncols, figsize=(7.0, 2.3 * nrows), sharey=True, squeeze=False)
+    for ax in list(axes.flat)[len(nets):]:
+        ax.set_visible(False)
     bar = sns.color_palette("colorblind")[0]  # one colour: the y axis names the method, the legend the bar
     for ax, net in zip(axes.flat, nets):
         g = sd[sd["network"] == net].set_index("method")
@@ -418,7 +576,7 @@ def figure(st: Stats):
     handles, labels = axes.flat[0].get_legend_handles_labels()
     fig.legend(handles, labels, loc="upper center", ncol=2, fontsize=7, frameon=False, bbox_to_anchor=(0.5, 1.0))
     axes.flat[0].invert_yaxis()
-    fig.tight_layout(rect=(0, 0, 1, 0.9))
+    fig.tight_layout(rect=(0, 0, 1, 1 - 0.1 / nrows))
     return fig
 
 

@@ -207,6 +207,13 @@ class EngineKeys:
     bandwidth_mbit: float = _f(10.0, "link bandwidth (Mbit/s) of every worker for the virtual clock / testbed",
                                exclusive_minimum=0, group="clock")
     latency_ms: float = _f(0.0, "one-way link latency (ms)", minimum=0, group="clock")
+    link_loss: float = _f(0.0, "fraction of packets every worker's uplink drops at random (the testbed's --loss; "
+                          "below 0.5): TCP resends them, so loss costs time, never data; the virtual clock charges "
+                          "the expected resent bytes, tail-loss probes and timeouts of lowbw.net.tcploss",
+                          minimum=0, group="clock")
+    tcp_congestion: str = _f("bbr", "under link_loss: the TCP congestion control the clock models and the testbed "
+                             "sets on its links; reno and cubic cap the rate at Mathis et al.'s window sqrt(3/(2p)) "
+                             "segments per round trip, bbr does not", enum=["bbr", "cubic", "reno"], group="clock")
     worker_bandwidth_mbit: list[float] = _f([], "per-worker link rate (Mbit/s) each way, one per worker (the "
                                             "testbed's --rates); []: bandwidth_mbit for every worker",
                                             group="clock")

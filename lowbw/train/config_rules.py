@@ -230,6 +230,10 @@ def _check_backends_and_network(cfg) -> None:
         if v and (len(v) != cfg.workers or min(v) < 0 or (k != "worker_latency_ms" and min(v) <= 0)):
             raise ConfigError(k, f"{v}: needs {cfg.workers} numbers (one per worker), "
                                  + ("each >= 0" if k == "worker_latency_ms" else "each > 0"))
+    if cfg.link_loss >= 0.5:
+        raise ConfigError("link_loss", f"{cfg.link_loss}: a fraction below 0.5 (0.01 = 1% of packets lost)")
+    if cfg.tcp_congestion != "bbr" and not cfg.link_loss:
+        raise ConfigError("tcp_congestion", f"{cfg.tcp_congestion}: only used with link_loss > 0")
     if cfg.bandwidth_trace and cfg.bandwidth_schedule:
         raise ConfigError("bandwidth_trace", "give a trace or a bandwidth_schedule, not both")
     if cfg.bandwidth_trace:

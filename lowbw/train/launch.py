@@ -63,18 +63,27 @@ def testbed_links(cfg: RunConfig) -> dict:
     """The :class:`lowbw.net.testbed.Testbed` arguments of a run's network: ``bandwidth_mbit``/``latency_ms``
     for every worker, or one link per worker from ``worker_bandwidth_mbit`` (both ways; the testbed's
     ``--rates``), ``worker_uplink_mbit`` (``--up``) and ``worker_latency_ms`` (``--delays``, on the uplink);
-    ``bandwidth_trace`` (a packaged name or a file) as the testbed's trace."""
+    ``bandwidth_trace`` (a packaged name or a file) as the testbed's trace; ``link_loss`` on every uplink
+    (the testbed's ``--loss``, through the userspace link emulator) under the ``tcp_congestion`` the clock
+    models."""
     args: dict = {"workers": cfg.workers}
     if cfg.worker_bandwidth_mbit or cfg.worker_uplink_mbit or cfg.worker_latency_ms:
         M = cfg.workers
         down = list(cfg.worker_bandwidth_mbit) or [cfg.bandwidth_mbit] * M
         up = list(cfg.worker_uplink_mbit) or down
         lat = list(cfg.worker_latency_ms) or [cfg.latency_ms] * M
-        args["links"] = [LinkSpec.parse(rate=f"{d}mbit", up=f"{u}mbit", delay=f"{a}ms" if a else None)
+        args["links"] = [LinkSpec.parse(rate=f"{d}mbit", up=f"{u}mbit", delay=f"{a}ms" if a else None,
+                                       loss=cfg.link_loss or None)
                          for d, u, a in zip(down, up, lat)]
     else:
         args["rate"] = f"{cfg.bandwidth_mbit}mbit"
         args["delay"] = f"{cfg.latency_ms}ms" if cfg.latency_ms else None
+    if cfg.link_loss:  # dropped on the wire by the userspace link emulator, as a network loses packets: the
+        # kernel's random-drop classifier (without netem) drops at the sender's own qdisc, which tells its TCP at
+        # once (python -m lowbw bench loss measures both)
+        args.update(congestion_control=cfg.tcp_congestion, link_emulator="userspace")
+        if "links" not in args:
+            args["loss"] = cfg.link_loss
     if cfg.bandwidth_trace:
         args["trace"] = resolve_trace(cfg.bandwidth_trace, cfg.workers)
     return args

@@ -1,20 +1,32 @@
 """The virtual clock's links: what each synchronisation level's link is at a virtual time (one link, or
 every worker's own uplink and downlink under the per-worker keys and a bandwidth trace, with the testbed's
-token bucket where ``clock_shaper_burst_bytes`` says) and the modelled time of an exchange's call records on
-it (:func:`comm_cost`; groups at one level run in parallel, the slowest counts). Used by
-:mod:`lowbw.train.world` and the parameter server."""
+token bucket where ``clock_shaper_burst_bytes`` says, and TCP's loss recovery where ``link_loss`` says:
+:func:`lossy`) and the modelled time of an exchange's call records on it (:func:`comm_cost`; groups at one
+level run in parallel, the slowest counts). Used by :mod:`lowbw.train.world` and the parameter server."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from lowbw.net import costlinks
+from lowbw.net import costlinks, tcploss
 from lowbw.net.costlinks import WorkerLink
 from lowbw.net.costmodel import LinkParams, calls_time
 from lowbw.net.trace import Trace, rates_at, resolve_trace
 
-__all__ = ["WorkerLinks", "ShapedLink", "link_for", "links_for", "worker_links", "has_worker_links", "bandwidth_at",
-           "comm_cost", "level_cost"]
+__all__ = ["WorkerLinks", "ShapedLink", "LossyLink", "link_for", "links_for", "worker_links", "has_worker_links",
+           "bandwidth_at", "comm_cost", "level_cost", "lossy"]
+
+
+def lossy(cfg, alpha_s: float, bandwidth_bps: float, latency_ms: float, concurrent: int) -> tuple[float, float]:
+    """(alpha s, payload bits/s) of a link of one-way latency ``latency_ms`` under ``cfg.link_loss``: TCP's
+    expected loss recovery (:func:`lowbw.net.tcploss.lossy_alpha_beta` under ``cfg.tcp_congestion``; the round
+    trip = 2 x latency + one segment's transmission) with ``concurrent`` messages in flight per latency step
+    (a collective's step: one per worker; a message to a server alone: 1). Unchanged without loss."""
+    loss = getattr(cfg, "link_loss", 0.0)
+    if not loss:
+        return alpha_s, bandwidth_bps
+    rtt = 2 * latency_ms / 1e3 + tcploss.MSS * 8 / bandwidth_bps
+    return tcploss.lossy_alpha_beta(alpha_s, bandwidth_bps, loss, rtt, cfg.tcp_congestion, concurrent)
 
 
 def has_worker_links(cfg) -> bool:
@@ -57,10 +69,14 @@ def _worker_mbit_ms(cfg, t_virtual: float) -> list[tuple[float, float, float]]:
 
 def worker_links(cfg, t_virtual: float = 0.0) -> list[WorkerLink]:
     """Every worker's link as the virtual clock sees it at ``t_virtual`` (see :func:`link_for`): bandwidths
-    x ``link_goodput``, the latency and ``clock_overhead_ms`` on the uplink."""
+    x ``link_goodput``, the latency and ``clock_overhead_ms`` on the uplink; under ``link_loss`` the uplink's
+    (where the testbed drops) as :func:`lossy` charges it, one message per worker in flight."""
     g = cfg.link_goodput
-    return [WorkerLink(u * 1e6 * g, d * 1e6 * g, (lat + cfg.clock_overhead_ms) / 1e3, 0.0)
-            for u, d, lat in _worker_mbit_ms(cfg, t_virtual)]
+    out = []
+    for u, d, lat in _worker_mbit_ms(cfg, t_virtual):
+        alpha, up = lossy(cfg, (lat + cfg.clock_overhead_ms) / 1e3, u * 1e6 * g, lat, cfg.workers)
+        out.append(WorkerLink(up, d * 1e6 * g, alpha, 0.0))
+    return out
 
 
 @dataclass(frozen=True)
@@ -77,6 +93,18 @@ class WorkerLinks(LinkParams):
         slow = costlinks.slowest_link(links)
         return cls(alpha_s=slow.alpha_s, bandwidth_bps=slow.bandwidth_bps, workers=tuple(links),
                    bucket_bytes=float(bucket_bytes))
+
+
+@dataclass(frozen=True)
+class LossyLink(LinkParams):
+    """A level's link under ``link_loss``: alpha as without loss, the bandwidth TCP's resends leave
+    (:func:`lowbw.net.tcploss.recovery`), and ``call_stall_s``, the expected wait of a collective call for a lost
+    tail (one message per worker in flight), which :func:`comm_cost` charges once per call: a pipelined
+    collective's earlier steps have a lost tail revealed by the next step's data on the same connection (RACK),
+    only its last step's waits for the retransmission timer. Seen as a plain :class:`LinkParams` (no stall)
+    by anything else."""
+
+    call_stall_s: float = 0.0
 
 
 @dataclass(frozen=True)
@@ -131,6 +159,12 @@ def link_for(cfg, level: str, t_virtual: float = 0.0):
         lat = cfg.latency_ms if cfg.household_latency_ms < 0 else cfg.household_latency_ms
     # alpha = network latency + the sending/receiving software's own per-message cost; beta = 1 / goodput
     alpha, bps = (lat + cfg.clock_overhead_ms) / 1e3, bw * 1e6 * cfg.link_goodput
+    if getattr(cfg, "link_loss", 0.0) and burst <= 0:  # TCP's loss recovery: resent bytes, a stall per call
+        r = tcploss.recovery(cfg.link_loss, 2 * lat / 1e3 + tcploss.MSS * 8 / bps, bps, cfg.tcp_congestion,
+                             cfg.workers)
+        return LossyLink(alpha_s=alpha, bandwidth_bps=bps / r.beta_factor, call_stall_s=r.stall_s)
+    if burst > 0:  # with a token bucket, the loss's stall on every step (lossy)
+        alpha, bps = lossy(cfg, alpha, bps, lat, cfg.workers)
     if burst > 0:  # the bucket counts wire bytes (frames); the clock's bytes are payload
         return ShapedLink(alpha_s=alpha, bandwidth_bps=bps, bucket_bytes=burst * cfg.link_goodput)
     return LinkParams(alpha_s=alpha, bandwidth_bps=bps)
@@ -183,12 +217,16 @@ _BETA_ONLY = (0.0, 8.0)  # alpha = 0,   beta = 1 s/byte -> the bytes on the crit
 
 def comm_cost(per_group_calls: dict[int, list[list]], link) -> dict[str, float]:
     """``v_comm`` at ``link`` (a :class:`WorkerLinks`: on every worker's own link, with its bucket if any; a
-    :class:`ShapedLink`: the calls as one exchange on its token bucket) plus its equal-link coefficients ``v_alpha`` and
+    :class:`ShapedLink`: the calls as one exchange on its token bucket; a :class:`LossyLink`: its stall once per
+    call) plus its equal-link coefficients ``v_alpha`` and
     ``v_beta_bytes`` of the plain link (see Exchange)."""
     links = list(link.workers) if isinstance(link, WorkerLinks) else None
     bucket = link.bucket_bytes if isinstance(link, ShapedLink | WorkerLinks) else 0.0
+    stall = 0.0
+    if isinstance(link, LossyLink):  # once per call: the most calls one group makes in sequence
+        stall = link.call_stall_s * max((len(lst) for lists in per_group_calls.values() for lst in lists), default=0)
     return {
-        "v_comm": _v_comm(per_group_calls, link, links, bucket),
+        "v_comm": _v_comm(per_group_calls, link, links, bucket) + stall,
         "v_alpha": _v_comm(per_group_calls, LinkParams(*_ALPHA_ONLY)),
         "v_beta_bytes": _v_comm(per_group_calls, LinkParams(*_BETA_ONLY)),
     }

@@ -149,3 +149,79 @@ def test_no_check_file_no_check_numbers(tmp_path):
     n = E10.numbers(st)
     assert "check" not in st.tables and "auto" not in st.tables
     assert not [k for k in n if k.startswith(("ETenCheck", "ETenAuto"))]
+
+
+def _lm_run(root, net, method, seed, step_s, **cfg):
+    """A completed language-model run whose every step takes ``step_s`` virtual seconds; validation loss 3.5,
+    3.0 and 2.0 at steps 5, 10 and 20."""
+    from lowbw.runs.io import append_jsonl, atomic_write_json
+
+    d = root / f"e10_lm_{net}" / f"method~{method}" / f"seed~{seed}"
+    d.mkdir(parents=True)
+    atomic_write_json(d / "config.json", {"config": {"dataset": "shakespeare", "model": "gpt-mini", "workers": 4,
+                                                     "seed": seed, "bandwidth_mbit": 10.0, **cfg}})
+    for step, loss in ((5, 3.5), (10, 3.0), (20, 2.0)):
+        append_jsonl(d / "metrics.jsonl", {"step": step, "val_loss": loss, "t_virtual": step * step_s,
+                                           "t_virtual_compute": 0.0, "t_virtual_compress": 0.0,
+                                           "comm_alpha_terms": 0.0, "comm_beta_bytes": 0.0})
+    atomic_write_json(d / "summary.json", {"complete": True, "final_val_loss": 2.0, "step": 20,
+                                           "t_virtual": 20 * step_s})
+
+
+def test_loss_and_churn_networks_judged_at_a_wall_clock_budget(tmp_path):
+    """The lossy and churning networks of issue 48 on the language model: described from the runs' configs, the
+    loss at each network's budget (its shortest run) with every seed, the leader and its margin, what the loss
+    cost dense (perplexity at the even budget; the same final loss after the same steps), and the testbed's
+    measurement of TCP's loss recovery as numbers."""
+    from lowbw.report.build import Context
+    from lowbw.report.e10 import E10LM
+    from lowbw.runs.io import atomic_write_json
+
+    for seed in (0, 1):
+        _lm_run(tmp_path, "even", "dense", seed, 1.0)
+        _lm_run(tmp_path, "even", "diloco16", seed, 0.5)
+        _lm_run(tmp_path, "even", "adiloco16", seed, 0.6)
+        _lm_run(tmp_path, "loss10", "dense", seed, 1.5, link_loss=0.1)
+        _lm_run(tmp_path, "loss10", "diloco16", seed, 0.6, link_loss=0.1)
+        _lm_run(tmp_path, "churn", "adiloco16", seed, 0.7, faults=["churn:3@8:15"])
+    (tmp_path / "bench").mkdir()
+    rows = [{"emulator": "userspace", "loss": 0.0, "size": 65536, "extra_s": 0.0, "model_extra_s": 0.0,
+             "busy": False},
+            {"emulator": "userspace", "loss": 0.1, "size": 65536, "extra_s": 0.0123, "model_extra_s": 0.0104,
+             "busy": False}]
+    atomic_write_json(tmp_path / "bench" / "loss.json", {
+        "provenance": {"date": "2026-11-27T23:10:00+00:00", "cpu": "AMD EPYC", "cpu_count": 2},
+        "conditions": {"load1_max": 1.25, "busy": False},
+        "setting": {"rate": "10mbit", "congestion_control": "bbr"}, "rows": rows})
+    cfg = {"targets": {"shakespeare": "val_loss<=2.4"}}
+    st = E10LM.stats(Context(cfg, tmp_path, tmp_path / "out"))
+    sd = st.tables["slowdown"].set_index(["network", "method"])
+    assert sd.loc[("loss10", "dense"), "links"] == "10 Mbit/s, 10% of packets lost on every uplink"
+    assert sd.loc[("churn", "adiloco16"), "links"] == "10 Mbit/s, worker 3 away after step 8, back after 15"
+    # budgets: the shortest run of each network; the last evaluation at or before it
+    assert sd.loc[("even", "dense"), "budget_s"] == pytest.approx(10.0)
+    assert sd.loc[("loss10", "dense"), "budget_s"] == pytest.approx(12.0)
+    assert sd.loc[("loss10", "dense"), "at_budget_mean"] == pytest.approx(3.5)
+    assert sd.loc[("loss10", "diloco16"), "at_budget_mean"] == pytest.approx(2.0)
+    assert sd.loc[("loss10", "dense"), "at_even_budget_mean"] == pytest.approx(3.5)
+    assert sd.loc[("loss10", "dense"), "ttt_ratio_mean"] == pytest.approx(1.5)
+    n = E10LM.numbers(st)
+    check_numbers("e10lm", n)
+    assert (n["ETenLmLossTenLead"], n["ETenLmLossTenLeadValue"], n["ETenLmLossTenLeadNext"],
+            n["ETenLmLossTenLeadBy"], n["ETenLmLossTenBudget"]) == ("diloco16", "2", "dense", "1.5", "12 s")
+    assert n["ETenLmChurnBestRatio"] == "1.17" and "ETenLmChurnDenseRatio" not in n
+    assert n["ETenLmLossTenDenseRatio"] == "1.50"
+    # at 20 s (dense's whole even run) dense with loss is at 3.0, without at 2.0: exp(1) - 1
+    assert n["ETenLmLossTenDensePpl"] == "172" and n["ETenLmLossTenDenseFinalGap"] == "0"
+    assert n["ETenLmBudgetLeads"].startswith("even: diloco16 (2 at 10 s, 1 ahead of ")
+    assert "loss10: diloco16 (2 at 12 s, 1.5 ahead of dense)" in n["ETenLmBudgetLeads"]
+    assert (n["ETenLmLossBenchDate"], n["ETenLmLossBenchHost"], n["ETenLmLossBenchCc"]) == (
+        "2026-11-27", "AMD EPYC, 2 cores", "bbr")
+    assert n["ETenLmLossBenchList"] == r"64\,KiB at 10\,\% dropped on the wire: 12 ms measured, 10 ms modelled"
+    assert n["ETenLmLossBenchLoad"] == "1.2" and n["ETenLmLossBenchRate"] == r"10\,Mbit/s"
+    tab = E10LM.table(st)
+    assert r"\emph{at the budget}" in tab and r"\textbf{2 $\pm$ 0}" in tab
+    fig = E10LM.figure(st)
+    from lowbw.report.e10 import TITLES
+
+    assert [ax.get_title() for ax in fig.axes] == [TITLES[n] for n in ("loss10", "churn")]

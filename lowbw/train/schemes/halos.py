@@ -44,6 +44,7 @@ from __future__ import annotations
 import torch
 
 from lowbw.net.costmodel import LinkParams
+from lowbw.train.links import lossy
 from lowbw.train.schemes.async_diloco import DelayedNesterov
 from lowbw.train.schemes.async_outer import AsyncOuter, ServerPort, uses_worker_links
 from lowbw.train.schemes.parameter_server import server_link
@@ -54,12 +55,14 @@ __all__ = ["HALoS", "region_link"]
 def region_link(cfg, t_virtual: float = 0.0) -> LinkParams:
     """A region's LPS port: ``halos_region_mbit`` (0: ``bandwidth_mbit``, under a schedule its value at
     ``t_virtual``) x ``link_goodput``, latency ``halos_region_latency_ms`` (-1: ``latency_ms``) +
-    ``clock_overhead_ms``."""
+    ``clock_overhead_ms``; under ``link_loss`` as TCP's loss recovery charges one message alone.
+    """
     if not cfg.halos_region_mbit and cfg.halos_region_latency_ms < 0:
         return server_link(cfg, t_virtual)
     mbit = cfg.halos_region_mbit or cfg.bandwidth_mbit
     lat = cfg.latency_ms if cfg.halos_region_latency_ms < 0 else cfg.halos_region_latency_ms
-    return LinkParams(alpha_s=(lat + cfg.clock_overhead_ms) / 1e3, bandwidth_bps=mbit * 1e6 * cfg.link_goodput)
+    alpha, bps = lossy(cfg, (lat + cfg.clock_overhead_ms) / 1e3, mbit * 1e6 * cfg.link_goodput, lat, 1)
+    return LinkParams(alpha_s=alpha, bandwidth_bps=bps)
 
 
 class HALoS(AsyncOuter):

@@ -35,6 +35,7 @@ import torch
 
 from lowbw.net.costlinks import WorkerLink
 from lowbw.net.costmodel import LinkParams
+from lowbw.train.links import lossy
 from lowbw.train.optim import make_optimizer
 from lowbw.train.replicas import Replicas
 from lowbw.train.schemes.base import Scheme, StepContext
@@ -46,9 +47,11 @@ __all__ = ["ParameterServer", "server_link"]
 
 def server_link(cfg, t_virtual: float = 0.0) -> LinkParams:
     """The server's link: ``bandwidth_mbit`` (its value at ``t_virtual`` under a schedule; the parameter
-    server reads it at t = 0) x ``link_goodput``, latency ``latency_ms`` + ``clock_overhead_ms``."""
-    return LinkParams(alpha_s=(cfg.latency_ms + cfg.clock_overhead_ms) / 1e3,
-                      bandwidth_bps=bandwidth_at(cfg, t_virtual, per_worker=False) * 1e6 * cfg.link_goodput)
+    server reads it at t = 0) x ``link_goodput``, latency ``latency_ms`` + ``clock_overhead_ms``; under
+    ``link_loss`` as TCP's loss recovery charges one message alone (:func:`lowbw.train.links.lossy`)."""
+    alpha, bps = lossy(cfg, (cfg.latency_ms + cfg.clock_overhead_ms) / 1e3,
+                       bandwidth_at(cfg, t_virtual, per_worker=False) * 1e6 * cfg.link_goodput, cfg.latency_ms, 1)
+    return LinkParams(alpha_s=alpha, bandwidth_bps=bps)
 
 
 class ParameterServer(Scheme):
