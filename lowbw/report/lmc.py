@@ -41,6 +41,13 @@ BASELINE = "dense"
 MARGIN = 0.1  # nats/char above dense's final validation loss: the target
 
 
+
+def _seeds(methods: pd.DataFrame) -> str:
+    """The seeds per method in words: ``5``, or ``3 to 5`` while a campaign adds seeds (each method's statistics
+    count its own)."""
+    lo, hi = int(methods["seeds"].min()), int(methods["seeds"].max())
+    return str(lo) if lo == hi else f"{lo} to {hi}"
+
 def _method(name: str) -> str:
     return name.removesuffix("-tuned")
 
@@ -144,7 +151,7 @@ def stats(ctx: Context) -> Stats | None:
     dates = sorted(set(runs.get("measured_date", pd.Series(dtype=str)).dropna().astype(str)))
     return Stats(tables, {"source": str(root / TUNED),
                           "where": where, "dates": dates, "target": target, "dense_final": dense_final,
-                          "latency_ms": lat, "equal_time_s": ends, "seeds": int(runs["seed"].nunique()),
+                          "latency_ms": lat, "equal_time_s": ends, "seeds": _seeds(methods),
                           "steps": int(runs["steps"].iloc[0]), "workers": int(runs["workers"].iloc[0]),
                           "curve_final": float(curve["final_val_loss"].iloc[0]) if curve is not None else math.nan,
                           "curve_steps": int(curve["steps"].iloc[0]) if curve is not None else 0})
