@@ -70,7 +70,8 @@ def test_tiny_workflow_end_to_end(tmp_path):
     assert r.returncode == 0, r.stdout[-5000:] + r.stderr[-5000:] + logs
     summaries = list((proj / "runs").glob("e*/**/summary.json"))
     tiny = yaml.safe_load((proj / "config" / "tiny.yaml").read_text())
-    assert len(summaries) == len(run_dirs(tiny)) == 26  # E3-E7, E9, E10 and the language model's E4, E9, E10
+    # 27: E3-E7, E9 and E10 on the MLP and the language model's E4, E9, E10, one run of it on the 10%-loss network
+    assert len(summaries) == len(run_dirs(tiny)) == 27
     assert (proj / "runs" / "e4_compression" / "method~topk1" / "seed~1" / "train.ipynb").is_file()
     gen = proj / "paper" / "generated"
     for e in [*range(1, 11), "4lm", "9lm", "10lm"]:
