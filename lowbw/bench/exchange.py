@@ -20,7 +20,7 @@ the moment the last rank has the result, on the host's one monotonic clock) give
 
     python -m lowbw bench exchange [--workers 4] [--rate 10mbit] [--delay 50ms] [--model gpt-mini]
         [--methods dense powersgd topk1] [--bucket-mb 25] [--reps 3] [--realtime [PRIO]]
-        [--out runs/bench/exchange.json]
+        [--out runs/bench/exchange.json]  (with --realtime: runs/bench/exchange_realtime.json)
 
 ``--realtime``: the workers under SCHED_RR (:mod:`lowbw.net.testbed`), as if each emulated machine had its CPU
 to itself: a latency-bound exchange of a few ms of work per message step otherwise waits for a core on a
@@ -63,7 +63,7 @@ from lowbw.train.config import RunConfig
 from lowbw.train.models import model_kind, model_names
 from lowbw.train.world import bytes_sent_of
 
-__all__ = ["main", "bound_seconds", "check_targets"]
+__all__ = ["main", "default_out", "bound_seconds", "check_targets"]
 
 GRANULARITIES = {"dense": ("flat",), "compressed": ("layer", "bucket")}
 BOUND_MAX = 1.3  # the issue's: a bucketed exchange within 1.3x of the bound of its calls
@@ -184,6 +184,12 @@ def _table(rows: list[dict[str, Any]]) -> str:
     return "\n".join(lines)
 
 
+def default_out(realtime: int | None) -> str:
+    """Where a run writes without ``--out``: the fair scheduler's and SCHED_RR's results are kept apart, as the
+    store keeps them (``exchange.json``, ``exchange_realtime.json``)."""
+    return "runs/bench/exchange_realtime.json" if realtime else "runs/bench/exchange.json"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="lowbw bench exchange", description=__doc__.split("\n\n")[0])
     ap.add_argument("--workers", type=int, default=4, help="workers, one namespace each (default 4)")
@@ -195,10 +201,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--bucket-mb", type=float, default=25.0, help="MB per bucket (DDP's bucket_cap_mb; default 25)")
     ap.add_argument("--reps", type=int, default=3, help="timed exchanges per cell after a warm-up (default 3)")
     ap.add_argument("--timeout", type=float, default=300.0, help="seconds any wait on a peer may take")
-    ap.add_argument("--out", default="runs/bench/exchange.json")
+    ap.add_argument("--out", help="result file (default runs/bench/exchange.json; with --realtime "
+                    "runs/bench/exchange_realtime.json, so that neither run overwrites the other's)")
     add_realtime_flag(ap)
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     a = ap.parse_args(argv)
+    a.out = a.out or default_out(a.realtime)
     if a.worker:
         return _worker(a.worker)
     check_realtime(ap, a.realtime)

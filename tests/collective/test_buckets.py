@@ -167,6 +167,14 @@ def test_the_exchange_benchmarks_bound_and_targets():
     assert not check_targets(rows)["topk1"]["met"]
 
 
+def test_the_exchange_benchmark_keeps_its_realtime_run_apart():
+    """Without --out, the run under SCHED_RR writes exchange_realtime.json, not over the fair scheduler's file."""
+    from lowbw.bench.exchange import default_out
+
+    assert default_out(None) == "runs/bench/exchange.json"
+    assert default_out(10) == "runs/bench/exchange_realtime.json"
+
+
 def test_a_bucket_of_topk_gathers_once_without_a_size_exchange():
     """top-k's payloads have fixed lengths: the bucket's one all-gather carries the parts alone and is recorded
     (and timed) without lowbw.comm's size exchange; its outputs stay those of the per-tensor exchange."""
