@@ -209,10 +209,6 @@ def _tree_usage(root: int) -> tuple[float, int]:
     return ticks / _HZ, tasks
 
 
-def _tree_cpu(root: int) -> float:
-    """CPU seconds so far of ``root`` and its descendants (:func:`_tree_usage`)."""
-    return _tree_usage(root)[0]
-
 
 @dataclass(frozen=True)
 class _Raw:
