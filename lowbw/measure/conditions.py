@@ -28,6 +28,8 @@ Verdict ``busy`` (any of; the thresholds are the module's constants):
 
 * ``others_cores > OTHERS_MAX * C`` -- other processes took more than a quarter of the cores;
 * ``steal > STEAL_MAX`` -- the hypervisor took more than 5% of the CPU time;
+* each rate beyond the resolution of the counters it comes from (one tick, ``1 / HZ`` s, of each over the span:
+  a short cell's single stolen tick is not steal it can resolve; see :func:`verdict`);
 * only where ``/proc/stat`` cannot be read (no ``others_cores``): ``mean load1 - max(own cores, mean own tasks) >
   LOAD_EXCESS_MAX * C`` -- more tasks wanted a core than there were, beyond our own (our own tasks subtracted as
   the load counts them, by task, not by core). Where other processes' CPU is measured it decides alone: the
@@ -48,8 +50,8 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
-__all__ = ["OTHERS_MAX", "STEAL_MAX", "LOAD_EXCESS_MAX", "WORKFLOW_PID_ENV", "tree_root", "Sample", "Conditions",
-           "Recorder", "record", "verdict", "check", "add_strict_flag", "describe", "is_busy"]
+__all__ = ["OTHERS_MAX", "STEAL_MAX", "LOAD_EXCESS_MAX", "CLOCK_HZ", "WORKFLOW_PID_ENV", "tree_root", "Sample",
+           "Conditions", "Recorder", "record", "verdict", "check", "add_strict_flag", "describe", "is_busy"]
 
 OTHERS_MAX = 0.25  # other processes' CPU, as a fraction of the cores, above which the machine was busy
 STEAL_MAX = 0.05  # fraction of CPU time stolen by the hypervisor above which the machine was busy
@@ -129,7 +131,8 @@ def _jiffies() -> tuple[int, int, int] | None:
 
 WORKFLOW_PID_ENV = "LOWBW_WORKFLOW_PID"  # the pid of the workflow whose process tree counts as ours
 _PROC = Path("/proc")
-_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+# clock ticks a second of the /proc counters (USER_HZ)
+CLOCK_HZ = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
 def _processes() -> dict[int, tuple[int, int]] | None:
@@ -206,7 +209,7 @@ def _tree_usage(root: int) -> tuple[float, int]:
         ticks += procs[pid][1]
         tasks += _runnable_threads(pid) if procs[pid][2] != "Z" else 0  # a zombie has no threads left
         todo.extend(children.get(pid, ()))
-    return ticks / _HZ, tasks
+    return ticks / CLOCK_HZ, tasks
 
 
 
@@ -235,12 +238,18 @@ def _fractions(a: _Raw, b: _Raw) -> tuple[float | None, float | None, int | None
 
 
 def verdict(cores: int, others_cores: float | None, steal: float | None, load1_mean: float,
-            own_cores: float, own_tasks: float = 0.0) -> tuple[str, ...]:
-    """Why the machine counts as busy (empty: it did not); the rules of the module docstring."""
+            own_cores: float, own_tasks: float = 0.0, wall_s: float | None = None) -> tuple[str, ...]:
+    """Why the machine counts as busy (empty: it did not); the rules of the module docstring.
+
+    With ``wall_s`` (the span, s) a rate must exceed its threshold by more than the counters' resolution,
+    one clock tick (``1 / HZ`` s) of each counter it is computed from: ``steal`` by ``1 / (HZ * wall_s *
+    cores)``, ``others_cores`` by ``2 / (HZ * wall_s)`` (the machine's busy ticks and our tree's CPU ticks).
+    A 66 ms cell on 2 cores spans 13 ticks, so one stolen tick reads as 7.7% steal and says nothing."""
     why = []
-    if others_cores is not None and others_cores > OTHERS_MAX * cores:
+    tick = 0.0 if not wall_s or wall_s <= 0 else 1.0 / (CLOCK_HZ * wall_s)
+    if others_cores is not None and others_cores - 2 * tick > OTHERS_MAX * cores:
         why.append(f"other processes used {others_cores:.2f} of {cores} cores")
-    if steal is not None and steal > STEAL_MAX:
+    if steal is not None and steal - tick / cores > STEAL_MAX:
         why.append(f"CPU steal {100 * steal:.1f}%")
     ours = max(own_cores, own_tasks)
     if others_cores is None and load1_mean - ours > LOAD_EXCESS_MAX * cores:
@@ -311,13 +320,13 @@ class Recorder:
         wall = max(after.mono - before.mono, 1e-9)
         cpu = max(0.0, after.own_cpu - before.own_cpu)  # < 0 only where a member left the tree unreaped
         busy, steal, busy_j = _fractions(before, after)
-        others = None if busy_j is None else max(0.0, busy_j / _HZ - cpu) / wall
+        others = None if busy_j is None else max(0.0, busy_j / CLOCK_HZ - cpu) / wall
         cores = os.cpu_count() or 1
         loads = [before.load[0], *(s.load1 for s in during), after.load[0]]
         mean = sum(loads) / len(loads)
         tasks = [before.own_tasks, *(s.own_tasks for s in during), after.own_tasks]
         own_tasks = sum(tasks) / len(tasks)
-        why = verdict(cores, others, steal, mean, cpu / wall, own_tasks)
+        why = verdict(cores, others, steal, mean, cpu / wall, own_tasks, wall)
         self.conditions = Conditions(
             host=socket.gethostname(), cores=cores, date=self._date, wall_s=wall, cpu_s=cpu,
             load_before=before.load, load_after=after.load, load1_max=max(loads), load1_mean=mean,

@@ -93,6 +93,20 @@ def test_verdict_rules():
     assert cond.verdict(2, 0.9, 0.0, 3.5, 1.1) == ("other processes used 0.90 of 2 cores",)
 
 
+def test_verdict_needs_more_than_one_tick_of_the_counters():
+    """A 66 ms cell on 2 cores spans 2 * 0.066 * HZ ticks: one stolen tick is 1/13 = 7.7% at HZ = 100 and below
+    the counter's resolution; three stolen ticks are not, and over a 10 s span one tick's worth is nothing."""
+    hz, wall = cond.CLOCK_HZ, 0.066
+    ticks = 2 * wall * hz
+    assert cond.verdict(2, 0.0, 1 / ticks, 0.5, 1.0, wall_s=wall) == ()
+    assert cond.verdict(2, 0.0, 1 / ticks, 0.5, 1.0) == (f"CPU steal {100 / ticks:.1f}%",)  # no span: no margin
+    assert cond.verdict(2, 0.0, 3 / ticks, 0.5, 1.0, wall_s=wall) == (f"CPU steal {300 / ticks:.1f}%",)
+    assert cond.verdict(2, 0.0, 0.06, 0.5, 1.0, wall_s=10.0) == ("CPU steal 6.0%",)
+    # other processes: two ticks (the machine's and ours) of margin over the span
+    assert cond.verdict(2, 0.5 + 1.5 / (hz * wall), 0.0, 0.5, 1.0, wall_s=wall) == ()
+    assert cond.verdict(2, 0.5 + 2.5 / (hz * wall), 0.0, 0.5, 1.0, wall_s=wall) != ()
+
+
 def test_own_tasks_count_the_runnable_threads_of_our_tree():
     """Three children spinning are three runnable tasks of our tree (what the load average counts), and the
     recorder averages them over its looks."""
