@@ -1,9 +1,10 @@
 """What many test files share: a short training run on synthetic data, the metrics lines without their measured
 times, the seeded tiny model, batches and loops the outer-step tests of lowbw.comm train with, a poll with a
-deadline, and a command line's refusal."""
+deadline, and a command line's refusal (and the table of refused command lines a test runs over)."""
 
 from __future__ import annotations
 
+import shlex
 import time
 from collections.abc import Callable
 from typing import Any
@@ -102,3 +103,9 @@ def usage_error(main: Callable[[list[str]], Any], argv: list[str], capsys) -> st
         main(argv)
     assert ei.value.code == 2
     return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def refused(table: dict[str, str]):
+    """Parametrize a test over ``(argv, culprit)``: each key of ``table`` a command line's flags (split as a shell
+    splits them), its value the words the one-line error must hold (the bad value, named)."""
+    return pytest.mark.parametrize("argv, culprit", [(shlex.split(k), v) for k, v in table.items()], ids=list(table))
