@@ -138,26 +138,10 @@ def test_the_check_finds_a_comparison_and_a_prefix(tmp_path):
 
 # ------------------------------------------------------------------------------------------ sync schemes
 SCHEME_REGISTRY = "lowbw/train/schemes/registry.py"
-_ADVISOR = ("the advisor's cost formulas price the schemes it models by name (lowbw.advise.candidates' "
-            "MODELLED_SYNC): outside lowbw/train, left to a follow-up that moves them into the declarations")
-_FAMILY = "an advisor family's name (the advisor's word for a kind of method), not the config's sync"
-# (module, scheme name) -> why it may compare that name
-SCHEME_ALLOWED: dict[tuple[str, str], str] = {
-    ("lowbw/advise/candidates.py", "sync"): _ADVISOR,
-    ("lowbw/advise/candidates.py", "local"): _ADVISOR,
-    ("lowbw/advise/candidates.py", "diloco"): _ADVISOR,
-    ("lowbw/advise/candidates.py", "hierarchical"): _ADVISOR,
-    ("lowbw/advise/size_trend.py", "diloco"): "E12's family (the advisor's word for DiLoCo runs) and Charles et al.'s "
-                                               "law for it, not the config's sync",
-    ("lowbw/report/e11.py", "diloco"): _FAMILY,
-    ("lowbw/report/e11.py", "local"): _FAMILY,
-    ("lowbw/runs/compare.py", "sync"): "a run's label leaves out world_period for the default scheme: outside "
-                                       "lowbw/train, left to a follow-up (the declaration's keys say which read it)",
-    ("lowbw/report/lmc_sweep.py", "diloco"): "the sweep table's outer_lr column for the schemes with an outer step: "
-                                             "outside lowbw/train, left to a follow-up",
-    ("lowbw/report/lmc_sweep.py", "noloco"): "the sweep table's outer_lr column for the schemes with an outer step: "
-                                             "outside lowbw/train, left to a follow-up",
-}
+# (module, scheme name) -> why it may compare that name: none. What other modules asked by name (the advisor's
+# modelled schemes and families, the period a label shows, the schemes with an outer step) is the declaration's
+# (SchemeSpec.advised / family, the keys it reads: lowbw.train.schemes.registry.reads)
+SCHEME_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _scheme_owners() -> dict[str, set[str]]:

@@ -133,3 +133,17 @@ def test_stored_runs_configs_load_unchanged():
         known = set(RunConfig.keys())
         cfg = RunConfig.from_dict({k: v for k, v in c.items() if k in known}, check_registries=False)
         assert {k: v for k, v in cfg.to_dict().items() if k in c} == {k: c[k] for k in c if k in known}, p
+
+
+def test_what_other_layers_ask_of_a_scheme_is_its_declaration():
+    """The advisor's modelled schemes and families, and the keys a scheme reads (a label's H, an outer step's
+    rate), come from the declarations, so that no module outside a scheme compares its name."""
+    from lowbw.train.schemes.registry import advised, family_of, reads
+
+    assert advised() == ("sync", "local", "hierarchical", "diloco")
+    assert family_of("sync", {}) is None  # every step a gradient average: the compressor's family
+    assert family_of("local", {"world_period": 4}) == "local" and family_of("noloco", {}) == "noloco"
+    assert family_of("diloco", {"diloco_fragments": 1}) == "diloco"
+    assert family_of("diloco", {"diloco_fragments": 4}) == "streaming"
+    assert reads("noloco", "outer_lr") and reads("diloco", "outer_lr") and not reads("local", "outer_lr")
+    assert reads("local", "world_period") and not reads("sync", "world_period") and not reads("ssp", "world_period")

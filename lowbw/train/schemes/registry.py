@@ -10,6 +10,9 @@ as ``cls(cfg, world, rep, opt, batches)``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from lowbw.train.schemes.keys import (
     async_diloco,
     decoupled_diloco,
@@ -23,7 +26,7 @@ from lowbw.train.schemes.keys import (
 )
 from lowbw.train.schemes.spec import SchemeSpec, key_names
 
-__all__ = ["SCHEMES", "spec_of", "key_sets", "users_of"]
+__all__ = ["SCHEMES", "spec_of", "key_sets", "users_of", "reads", "advised", "family_of"]
 
 SCHEMES: dict[str, SchemeSpec] = {
     "sync": synchronous.SYNC,
@@ -60,3 +63,24 @@ def users_of(key: str) -> list[str]:
     """The schemes that read config key ``key`` (a key of a scheme's key set), in registry order."""
     return [name for name, spec in SCHEMES.items() if key in key_names(spec)]
 
+
+
+def reads(name: str, key: str) -> bool:
+    """Whether scheme ``name`` reads config key ``key`` (one of its key sets' keys): a scheme's properties that
+    follow from its keys (periodic: ``world_period``; an outer step: ``outer_lr``) are asked this way."""
+    return key in key_names(SCHEMES[name])
+
+
+def advised() -> tuple[str, ...]:
+    """The schemes whose step time the advisor models (``SchemeSpec.advised``), in registry order."""
+    return tuple(name for name, spec in SCHEMES.items() if spec.advised)
+
+
+def family_of(name: str, settings: Mapping[str, Any]) -> str | None:
+    """The advisor's family of a run of scheme ``name`` with ``settings`` (a run config or a method preset, as a
+    mapping): its declaration's (``SchemeSpec.family``), else its name; None for a scheme whose every step is a
+    world gradient average (``ddp_hook``): the family is then its compressor's."""
+    spec = SCHEMES[name]
+    if spec.ddp_hook:
+        return None
+    return spec.family(settings) if spec.family is not None else name
