@@ -23,6 +23,7 @@ from lowbw.data.specs import SPECS
 from lowbw.data.text import TEXT_SPECS
 from lowbw.train.schemes.registry import SCHEMES
 from lowbw.train.workload_specs import WORKLOADS
+from tests.helpers import scheme_keys_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -146,16 +147,12 @@ SCHEME_ALLOWED: dict[tuple[str, str], str] = {}
 
 def _scheme_owners() -> dict[str, set[str]]:
     """Scheme name -> the modules that own it: its declaration's keys module (named in its registry line,
-    ``"<name>": <m>.SPEC``), the scheme module of the same name and the module of the class that runs it."""
+    ``"<name>": importlib.import_module("lowbw.train.schemes.keys.<m>").SPEC``), the scheme module of the same
+    name and the module of the class that runs it."""
     owners: dict[str, set[str]] = {}
-    for node in ast.walk(ast.parse((ROOT / SCHEME_REGISTRY).read_text())):
-        if not isinstance(node, ast.Dict):
-            continue
-        for k, v in zip(node.keys, node.values, strict=True):
-            if isinstance(k, ast.Constant) and isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name):
-                m = v.value.id
-                runs = SCHEMES[k.value].runs.partition(":")[0].replace(".", "/") + ".py"
-                owners[k.value] = {f"lowbw/train/schemes/keys/{m}.py", f"lowbw/train/schemes/{m}.py", runs}
+    for name, m in scheme_keys_modules().items():
+        runs = SCHEMES[name].runs.partition(":")[0].replace(".", "/") + ".py"
+        owners[name] = {f"lowbw/train/schemes/keys/{m}.py", f"lowbw/train/schemes/{m}.py", runs}
     return owners
 
 

@@ -10,38 +10,30 @@ as ``cls(cfg, world, rep, opt, batches)``.
 
 from __future__ import annotations
 
+import importlib
 from collections.abc import Mapping
 from typing import Any
 
-from lowbw.train.schemes.keys import (
-    async_diloco,
-    decoupled_diloco,
-    desloc,
-    diloco,
-    halos,
-    noloco,
-    parameter_server,
-    sparta,
-    synchronous,
-)
 from lowbw.train.schemes.spec import SchemeSpec, key_names
 
 __all__ = ["SCHEMES", "spec_of", "key_sets", "users_of", "reads", "advised", "family_of"]
 
+# one line per scheme: its name and its declaration (the keys module's SPEC, or the named spec of a module that
+# declares several)
 SCHEMES: dict[str, SchemeSpec] = {
-    "sync": synchronous.SYNC,
-    "local": synchronous.LOCAL,
-    "post_local": synchronous.POST_LOCAL,
-    "hierarchical": synchronous.HIERARCHICAL,
-    "ssp": parameter_server.SSP,
-    "async": parameter_server.ASYNC,
-    "diloco": diloco.SPEC,
-    "desloc": desloc.SPEC,
-    "sparta": sparta.SPEC,
-    "noloco": noloco.SPEC,
-    "async_diloco": async_diloco.SPEC,
-    "decoupled_diloco": decoupled_diloco.SPEC,
-    "halos": halos.SPEC,
+    "sync": importlib.import_module("lowbw.train.schemes.keys.synchronous").SYNC,
+    "local": importlib.import_module("lowbw.train.schemes.keys.synchronous").LOCAL,
+    "post_local": importlib.import_module("lowbw.train.schemes.keys.synchronous").POST_LOCAL,
+    "hierarchical": importlib.import_module("lowbw.train.schemes.keys.synchronous").HIERARCHICAL,
+    "ssp": importlib.import_module("lowbw.train.schemes.keys.parameter_server").SSP,
+    "async": importlib.import_module("lowbw.train.schemes.keys.parameter_server").ASYNC,
+    "diloco": importlib.import_module("lowbw.train.schemes.keys.diloco").SPEC,
+    "desloc": importlib.import_module("lowbw.train.schemes.keys.desloc").SPEC,
+    "sparta": importlib.import_module("lowbw.train.schemes.keys.sparta").SPEC,
+    "noloco": importlib.import_module("lowbw.train.schemes.keys.noloco").SPEC,
+    "async_diloco": importlib.import_module("lowbw.train.schemes.keys.async_diloco").SPEC,
+    "decoupled_diloco": importlib.import_module("lowbw.train.schemes.keys.decoupled_diloco").SPEC,
+    "halos": importlib.import_module("lowbw.train.schemes.keys.halos").SPEC,
 }
 
 
