@@ -14,7 +14,7 @@ dgc), ``sign`` (signsgd, ef_signsgd, onebit), ``lowrank`` (powersgd), ``artopk``
 
 # The one list of compressor modules: importing one registers its compressors (lowbw.compress.registry).
 # the one list of compressor modules, in the order the compressor benchmark (E2) lists their settings
-from lowbw.compress import quantize, sparsify, sign, lowrank, artopk, loco, demo  # noqa: F401, I001
+from lowbw.compress import quantize, natural, sparsify, sign, lowrank, artopk, loco, demo  # noqa: F401, I001
 from lowbw.compress.base import Compressor, ErrorFeedback, NonFiniteError, Payload, State
 from lowbw.compress.protocol import CallRecord, Collective
 from lowbw.compress.registry import available, make
