@@ -34,6 +34,7 @@ SCHEMES: dict[str, SchemeSpec] = {
     "async_diloco": importlib.import_module("lowbw.train.schemes.keys.async_diloco").SPEC,
     "decoupled_diloco": importlib.import_module("lowbw.train.schemes.keys.decoupled_diloco").SPEC,
     "halos": importlib.import_module("lowbw.train.schemes.keys.halos").SPEC,
+    "qsr": importlib.import_module("lowbw.train.schemes.keys.qsr").SPEC,
 }
 
 
