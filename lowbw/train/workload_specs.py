@@ -78,6 +78,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {w.model: w for w in (
     _image("vgg16", "VGG-16 (CIFAR)", "cifar10", 3, 32, 10),
     _image("cnn", "Small CNN", "cifar10", 3, 32, 10),
     _image("mlp", "MLP", "mnist", 1, 28, 10),
+    _image("lenet5", "LeNet-5", "mnist", 1, 28, 10, builds="lowbw.train.lenet:lenet5"),
     _image("resnet50", "ResNet-50", "cifar10", 3, 224, 1000),
     _image("vgg16_imagenet", "VGG-16 (ImageNet)", "cifar10", 3, 224, 1000),
     _image("inception_v4", "Inception-v4", "cifar10", 3, 224, 1000),
