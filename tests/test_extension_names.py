@@ -61,7 +61,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("lowbw/bench/hooks.py", "bf16"): _HEAD_TO_HEAD + ": torch's bf16 hook",
     ("lowbw/bench/hooks.py", "powersgd"): _HEAD_TO_HEAD + ": torch's PowerSGD hook",
     ("lowbw/bench/hooks.py", "artopk"): "AR-Top-k runs its own per-tensor protocol in the hook benchmark",
-    ("lowbw/bench/cuda.py", "powersgd"): "the GPU check's low-rank input, the case PowerSGD is built for",
     ("lowbw/bench/compressor_inputs.py", "resnet20"): "E2's input kind named after the model whose gradient it is",
     ("lowbw/bench/train.py", "cnn"): "the compression benchmark's default model: its runs' paths, its figure's title",
     ("lowbw/advise/workload.py", "mlp"): "the calibrated model whose rate per multiply-add the advisor borrows",
