@@ -11,6 +11,7 @@ name                      reference                                   parameters
                           with BatchNorm, one linear classifier
 ``cnn``                   3 conv + 2 fc, sized for 2-core CPUs         356,810 (10, 32x32x3)
 ``mlp``                   784-512-256-10 style perceptron              535,818 (10, 28x28x1)
+``lenet5``                LeCun et al. 1998 (``lowbw.train.lenet``)    61,706 (10, 28x28x1)
 ``resnet50``              torchvision ``resnet50``                     25,557,032 (1000)
 ``vgg16_imagenet``        torchvision ``vgg16`` (no BN)                138,357,544 (1000)
 ``inception_v4``          Szegedy et al. 2017 (timm ``inception_v4``)  42,679,816 (1000)
