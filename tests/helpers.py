@@ -1,11 +1,15 @@
 """What many test files share: a short training run on synthetic data, the metrics lines without their measured
 times, the seeded tiny model, batches and loops the outer-step tests of lowbw.comm train with, a poll with a
-deadline, and a command line's refusal."""
+deadline, a command line's refusal (and the table of refused command lines a test runs over), and the keys
+module each sync scheme's registry line names."""
 
 from __future__ import annotations
 
+import ast
+import shlex
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -102,3 +106,27 @@ def usage_error(main: Callable[[list[str]], Any], argv: list[str], capsys) -> st
         main(argv)
     assert ei.value.code == 2
     return capsys.readouterr().err.strip().splitlines()[-1]
+
+
+def refused(table: dict[str, str]):
+    """Parametrize a test over ``(argv, culprit)``: each key of ``table`` a command line's flags (split as a shell
+    splits them), its value the words the one-line error must hold (the bad value, named)."""
+    return pytest.mark.parametrize("argv, culprit", [(shlex.split(k), v) for k, v in table.items()], ids=list(table))
+
+
+SCHEME_REGISTRY = Path(__file__).resolve().parents[1] / "lowbw" / "train" / "schemes" / "registry.py"
+
+
+def scheme_keys_modules() -> dict[str, str]:
+    """Sync scheme name -> the keys module its registry line names
+    (``"<name>": importlib.import_module("lowbw.train.schemes.keys.<m>").SPEC`` -> ``<m>``), read from the source."""
+    out = {}
+    for node in ast.walk(ast.parse(SCHEME_REGISTRY.read_text())):
+        if not isinstance(node, ast.Dict):
+            continue
+        for k, v in zip(node.keys, node.values, strict=True):
+            call = v.value if isinstance(v, ast.Attribute) else None
+            if isinstance(k, ast.Constant) and isinstance(call, ast.Call) and call.args \
+                    and isinstance(call.args[0], ast.Constant):
+                out[k.value] = call.args[0].value.rpartition(".")[2]
+    return out

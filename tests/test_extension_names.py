@@ -23,6 +23,7 @@ from lowbw.data.specs import SPECS
 from lowbw.data.text import TEXT_SPECS
 from lowbw.train.schemes.registry import SCHEMES
 from lowbw.train.workload_specs import WORKLOADS
+from tests.helpers import scheme_keys_modules
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -60,7 +61,6 @@ ALLOWED: dict[tuple[str, str], str] = {
     ("lowbw/bench/hooks.py", "bf16"): _HEAD_TO_HEAD + ": torch's bf16 hook",
     ("lowbw/bench/hooks.py", "powersgd"): _HEAD_TO_HEAD + ": torch's PowerSGD hook",
     ("lowbw/bench/hooks.py", "artopk"): "AR-Top-k runs its own per-tensor protocol in the hook benchmark",
-    ("lowbw/bench/cuda.py", "powersgd"): "the GPU check's low-rank input, the case PowerSGD is built for",
     ("lowbw/bench/compressor_inputs.py", "resnet20"): "E2's input kind named after the model whose gradient it is",
     ("lowbw/bench/train.py", "cnn"): "the compression benchmark's default model: its runs' paths, its figure's title",
     ("lowbw/advise/workload.py", "mlp"): "the calibrated model whose rate per multiply-add the advisor borrows",
@@ -138,40 +138,20 @@ def test_the_check_finds_a_comparison_and_a_prefix(tmp_path):
 
 # ------------------------------------------------------------------------------------------ sync schemes
 SCHEME_REGISTRY = "lowbw/train/schemes/registry.py"
-_ADVISOR = ("the advisor's cost formulas price the schemes it models by name (lowbw.advise.candidates' "
-            "MODELLED_SYNC): outside lowbw/train, left to a follow-up that moves them into the declarations")
-_FAMILY = "an advisor family's name (the advisor's word for a kind of method), not the config's sync"
-# (module, scheme name) -> why it may compare that name
-SCHEME_ALLOWED: dict[tuple[str, str], str] = {
-    ("lowbw/advise/candidates.py", "sync"): _ADVISOR,
-    ("lowbw/advise/candidates.py", "local"): _ADVISOR,
-    ("lowbw/advise/candidates.py", "diloco"): _ADVISOR,
-    ("lowbw/advise/candidates.py", "hierarchical"): _ADVISOR,
-    ("lowbw/advise/size_trend.py", "diloco"): "E12's family (the advisor's word for DiLoCo runs) and Charles et al.'s "
-                                               "law for it, not the config's sync",
-    ("lowbw/report/e11.py", "diloco"): _FAMILY,
-    ("lowbw/report/e11.py", "local"): _FAMILY,
-    ("lowbw/runs/compare.py", "sync"): "a run's label leaves out world_period for the default scheme: outside "
-                                       "lowbw/train, left to a follow-up (the declaration's keys say which read it)",
-    ("lowbw/report/lmc_sweep.py", "diloco"): "the sweep table's outer_lr column for the schemes with an outer step: "
-                                             "outside lowbw/train, left to a follow-up",
-    ("lowbw/report/lmc_sweep.py", "noloco"): "the sweep table's outer_lr column for the schemes with an outer step: "
-                                             "outside lowbw/train, left to a follow-up",
-}
+# (module, scheme name) -> why it may compare that name: none. What other modules asked by name (the advisor's
+# modelled schemes and families, the period a label shows, the schemes with an outer step) is the declaration's
+# (SchemeSpec.advised / family, the keys it reads: lowbw.train.schemes.registry.reads)
+SCHEME_ALLOWED: dict[tuple[str, str], str] = {}
 
 
 def _scheme_owners() -> dict[str, set[str]]:
     """Scheme name -> the modules that own it: its declaration's keys module (named in its registry line,
-    ``"<name>": <m>.SPEC``), the scheme module of the same name and the module of the class that runs it."""
+    ``"<name>": importlib.import_module("lowbw.train.schemes.keys.<m>").SPEC``), the scheme module of the same
+    name and the module of the class that runs it."""
     owners: dict[str, set[str]] = {}
-    for node in ast.walk(ast.parse((ROOT / SCHEME_REGISTRY).read_text())):
-        if not isinstance(node, ast.Dict):
-            continue
-        for k, v in zip(node.keys, node.values, strict=True):
-            if isinstance(k, ast.Constant) and isinstance(v, ast.Attribute) and isinstance(v.value, ast.Name):
-                m = v.value.id
-                runs = SCHEMES[k.value].runs.partition(":")[0].replace(".", "/") + ".py"
-                owners[k.value] = {f"lowbw/train/schemes/keys/{m}.py", f"lowbw/train/schemes/{m}.py", runs}
+    for name, m in scheme_keys_modules().items():
+        runs = SCHEMES[name].runs.partition(":")[0].replace(".", "/") + ".py"
+        owners[name] = {f"lowbw/train/schemes/keys/{m}.py", f"lowbw/train/schemes/{m}.py", runs}
     return owners
 
 

@@ -36,6 +36,8 @@ from typing import Any
 
 from lowbw.advise.cache import load_cache, save_cache
 from lowbw.collective.buckets import DEFAULT_BUCKET_MB, assign
+from lowbw.train.schemes.registry import advised, reads
+from lowbw.train.schemes.registry import family_of as scheme_family
 
 __all__ = ["Candidate", "Call", "Exchange", "candidates", "candidate_from_config", "family_of", "compressor_of",
            "exchange", "CAP",
@@ -98,44 +100,42 @@ def _registered(compressor: str) -> dict[str, Any]:
 def family_of(cfg: dict[str, Any]) -> str:
     """The family of a method preset's (or run's) settings: its compressor's registered family under plain
     synchronous training (``sync: sync``) or where the compressor is a whole method (DeMo, SparseLoCo: also
-    inside DiLoCo); else the sync scheme's: ``local``, ``hierarchical``, ``diloco``, or ``streaming`` for
-    DiLoCo in fragments."""
-    sync = cfg.get("sync", "sync")
+    inside DiLoCo); else the sync scheme's, as its declaration gives it
+    (:func:`lowbw.train.schemes.registry.family_of`: ``local``, ``hierarchical``, ``diloco``, or
+    ``streaming`` for DiLoCo in fragments)."""
     comp = _registered(cfg.get("compressor", "none"))
-    if sync == "sync" or comp["whole_method"]:
-        return comp["family"]
-    if sync == "diloco":
-        return "streaming" if int(cfg.get("diloco_fragments", 1) or 1) > 1 else "diloco"
-    return sync
+    fam = None if comp["whole_method"] else scheme_family(cfg.get("sync", "sync"), cfg)
+    return fam or comp["family"]
 
 
 def _candidate(name: str, preset: dict[str, Any], family: str) -> Candidate:
     sync = preset.get("sync", "sync")
     ef = {"on": True, "off": False}.get(str(preset.get("error_feedback", "auto")))
-    period = int(preset.get("world_period", 1)) if sync in ("local", "diloco", "hierarchical") else 1
+    # the period and households of a scheme the advisor models that reads them (its declaration's keys)
+    modelled = sync in MODELLED_SYNC
+    period = int(preset.get("world_period", 1)) if modelled and reads(sync, "world_period") else 1
     return Candidate(name, family, preset.get("compressor", "none"),
                      tuple(sorted((preset.get("compressor_args") or {}).items())), ef, period,
                      int(preset.get("diloco_fragments", 1) or 1), int(preset.get("diloco_delay", 0) or 0),
-                     int(preset.get("households", 0) or 0) if sync == "hierarchical" else 0,
+                     int(preset.get("households", 0) or 0) if modelled and reads(sync, "households") else 0,
                      family in OVERLAP)
 
 
-# sync schemes whose step the advisor models (lowbw.advise.steptime); ssp, async, desloc, sparta, post_local: none
-MODELLED_SYNC = ("sync", "local", "diloco", "hierarchical")
+# sync schemes whose step the advisor models (lowbw.advise.steptime): those whose declaration says so (advised)
+MODELLED_SYNC = advised()
 
 
 def _family(name: str, cfg: dict[str, Any]) -> str:
     """A candidate preset's family (:func:`candidates`), else one derived from the settings (a method outside
-    the candidates): the sync scheme's for DiLoCo, local and hierarchical; else ``dense`` and ``precision``
-    by the compressor's family, any other compressor (or one no longer registered) ``compressed``."""
+    the candidates): the sync scheme's (its declaration's) where its steps are not world gradient averages; else
+    ``dense`` and ``precision`` by the compressor's family, any other compressor (or one no longer registered)
+    ``compressed``."""
     known = {c.name: c.family for c in candidates()}
     if name in known:
         return known[name]
-    sync = cfg.get("sync", "sync")
-    if sync == "diloco":
-        return "streaming" if int(cfg.get("diloco_fragments", 1) or 1) > 1 else "diloco"
-    if sync in ("local", "hierarchical"):
-        return sync
+    fam = scheme_family(cfg.get("sync", "sync"), cfg)
+    if fam:
+        return fam
     fam = _compressors().get(cfg.get("compressor", "none"), {}).get("family")
     return fam if fam in ("dense", "precision") else "compressed"
 

@@ -36,6 +36,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from lowbw.train.schemes.keys.diloco import FAMILY as DILOCO
+
 __all__ = ["CHARLES_TABLE4", "CHARLES_FITS", "CHARLES_JOINT", "PowerFit", "SizeAnswer", "POINT_COLUMNS",
            "fit_power", "step_multiplier", "points", "read", "trend", "charles_ratio", "answer", "annotate",
            "trend_key", "SHIPPED", "GENERATED", "EXTRAPOLATED"]
@@ -268,8 +270,8 @@ def answer(rows: list[dict[str, Any]], family: str, params: float, workers: int)
     if loss is None:
         return None
     sizes = [r["params"] for r in rows if r["family"] == family and r["workers"] == m]
-    charles = charles_ratio(params, max(workers, 1)) if family == "diloco" else math.nan
-    used = "Charles et al." if family == "diloco" and params > max(sizes) else "ours"
+    charles = charles_ratio(params, max(workers, 1)) if family == DILOCO else math.nan  # their law is DiLoCo's
+    used = "Charles et al." if family == DILOCO and params > max(sizes) else "ours"
     return SizeAnswer(family, m, float(params), not min(sizes) <= params <= max(sizes), loss(params),
                       steps(params) if steps else math.nan, charles, used)
 

@@ -20,6 +20,7 @@ COLLECTIVES: dict[str, CollectiveSpec] = {spec.name: spec for spec in (
     importlib.import_module("lowbw.comm.tree").SPEC,
     importlib.import_module("lowbw.comm.ps").SPEC,
     importlib.import_module("lowbw.comm.butterfly").SPEC,
+    importlib.import_module("lowbw.comm.doubling").SPEC,
     importlib.import_module("lowbw.comm.alltoall").SPEC,
     importlib.import_module("lowbw.comm.direct").SPEC,  # roundrobin
     importlib.import_module("lowbw.comm.gather").SPEC,  # allgather

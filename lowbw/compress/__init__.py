@@ -7,14 +7,15 @@
 >>> avg = c.aggregate(grad, coll, name="layer1.weight", state=state)   # average over ranks
 
 Modules: ``base`` (Payload, Compressor, State, ErrorFeedback), ``registry`` (register, make, available),
-``quantize`` (none, fp16, bf16, blockwise, qsgd, terngrad, twobit), ``sparsify`` (threshold, topk, randomk,
-dgc), ``sign`` (signsgd, ef_signsgd, onebit), ``lowrank`` (powersgd), ``artopk``, ``loco`` (sparseloco),
-``demo`` (DeMo); ``protocol`` is the collective aggregate() talks to, ``rounds`` an exchange as rounds of requests.
+``quantize`` (none, fp16, bf16, blockwise, qsgd, terngrad, twobit), ``natural``, ``sparsify`` (threshold, topk,
+randomk, dgc), ``sign`` (signsgd, ef_signsgd, onebit), ``lowrank`` (powersgd), ``artopk``, ``loco``
+(sparseloco), ``demo`` (DeMo); ``protocol`` is the collective aggregate() talks to, ``rounds`` an exchange as
+rounds of requests.
 """
 
 # The one list of compressor modules: importing one registers its compressors (lowbw.compress.registry).
 # the one list of compressor modules, in the order the compressor benchmark (E2) lists their settings
-from lowbw.compress import quantize, sparsify, sign, lowrank, artopk, loco, demo  # noqa: F401, I001
+from lowbw.compress import quantize, natural, sparsify, sign, lowrank, artopk, loco, demo  # noqa: F401, I001
 from lowbw.compress.base import Compressor, ErrorFeedback, NonFiniteError, Payload, State
 from lowbw.compress.protocol import CallRecord, Collective
 from lowbw.compress.registry import available, make

@@ -261,7 +261,8 @@ def _evaluate(s: dict, runs, cfgs, holdout: str) -> dict[str, Any] | None:
                    "predicted_steps_ratio": a.efficiency.ratio, "measured_ttt_s": measured[a.candidate.name]["ttt_s"],
                    "reached": measured[a.candidate.name]["reached"], "measured_step_s":
                    measured[a.candidate.name]["step_s"], "period": a.candidate.period, "family": a.candidate.family,
-                   "compressor": a.candidate.compressor, "fragments": a.candidate.fragments}
+                   "compressor": a.candidate.compressor, "fragments": a.candidate.fragments,
+                   "households": a.candidate.households}
                   for i, a in enumerate(ranking)]
     return {"target": name, "metric": metric, "target_value": value, "pick": pick,
             "pick_confidence": ranking[0].efficiency.confidence, "pick_reached": measured[pick]["reached"],
@@ -291,7 +292,9 @@ def stats(ctx: Context, store: Path | None = None) -> Stats | None:
                      "strict_regret": strict["regret"] if strict else math.nan})
         for pm in ev["per_method"]:
             methods.append({**key, **pm})
-            if pm["compressor"] == "none" and pm["fragments"] == 1 and pm["family"] in ("dense", "diloco", "local"):
+            # the methods whose exchange is one dense world average every `period` steps (analytic_step's model):
+            # no compressor, no fragments, no households (sync, local, DiLoCo; the advisor models no others)
+            if pm["compressor"] == "none" and pm["fragments"] == 1 and pm["households"] == 0:
                 steps.append({**key, "method": pm["method"], "period": pm["period"], "measured_step_s":
                               pm["measured_step_s"], "advisor_step_s": pm["predicted_step_s"],
                               "analytic_step_s": analytic_step(ev["compute_s"], ev["params"], s["links"],

@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from lowbw.runs.results import load_runs
+from lowbw.train.schemes.registry import SCHEMES, reads
 
 __all__ = ["SWEEP", "split_point", "sweep_table", "picks", "at_edge", "tuned_block", "write_tuned", "main"]
 
@@ -46,7 +47,8 @@ def sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
     rows = []
     for _, r in runs.iterrows():
         method, knob, _ = split_point(str(r["name"]))
-        outer = r.get("outer_lr") if str(r.get("sync")) in ("diloco", "noloco") else math.nan
+        sync = str(r.get("sync"))
+        outer = r.get("outer_lr") if sync in SCHEMES and reads(sync, "outer_lr") else math.nan  # an outer step
         rows.append({"method": method, "point": r["name"], "knob": knob or "default", "lr": float(r["lr"]),
                      "outer_lr": float(outer) if outer is not None else math.nan,
                      "final_val_loss": float(r["final_val_loss"]), "best_val_loss": float(r["best_val_loss"])})

@@ -58,7 +58,7 @@ def method_label(cfg: dict[str, Any], path_params: dict[str, Any]) -> str:
     if path_params.get("method"):
         return str(path_params["method"])
     parts = [cfg.get("sync", "sync")]
-    if cfg.get("sync") not in (None, "sync") and cfg.get("world_period"):
+    if cfg.get("world_period", 1) not in (None, 1):  # H where not its default 1 (a scheme that reads no H keeps 1)
         parts[0] += f" H={cfg['world_period']}"
     if cfg.get("compressor", "none") != "none":
         args = ",".join(f"{k}={v}" for k, v in sorted((cfg.get("compressor_args") or {}).items()))

@@ -174,7 +174,8 @@ class EngineKeys:
                    "2025; outer_lr, outer_momentum; an even number of workers); async_diloco (Liu et al. 2024), "
                    "decoupled_diloco (Douillard et al. 2026), halos (Kim et al. 2025): world_period inner steps, "
                    "then outer steps at a server that no worker waits for (sim; the async_*, decoupled_*, "
-                   "halos_* keys)",
+                   "halos_* keys); qsr: local SGD whose rounds last max(world_period, (qsr_alpha / lr)^2) "
+                   "steps (Gu et al. 2024)",
                    enum=SYNC_SCHEMES, group="sync")
     collective: str = _f("ring", "collective algorithm (lowbw.comm: ring, tree, ps, butterfly, native, ...)",
                          group="sync")

@@ -11,6 +11,7 @@ name                      reference                                   parameters
                           with BatchNorm, one linear classifier
 ``cnn``                   3 conv + 2 fc, sized for 2-core CPUs         356,810 (10, 32x32x3)
 ``mlp``                   784-512-256-10 style perceptron              535,818 (10, 28x28x1)
+``lenet5``                LeCun et al. 1998 (``lowbw.train.lenet``)    61,706 (10, 28x28x1)
 ``resnet50``              torchvision ``resnet50``                     25,557,032 (1000)
 ``vgg16_imagenet``        torchvision ``vgg16`` (no BN)                138,357,544 (1000)
 ``inception_v4``          Szegedy et al. 2017 (timm ``inception_v4``)  42,679,816 (1000)
@@ -36,6 +37,7 @@ Every model can be built on the meta device (``param_count``/``grad_bytes``), wh
 
 from __future__ import annotations
 
+import importlib
 import math
 from collections.abc import Callable
 
@@ -430,7 +432,7 @@ def model_kind(name: str) -> str:
 # ----------------------------------------------------------------------------------------------- registry
 Builder = Callable[[int, int, int], nn.Module]  # (num_classes, in_channels, image_size) -> module
 
-MODELS: dict[str, Builder] = {
+_OWN: dict[str, Builder] = {
     "resnet20": lambda k, c, s: CifarResNet(20, k, c),
     "resnet32": lambda k, c, s: CifarResNet(32, k, c),
     "resnet56": lambda k, c, s: CifarResNet(56, k, c),
@@ -443,6 +445,16 @@ MODELS: dict[str, Builder] = {
     # text: k = vocabulary size, s = context length (0: the size's own)
     **{n: (lambda k, c, s, _z=z: GPT(_z, k, s or None)) for n, z in GPT_SIZES.items()},
 }
+
+
+def _imported(path: str) -> Builder:
+    """The builder ``"module:function"`` names, imported when a model is built (a workload spec's ``builds``)."""
+    module, _, name = path.partition(":")
+    return lambda k, c, s: getattr(importlib.import_module(module), name)(k, c, s)
+
+
+# every model, in the workload specs' order: the builders above and those of the specs that name their own module
+MODELS: dict[str, Builder] = {n: _OWN[n] if not w.builds else _imported(w.builds) for n, w in WORKLOADS.items()}
 # the ImageNet-scale models: those whose workload spec classifies ImageNet's 1000 classes
 IMAGENET_MODELS = tuple(n for n, w in WORKLOADS.items() if w.num_classes == 1000)
 

@@ -55,6 +55,9 @@ class WorkloadSpec:
     image_size: int  # side of one input image in pixels (text: 0, the context is the model's block_size)
     num_classes: int  # output classes it is built with (text: 0, the corpus's vocabulary)
     metric: str  # the evaluation that judges it (a key of lowbw.train.targets.METRICS)
+    # "module:function" building it as (num_classes, in_channels, image_size) -> nn.Module, for a model in a
+    # module of its own ("": lowbw.train.models' own builders); imported when a run builds the model
+    builds: str = ""
 
     @property
     def higher_is_better(self) -> bool:
@@ -62,11 +65,12 @@ class WorkloadSpec:
         return METRICS[self.metric] == ">="
 
 
-def _image(model: str, pretty: str, dataset: str, c: int, s: int, k: int) -> WorkloadSpec:
-    return WorkloadSpec(model, pretty, "image", dataset, c, s, k, "test_acc")
+def _image(model: str, pretty: str, dataset: str, c: int, s: int, k: int, builds: str = "") -> WorkloadSpec:
+    return WorkloadSpec(model, pretty, "image", dataset, c, s, k, "test_acc", builds)
 
 
-# one line per model (MODELS builds each); the GPT sizes' lines come from GPT_SIZES
+# one line per model (MODELS builds each: its own builders, or the module a spec's ``builds`` names); the GPT
+# sizes' lines come from GPT_SIZES
 WORKLOADS: dict[str, WorkloadSpec] = {w.model: w for w in (
     _image("resnet20", "ResNet-20", "cifar10", 3, 32, 10),
     _image("resnet32", "ResNet-32", "cifar10", 3, 32, 10),
@@ -74,6 +78,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {w.model: w for w in (
     _image("vgg16", "VGG-16 (CIFAR)", "cifar10", 3, 32, 10),
     _image("cnn", "Small CNN", "cifar10", 3, 32, 10),
     _image("mlp", "MLP", "mnist", 1, 28, 10),
+    _image("lenet5", "LeNet-5", "mnist", 1, 28, 10, builds="lowbw.train.lenet:lenet5"),
     _image("resnet50", "ResNet-50", "cifar10", 3, 224, 1000),
     _image("vgg16_imagenet", "VGG-16 (ImageNet)", "cifar10", 3, 224, 1000),
     _image("inception_v4", "Inception-v4", "cifar10", 3, 224, 1000),

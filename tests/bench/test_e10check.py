@@ -14,6 +14,7 @@ from lowbw.bench import e10check
 from lowbw.net.trace import resolve_trace
 from lowbw.runs.io import append_jsonl
 from tests.conftest import netns
+from tests.helpers import refused
 
 CONFIG = {"train_defaults": {"bandwidth_mbit": 10},
           "methods": {"dense": {"compressor": "none"},
@@ -24,21 +25,21 @@ CONFIG = {"train_defaults": {"bandwidth_mbit": 10},
                           "e10_straggler": {"base": {"worker_speeds": [1, 1, 1, 3]}}}}
 
 
-@pytest.mark.parametrize("argv, msg", [
-    (["--steps", "5"], "--steps 5: needs more than the 10 warm-up steps"),
-    (["--networks", "even,nope"], "'nope' has no experiment e10_nope"),
-    (["--methods", "dense,nope"], "'nope' is not a preset"),
-    (["--scale", "0"], "--scale 0.0: needs a factor > 0"),
-    (["--batch-size", "30"], "--batch-size 30: not a multiple of the 4 workers"),
-    (["--config", "no/such.yaml"], "--config no/such.yaml: no such file"),
-])
-def test_bad_arguments_fail_in_one_line_before_any_work(tmp_path, argv, msg):
+@refused({
+    "--steps 5": "--steps 5: needs more than the 10 warm-up steps",
+    "--networks even,nope": "'nope' has no experiment e10_nope",
+    "--methods dense,nope": "'nope' is not a preset",
+    "--scale 0": "--scale 0.0: needs a factor > 0",
+    "--batch-size 30": "--batch-size 30: not a multiple of the 4 workers",
+    "--config no/such.yaml": "--config no/such.yaml: no such file",
+})
+def test_bad_arguments_fail_in_one_line_before_any_work(tmp_path, argv, culprit):
     out = tmp_path / "e10check.json"
     p = subprocess.run([sys.executable, "-m", "lowbw", "bench", "e10check", *argv, "--out", str(out),
                         "--runs-dir", str(tmp_path / "cells")], capture_output=True, text=True, timeout=120)
     assert p.returncode == 2
     lines = p.stderr.strip().splitlines()
-    assert len(lines) == 1 and msg in lines[0], p.stderr
+    assert len(lines) == 1 and culprit in lines[0], p.stderr
     assert not out.exists() and not (tmp_path / "cells").exists()
 
 

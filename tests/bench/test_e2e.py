@@ -15,7 +15,7 @@ from lowbw.bench.e8 import grid as e8_grid
 from lowbw.bench.e8 import rows as e8_rows
 from lowbw.measure import presets
 from lowbw.runs.io import append_jsonl
-from tests.helpers import usage_error
+from tests.helpers import refused, usage_error
 
 
 def _write_run(d, lines):
@@ -100,34 +100,34 @@ def test_cell_row_refuses_mismatched_logs(tmp_path):
                      probe_res={"overhead_ms": 0.0}, cfg={"clock_compute_scale": 1.0, "latency_ms": 0.0})
 
 
-@pytest.mark.parametrize("argv, culprit", [
-    (["--methods", "dense,bogus"], "bogus"),
-    (["--rates", "0mbit"], "--rates"),
-    (["--rates", "10"], "--rates '10'"),
-    (["--rates", "100mbps"], "--rates '100mbps'"),
-    (["--workers", "1"], "--workers"),
-    (["--steps", "5"], "--steps 5"),
-    (["--target", "1.5"], "--target 1.5"),
-    (["--model", "gpt-small", "--target", "val_loss>>2"], "--target val_loss>>2"),
-    (["--realtime", "100"], "--realtime 100"),
-])
+@refused({
+    "--methods dense,bogus": "bogus",
+    "--rates 0mbit": "--rates",
+    "--rates 10": "--rates '10'",
+    "--rates 100mbps": "--rates '100mbps'",
+    "--workers 1": "--workers",
+    "--steps 5": "--steps 5",
+    "--target 1.5": "--target 1.5",
+    "--model gpt-small --target 'val_loss>>2'": "--target val_loss>>2",
+    "--realtime 100": "--realtime 100",
+})
 def test_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     out = tmp_path / "e2e.json"
     assert culprit in usage_error(e2e.main, [*argv, "--out", str(out)], capsys)
     assert not out.exists()
 
 
-@pytest.mark.parametrize("argv, culprit", [
-    (["--workers", "1"], "--workers 1"),
-    (["--rate", "0mbit"], "--rate '0mbit'"),
-    (["--rate", "100"], "--rate '100'"),
-    (["--rate", "100mbps"], "--rate '100mbps'"),
-    (["--gaps", "0", "-1"], "--gaps -1"),
-    (["--calls", "-2"], "--calls -2"),
-    (["--method", "topk9"], "--method topk9"),
-    (["--method", "topk1", "--compute-ms", "-1"], "--compute-ms -1"),
-    (["--realtime", "-3"], "--realtime -3"),
-])
+@refused({
+    "--workers 1": "--workers 1",
+    "--rate 0mbit": "--rate '0mbit'",
+    "--rate 100": "--rate '100'",
+    "--rate 100mbps": "--rate '100mbps'",
+    "--gaps 0 -1": "--gaps -1",
+    "--calls -2": "--calls -2",
+    "--method topk9": "--method topk9",
+    "--method topk1 --compute-ms -1": "--compute-ms -1",
+    "--realtime -3": "--realtime -3",
+})
 def test_probe_bad_flags_fail_before_any_work(argv, culprit, capsys, tmp_path):
     from lowbw.bench import e2e_probe
 

@@ -21,7 +21,7 @@ import pytest
 from lowbw.net import testbed as T
 from lowbw.net.testbed import Testbed, TestbedUnavailable
 from tests.conftest import netns
-from tests.helpers import wait_for
+from tests.helpers import refused, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -598,13 +598,13 @@ def test_launch_contract_helpers_and_bad_arguments(tmp_path):
     assert res.returncode == 2 and "needs a script" in res.stderr
 
 
-@pytest.mark.parametrize("argv, culprit", [
-    (["--rate", "0"], "--rate '0' must be a rate > 0"),
-    (["--rate", "fast"], "--rate 'fast'"),
-    (["--delay", "bogus"], "--delay 'bogus' is not a delay"),
-    (["--rate", "10 mbps"], "--rate '10 mbps' is ambiguous: tc reads 'mbps' as bytes per second (80 Mbit/s)"),
-    (["--rate", "10"], "--rate '10' has no unit: tc would read it as 10 bit/s"),
-])
+@refused({
+    "--rate 0": "--rate '0' must be a rate > 0",
+    "--rate fast": "--rate 'fast'",
+    "--delay bogus": "--delay 'bogus' is not a delay",
+    "--rate '10 mbps'": "--rate '10 mbps' is ambiguous: tc reads 'mbps' as bytes per second (80 Mbit/s)",
+    "--rate 10": "--rate '10' has no unit: tc would read it as 10 bit/s",
+})
 def test_testbed_cli_bad_values_one_line_before_any_work(argv, culprit, capsys):
     from lowbw.cli import main
 

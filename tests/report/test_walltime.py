@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from lowbw.comm.registry import COLLECTIVES
 from lowbw.report import walltime as W
 
 
@@ -22,7 +23,7 @@ def test_advisor_data_parallel_overlaps_and_diloco_does_not():
     assert step >= dp.compute_s
     dil = W.Setting(1e9, 8, 10.0, 30)
     step, algo = W.advisor_step(dil)
-    assert step > dil.compute_s and algo in {"ring", "butterfly", "tree", "alltoall", "roundrobin", "allgather", "ps"}
+    assert step > dil.compute_s and COLLECTIVES[algo].run is not None  # one of ours
 
 
 def test_summary_on_the_grid():

@@ -15,7 +15,7 @@ from lowbw.train.config import ConfigError, RunConfig, keys_help
 from lowbw.train.config_fields import EngineKeys
 from lowbw.train.schemes.registry import SCHEMES, key_sets, users_of
 from lowbw.train.schemes.spec import key_names
-from tests.helpers import sim_run
+from tests.helpers import scheme_keys_modules, sim_run
 
 ROOT = Path(__file__).resolve().parents[2]
 SCHEMES_DIR = ROOT / "lowbw" / "train" / "schemes"
@@ -80,22 +80,11 @@ def _cfg_reads(tree: ast.AST) -> set[str]:
     return out
 
 
-def _keys_modules() -> dict[str, str]:
-    """Scheme name -> the keys module its registry line names (``"<name>": <m>.SPEC`` -> ``<m>``)."""
-    out = {}
-    for node in ast.walk(ast.parse((SCHEMES_DIR / "registry.py").read_text())):
-        if isinstance(node, ast.Dict):
-            out.update({k.value: v.value.id for k, v in zip(node.keys, node.values, strict=True)
-                        if isinstance(k, ast.Constant) and isinstance(v, ast.Attribute)
-                        and isinstance(v.value, ast.Name)})
-    return out
-
-
 def _served(module: str) -> set[str]:
     """The schemes a scheme module serves: those whose class lives in it or whose keys module has its name;
     for a module that is neither (the asynchronous outer schemes' engine), those that list a key set its keys
     module declares."""
-    keys_of = _keys_modules()
+    keys_of = scheme_keys_modules()
     served = {name for name, spec in SCHEMES.items()
               if spec.runs.partition(":")[0] == f"lowbw.train.schemes.{module}" or keys_of[name] == module}
     if served:
@@ -133,3 +122,17 @@ def test_stored_runs_configs_load_unchanged():
         known = set(RunConfig.keys())
         cfg = RunConfig.from_dict({k: v for k, v in c.items() if k in known}, check_registries=False)
         assert {k: v for k, v in cfg.to_dict().items() if k in c} == {k: c[k] for k in c if k in known}, p
+
+
+def test_what_other_layers_ask_of_a_scheme_is_its_declaration():
+    """The advisor's modelled schemes and families, and the keys a scheme reads (a label's H, an outer step's
+    rate), come from the declarations, so that no module outside a scheme compares its name."""
+    from lowbw.train.schemes.registry import advised, family_of, reads
+
+    assert advised() == ("sync", "local", "hierarchical", "diloco")
+    assert family_of("sync", {}) is None  # every step a gradient average: the compressor's family
+    assert family_of("local", {"world_period": 4}) == "local" and family_of("noloco", {}) == "noloco"
+    assert family_of("diloco", {"diloco_fragments": 1}) == "diloco"
+    assert family_of("diloco", {"diloco_fragments": 4}) == "streaming"
+    assert reads("noloco", "outer_lr") and reads("diloco", "outer_lr") and not reads("local", "outer_lr")
+    assert reads("local", "world_period") and not reads("sync", "world_period") and not reads("ssp", "world_period")

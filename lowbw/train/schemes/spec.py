@@ -15,7 +15,7 @@ Torch-free: specs are read when a config is read.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
@@ -38,6 +38,10 @@ class SchemeSpec:
     compress_updates: bool = False  # compress_target: update may replace its every-step gradient average
     tolerates_churn: bool = False  # workers may leave and rejoin (faults: churn): nothing waits for all of them
     pseudo_gradient: bool = False  # it aggregates a pseudo-gradient (granularity auto: bucket even when dense)
+    advised: bool = False  # the advisor models its step time (lowbw.advise.steptime): its runs can be candidates
+    # the advisor's family of a run of it, from the run's (or preset's) settings; None: the scheme's own name
+    # (a scheme whose every step is a world gradient average, ddp_hook, takes its compressor's family instead)
+    family: Callable[[Mapping[str, Any]], str] | None = None
 
 
 def key_names(spec: SchemeSpec) -> list[str]:

@@ -12,7 +12,10 @@ from lowbw.train.schemes.keys.sparta import SpartaKeys
 from lowbw.train.schemes.keys.synchronous import WorldPeriod
 from lowbw.train.schemes.spec import SchemeSpec
 
-__all__ = ["OuterStep", "OuterOptimizer", "DiLoCoKeys", "SPEC"]
+__all__ = ["OuterStep", "OuterOptimizer", "DiLoCoKeys", "FAMILY", "STREAMING", "family", "SPEC"]
+
+FAMILY = "diloco"  # the advisor's family of its runs with whole outer steps (E12's trends, Charles et al.'s law)
+STREAMING = "streaming"  # ... and of those in fragments (Streaming DiLoCo, diloco_fragments > 1)
 
 
 @dataclass(frozen=True)
@@ -78,6 +81,12 @@ def check(cfg) -> None:
                                           "(a fragment's update lands before its next exchange)")
 
 
+def family(settings) -> str:
+    """The advisor's family of a run (or preset) with ``settings``: Streaming DiLoCo's with fragments, else
+    DiLoCo's."""
+    return STREAMING if int(settings.get("diloco_fragments", 1) or 1) > 1 else FAMILY
+
+
 SPEC = SchemeSpec("lowbw.train.schemes.diloco:DiLoCo",
                   keys=(WorldPeriod, OuterOptimizer, OuterStep, DiLoCoKeys, SpartaKeys), check=check,
-                  pseudo_gradient=True)
+                  pseudo_gradient=True, advised=True, family=family)

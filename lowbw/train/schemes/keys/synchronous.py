@@ -94,8 +94,8 @@ def hierarchy_groups(cfg) -> list[str]:
     return ["world", "household", *(["neighbourhood"] if cfg.neighbourhoods else [])]
 
 
-SYNC = SchemeSpec(f"{_MODULE}:SyncSGD", ddp_hook=True, compress_updates=True)
-LOCAL = SchemeSpec(f"{_MODULE}:LocalSGD", keys=(WorldPeriod,), check=dense_only)
+SYNC = SchemeSpec(f"{_MODULE}:SyncSGD", ddp_hook=True, compress_updates=True, advised=True)
+LOCAL = SchemeSpec(f"{_MODULE}:LocalSGD", keys=(WorldPeriod,), check=dense_only, advised=True)
 POST_LOCAL = SchemeSpec(f"{_MODULE}:PostLocalSGD", keys=(WorldPeriod, PostLocal))
 HIERARCHICAL = SchemeSpec(f"{_MODULE}:Hierarchical", keys=(WorldPeriod, Households), check=check_hierarchical,
-                          groups=hierarchy_groups)
+                          groups=hierarchy_groups, advised=True)
