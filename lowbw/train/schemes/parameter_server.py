@@ -35,7 +35,7 @@ import torch
 
 from lowbw.net.costlinks import WorkerLink
 from lowbw.net.costmodel import LinkParams
-from lowbw.train.links import lossy
+from lowbw.train.links import message_link, message_stall
 from lowbw.train.optim import make_optimizer
 from lowbw.train.replicas import Replicas
 from lowbw.train.schemes.base import Scheme, StepContext
@@ -48,10 +48,10 @@ __all__ = ["ParameterServer", "server_link"]
 def server_link(cfg, t_virtual: float = 0.0) -> LinkParams:
     """The server's link: ``bandwidth_mbit`` (its value at ``t_virtual`` under a schedule; the parameter
     server reads it at t = 0) x ``link_goodput``, latency ``latency_ms`` + ``clock_overhead_ms``; under
-    ``link_loss`` as TCP's loss recovery charges one message alone (:func:`lowbw.train.links.lossy`)."""
-    alpha, bps = lossy(cfg, (cfg.latency_ms + cfg.clock_overhead_ms) / 1e3,
-                       bandwidth_at(cfg, t_virtual, per_worker=False) * 1e6 * cfg.link_goodput, cfg.latency_ms, 1)
-    return LinkParams(alpha_s=alpha, bandwidth_bps=bps)
+    ``link_loss`` as TCP's loss recovery charges one message alone (:func:`lowbw.train.links.message_link`:
+    each message's timer waits for its own bytes, :func:`lowbw.train.links.message_stall`)."""
+    return message_link(cfg, (cfg.latency_ms + cfg.clock_overhead_ms) / 1e3,
+                        bandwidth_at(cfg, t_virtual, per_worker=False) * 1e6 * cfg.link_goodput, cfg.latency_ms)
 
 
 class ParameterServer(Scheme):
@@ -100,7 +100,7 @@ class ParameterServer(Scheme):
         else:
             self.ps_out_free = done
         if not self.per_worker:
-            return done + self.link.alpha_s
+            return done + self.link.alpha_s + message_stall(self.link, nbytes)
         w = worker_links(self.cfg, ready)[worker]
         own = 8.0 * nbytes / (w.up_bps if direction == "in" else w.down_bps)
         return max(done, ready + own) + w.up_alpha_s + w.down_alpha_s
