@@ -444,6 +444,13 @@ MACROS.update({
     "ETenLmLossBenchCc": "the TCP congestion control its links ran",
     "ETenLmLossBenchList": "per loss and message size: the extra time measured and modelled (list)",
     "ETenLmLossBenchLoad": "the highest 1-minute load while it measured",
+    "ETenLmLossTrainDate": "date of the training runs under loss on the testbed (lowbw.bench.loss_train)",
+    "ETenLmLossTrainHost": "the machine that ran them",
+    "ETenLmLossTrainSetting": "their workers, model and steps (words)",
+    "ETenLmLossTrainList": "per method and loss: what loss added to comm per step, measured and charged (list)",
+    "ETenLmLossTrainWorst": "the largest |charged / measured - 1| of those extras (%)",
+    "ETenLmLossTrainSameLoss": "whether every method's final loss was the same at every loss rate (words)",
+    "ETenLmLossTrainLoad": "the highest 1-minute load while they ran",
     **_per_network("ETenLm", E10_NETWORKS),
 })
 # E9 on the language model near convergence, each method tuned (lowbw.report.lmc)

@@ -28,7 +28,9 @@ with the same top-k without the policy (``FIXED``).
 The check against the testbed (``runs/bench/e10check.json``, ``python -m lowbw bench e10check``; optional:
 the paper builds without it) is the table ``check`` and the ``ETenCheck*`` numbers, labelled with the machine
 and date that measured it; the language model's numbers carry ``runs/bench/loss.json`` (``python -m lowbw bench
-loss``: what loss costs one message on the testbed, against the clock's model) as ``ETenLmLossBench*``.
+loss``: what loss costs one message on the testbed, against the clock's model of this commit) as
+``ETenLmLossBench*``, and ``runs/bench/loss_train.json`` (``python -m lowbw bench loss_train``: what loss costs a
+training run's exchanges on the testbed, against the same run's clock) as ``ETenLmLossTrain*``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from functools import partial
 
 import pandas as pd
 
+from lowbw.bench.loss import rows_of as loss_rows
 from lowbw.net.units import parse_rate
 from lowbw.report.catalog import E10_NETWORKS, MACROS, PREFIX, word
 from lowbw.report.common import fmt_duration, plotting, training_runs
@@ -189,7 +192,13 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
         tables["check"] = _check_table(check)
     loss_bench = ctx.bench("loss") if key == "e10lm" else None  # TCP's loss recovery: testbed against the clock
     if loss_bench and loss_bench.get("rows"):
-        tables["loss_bench"] = pd.DataFrame(loss_bench["rows"])
+        # the measured cells against the model of this commit (the one that charges the runs), not the
+        # model of the commit that measured them
+        tables["loss_bench"] = pd.DataFrame(loss_rows(loss_bench["cells"]) if loss_bench.get("cells")
+                                            else loss_bench["rows"])
+    loss_train = ctx.bench("loss_train") if key == "e10lm" else None  # a lossy training run on the testbed
+    if loss_train and loss_train.get("rows"):
+        tables["loss_train"] = pd.DataFrame(loss_train["rows"])
     return Stats(tables,
                  {"source": f"runs/{pre}*", "key": key, "goal": goal, "metric": goal.metric,
                   "target": target.value, "seeds": int(per_run["seed"].nunique()),
@@ -198,7 +207,11 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
                   "networks": [n for n in NETWORKS if n in set(per_run["network"])],
                   "methods": _method_order(ctx, per_run, pre), "baseline": BASELINE_NETWORK,
                   "check": _check_meta(check) if check and check.get("rows") else None,
-                  "loss_bench": _loss_meta(loss_bench) if loss_bench and loss_bench.get("rows") else None})
+                  "loss_bench": _loss_meta(loss_bench) if loss_bench and loss_bench.get("rows") else None,
+                  "loss_train": ({**_loss_meta(loss_train), "steps": loss_train["setting"].get("steps"),
+                                  "model": loss_train["setting"].get("model"),
+                                  "workers": loss_train["setting"].get("workers")}
+                                 if loss_train and loss_train.get("rows") else None)})
 
 
 def _at_time(m, metric: str, t: float) -> float:
@@ -244,6 +257,30 @@ def _loss_bench_numbers(st: Stats) -> dict[str, str]:
                for _, r in cells.iterrows())}
     if meta["load"] is not None:
         out[f"{p}LossBenchLoad"] = fmt_num(float(meta["load"]), 2)
+    return out
+
+
+def _loss_train_numbers(st: Stats) -> dict[str, str]:
+    """A training run under loss on the testbed (:mod:`lowbw.bench.loss_train`): per method and lossy cell, what
+    loss added to the measured comm per step and what the clock charged for it."""
+    t, meta = st.tables.get("loss_train"), st.meta.get("loss_train")
+    if t is None or t.empty or not meta:
+        return {}
+    p = PREFIX[st.meta["key"]]
+    cells = t[(t["loss"] > 0) & t["extra_s"].notna()]
+    out = {f"{p}LossTrainDate": escape(meta["date"]), f"{p}LossTrainHost": escape(meta["host"]),
+           f"{p}LossTrainSetting": escape(f"{meta['workers']} workers, {meta['model']}, {meta['steps']} steps"),
+           f"{p}LossTrainList": "; ".join(
+               rf"{escape(r['method'])} at {fmt_num(round(100 * r['loss'], 6))}\,\%: "
+               rf"{fmt_num(1e3 * r['extra_s'], 2)} ms measured, {fmt_num(1e3 * r['clock_extra_s'], 2)} ms charged"
+               + (" (busy)" if r.get("busy") else "") for _, r in cells.iterrows())}
+    errs = cells["err_extra"].dropna().abs()
+    if not errs.empty:
+        out[f"{p}LossTrainWorst"] = fmt_num(100 * float(errs.max()), 2)
+    same = t.groupby("method")["final_val_loss"].nunique()
+    out[f"{p}LossTrainSameLoss"] = "the same" if bool((same == 1).all()) else "not the same"
+    if meta["load"] is not None:
+        out[f"{p}LossTrainLoad"] = fmt_num(float(meta["load"]), 2)
     return out
 
 
@@ -333,6 +370,7 @@ def numbers(st: Stats) -> dict[str, str]:
             out[f"{p}{w}RunBestRatio"] = fmt_num(float(lo["end_ratio_mean"]), 3)
     out.update(_budget_numbers(st))
     out.update(_loss_bench_numbers(st))
+    out.update(_loss_train_numbers(st))
     if st.meta["key"] == "e10":  # the adaptive collective and the testbed check ran on the MLP's grid
         out.update(_auto_numbers(st))
         out.update(_check_numbers(st))
