@@ -219,6 +219,11 @@ def test_loss_and_churn_networks_judged_at_a_wall_clock_budget(tmp_path):
             n["ETenLmLossTenLeadBy"], n["ETenLmLossTenBudget"]) == ("diloco16", "2", "dense", "1.5", "12 s")
     assert n["ETenLmChurnBestRatio"] == "1.17" and "ETenLmChurnDenseRatio" not in n
     assert n["ETenLmLossTenDenseRatio"] == "1.50"
+    # DiLoCo's final loss (2.0) at the end of its run against each method's first evaluation at it: on the even
+    # network DiLoCo's 20 x 0.5 s over adiloco16's 20 x 0.6 s and dense's 20 x 1.0 s
+    assert n["ETenLmEvenVsDiloco"] == r"adiloco16 0.833$\times$, dense 0.500$\times$"
+    assert (n["ETenLmEvenVsDilocoBest"], n["ETenLmEvenVsDilocoBestRatio"]) == ("adiloco16", "0.833")
+    assert n["ETenLmLossTenVsDiloco"] == r"dense 0.400$\times$" and "ETenLmChurnVsDiloco" not in n  # no DiLoCo there
     # at 20 s (dense's whole even run) dense with loss is at 3.0, without at 2.0: exp(1) - 1
     assert n["ETenLmLossTenDensePpl"] == "172" and n["ETenLmLossTenDenseFinalGap"] == "0"
     assert n["ETenLmBudgetLeads"].startswith("even: diloco16 (2 at 10 s, 1 ahead of ")
