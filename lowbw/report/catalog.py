@@ -106,7 +106,7 @@ def _per_network(prefix: str, networks) -> dict[str, str]:
                 ("WorstRatio", "its slow-down (ratio)"), ("DenseRatio", "dense training's slow-down (ratio)"),
                 ("RunBest", "the method whose whole run (the same samples) slowed least"),
                 ("RunBestRatio", "that slow-down (ratio)")]
-        if prefix == "ETenLm":  # DiLoCo and the asynchronous methods ran on the language model
+        if prefix == "ETenLm" and net != "churn":  # DiLoCo with the asynchronous methods (churn refuses it)
             keys += list(_VS_DILOCO)
         if net == "churn":
             keys = [k for k in keys if k[0] != "DenseRatio"]
