@@ -56,12 +56,21 @@ __all__ = ["main", "measure", "rows_of", "GOODPUT"]
 
 GOODPUT = 1448 / 1514  # TCP payload per wire byte (RunConfig.link_goodput's default)
 PORT = 29810
+#: the sender's TcpExt counters recorded per (loss, size): timer waits (retransmission timeouts, tail loss
+#: probes) against repairs while data flows (fast retransmits; RACK's lost retransmissions)
+COUNTERS = ("TCPTimeouts", "TCPLossProbes", "TCPLossProbeRecovery", "TCPFastRetrans", "TCPLostRetransmit",
+            "TCPSackRecovery", "TCPSackRecoveryFail", "TCPSpuriousRTOs")
 STALL_FACTOR, STALL_S = 1.1, 0.004  # a message stalled: slower than 1.1 x the median at no loss + 4 ms
 
 # one worker: rank 0 sends, rank 1 receives and answers; every wait has a timeout
 WORKER = textwrap.dedent("""
     import json, os, socket, sys, time
     r = int(os.environ["RANK"]); spec = json.loads(sys.argv[1]); timeout = spec["timeout_s"]
+    def stack():  # this namespace's TCP counters (/proc/net/netstat's TcpExt): how TCP recovered
+        ls = open("/proc/net/netstat").read().splitlines()
+        return {k: int(v) for h, x in zip(ls[0::2], ls[1::2]) if h.startswith("TcpExt:")
+                for k, v in zip(h.split()[1:], x.split()[1:]) if k in spec["counters"]}
+    counters = {}
     me, peer = "%s.%d" % (spec["subnet"], r + 1), "%s.%d" % (spec["subnet"], 2 - r)
     times = {}
     if r == 1:
@@ -80,6 +89,7 @@ WORKER = textwrap.dedent("""
     c.settimeout(timeout); c.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
     for size, n in spec["plan"]:
         ts = []
+        c0 = stack()
         if r == 1:
             for _ in range(n):
                 need = size
@@ -98,9 +108,11 @@ WORKER = textwrap.dedent("""
                 if c.recv(1) != b"k":
                     sys.exit("rank 0: no answer from rank 1")
         times[str(size)] = ts
+        c1 = stack()
+        counters[str(size)] = {k: c1[k] - c0[k] for k in c1}
     c.close()
     with open(spec["out"] % r, "w") as f:
-        json.dump(times, f)
+        json.dump({"times": times, "counters": counters}, f)
 """)
 
 
@@ -137,7 +149,7 @@ def measure(rate: str, loss: float, sizes: list[int], delay: str | None, seconds
             cc = tb.describe()["congestion_control"] or "bbr"
             plan = _plan(sizes, loss, payload_bps, rtt, seconds, warmup, max_reps, cc)
             spec = {"subnet": SUBNET, "port": PORT, "plan": plan, "timeout_s": timeout_s,
-                    "out": str(Path(tmp) / "rank%d.json")}
+                    "out": str(Path(tmp) / "rank%d.json"), "counters": COUNTERS}
             budget = timeout_s + sum(n * (tcploss.message_time(s, rtt, payload_bps, loss, rtt, cc) + 0.5)
                                      for s, n in plan)
             codes = tb.run([sys.executable, "-c", WORKER, json.dumps(spec)], timeout=budget)
@@ -145,13 +157,29 @@ def measure(rate: str, loss: float, sizes: list[int], delay: str | None, seconds
         cond = rec.stop()
         if any(codes):
             raise RuntimeError(f"{emulator} loss {loss}: the workers exited with {codes}")
-        sent = json.loads((Path(tmp) / "rank0.json").read_text())
-        got = json.loads((Path(tmp) / "rank1.json").read_text())
+        rank0 = json.loads((Path(tmp) / "rank0.json").read_text())
+        sent, got = rank0["times"], json.loads((Path(tmp) / "rank1.json").read_text())["times"]
     times = {int(s): [b - a for a, b in zip(sent[s], got[s])][warmup:] for s in sent}
-    return {"emulator": emulator, "loss": loss, "loss_method": net.get("loss_method") or net.get("impairment"),
+    return {"emulator": emulator, "loss": loss, "warmup": warmup,
+            "loss_method": net.get("loss_method") or net.get("impairment"),
             "congestion_control": cc, "rtt_model_s": rtt, "payload_bps": payload_bps, "delay_s": delay_s,
             "times_s": {str(s): t for s, t in times.items()}, "testbed": net,
+            "sender_counters": rank0["counters"],  # per size, warm-up included
             "conditions": cond.to_json(samples=False)}
+
+
+def _se(xs: list[float]) -> float:
+    """Standard error of the mean of ``xs`` (the sampling noise of a mean over rare stalls)."""
+    return statistics.stdev(xs) / math.sqrt(len(xs)) if len(xs) > 1 else math.nan
+
+
+def _per_message(cell: dict[str, Any], size: str, *counters: str) -> float | None:
+    """The sender's ``counters`` summed per message of ``size`` (warm-up included), None if not recorded."""
+    got = (cell.get("sender_counters") or {}).get(size)
+    if not got:
+        return None
+    n = len(cell["times_s"][size]) + cell.get("warmup", 0)
+    return sum(got.get(k, 0) for k in counters) / n
 
 
 def _q(xs: list[float], q: float) -> float:
@@ -162,14 +190,14 @@ def _q(xs: list[float], q: float) -> float:
 def rows_of(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """One row per (emulator, loss, size) of :func:`measure`'s cells: the measured statistics, the model's time
     and both extras over the same emulator's loss-0 cell of the size (NaN without one)."""
-    base = {(c["emulator"], s): (statistics.fmean(t), statistics.median(t)) for c in cells if c["loss"] == 0
-            for s, t in c["times_s"].items()}
+    base = {(c["emulator"], s): (statistics.fmean(t), statistics.median(t), _se(t)) for c in cells
+            if c["loss"] == 0 for s, t in c["times_s"].items()}
     rows = []
     for c in cells:
         cc, rtt, bps, d = c["congestion_control"], c["rtt_model_s"], c["payload_bps"], c["delay_s"]
         for s, t in c["times_s"].items():
             size, mean = int(s), statistics.fmean(t)
-            b_mean, b_med = base.get((c["emulator"], s), (math.nan, math.nan))
+            b_mean, b_med, b_se = base.get((c["emulator"], s), (math.nan, math.nan, math.nan))
             extra = mean - b_mean
             model_extra = tcploss.extra_time(size, d, bps, c["loss"], rtt, cc)
             rows.append({"emulator": c["emulator"], "loss_method": c["loss_method"], "loss": c["loss"],
@@ -178,6 +206,8 @@ def rows_of(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
                          "stalled": (sum(1 for x in t if x > STALL_FACTOR * b_med + STALL_S)
                                      if math.isfinite(b_med) else None),
                          "model_s": tcploss.message_time(size, d, bps, c["loss"], rtt, cc), "extra_s": extra,
+                         "extra_se_s": math.hypot(_se(t), b_se),
+                         "timer_waits": _per_message(c, s, "TCPTimeouts", "TCPLossProbes"),
                          "model_extra_s": model_extra,
                          "err_extra": (model_extra / extra - 1) if c["loss"] and extra > 0 else None,
                          "congestion_control": cc, "busy": bool(c["conditions"].get("busy"))})
@@ -186,7 +216,7 @@ def rows_of(cells: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 def _table(rows: list[dict[str, Any]]) -> str:
     head = (f"{'dropped by':<17} {'loss':>6} {'bytes':>9} {'msgs':>5} {'mean ms':>9} {'p50 ms':>8} {'p90 ms':>8} "
-            f"{'max ms':>8} {'stalled':>7} {'model ms':>9} {'extra ms':>9} {'model +ms':>9} {'err':>7}")
+            f"{'max ms':>8} {'stalled':>7} {'timers':>6} {'model ms':>9} {'extra ms':>15} {'model +ms':>9} {'err':>7}")
     lines = [head, "-" * len(head)]
     for r in rows:
         err = "" if r["err_extra"] is None else f"{100 * r['err_extra']:+.0f}%"
@@ -194,9 +224,16 @@ def _table(rows: list[dict[str, Any]]) -> str:
         lines.append(f"{by:<17} {100 * r['loss']:>5.1f}% {r['size']:>9,} {r['messages']:>5} "
                      f"{1e3 * r['mean_s']:>9.2f} {1e3 * r['median_s']:>8.2f} {1e3 * r['p90_s']:>8.2f} "
                      f"{1e3 * r['max_s']:>8.1f} {'' if r['stalled'] is None else r['stalled']:>7} "
-                     f"{1e3 * r['model_s']:>9.2f} {1e3 * r['extra_s']:>9.2f} {1e3 * r['model_extra_s']:>9.2f} "
+                     f"{'' if r.get('timer_waits') is None else format(r['timer_waits'], '.3f'):>6} "
+                     f"{1e3 * r['model_s']:>9.2f} {_pm(r):>15} {1e3 * r['model_extra_s']:>9.2f} "
                      f"{err:>7}" + (" (busy)" if r["busy"] else ""))
     return "\n".join(lines)
+
+
+def _pm(r: dict[str, Any]) -> str:
+    """``extra ms +- its standard error``."""
+    se = r.get("extra_se_s")
+    return f"{1e3 * r['extra_s']:.2f}" + (f" +-{1e3 * se:.2f}" if se is not None and math.isfinite(se) else "")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -86,6 +86,13 @@ _LOSSY = (("DensePpl", "dense's perplexity there after its whole even-network ru
                             "nats/char)"))
 
 
+# per network: each method's time to DiLoCo's final loss against DiLoCo's whole run (lowbw.report.e10)
+_VS_DILOCO = (("VsDiloco", "per method, DiLoCo's whole run / its time to DiLoCo's final loss there, fastest first "
+                           "(list)"),
+              ("VsDilocoBest", "the method that reaches DiLoCo's final loss soonest"),
+              ("VsDilocoBestRatio", "how many times sooner than DiLoCo (ratio)"))
+
+
 def _per_network(prefix: str, networks) -> dict[str, str]:
     """E10's numbers for each of ``networks`` (not the even one): slow-downs against the even network; on the
     networks of ``E10_LEAD_NETWORKS`` the method leading at the wall-clock budget, on the lossy ones what the loss
@@ -99,6 +106,8 @@ def _per_network(prefix: str, networks) -> dict[str, str]:
                 ("WorstRatio", "its slow-down (ratio)"), ("DenseRatio", "dense training's slow-down (ratio)"),
                 ("RunBest", "the method whose whole run (the same samples) slowed least"),
                 ("RunBestRatio", "that slow-down (ratio)")]
+        if prefix == "ETenLm" and net != "churn":  # DiLoCo with the asynchronous methods (churn refuses it)
+            keys += list(_VS_DILOCO)
         if net == "churn":
             keys = [k for k in keys if k[0] != "DenseRatio"]
         if net in E10_LEAD_NETWORKS:
@@ -438,12 +447,20 @@ MACROS.update({
     "ETenLmEvenFastestTtt": "its mean virtual time (duration)",
     "ETenLmEvenLinks": "the even network's links (words)",
     "ETenLmBudgetLeads": "per network, the method leading at its budget, its loss and margin (list)",
+    **{f"ETenLmEven{k}": f"{what} (even network)" for k, what in _VS_DILOCO},
     "ETenLmLossBenchDate": "date of the measurement of TCP's loss recovery on the testbed (lowbw.bench.loss)",
     "ETenLmLossBenchHost": "the machine that measured it",
     "ETenLmLossBenchRate": "its links' rate",
     "ETenLmLossBenchCc": "the TCP congestion control its links ran",
     "ETenLmLossBenchList": "per loss and message size: the extra time measured and modelled (list)",
     "ETenLmLossBenchLoad": "the highest 1-minute load while it measured",
+    "ETenLmLossTrainDate": "date of the training runs under loss on the testbed (lowbw.bench.loss_train)",
+    "ETenLmLossTrainHost": "the machine that ran them",
+    "ETenLmLossTrainSetting": "their workers, model and steps (words)",
+    "ETenLmLossTrainList": "per method and loss: what loss added to comm per step, measured and charged (list)",
+    "ETenLmLossTrainWorst": "the largest |charged / measured - 1| of those extras (%)",
+    "ETenLmLossTrainSameLoss": "whether every method's final loss was the same at every loss rate (words)",
+    "ETenLmLossTrainLoad": "the highest 1-minute load while they ran",
     **_per_network("ETenLm", E10_NETWORKS),
 })
 # E9 on the language model near convergence, each method tuned (lowbw.report.lmc)

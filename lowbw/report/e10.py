@@ -28,7 +28,9 @@ with the same top-k without the policy (``FIXED``).
 The check against the testbed (``runs/bench/e10check.json``, ``python -m lowbw bench e10check``; optional:
 the paper builds without it) is the table ``check`` and the ``ETenCheck*`` numbers, labelled with the machine
 and date that measured it; the language model's numbers carry ``runs/bench/loss.json`` (``python -m lowbw bench
-loss``: what loss costs one message on the testbed, against the clock's model) as ``ETenLmLossBench*``.
+loss``: what loss costs one message on the testbed, against the clock's model of this commit) as
+``ETenLmLossBench*``, and ``runs/bench/loss_train.json`` (``python -m lowbw bench loss_train``: what loss costs a
+training run's exchanges on the testbed, against the same run's clock) as ``ETenLmLossTrain*``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ from functools import partial
 
 import pandas as pd
 
+from lowbw.bench.loss import rows_of as loss_rows
 from lowbw.net.units import parse_rate
 from lowbw.report.catalog import E10_NETWORKS, MACROS, PREFIX, word
 from lowbw.report.common import fmt_duration, plotting, training_runs
@@ -50,11 +53,14 @@ from lowbw.report.training import time_to_target
 from lowbw.train.adaptive import run_collective
 from lowbw.train.config import RunConfig
 from lowbw.train.faults import parse_faults
+from lowbw.train.targets import Target
 from lowbw.workflow.hoststore import cores_of
 
 __all__ = ["E10", "E10LM", "NETWORKS", "BASELINE_NETWORK", "EXPERIMENTS", "TARGET", "RUNS_PREFIX"]
 
 BASELINE_NETWORK = "even"  # every other network is compared with it
+# the synchronous method the asynchronous methods' papers compare with: each method's time to its final loss
+REFERENCE = "diloco16"
 # the highest target test accuracy: the config's target for the dataset unless that is higher, because E10's
 # runs are half as long as E9's and the methods that communicate every 16 steps end MNIST near 88%
 TARGET = 0.85
@@ -146,6 +152,16 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
     dense_end = dict(zip(dense["seed"], dense["t_end_s"]))
     per_run["at_dense_end"] = [_at_time(m, goal.metric, dense_end.get(s, math.nan))
                                for m, s in zip(curves, per_run["seed"])]
+    # DiLoCo's final quality on each network (mean over seeds), and each run's time to reach it: the
+    # asynchronous methods' papers claim a time to DiLoCo's (or synchronous training's) loss
+    ref = per_run[per_run["method"] == REFERENCE]
+    ref_quality = ref.groupby("network")["quality"].mean().to_dict()
+    ref_end = {(r["network"], r["seed"]): r["t_end_s"] for _, r in ref.iterrows()}
+    op = ">=" if goal.higher_is_better else "<="
+    to_ref = [time_to_target(m, Target(goal.metric, op, ref_quality[net])) if net in ref_quality else math.nan
+              for m, net in zip(curves, per_run["network"])]
+    per_run["ref_speedup"] = [ref_end.get((net, s), math.nan) / t if t > 0 else math.nan
+                              for net, s, t in zip(per_run["network"], per_run["seed"], to_ref)]
     base = per_run[per_run["network"] == BASELINE_NETWORK].set_index(["method", "seed"])
     ttt_ratio, end_ratio = [], []
     for _, r in per_run.iterrows():
@@ -169,9 +185,10 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
     for (net, meth), g in per_run.groupby(["network", "method"], sort=False):
         tr, er, tt, acc = _ms(g["ttt_ratio"]), _ms(g["end_ratio"]), _ms(g["ttt_s"]), _ms(g["quality"])
         bq, eq, dq = _ms(g["at_budget"]), _ms(g["at_even_budget"]), _ms(g["at_dense_end"])
+        rq = _ms(g["ref_speedup"])
         slow.append({"network": net, "method": meth, "links": g["links"].iloc[0], "ttt_mean_s": tt[0],
                      "budget_s": float(g["budget_s"].iloc[0]), "at_budget_mean": bq[0], "at_budget_std": bq[1],
-                     "at_even_budget_mean": eq[0], "at_dense_end_mean": dq[0],
+                     "at_even_budget_mean": eq[0], "at_dense_end_mean": dq[0], "ref_speedup_mean": rq[0],
                      "ttt_std_s": tt[1], "ttt_median_s": censored(g["ttt_s"]).median,
                      "ttt_ratio_median": censored(g["ttt_ratio"]).median,
                      "ttt_ratio_mean": tr[0], "ttt_ratio_std": tr[1],
@@ -189,7 +206,13 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
         tables["check"] = _check_table(check)
     loss_bench = ctx.bench("loss") if key == "e10lm" else None  # TCP's loss recovery: testbed against the clock
     if loss_bench and loss_bench.get("rows"):
-        tables["loss_bench"] = pd.DataFrame(loss_bench["rows"])
+        # the measured cells against the model of this commit (the one that charges the runs), not the
+        # model of the commit that measured them
+        tables["loss_bench"] = pd.DataFrame(loss_rows(loss_bench["cells"]) if loss_bench.get("cells")
+                                            else loss_bench["rows"])
+    loss_train = ctx.bench("loss_train") if key == "e10lm" else None  # a lossy training run on the testbed
+    if loss_train and loss_train.get("rows"):
+        tables["loss_train"] = pd.DataFrame(loss_train["rows"])
     return Stats(tables,
                  {"source": f"runs/{pre}*", "key": key, "goal": goal, "metric": goal.metric,
                   "target": target.value, "seeds": int(per_run["seed"].nunique()),
@@ -198,7 +221,11 @@ def stats(ctx: Context, key: str = "e10") -> Stats | None:
                   "networks": [n for n in NETWORKS if n in set(per_run["network"])],
                   "methods": _method_order(ctx, per_run, pre), "baseline": BASELINE_NETWORK,
                   "check": _check_meta(check) if check and check.get("rows") else None,
-                  "loss_bench": _loss_meta(loss_bench) if loss_bench and loss_bench.get("rows") else None})
+                  "loss_bench": _loss_meta(loss_bench) if loss_bench and loss_bench.get("rows") else None,
+                  "loss_train": ({**_loss_meta(loss_train), "steps": loss_train["setting"].get("steps"),
+                                  "model": loss_train["setting"].get("model"),
+                                  "workers": loss_train["setting"].get("workers")}
+                                 if loss_train and loss_train.get("rows") else None)})
 
 
 def _at_time(m, metric: str, t: float) -> float:
@@ -244,6 +271,49 @@ def _loss_bench_numbers(st: Stats) -> dict[str, str]:
                for _, r in cells.iterrows())}
     if meta["load"] is not None:
         out[f"{p}LossBenchLoad"] = fmt_num(float(meta["load"]), 2)
+    return out
+
+
+def _reference_numbers(st: Stats) -> dict[str, str]:
+    """Per network, how much sooner than DiLoCo (:data:`REFERENCE`: its whole run) each method reaches DiLoCo's
+    final quality there (mean over seeds, every seed reaching it; the others are left out), fastest first, and
+    the fastest; what the asynchronous methods' papers claim (a time to the same loss)."""
+    sd, p = st.tables["slowdown"], PREFIX[st.meta["key"]]
+    out: dict[str, str] = {}
+    for net in st.meta["networks"]:
+        w = "Even" if net == BASELINE_NETWORK else E10_NETWORKS.get(net)
+        t = sd[(sd["network"] == net) & (sd["method"] != REFERENCE) & sd["ref_speedup_mean"].notna()]
+        if w is None or t.empty:
+            continue
+        t = t.sort_values("ref_speedup_mean", ascending=False, kind="stable")
+        out[f"{p}{w}VsDiloco"] = ", ".join(rf"{escape(r['method'])} {fmt_num(float(r['ref_speedup_mean']), 3)}$\times$"
+                                           for _, r in t.iterrows())
+        out[f"{p}{w}VsDilocoBest"] = escape(t["method"].iloc[0])
+        out[f"{p}{w}VsDilocoBestRatio"] = fmt_num(float(t["ref_speedup_mean"].iloc[0]), 3)
+    return {k: v for k, v in out.items() if k in MACROS}
+
+
+def _loss_train_numbers(st: Stats) -> dict[str, str]:
+    """A training run under loss on the testbed (:mod:`lowbw.bench.loss_train`): per method and lossy cell, what
+    loss added to the measured comm per step and what the clock charged for it."""
+    t, meta = st.tables.get("loss_train"), st.meta.get("loss_train")
+    if t is None or t.empty or not meta:
+        return {}
+    p = PREFIX[st.meta["key"]]
+    cells = t[(t["loss"] > 0) & t["extra_s"].notna()]
+    out = {f"{p}LossTrainDate": escape(meta["date"]), f"{p}LossTrainHost": escape(meta["host"]),
+           f"{p}LossTrainSetting": escape(f"{meta['workers']} workers, {meta['model']}, {meta['steps']} steps"),
+           f"{p}LossTrainList": "; ".join(
+               rf"{escape(r['method'])} at {fmt_num(round(100 * r['loss'], 6))}\,\%: "
+               rf"{fmt_num(1e3 * r['extra_s'], 2)} ms measured, {fmt_num(1e3 * r['clock_extra_s'], 2)} ms charged"
+               + (" (busy)" if r.get("busy") else "") for _, r in cells.iterrows())}
+    errs = cells["err_extra"].dropna().abs()
+    if not errs.empty:
+        out[f"{p}LossTrainWorst"] = fmt_num(100 * float(errs.max()), 2)
+    same = t.groupby("method")["final_val_loss"].nunique()
+    out[f"{p}LossTrainSameLoss"] = "the same" if bool((same == 1).all()) else "not the same"
+    if meta["load"] is not None:
+        out[f"{p}LossTrainLoad"] = fmt_num(float(meta["load"]), 2)
     return out
 
 
@@ -333,6 +403,8 @@ def numbers(st: Stats) -> dict[str, str]:
             out[f"{p}{w}RunBestRatio"] = fmt_num(float(lo["end_ratio_mean"]), 3)
     out.update(_budget_numbers(st))
     out.update(_loss_bench_numbers(st))
+    out.update(_loss_train_numbers(st))
+    out.update(_reference_numbers(st))
     if st.meta["key"] == "e10":  # the adaptive collective and the testbed check ran on the MLP's grid
         out.update(_auto_numbers(st))
         out.update(_check_numbers(st))

@@ -14,7 +14,7 @@ from lowbw.net.costmodel import LinkParams, calls_time
 from lowbw.net.trace import Trace, rates_at, resolve_trace
 
 __all__ = ["WorkerLinks", "ShapedLink", "LossyLink", "link_for", "links_for", "worker_links", "has_worker_links",
-           "bandwidth_at", "comm_cost", "level_cost", "lossy"]
+           "bandwidth_at", "comm_cost", "level_cost", "lossy", "message_link", "message_stall"]
 
 
 def lossy(cfg, alpha_s: float, bandwidth_bps: float, latency_ms: float, concurrent: int) -> tuple[float, float]:
@@ -27,6 +27,22 @@ def lossy(cfg, alpha_s: float, bandwidth_bps: float, latency_ms: float, concurre
         return alpha_s, bandwidth_bps
     rtt = 2 * latency_ms / 1e3 + tcploss.MSS * 8 / bandwidth_bps
     return tcploss.lossy_alpha_beta(alpha_s, bandwidth_bps, loss, rtt, cfg.tcp_congestion, concurrent)
+
+
+def message_link(cfg, alpha_s: float, bandwidth_bps: float, latency_ms: float) -> LinkParams:
+    """A server's port under ``cfg.link_loss``: a :class:`LossyLink` whose messages travel alone (each pays
+    :meth:`LossyLink.call_stall_s` for its own bytes, added by the port), else the plain link."""
+    loss = getattr(cfg, "link_loss", 0.0)
+    if not loss:
+        return LinkParams(alpha_s=alpha_s, bandwidth_bps=bandwidth_bps)
+    r = tcploss.recovery(loss, 2 * latency_ms / 1e3 + tcploss.MSS * 8 / bandwidth_bps, bandwidth_bps,
+                         cfg.tcp_congestion)
+    return LossyLink(alpha_s=alpha_s, bandwidth_bps=bandwidth_bps / r.beta_factor, loss=loss, rto_s=r.rto_s)
+
+
+def message_stall(link: LinkParams, nbytes: float) -> float:
+    """What a message of ``nbytes`` alone waits for lost tails on ``link`` (0 on a link without loss)."""
+    return link.call_stall_s(nbytes) if isinstance(link, LossyLink) else 0.0
 
 
 def has_worker_links(cfg) -> bool:
@@ -98,13 +114,20 @@ class WorkerLinks(LinkParams):
 @dataclass(frozen=True)
 class LossyLink(LinkParams):
     """A level's link under ``link_loss``: alpha as without loss, the bandwidth TCP's resends leave
-    (:func:`lowbw.net.tcploss.recovery`), and ``call_stall_s``, the expected wait of a collective call for a lost
-    tail (one message per worker in flight), which :func:`comm_cost` charges once per call: a pipelined
-    collective's earlier steps have a lost tail revealed by the next step's data on the same connection (RACK),
-    only its last step's waits for the retransmission timer. Seen as a plain :class:`LinkParams` (no stall)
-    by anything else."""
+    (:func:`lowbw.net.tcploss.recovery`), and the expected timer waits of a call (:meth:`call_stall_s`), which
+    :func:`comm_cost` charges once per call for the bytes of its critical path: the call is done when the
+    unluckiest segment of its ``concurrent`` connections arrives (:func:`lowbw.net.tcploss.stall`); a pipelined
+    collective's earlier steps have their losses revealed by the next step's data on the same connection
+    (RACK). Seen as a plain :class:`LinkParams` (no stall) by anything else."""
 
-    call_stall_s: float = 0.0
+    loss: float = 0.0  # fraction of packets dropped at random on every uplink
+    rto_s: float = 0.0  # what a wait for the retransmission timer costs, RTT + tcp_rto_min (s)
+    concurrent: int = 1  # connections of a call in flight at once (one per worker)
+
+    def call_stall_s(self, nbytes: float) -> float:
+        """Expected timer waits (s) of a call whose critical path carries ``nbytes`` payload bytes per
+        connection."""
+        return tcploss.stall(self.loss, self.rto_s, self.concurrent * tcploss.segments(nbytes))
 
 
 @dataclass(frozen=True)
@@ -162,7 +185,8 @@ def link_for(cfg, level: str, t_virtual: float = 0.0):
     if getattr(cfg, "link_loss", 0.0) and burst <= 0:  # TCP's loss recovery: resent bytes, a stall per call
         r = tcploss.recovery(cfg.link_loss, 2 * lat / 1e3 + tcploss.MSS * 8 / bps, bps, cfg.tcp_congestion,
                              cfg.workers)
-        return LossyLink(alpha_s=alpha, bandwidth_bps=bps / r.beta_factor, call_stall_s=r.stall_s)
+        return LossyLink(alpha_s=alpha, bandwidth_bps=bps / r.beta_factor, loss=cfg.link_loss, rto_s=r.rto_s,
+                         concurrent=cfg.workers)
     if burst > 0:  # with a token bucket, the loss's stall on every step (lossy)
         alpha, bps = lossy(cfg, alpha, bps, lat, cfg.workers)
     if burst > 0:  # the bucket counts wire bytes (frames); the clock's bytes are payload
@@ -223,8 +247,11 @@ def comm_cost(per_group_calls: dict[int, list[list]], link) -> dict[str, float]:
     links = list(link.workers) if isinstance(link, WorkerLinks) else None
     bucket = link.bucket_bytes if isinstance(link, ShapedLink | WorkerLinks) else 0.0
     stall = 0.0
-    if isinstance(link, LossyLink):  # once per call: the most calls one group makes in sequence
-        stall = link.call_stall_s * max((len(lst) for lists in per_group_calls.values() for lst in lists), default=0)
+    if isinstance(link, LossyLink):  # once per call, for the bytes of its critical path (the slowest group's)
+        calls = max((len(lst) for lists in per_group_calls.values() for lst in lists), default=0)
+        for i in range(calls):
+            one = {g: [lst[i:i + 1] for lst in lists] for g, lists in per_group_calls.items()}
+            stall += link.call_stall_s(_v_comm(one, LinkParams(*_BETA_ONLY)))
     return {
         "v_comm": _v_comm(per_group_calls, link, links, bucket) + stall,
         "v_alpha": _v_comm(per_group_calls, LinkParams(*_ALPHA_ONLY)),

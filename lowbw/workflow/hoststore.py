@@ -34,7 +34,7 @@ __all__ = ["HOST_STORE", "NAMES", "HostStoreError", "Located", "commit_of", "cor
 HOST_STORE = Path("paper/measured/host")
 #: the host measurements the report reads (``runs/bench/<name>.json``), in the paper's order
 NAMES = ("collectives", "collectives_latency", "compressors", "models", "e2e", "e2e_lm", "e2e_lm_realtime", "exchange",
-         "exchange_realtime", "loss")
+         "exchange_realtime", "loss", "loss_train")
 
 
 def commit_of(prov: dict[str, Any] | None) -> str | None:

@@ -4,6 +4,7 @@ from measured cells, bad flags refused before any work, and a short run on the t
 from __future__ import annotations
 
 import json
+import statistics
 
 import pytest
 
@@ -28,6 +29,15 @@ def test_rows_against_the_same_emulators_lossless_cell():
     assert k["model_extra_s"] == pytest.approx(model) and k["err_extra"] == pytest.approx(model / k["extra_s"] - 1)
     assert rows[("userspace", 0.1)]["extra_s"] == pytest.approx(0.010)  # against userspace's own loss 0
     assert rows[("kernel", 0.0)]["err_extra"] is None and rows[("kernel", 0.0)]["extra_s"] == 0.0
+    se = (statistics.stdev([0.060, 0.058, 0.300]) ** 2 / 3 + statistics.stdev([0.050, 0.052, 0.054]) ** 2 / 3) ** 0.5
+    assert k["extra_se_s"] == pytest.approx(se)  # the noise of a mean over rare stalls, both cells'
+    assert k["timer_waits"] is None  # no counters recorded in this cell
+
+
+def test_timer_waits_per_message_from_the_senders_counters():
+    c = {**_cell("userspace", 0.1, [0.07] * 8), "warmup": 2,
+         "sender_counters": {"65536": {"TCPTimeouts": 3, "TCPLossProbes": 2, "TCPFastRetrans": 40}}}
+    assert bench.rows_of([c])[0]["timer_waits"] == pytest.approx(5 / 10)
 
 
 @pytest.mark.parametrize("argv, words", [(["--losses", "0.5"], "--losses 0.5"), (["--rate", "10"], "10"),
@@ -52,3 +62,5 @@ def test_a_short_measurement_on_the_testbed(tmp_path):
     assert all(r["messages"] >= 5 and r["mean_s"] > 0 for r in doc["rows"])
     by = {(c["emulator"], c["loss"]): c["loss_method"] for c in doc["cells"]}
     assert by[("userspace", 0.1)] == "userspace" and by[("kernel", 0.1)] in ("cbpf-random-drop", "netem")
+    counted = next(c for c in doc["cells"] if (c["emulator"], c["loss"]) == ("userspace", 0.1))["sender_counters"]
+    assert set(counted["8192"]) == set(bench.COUNTERS)  # the sender's namespace's own TcpExt counters

@@ -193,6 +193,14 @@ def test_loss_and_churn_networks_judged_at_a_wall_clock_budget(tmp_path):
         "provenance": {"date": "2026-11-27T23:10:00+00:00", "cpu": "AMD EPYC", "cpu_count": 2},
         "conditions": {"load1_max": 1.25, "busy": False},
         "setting": {"rate": "10mbit", "congestion_control": "bbr"}, "rows": rows})
+    lt = [{"method": m, "loss": p, "comm_s": c, "clock_comm_s": k, "extra_s": e, "clock_extra_s": ke,
+           "err_extra": None if e is None or not p else ke / e - 1, "final_val_loss": 3.1, "busy": False}
+          for m, p, c, k, e, ke in (("dense", 0.0, 0.40, 0.36, 0.0, 0.0), ("dense", 0.1, 0.60, 0.50, 0.20, 0.14),
+                                    ("diloco16", 0.0, 0.05, 0.04, 0.0, 0.0), ("diloco16", 0.1, 0.06, 0.05, 0.01, 0.01))]
+    atomic_write_json(tmp_path / "bench" / "loss_train.json", {
+        "provenance": {"date": "2026-11-28T01:10:00+00:00", "cpu": "AMD EPYC", "cpu_count": 2},
+        "conditions": {"load1_max": 3.5, "busy": True},
+        "setting": {"steps": 64, "model": "gpt-mini", "workers": 2}, "rows": lt})
     cfg = {"targets": {"shakespeare": "val_loss<=2.4"}}
     st = E10LM.stats(Context(cfg, tmp_path, tmp_path / "out"))
     sd = st.tables["slowdown"].set_index(["network", "method"])
@@ -211,6 +219,11 @@ def test_loss_and_churn_networks_judged_at_a_wall_clock_budget(tmp_path):
             n["ETenLmLossTenLeadBy"], n["ETenLmLossTenBudget"]) == ("diloco16", "2", "dense", "1.5", "12 s")
     assert n["ETenLmChurnBestRatio"] == "1.17" and "ETenLmChurnDenseRatio" not in n
     assert n["ETenLmLossTenDenseRatio"] == "1.50"
+    # DiLoCo's final loss (2.0) at the end of its run against each method's first evaluation at it: on the even
+    # network DiLoCo's 20 x 0.5 s over adiloco16's 20 x 0.6 s and dense's 20 x 1.0 s
+    assert n["ETenLmEvenVsDiloco"] == r"adiloco16 0.833$\times$, dense 0.500$\times$"
+    assert (n["ETenLmEvenVsDilocoBest"], n["ETenLmEvenVsDilocoBestRatio"]) == ("adiloco16", "0.833")
+    assert n["ETenLmLossTenVsDiloco"] == r"dense 0.400$\times$" and "ETenLmChurnVsDiloco" not in n  # no DiLoCo there
     # at 20 s (dense's whole even run) dense with loss is at 3.0, without at 2.0: exp(1) - 1
     assert n["ETenLmLossTenDensePpl"] == "172" and n["ETenLmLossTenDenseFinalGap"] == "0"
     assert n["ETenLmBudgetLeads"].startswith("even: diloco16 (2 at 10 s, 1 ahead of ")
@@ -219,9 +232,29 @@ def test_loss_and_churn_networks_judged_at_a_wall_clock_budget(tmp_path):
         "2026-11-27", "AMD EPYC, 2 cores", "bbr")
     assert n["ETenLmLossBenchList"] == r"64\,KiB at 10\,\% dropped on the wire: 12 ms measured, 10 ms modelled"
     assert n["ETenLmLossBenchLoad"] == "1.2" and n["ETenLmLossBenchRate"] == r"10\,Mbit/s"
+    # the training runs under loss: what loss added to comm per step, measured and charged
+    assert n["ETenLmLossTrainList"] == (r"dense at 10\,\%: 200 ms measured, 140 ms charged; "
+                                        r"diloco16 at 10\,\%: 10 ms measured, 10 ms charged")
+    assert (n["ETenLmLossTrainWorst"], n["ETenLmLossTrainSameLoss"], n["ETenLmLossTrainLoad"]) == ("30", "the same",
+                                                                                                  "3.5")
+    assert n["ETenLmLossTrainSetting"] == "2 workers, gpt-mini, 64 steps"
     tab = E10LM.table(st)
     assert r"\emph{at the budget}" in tab and r"\textbf{2 $\pm$ 0}" in tab
     fig = E10LM.figure(st)
     from lowbw.report.e10 import TITLES
 
     assert [ax.get_title() for ax in fig.axes] == [TITLES[n] for n in ("loss10", "churn")]
+    # with the measured cells stored, the model's column is this commit's model, not the one that measured
+    from lowbw.net import tcploss
+
+    cell = {"emulator": "userspace", "loss_method": "userspace", "congestion_control": "bbr", "rtt_model_s": 0.0012,
+            "payload_bps": 9.56e6, "delay_s": 0.0, "conditions": {"busy": False}}
+    atomic_write_json(tmp_path / "bench" / "loss.json", {
+        "provenance": {"date": "2026-11-27T23:10:00+00:00", "cpu": "AMD EPYC", "cpu_count": 2},
+        "conditions": {"load1_max": 1.25, "busy": False}, "setting": {"rate": "10mbit", "congestion_control": "bbr"},
+        "rows": rows, "cells": [{**cell, "loss": 0.0, "times_s": {"65536": [0.05, 0.05]}},
+                                {**cell, "loss": 0.1, "times_s": {"65536": [0.06, 0.08]}}]})
+    t = E10LM.stats(Context(cfg, tmp_path, tmp_path / "out2")).tables["loss_bench"]
+    lossy = t[t["loss"] == 0.1].iloc[0]
+    assert lossy["model_extra_s"] == pytest.approx(tcploss.extra_time(65536, 0.0, 9.56e6, 0.1, 0.0012, "bbr"))
+    assert lossy["extra_s"] == pytest.approx(0.02)

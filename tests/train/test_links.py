@@ -158,6 +158,35 @@ def test_the_parameter_server_on_per_worker_links(tmp_path, sync, slower):
         assert slow["t_virtual"] < 1.5 * even["t_virtual"]
 
 
+def test_a_straggler_falls_behind_under_async_and_is_waited_for_under_ssp(tmp_path, monkeypatch):
+    """The server's link serves pushes in the order they are ready: a slow worker's push, computed later, does
+    not hold the link for the fast workers' (which held every worker to the slow one's pace, so SSP and async
+    gave identical runs). With one worker three times slower, async's fast workers push more often than it and
+    run ahead without bound; SSP with bound 2 keeps every worker within 2 + 1 pushes of the slowest."""
+    from lowbw.train.schemes import parameter_server as ps
+
+    spreads: list[tuple[int, list[int]]] = []
+    update = ps.ParameterServer.update
+
+    def spy(self, lr):
+        info = update(self, lr)
+        spreads.append((max(self.clock) - min(self.clock), list(self.clock)))
+        return info
+
+    monkeypatch.setattr(ps.ParameterServer, "update", spy)
+    base = sim_run(workers=4, steps=12, bandwidth_mbit=1000.0) | dict(clock="model", clock_sample_s=0.01,
+                                                                       latency_ms=0.0, worker_speeds=[1, 1, 1, 3])
+    out = {}
+    for name, kw in (("ssp", {"sync": "ssp", "staleness": 2}), ("async", {"sync": "async"})):
+        spreads.clear()
+        run(RunConfig.from_dict({**base, **kw}), tmp_path / name, quiet=True)
+        out[name] = (max(s for s, _ in spreads), spreads[-1][1], clocks(tmp_path / name)["t_virtual"])
+    assert out["ssp"][0] == 3 and out["async"][0] > 3
+    fast, slow = out["async"][1][:3], out["async"][1][3]
+    assert min(fast) > 2 * slow  # async: the straggler pushes far less often
+    assert out["async"][2] < out["ssp"][2]  # and nobody waits for it
+
+
 def test_testbed_arguments_of_a_run():
     cfg = cfg_of(worker_bandwidth_mbit=[10, 10, 1, 10], worker_uplink_mbit=[2, 10, 1, 10],
                  worker_latency_ms=[0, 5, 0, 0])

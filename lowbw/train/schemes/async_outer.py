@@ -68,6 +68,7 @@ from lowbw.comm.meter import Meter
 from lowbw.net.costlinks import WorkerLink
 from lowbw.net.costmodel import LinkParams
 from lowbw.train.faults import parse_faults
+from lowbw.train.links import message_stall
 from lowbw.train.optim import clip_rows, make_optimizer
 from lowbw.train.replicas import Replicas
 from lowbw.train.schemes.base import Scheme, StepContext
@@ -109,7 +110,7 @@ class ServerPort:
         done = start + nbytes * link.beta
         self.free[direction] = done
         if not self.per_worker or worker is None:
-            return done + link.alpha_s
+            return done + link.alpha_s + message_stall(link, nbytes)
         w = worker_links(self.cfg, ready)[worker]
         own = 8.0 * nbytes / (w.up_bps if direction == "in" else w.down_bps)
         return max(done, ready + own) + w.up_alpha_s + w.down_alpha_s

@@ -44,7 +44,7 @@ from __future__ import annotations
 import torch
 
 from lowbw.net.costmodel import LinkParams
-from lowbw.train.links import lossy
+from lowbw.train.links import message_link
 from lowbw.train.schemes.async_diloco import DelayedNesterov
 from lowbw.train.schemes.async_outer import AsyncOuter, ServerPort, uses_worker_links
 from lowbw.train.schemes.parameter_server import server_link
@@ -61,8 +61,7 @@ def region_link(cfg, t_virtual: float = 0.0) -> LinkParams:
         return server_link(cfg, t_virtual)
     mbit = cfg.halos_region_mbit or cfg.bandwidth_mbit
     lat = cfg.latency_ms if cfg.halos_region_latency_ms < 0 else cfg.halos_region_latency_ms
-    alpha, bps = lossy(cfg, (lat + cfg.clock_overhead_ms) / 1e3, mbit * 1e6 * cfg.link_goodput, lat, 1)
-    return LinkParams(alpha_s=alpha, bandwidth_bps=bps)
+    return message_link(cfg, (lat + cfg.clock_overhead_ms) / 1e3, mbit * 1e6 * cfg.link_goodput, lat)
 
 
 class HALoS(AsyncOuter):

@@ -8,7 +8,9 @@ weight decay is scaled alike). Staleness is not imposed; it emerges from the ord
 every gradient is M-1 updates old).
 
 Network: every worker has its own full-duplex link (the cost model's star); the server's link is shared, so
-pushes queue on its downlink and pulls on its uplink (``bytes x 8 / bandwidth`` each, plus the latency).
+pushes queue on its downlink and pulls on its uplink (``bytes x 8 / bandwidth`` each, plus the latency), each
+in the order its messages are ready (a push joins the queue when its gradient is computed: a slow worker's
+push does not hold the link for the faster ones' before it is sent).
 The server's link is ``bandwidth_mbit``/``latency_ms``. On per-worker links (``worker_bandwidth_mbit``,
 ``worker_uplink_mbit``, ``worker_latency_ms``, ``bandwidth_trace``: :func:`lowbw.train.world.worker_links`,
 a trace read when the message starts) a message also crosses worker i's own link: a push ends at
@@ -35,7 +37,7 @@ import torch
 
 from lowbw.net.costlinks import WorkerLink
 from lowbw.net.costmodel import LinkParams
-from lowbw.train.links import lossy
+from lowbw.train.links import message_link, message_stall
 from lowbw.train.optim import make_optimizer
 from lowbw.train.replicas import Replicas
 from lowbw.train.schemes.base import Scheme, StepContext
@@ -48,10 +50,10 @@ __all__ = ["ParameterServer", "server_link"]
 def server_link(cfg, t_virtual: float = 0.0) -> LinkParams:
     """The server's link: ``bandwidth_mbit`` (its value at ``t_virtual`` under a schedule; the parameter
     server reads it at t = 0) x ``link_goodput``, latency ``latency_ms`` + ``clock_overhead_ms``; under
-    ``link_loss`` as TCP's loss recovery charges one message alone (:func:`lowbw.train.links.lossy`)."""
-    alpha, bps = lossy(cfg, (cfg.latency_ms + cfg.clock_overhead_ms) / 1e3,
-                       bandwidth_at(cfg, t_virtual, per_worker=False) * 1e6 * cfg.link_goodput, cfg.latency_ms, 1)
-    return LinkParams(alpha_s=alpha, bandwidth_bps=bps)
+    ``link_loss`` as TCP's loss recovery charges one message alone (:func:`lowbw.train.links.message_link`:
+    each message's timer waits for its own bytes, :func:`lowbw.train.links.message_stall`)."""
+    return message_link(cfg, (cfg.latency_ms + cfg.clock_overhead_ms) / 1e3,
+                        bandwidth_at(cfg, t_virtual, per_worker=False) * 1e6 * cfg.link_goodput, cfg.latency_ms)
 
 
 class ParameterServer(Scheme):
@@ -81,6 +83,9 @@ class ParameterServer(Scheme):
         self.ps_out_free = 0.0
         self.clock = [0] * self.M  # completed pushes per worker
         self.arrival: list[float | None] = [None] * self.M  # when worker i's current gradient reaches the server
+        # when worker i's gradient is computed and its push may take the server's link (None: on its way or not
+        # computing); the link serves pushes in the order they are ready, so a push joins its queue only then
+        self.ready: list[float | None] = [None] * self.M
         self.t_compute = [0.0] * self.M
         self.loss = [0.0] * self.M
         self.correct = [0] * self.M
@@ -100,7 +105,7 @@ class ParameterServer(Scheme):
         else:
             self.ps_out_free = done
         if not self.per_worker:
-            return done + self.link.alpha_s
+            return done + self.link.alpha_s + message_stall(self.link, nbytes)
         w = worker_links(self.cfg, ready)[worker]
         own = 8.0 * nbytes / (w.up_bps if direction == "in" else w.down_bps)
         return max(done, ready + own) + w.up_alpha_s + w.down_alpha_s
@@ -119,7 +124,7 @@ class ParameterServer(Scheme):
         comp *= self.speeds[i]
         self.t_compute[i] = comp
         pulled = self._transfer(t, self.pull_bytes, "out", i) if t > 0 else t  # the initial model is everyone's
-        self.arrival[i] = self._transfer(pulled + comp, self.push_bytes, "in", i)
+        self.ready[i] = pulled + comp  # its push joins the server link's queue at that time (update)
 
     def _may_start(self, i: int) -> bool:
         return self.clock[i] - min(self.clock) <= self.bound
@@ -127,9 +132,15 @@ class ParameterServer(Scheme):
     def update(self, lr: float) -> WorkerStats:
         """Process the next arrival: apply that gradient, restart its worker (and any SSP-released ones).
         Returns the pushing worker's statistics of that gradient (bytes: its push and its pull)."""
-        live = [(a, i) for i, a in enumerate(self.arrival) if a is not None]
-        a, i = min(live)
-        self.now = a
+        while True:  # events in time order: a push ready (it joins the link's queue) before an arrival at a tie
+            ready = [(r, 0, i) for i, r in enumerate(self.ready) if r is not None]
+            live = [(a, 1, i) for i, a in enumerate(self.arrival) if a is not None]
+            t, kind, i = min(ready + live)
+            if kind == 1:
+                break
+            self.arrival[i] = self._transfer(t, self.push_bytes, "in", i)
+            self.ready[i] = None
+        self.now = t
         srv, rep = self.server, self.rep
         self.opt.step(srv.params, rep.grads[i: i + 1], lr / self.M)
         srv.buffers[0].copy_(rep.buffers[i])
@@ -141,7 +152,7 @@ class ParameterServer(Scheme):
                            bytes_sent=self.push_bytes + self.pull_bytes)
         self.arrival[i] = None
         for j in [i] + [j for j in range(self.M) if j != i]:  # the pusher first, then released waiters
-            if self.arrival[j] is None and self._may_start(j):
+            if self.arrival[j] is None and self.ready[j] is None and self._may_start(j):  # idle, may start
                 self._start(j, self.now)
         return info
 
@@ -178,7 +189,8 @@ class ParameterServer(Scheme):
     def state_dict(self) -> dict:
         return {"server": self.server.state_dict(), "opt": self.opt.state_dict(), "now": self.now,
                 "ps_in_free": self.ps_in_free, "ps_out_free": self.ps_out_free, "clock": list(self.clock),
-                "arrival": list(self.arrival), "t_compute": list(self.t_compute), "loss": list(self.loss),
+                "arrival": list(self.arrival), "ready": list(self.ready), "t_compute": list(self.t_compute),
+                "loss": list(self.loss),
                 "correct": list(self.correct), "updates": self.updates}
 
     def load_state_dict(self, s: dict) -> None:
@@ -188,3 +200,4 @@ class ParameterServer(Scheme):
             setattr(self, k, s[k])
         for k in ("clock", "arrival", "t_compute", "loss", "correct"):
             setattr(self, k, list(s[k]))
+        self.ready = list(s.get("ready", [None] * self.M))  # a checkpoint of before the queue was in time order
