@@ -348,6 +348,8 @@ class Synchronous(Scheme):
 
         if self.direct:
             ex = self.world.dense_mean(level, [row(i) for i in range(len(self.world.ranks))])
+        elif batched.applies(self.world, self.cfg, None):
+            ex = batched.mean_rows(self.world, level, torch.stack([row(i) for i in range(len(self.world.ranks))]))
         else:
             def work(i, coll):
                 return average_rank(row(i), coll)
