@@ -19,6 +19,13 @@ are those of the threaded path, bit for bit; tests hold the two paths to that.
 
 Used for a compressor with ``batched = True``, the ``ring`` collective and ``sim``; everything else keeps
 the threaded path, and so does a run with ``sim_compress: threads``.
+
+Dense averaging (no compressor) takes this path with ``sim_dense: collective``: the ring's sums, one call per
+bucket, tensor or row as :func:`lowbw.train.aggregate.aggregate_rank` and ``average_rank`` make them, so
+``sim`` computes what ``procs`` computes, bit for bit, without the threads. ``sim_dense: direct`` instead sums
+each group's rows in rank order, ``((x_0 + x_1) + x_2) + x_3``, where the ring sums segment j from rank j on,
+``((x_j + x_{j+1}) + x_{j+2}) + x_{j+3}``: with two workers the same sum (addition commutes), with more the
+same to the last bit of float32 only where rounding happens to agree.
 """
 
 from __future__ import annotations
@@ -30,21 +37,24 @@ from torch import Tensor
 
 from lowbw.collective.partition import split
 from lowbw.comm.engine import MAX_DIMS
-from lowbw.comm.packing import drive
+from lowbw.comm.packing import all_reduce_packed, drive
 from lowbw.compress.protocol import CallRecord
 from lowbw.train.aggregate import buckets_of, group_of
 from lowbw.train.world import Exchange, comm_cost, link_for
 
-__all__ = ["RowCollective", "ring_sum", "applies", "exchange"]
+__all__ = ["RowCollective", "ring_sum", "applies", "exchange", "mean_rows"]
 
 ALGORITHMS = ("ring",)  # whose arithmetic RowCollective reproduces
 _HALF = (torch.float16, torch.bfloat16)
 
 
 def applies(world, cfg, comp) -> bool:
-    """Whether an exchange of ``comp`` in ``world`` takes the batched path."""
-    return (comp is not None and world.kind == "sim" and bool(getattr(comp, "batched", False))
-            and cfg.collective in ALGORITHMS and cfg.sim_compress == "batched")
+    """Whether an exchange of ``comp`` (None: dense averaging) in ``world`` takes the batched path."""
+    if world.kind != "sim" or cfg.collective not in ALGORITHMS:
+        return False
+    if comp is None:
+        return cfg.sim_dense == "collective"
+    return bool(getattr(comp, "batched", False)) and cfg.sim_compress == "batched"
 
 
 def ring_sum(rows: Tensor) -> Tensor:
@@ -123,8 +133,8 @@ class RowCollective:
 
 def exchange(world, level: str, rows: Tensor, chunks, comp, states, bucket_mb: float | None = None) -> Exchange:
     """The batched counterpart of ``world.exchange(level, aggregate_rank per replica)``: every replica's row
-    of ``rows`` ``[M, P]`` averaged over its group at ``level`` with ``comp`` (per chunk ``(name, offset,
-    numel, shape)``), with the threaded path's outputs, call records, bytes and modelled time.
+    of ``rows`` ``[M, P]`` averaged over its group at ``level`` with ``comp`` (None: dense; per chunk
+    ``(name, offset, numel, shape)``), with the threaded path's outputs, call records, bytes and modelled time.
     ``busy_s``: each replica's share of the (de)compression seconds; ``comm_s``: its group's seconds in
     the collective calls. ``bucket_mb``: per bucket (:func:`lowbw.train.aggregate.buckets_of`), a packing
     compressor's tensors run their rounds together, one packed call per round, as the threaded path does."""
@@ -144,17 +154,10 @@ def exchange(world, level: str, rows: Tensor, chunks, comp, states, bucket_mb: f
         if members != list(range(lo, hi)):
             raise ValueError(f"group {g} at level {level!r} is not a contiguous range of ranks: {members}")
         coll = RowCollective(hi - lo, cfg.collective)
-        st = states[lo:hi]
-        for b in buckets_of(chunks, bucket_mb if getattr(comp, "packs", False) else None):
-            cs = [chunks[i] for i in b]
-            xs = [rows[lo:hi, off:off + k].view(hi - lo, *shape) for _, off, k, shape in cs]
-            if bucket_mb is None or not getattr(comp, "packs", False):
-                avgs = [comp.aggregate_batch(xs[0], coll, cs[0][0], st)]
-            else:
-                gens = [comp.rounds_batch(x, name, st, hi - lo) for x, (name, _, _, _) in zip(xs, cs, strict=True)]
-                avgs = drive(gens, coll, packed=True, rows=True)
-            for (_, off, k, _), a in zip(cs, avgs, strict=True):
-                out[lo:hi, off:off + k] = a.reshape(-1)
+        if comp is None:
+            out[lo:hi] = _dense_mean(coll, rows[lo:hi], chunks, bucket_mb)
+        else:
+            out[lo:hi] = _compressed_mean(coll, rows[lo:hi], chunks, comp, states[lo:hi], bucket_mb)
         for j, w in enumerate(members):
             calls[w], sent[w], comm[w] = coll.calls[j], coll.sent[j], coll.seconds
         per_group[g] = coll.calls
@@ -162,3 +165,50 @@ def exchange(world, level: str, rows: Tensor, chunks, comp, states, bucket_mb: f
     busy = max(0.0, time.perf_counter() - t0 - sum(comm[members[0]] for members in groups.values())) / M
     return Exchange(outputs=list(out), busy_s=[busy] * M, comm_s=comm, bytes_sent=sent, calls=calls,
                     **comm_cost(per_group, link_for(cfg, level, world.now)))
+
+
+def _compressed_mean(coll: RowCollective, rows: Tensor, chunks, comp, states, bucket_mb: float | None) -> Tensor:
+    """A group's rows ``[n, P]`` averaged with ``comp``: per chunk its ``aggregate_batch``, or per bucket of a
+    packing compressor its tensors' rounds driven together (one packed call per round)."""
+    n = coll.world_size
+    out = torch.empty_like(rows)
+    for b in buckets_of(chunks, bucket_mb if getattr(comp, "packs", False) else None):
+        cs = [chunks[i] for i in b]
+        xs = [rows[:, off:off + k].view(n, *shape) for _, off, k, shape in cs]
+        if bucket_mb is None or not getattr(comp, "packs", False):
+            avgs = [comp.aggregate_batch(xs[0], coll, cs[0][0], states)]
+        else:
+            gens = [comp.rounds_batch(x, name, states, n) for x, (name, _, _, _) in zip(xs, cs, strict=True)]
+            avgs = drive(gens, coll, packed=True, rows=True)
+        for (_, off, k, _), a in zip(cs, avgs, strict=True):
+            out[:, off:off + k] = a.reshape(-1)
+    return out
+
+
+def _dense_mean(coll: RowCollective, rows: Tensor, chunks, bucket_mb: float | None) -> Tensor:
+    """The dense branch of :func:`lowbw.train.aggregate.aggregate_rank` for all of a group's rows ``[n, P]``
+    at once: the same all-reduce calls (per chunk; per bucket: its contiguous slice, else the packed buffer),
+    each sum then divided by the group size ``n``, as every rank of ``procs`` divides it."""
+    n = coll.world_size
+    out = torch.empty_like(rows)
+    for b in buckets_of(chunks, bucket_mb, rows.element_size()):
+        cs = [chunks[i] for i in b]
+        lo, hi = cs[0][1], cs[-1][1] + cs[-1][2]
+        if bucket_mb is None:
+            sums = [coll.all_reduce(rows[:, lo:hi].view(n, *cs[0][3]))]
+        elif hi - lo == sum(k for _, _, k, _ in cs):  # contiguous: one all-reduce of the slice
+            sums = [coll.all_reduce(rows[:, lo:hi])]
+            cs = [("bucket", lo, hi - lo, torch.Size([hi - lo]))]
+        else:
+            sums = all_reduce_packed(coll, [rows[:, off:off + k].view(n, *shape) for _, off, k, shape in cs],
+                                     rows=True)
+        for (_, off, k, _), s in zip(cs, sums, strict=True):
+            out[:, off:off + k] = (s / n if n > 1 else s).reshape(-1)  # every rank's copy of the mean
+    return out
+
+
+def mean_rows(world, level: str, rows: Tensor) -> Exchange:
+    """Model averaging on the batched path: every replica's whole row of ``rows`` ``[M, L]`` averaged over its
+    group at ``level`` by one all-reduce, as :func:`lowbw.train.aggregate.average_rank` makes it."""
+    return exchange(world, level, rows, [("row", 0, rows.shape[1], torch.Size([rows.shape[1]]))], None,
+                    [None] * len(world.ranks))

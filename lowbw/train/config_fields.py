@@ -52,8 +52,11 @@ class EngineKeys:
                          "(loop on CPU, vmap on CUDA)", enum=["auto", "loop", "vmap"], group="run")
     sim_dense: str = _f("direct", "sim, dense averaging (no compressor): direct = one rank-ordered sum per group "
                         "(fast; the call records and byte counts of the configured collective are still what the "
-                        "virtual clock uses), threads = the collective's own threaded implementation "
-                        "(bit-identical to procs)", enum=["direct", "threads"], group="run")
+                        "virtual clock uses; with more than 2 workers not procs' sums, which the ring takes in "
+                        "another order), collective = the collective's own sums in one thread (ring: "
+                        "lowbw.train.batched; other collectives: their threads), threads = the collective's own "
+                        "threaded implementation (collective and threads: bit-identical to procs)",
+                        enum=["direct", "collective", "threads"], group="run")
     sim_compress: str = _f("batched", "sim, compressed exchanges over the ring: batched = every replica's layer in "
                            "one batched call of the compressor (lowbw.train.batched; same outputs, call records, "
                            "bytes and virtual clock), threads = rank by rank in the collective's threads (the "

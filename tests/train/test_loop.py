@@ -223,3 +223,50 @@ def test_a_run_directory_has_one_writer(tmp_path):
     run(cfg(steps=1), d)
     with pytest.raises(FileExistsError):
         run(cfg(steps=1), d)
+
+
+@pytest.mark.parametrize("kw", [
+    dict(sync="sync", granularity="flat"),
+    dict(sync="sync", granularity="layer"),
+    dict(sync="sync", granularity="bucket", bucket_mb=0.01),
+    dict(sync="local", world_period=2),
+    dict(sync="diloco", world_period=2),
+    dict(sync="desloc", world_period=2, desloc_m1_period=2, desloc_m2_period=4, optimizer="adam"),
+])
+def test_sim_dense_collective_is_the_threaded_collective_bit_for_bit(kw):
+    """sim_dense: collective (the ring's sums in one thread, lowbw.train.batched) computes what the collective's
+    threads, hence procs, compute, with four workers: the same weights after 4 steps, bit for bit, the same
+    bytes and virtual clock, for gradients per tensor, flat and per bucket, model averaging, outer steps and
+    DES-LOC's moments; direct's rank-ordered sums (the control) give other weights."""
+    out = {}
+    for mode in ("collective", "threads", "direct"):
+        c = cfg(model="mlp", workers=4, batch_size=64, clock="model", clock_sample_s=1e-3, sim_dense=mode, **kw)
+        tr = Trainer(c, SimWorld(c))
+        for _ in range(4):
+            tr.train_step()
+        out[mode] = tr.rep.params, tr.state.bytes_sent, tr.state.clock
+    (pc, bc, cc), (pt, bt, ct), (pd, _, _) = out["collective"], out["threads"], out["direct"]
+    assert torch.equal(pc, pt) and bc == bt and cc == ct
+    assert not torch.equal(pd, pt)
+
+
+def test_direct_sums_in_rank_order_the_ring_from_each_segment_s_rank():
+    """Why sim_dense: direct equals procs with two workers and not with four: direct adds a group's rows in
+    rank order, the ring adds segment j from rank j on; a sum of two does not depend on the order."""
+    from lowbw.collective.partition import split
+    from lowbw.train import batched
+
+    g = torch.Generator().manual_seed(0)
+    for workers, same in ((2, True), (4, False)):
+        world = SimWorld(cfg(workers=workers, batch_size=64))
+        rows = torch.randn(workers, 4000, generator=g) * torch.logspace(-3, 3, 4000)
+        direct = world.dense_mean("world", list(rows)).outputs[0]
+        ring = batched.mean_rows(world, "world", rows).outputs[0]
+        in_rank_order = sum(rows[k] for k in range(workers)) / workers
+        from_segment_rank = torch.cat([sum(rows[(j + k) % workers, a:b] for k in range(workers)) for j, (a, b)
+                                       in enumerate(split(4000, workers))]) / workers
+        assert torch.equal(direct, in_rank_order) and torch.equal(ring, from_segment_rank)
+        assert torch.equal(direct, ring) is same
+        # the same sum up to float32 rounding: N - 1 roundings, each at most eps/2 of a partial sum's magnitude
+        bound = (workers - 1) * torch.finfo(torch.float32).eps * rows.abs().sum(0) / workers
+        assert torch.all((direct - ring).abs() <= bound)

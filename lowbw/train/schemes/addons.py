@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from lowbw.train import batched
 from lowbw.train.aggregate import average_rank
 
 __all__ = ["AddOnResult", "mean_rows"]
@@ -34,7 +35,10 @@ class AddOnResult:
 
 def mean_rows(world, rows: list[torch.Tensor], direct: bool):
     """The world's mean of each local replica's row (flat, same length everywhere): one all-reduce per worker
-    (``direct``, sim: one rank-ordered sum in this thread with the collective's records)."""
+    (``direct``, sim: one rank-ordered sum in this thread with the collective's records; ``sim_dense:
+    collective``: the collective's own sums in this thread, :mod:`lowbw.train.batched`)."""
     if direct:
         return world.dense_mean("world", rows)
+    if batched.applies(world, world.cfg, None):
+        return batched.mean_rows(world, "world", torch.stack(rows))
     return world.exchange("world", lambda i, coll: average_rank(rows[i], coll))

@@ -96,7 +96,8 @@ class Synchronous(Scheme):
         self.gran = granularity(cfg, self.comp)
         self.bucket_mb = bucket_mb_of(cfg, self.gran)  # None: one call per chunk (layer, flat)
         self.chunks = rep.chunks(self.gran)
-        # sim, dense: one rank-ordered sum per group replaces the collective's threads (same sums, same records)
+        # sim, dense: one rank-ordered sum per group replaces the collective's threads (same records; the sums
+        # in rank order, not the ring's: sim_dense: collective takes the ring's, lowbw.train.batched)
         self.direct = world.kind == "sim" and cfg.sim_dense == "direct"
         self.policy = None
         if cfg.adaptive == "moo":
@@ -348,6 +349,8 @@ class Synchronous(Scheme):
 
         if self.direct:
             ex = self.world.dense_mean(level, [row(i) for i in range(len(self.world.ranks))])
+        elif batched.applies(self.world, self.cfg, None):
+            ex = batched.mean_rows(self.world, level, torch.stack([row(i) for i in range(len(self.world.ranks))]))
         else:
             def work(i, coll):
                 return average_rank(row(i), coll)
