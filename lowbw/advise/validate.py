@@ -107,10 +107,24 @@ def horizon(period: int, steps: int) -> int:
     return WARMUP + period * max(1, math.ceil(steps / period))
 
 
+def training_lines(run_dir: Path) -> list[dict[str, Any]]:
+    """The metrics lines of a run's training loop, one per step: the first line logged at each step. A run
+    whose last step leaves the replicas apart (a local method stopped between two exchanges) writes its last
+    step twice, the second time after the final synchronisation (:meth:`lowbw.train.loop.Trainer.run`, its
+    step 7), whose exchange counts in ``t_step`` like a step's: not one of the horizon's steps, so left out."""
+    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
+    seen: set[int] = set()
+    out = []
+    for x in lines:
+        if x.get("step") not in seen:
+            seen.add(x.get("step"))
+            out.append(x)
+    return out
+
+
 def measured_per_step(run_dir: Path) -> tuple[float, float]:
     """(step, compute) seconds per step of a run, from its ``metrics.jsonl`` (see the module docstring)."""
-    lines = [json.loads(x) for x in (run_dir / "metrics.jsonl").read_text().splitlines() if x.strip()]
-    train = [x for x in lines if x.get("step", 0) >= WARMUP and x.get("t_step") is not None]
+    train = [x for x in training_lines(run_dir) if x.get("step", 0) >= WARMUP and x.get("t_step") is not None]
     if len(train) < 2:
         raise ValueError(f"{run_dir}: fewer than two metrics lines after step {WARMUP}")
     a, b = train[0], train[-1]

@@ -68,6 +68,16 @@ def test_measured_per_step_is_the_slope_after_the_warmup(tmp_path):
     assert step == pytest.approx(0.09) and compute == pytest.approx(0.03)
 
 
+def test_measured_per_step_leaves_out_the_final_synchronisation(tmp_path):
+    """A local method stopped between two exchanges writes its last step again after the final average (an
+    exchange more than the horizon's): the slope ends at the loop's own line of that step."""
+    lines = [{"step": s, "t_step": 0.1 * s, "t_meta": 0.0, "t_compute": 0.05 * s} for s in range(0, 21)]
+    lines.append({**lines[-1], "t_step": lines[-1]["t_step"] + 5.0})  # the final synchronisation's line
+    (tmp_path / "metrics.jsonl").write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    step, compute = V.measured_per_step(tmp_path)
+    assert step == pytest.approx(0.1) and compute == pytest.approx(0.05)
+
+
 def test_check_errors():
     c = V.Check("m", 1, 10, predicted_step_s=0.2, measured_step_s=0.3, predicted_compute_s=0.1,
                 measured_compute_s=0.15, predicted_rest_s=0.1, measured_rest_s=0.15, run_dir="x")
