@@ -242,15 +242,21 @@ def _validate(args, ranking: list, inputs: dict[str, Any]) -> dict[str, Any]:
     """--validate after the ranking: the checks (printed as a table unless --json) and the machine's
     conditions while they ran, as --json's ``validation`` and ``validation_conditions``."""
     # lazy: `lowbw --help` imports this module for its parser; the advisor loads when used
-    from lowbw.advise.validate import format_checks, validate
+    from lowbw.advise.validate import TOLERANCE, format_checks, validate, write_checks
     from lowbw.measure import conditions
 
     with conditions.record() as rec:
         checks = validate(ranking, inputs, args.validate_dir, args.validate_steps)
     cond = rec.stop()
     conditions.check(cond, "lowbw advise --validate")
+    where = write_checks(args.validate_dir, checks, inputs, cond.to_json(samples=False))
     if not args.json:
         print(f"\nvalidate: {len(checks)} methods on the testbed, {inputs['workers']} processes on "
-              f"{cond.cores} cores ({conditions.describe(cond)}); 'rest' = step - compute")
+              f"{cond.cores} cores ({conditions.describe(cond)}); ms per step; the CPU terms (compute, opt, "
+              f"compress, outer) x the co-location factor; rest = step - compute - compress - comm")
         print(format_checks(checks))
+        for src in dict.fromkeys(c.colocation_source for c in checks):
+            print(f"co-location: {src}")
+        ok = sum(c.within for c in checks)
+        print(f"{ok} of {len(checks)} methods within {100 * TOLERANCE:.0f}% of the measured step; {where}")
     return {"validation": [c.as_dict() for c in checks], "validation_conditions": cond.to_json(samples=False)}
