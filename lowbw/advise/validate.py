@@ -4,11 +4,17 @@ one's predicted step time set beside the one measured, term by term.
 
 The advisor predicts a step for one machine per worker (:meth:`lowbw.advise.steptime.StepPrediction.terms`:
 compute, the inner optimiser's update, compression, communication, DiLoCo's outer step). The testbed runs every
-worker on this machine, so its CPU work is slower by the sharing of cores: the check multiplies the CPU terms
-(compute, optimiser, compression, outer step) by E8's co-location factor (:func:`colocation`: its probe's
-compute of N workers at once against one alone, over the steps between the method's synchronisations,
-:func:`lowbw.bench.e8.calibration.compute_scale_over`, read from E8's stored probes of a like workload) and
-leaves communication as the advisor's cost model has it. The predicted testbed step is the sum of those terms.
+worker on this machine. Its workers run under SCHED_RR (``testbed_realtime``, :data:`REALTIME`; ``0``: the fair
+scheduler), as if each emulated machine had its CPU to itself: under the fair scheduler a worker also waits for
+a core behind the other worker, the userspace link emulator (which adds the latency: this kernel has no netem)
+and the peers' collective threads, a slow-down of its compute that depends on the latency and on the machine
+and that neither the advisor nor E8's probe (on links without delay) models. What sharing the cores still
+costs (memory bandwidth, caches) is E8's co-location factor: the check multiplies the CPU terms (compute,
+optimiser, compression, outer step) by it (:func:`colocation`: E8's probe's compute of N workers at once against
+one alone, over the steps between the method's synchronisations,
+:func:`lowbw.bench.e8.calibration.compute_scale_over`, read from E8's stored probes of a like workload under
+the same scheduler where stored) and leaves communication as the advisor's cost model has it. The predicted
+testbed step is the sum of those terms.
 
 Measured per step (:func:`measured_terms`) = d(t_step - t_meta) / d step between the first logged step after
 :data:`WARMUP` and the last step of the training loop (``t_meta``: lowbw's own bookkeeping exchanges, not
@@ -34,12 +40,14 @@ from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS
 from lowbw.measure.presets import load_methods
 from lowbw.train.workload_specs import workload_of
 
-__all__ = ["Check", "Colocation", "WARMUP", "TOLERANCE", "CPU_TERMS", "plan", "run_config", "measured_per_step",
-           "measured_terms", "colocation", "testbed_terms", "check_of", "validate", "format_checks", "write_checks"]
+__all__ = ["Check", "Colocation", "WARMUP", "TOLERANCE", "CPU_TERMS", "REALTIME", "plan", "run_config",
+           "measured_per_step", "measured_terms", "colocation", "testbed_terms", "check_of", "validate",
+           "format_checks", "write_checks"]
 
 WARMUP = 4  # steps left out of the slope: first-call set-up (buffers, connections, allocator)
 EXTRA = 3  # methods after the top three: dense is always checked, as the baseline the ranking is against
 TOLERANCE = 0.20  # the target: |measured / predicted - 1| of the step per method (issue 46)
+REALTIME = 10  # the workers' SCHED_RR priority (E8's --realtime default); 0: the fair scheduler
 CPU_TERMS = ("compute", "optimizer", "compress", "outer")  # the terms that share this machine's cores
 ROOT = Path(__file__).resolve().parents[2]  # the repository: runs/bench and the host store are under it
 # E8's measurement of each kind of workload whose probes give the co-location factor (lowbw.workflow.hoststore)
@@ -99,13 +107,20 @@ def dataset_for(model: str) -> str:
     return workload_of(model).dataset
 
 
-def check_inputs(model: str | None, kind: str | None = None) -> None:
-    """One-line errors before any work: ``--validate`` trains lowbw's own models, as root (the testbed)."""
+def check_inputs(model: str | None, kind: str | None = None, realtime: int = 0) -> None:
+    """One-line errors before any work: ``--validate`` trains lowbw's own models, as root (the testbed), its
+    workers under SCHED_RR where ``realtime`` and this machine allows it."""
     if model is None:
         raise ValueError("--validate: needs --model (one of lowbw's models): a --model-file or --params "
                          "workload cannot be trained here")
     if hasattr(os, "geteuid") and os.geteuid() != 0:
         raise ValueError("--validate: the testbed needs root (network namespaces and tc); run as root")
+    if realtime:
+        from lowbw.net.probe import realtime_available  # lazy: a probe of this machine, run once
+
+        if not realtime_available():
+            raise ValueError(f"--validate-realtime {realtime}: this machine does not let the workers run under "
+                             "SCHED_RR; give --validate-realtime 0 (the fair scheduler)")
 
 
 def plan(ranking: list, top: int = EXTRA) -> list[tuple[int, Any]]:
@@ -117,8 +132,10 @@ def plan(ranking: list, top: int = EXTRA) -> list[tuple[int, Any]]:
     return chosen
 
 
-def run_config(advice, inputs: dict[str, Any], steps: int, preset: dict[str, Any]) -> dict[str, Any]:
-    """The procs + testbed run config of one method at the advice's workers, rates, latency and batch."""
+def run_config(advice, inputs: dict[str, Any], steps: int, preset: dict[str, Any], realtime: int = 0
+               ) -> dict[str, Any]:
+    """The procs + testbed run config of one method at the advice's workers, rates, latency and batch, its
+    workers under SCHED_RR priority ``realtime`` (0: the fair scheduler)."""
     n = inputs["workers"]
     rates = [r / 1e6 for r in inputs["rates_bps"]]
     link = ({"bandwidth_mbit": rates[0]} if len(set(rates)) == 1 else {"worker_bandwidth_mbit": rates})
@@ -129,7 +146,8 @@ def run_config(advice, inputs: dict[str, Any], steps: int, preset: dict[str, Any
     return {**preset, **coll, "model": inputs["model"], "dataset": dataset_for(inputs["model"]),
             "workers": n, "batch_size": inputs["batch"] * n, "steps": steps, "epochs": 0, "seed": 0,
             "latency_ms": 1e3 * inputs["latency_s"], **link, "backend": "procs", "testbed": True,
-            "log_every": 1, "eval_every": 1e6, "test_limit": 100, "progress": False}
+            "log_every": 1, "eval_every": 1e6, "test_limit": 100, "progress": False,
+            **({"testbed_realtime": realtime} if realtime else {})}
 
 
 def horizon(period: int, steps: int) -> int:
@@ -177,30 +195,35 @@ def measured_per_step(run_dir: Path) -> tuple[float, float]:
     return m["step"], m["compute"]
 
 
-def colocation(kind: str, workers: int, period: int, cores: int | None = None,
+def colocation(kind: str, workers: int, period: int, cores: int | None = None, realtime: bool = False,
                runs_dir: Path = ROOT / "runs", store: Path | None = None) -> Colocation:
     """The factor on a worker's CPU work when ``workers`` workers share this machine, synchronising every
     ``period`` steps: :func:`lowbw.bench.e8.calibration.compute_scale_over` of E8's probes at that many workers
     (pooled over its cells and rates) in E8's measurement of a workload of ``kind`` (``lm``: ``e2e_lm``, else
-    ``e2e``; this machine's ``runs/bench`` file, else the repository's stored one). Where none holds such probes,
-    ``max(1, workers / cores)`` (N processes on C cores, nothing else measured), said so."""
+    ``e2e``; under SCHED_RR, ``realtime``, its ``_realtime`` file where there is one, else the fair
+    scheduler's, said so; this machine's ``runs/bench`` file, else the repository's stored one). Where none
+    holds such probes, ``max(1, workers / cores)`` (N processes on C cores, nothing else measured), said so."""
     from lowbw.bench.e8.calibration import compute_scale_over  # lazy: the ranking alone needs no torch
     from lowbw.workflow.hoststore import HOST_STORE, locate
 
-    name = PROBES.get(kind, "e2e")
-    loc = locate(name, runs_dir, store if store is not None else ROOT / HOST_STORE)
-    if loc is not None:
+    base = PROBES.get(kind, "e2e")
+    for name in ([base + "_realtime"] if realtime else []) + [base]:
+        loc = locate(name, runs_dir, store if store is not None else ROOT / HOST_STORE)
+        if loc is None:
+            continue
         doc = json.loads(loc.path.read_text())
         samples = [x for p in doc.get("probes") or [] if p.get("workers") == workers for x in p.get("samples") or []]
         f = compute_scale_over(samples, max(1, period)) if samples else None
         if f is not None:
             model = (doc.get("args") or {}).get("model", "?")
+            sched = ("" if not realtime or name.endswith("_realtime")
+                     else "; under the fair scheduler: no SCHED_RR probe stored")
             return Colocation(f, f"E8's probe ({model}, {workers} workers at once against one alone, over "
                                  f"{max(1, period)} step(s) between synchronisations; {loc.origin}: "
-                                 f"{_rel(loc.path)})")
+                                 f"{_rel(loc.path)}{sched})")
     cores = cores or os.cpu_count() or 1
     return Colocation(max(1.0, workers / cores), f"assumed: {workers} processes on {cores} cores (no E8 probe of "
-                                                 f"{workers} workers in {name}.json)")
+                                                 f"{workers} workers in {base}.json)")
 
 
 def _rel(path: Path) -> str:
@@ -216,8 +239,10 @@ def testbed_terms(terms: dict[str, float], factor: float) -> dict[str, float]:
     return {k: v * factor if k in CPU_TERMS else v for k, v in terms.items()}
 
 
-def validate(ranking: list, inputs: dict[str, Any], out_dir: str | os.PathLike, steps: int = 24) -> list[Check]:
-    """Train :func:`plan`'s methods on the testbed into ``out_dir/<method>`` and return their checks."""
+def validate(ranking: list, inputs: dict[str, Any], out_dir: str | os.PathLike, steps: int = 24,
+             realtime: int = REALTIME) -> list[Check]:
+    """Train :func:`plan`'s methods on the testbed (workers under SCHED_RR priority ``realtime``; 0: the fair
+    scheduler) into ``out_dir/<method>`` and return their checks."""
     from lowbw.train.launch import run  # lazy: the ranking alone needs no torch
 
     presets = load_methods(CONFIG_FILE)
@@ -225,10 +250,11 @@ def validate(ranking: list, inputs: dict[str, Any], out_dir: str | os.PathLike, 
     for place, a in plan(ranking):
         c = a.candidate
         n_steps = horizon(c.period, steps)
-        cfg = run_config(a, inputs, n_steps, presets[c.name])
+        cfg = run_config(a, inputs, n_steps, presets[c.name], realtime)
         d = Path(out_dir) / c.name
         run(cfg, d, overwrite=True, quiet=True)
-        co = colocation(inputs["kind"], inputs["workers"], max(1, c.period // max(1, c.fragments)))
+        co = colocation(inputs["kind"], inputs["workers"], max(1, c.period // max(1, c.fragments)),
+                        realtime=bool(realtime))
         checks.append(check_of(place, a, n_steps, measured_terms(d), co, d))
     return checks
 
@@ -256,7 +282,7 @@ def _ms(x: float | None) -> str:
     return "-" if x is None else f"{1e3 * x:.1f}"
 
 
-COLUMNS = (("compute", "compute"), ("opt", "optimizer"), ("compress", "compress"), ("comm", "comm"),
+COLUMNS = (("compute", "compute"), ("opt", "optimizer"), ("compr.", "compress"), ("comm", "comm"),
            ("outer", "outer"), ("rest", "rest"))
 
 

@@ -19,6 +19,7 @@ cores (:func:`lowbw.train.world.default_threads`). The file (provenance and the 
 ``config/compute_fit.json``, read by :mod:`lowbw.advise.workload`.
 
     python -m lowbw.bench.compute_fit [--models gpt-mini mlp resnet20] [--batches 4 8 16 32 64] [--threads 1]
+        [--strict]
 """
 
 from __future__ import annotations
@@ -107,7 +108,9 @@ def fit(batches: list[int], times: list[float]) -> tuple[float, float, float]:
     return float(coef[0]), float(coef[1]), float(np.max(np.abs(a @ coef / t - 1)))
 
 
-def run(models: list[str], batches: list[int], reps: int = 9, threads: int = 1, log=print) -> dict[str, Any]:
+def run(models: list[str], batches: list[int], reps: int = 9, threads: int = 1, log=print
+        ) -> tuple[dict[str, Any], conditions.Conditions]:
+    """(the fit file's contents, the machine's conditions while it measured)."""
     if len(set(batches)) < 3:
         raise ValueError(f"--batches {batches}: at least three distinct batch sizes fit a fixed and a per-sample cost")
     if threads != 1:
@@ -128,7 +131,6 @@ def run(models: list[str], batches: list[int], reps: int = 9, threads: int = 1, 
         log(f"{name:<12} fixed {fixed * 1e3:7.2f} ms + {per * 1e3:7.3f} ms/sample  residual {100 * resid:.0f}%  "
             + "  ".join(f"{k} {v * 1e3:.3f} ms" for k, v in updates.items()) + f"  outer {outer * 1e3:.3f} ms")
     cond = rec.stop()
-    conditions.check(cond, "lowbw bench compute_fit")
     return {"models": out, "threads": threads, "reps": reps, "conditions": cond.to_json(),
             "what": "the trainer's local step (Replicas.forward_backward: forward, mean cross-entropy, backward, "
                     "gradient into the flat row) per step at the model's input on its dataset, CPU seconds of the "
@@ -136,7 +138,7 @@ def run(models: list[str], batches: list[int], reps: int = 9, threads: int = 1, 
                     "warm-up, wall seconds beside; fit t = fixed + per_sample * batch weighted by 1/t; "
                     "optimizer_s: one update of the parameters per optimiser (make_optimizer's defaults), "
                     "outer_s: DiLoCo's outer step (pseudo-gradient, Nesterov SGD of theta_start, copy back), "
-                    "median CPU seconds", "provenance": provenance()}
+                    "median CPU seconds", "provenance": provenance()}, cond
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -146,12 +148,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=9)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--out", default=str(FIT_FILE))
+    conditions.add_strict_flag(ap)
     a = ap.parse_args(argv)
     try:
-        out = run(a.models, a.batches, a.reps, a.threads, log=lambda s: print(s, file=sys.stderr, flush=True))
+        out, cond = run(a.models, a.batches, a.reps, a.threads, log=lambda s: print(s, file=sys.stderr, flush=True))
     except ValueError as e:
         print(f"lowbw.bench.compute_fit: {e}", file=sys.stderr)
         return 2
+    if not conditions.check(cond, "lowbw bench compute_fit", a.out, a.strict):
+        return 1
     atomic_write_json(a.out, out)
     print(a.out)
     return 0

@@ -48,6 +48,25 @@ def test_run_config_sets_the_advice_links_and_batch():
     assert one["bandwidth_mbit"] == 5.0 and one["dataset"] == "cifar10"
 
 
+def test_run_config_puts_the_workers_under_sched_rr_when_asked():
+    inputs = {"workers": 2, "rates_bps": [10e6] * 2, "latency_s": 0.02, "model": "gpt-mini", "kind": "lm",
+              "batch": 32}
+    assert V.run_config(None, inputs, 28, {}, realtime=10)["testbed_realtime"] == 10
+    assert "testbed_realtime" not in V.run_config(None, inputs, 28, {}, realtime=0)
+
+
+def test_colocation_under_sched_rr_reads_the_realtime_probes_where_stored(tmp_path):
+    runs = tmp_path / "runs"
+    _probe_file(runs / "bench" / "e2e_lm.json", 2, [[0.14, 0.14], [0.14, 0.14]], [0.1, 0.1])
+    fair = V.colocation("lm", 2, 1, realtime=True, runs_dir=runs, store=tmp_path / "none")
+    assert fair.factor == pytest.approx(1.4) and "fair scheduler" in fair.source
+    _probe_file(runs / "bench" / "e2e_lm_realtime.json", 2, [[0.11, 0.11], [0.11, 0.11]], [0.1, 0.1])
+    rr = V.colocation("lm", 2, 1, realtime=True, runs_dir=runs, store=tmp_path / "none")
+    assert rr.factor == pytest.approx(1.1) and "e2e_lm_realtime" in rr.source
+    assert V.colocation("lm", 2, 1, realtime=False, runs_dir=runs, store=tmp_path / "none").factor == \
+        pytest.approx(1.4)
+
+
 def test_run_config_uses_the_collective_the_advice_chose():
     from types import SimpleNamespace
 
@@ -157,6 +176,14 @@ def test_check_errors(tmp_path):
     out = V.write_checks(tmp_path, [c, ok], {"model": "m"}, {"load1_mean": 0.1})
     doc = json.loads(out.read_text())
     assert [x["within"] for x in doc["validation"]] == [False, True] and doc["all_within"] is False
+
+
+def test_validate_refuses_a_scheduling_priority_out_of_range_in_one_line():
+    r = subprocess.run([sys.executable, "-m", "lowbw", "advise", "--model", "mlp", "--workers", "2", "--rate",
+                        "10mbit", "--validate", "--validate-realtime", "120"], capture_output=True, text=True,
+                       timeout=120)
+    assert r.returncode == 2 and r.stdout == "" and len(r.stderr.strip().splitlines()) == 1
+    assert "--validate-realtime 120" in r.stderr
 
 
 def test_validate_refuses_a_model_it_cannot_train_in_one_line():
