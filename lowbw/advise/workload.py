@@ -155,13 +155,14 @@ def _clock_entries(path: Path = CLOCK_FILE) -> list[dict[str, Any]]:
 
 def fit_entry(name: str, params: int | None = None, path: Path = FIT_FILE) -> tuple[dict[str, Any], int] | None:
     """(the fit's entry of model ``name``, its threads) from this machine's fit (``config/compute_fit.json``),
-    None where it has no such entry or the entry's model has other than ``params`` parameters (a fit of
-    another build of the model: its compute is not this one's)."""
+    None where it has no such entry or, given ``params``, the entry does not record that it timed a model of
+    ``params`` parameters (a fit of another build of the model, or of unrecorded build: its compute is not
+    known to be this one's)."""
     if not path.is_file():
         return None
     d = json.loads(path.read_text())
     m = d["models"].get(name)
-    if m is None or (params is not None and m.get("params", params) != params):
+    if m is None or (params is not None and m.get("params") != params):
         return None
     return m, d["threads"]
 

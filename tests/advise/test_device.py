@@ -158,6 +158,9 @@ def test_a_fit_of_another_build_of_the_model_is_not_read(tmp_path):
     assert workload._fitted_compute("gpt-mini", 8, f, params=101_312) is not None
     assert workload._fitted_compute("gpt-mini", 8, f, params=106_880) is None
     assert workload.fit_entry("gpt-mini", 101_312, f)[0]["optimizer_s"] == {"sgd": 1e-4}
+    f.write_text(json.dumps({"threads": 1, "models": {"gpt-mini": {"batches": [4, 8, 16], "fixed_s": 0.01,
+                                                                   "per_sample_s": 0.0005}}}))
+    assert workload._fitted_compute("gpt-mini", 8, f, params=106_880) is None  # which build it timed: unknown
 
 
 def test_a_language_model_is_advised_as_the_trainer_builds_it():
