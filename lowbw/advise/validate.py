@@ -12,7 +12,7 @@ and that neither the advisor nor E8's probe (on links without delay) models. Wha
 costs (memory bandwidth, caches) is E8's co-location factor: the check multiplies the CPU terms (compute,
 optimiser, compression, outer step) by it (:func:`colocation`: E8's probe's compute of N workers at once against
 one alone, over the steps between the method's synchronisations,
-:func:`lowbw.bench.e8.calibration.compute_scale_over`, read from E8's stored probes of a like workload under
+:func:`lowbw.measure.colocation.compute_scale_over`, read from E8's stored probes of a like workload under
 the same scheduler where stored) and leaves communication as the advisor's cost model has it. The predicted
 testbed step is the sum of those terms.
 
@@ -37,8 +37,10 @@ from typing import Any
 
 from lowbw.advise.candidates import CONFIG_FILE
 from lowbw.comm.algorithms import ALLREDUCE_ALGORITHMS
+from lowbw.measure.colocation import compute_scale_over
 from lowbw.measure.presets import load_methods
 from lowbw.train.workload_specs import workload_of
+from lowbw.workflow.hoststore import HOST_STORE, locate
 
 __all__ = ["Check", "Colocation", "WARMUP", "TOLERANCE", "CPU_TERMS", "REALTIME", "plan", "run_config",
            "measured_per_step", "measured_terms", "colocation", "testbed_terms", "check_of", "validate",
@@ -198,14 +200,11 @@ def measured_per_step(run_dir: Path) -> tuple[float, float]:
 def colocation(kind: str, workers: int, period: int, cores: int | None = None, realtime: bool = False,
                runs_dir: Path = ROOT / "runs", store: Path | None = None) -> Colocation:
     """The factor on a worker's CPU work when ``workers`` workers share this machine, synchronising every
-    ``period`` steps: :func:`lowbw.bench.e8.calibration.compute_scale_over` of E8's probes at that many workers
+    ``period`` steps: :func:`lowbw.measure.colocation.compute_scale_over` of E8's probes at that many workers
     (pooled over its cells and rates) in E8's measurement of a workload of ``kind`` (``lm``: ``e2e_lm``, else
     ``e2e``; under SCHED_RR, ``realtime``, its ``_realtime`` file where there is one, else the fair
     scheduler's, said so; this machine's ``runs/bench`` file, else the repository's stored one). Where none
     holds such probes, ``max(1, workers / cores)`` (N processes on C cores, nothing else measured), said so."""
-    from lowbw.bench.e8.calibration import compute_scale_over  # lazy: the ranking alone needs no torch
-    from lowbw.workflow.hoststore import HOST_STORE, locate
-
     base = PROBES.get(kind, "e2e")
     for name in ([base + "_realtime"] if realtime else []) + [base]:
         loc = locate(name, runs_dir, store if store is not None else ROOT / HOST_STORE)

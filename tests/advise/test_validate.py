@@ -118,7 +118,7 @@ def test_colocation_is_e8s_factor_over_the_period(tmp_path):
     """E8's probe at the same number of workers: the slowest worker each step (H = 1), the slowest sum over H
     steps (H > 1: a worker's slow step is made up by the others' before they wait); other worker counts are not
     read; without a probe, N processes on C cores, said so."""
-    from lowbw.bench.e8.calibration import compute_scale_over
+    from lowbw.measure.colocation import compute_scale_over
 
     by_rank = [[0.10, 0.14, 0.10, 0.14], [0.14, 0.10, 0.14, 0.10]]
     _probe_file(tmp_path / "runs" / "bench" / "e2e_lm.json", 2, by_rank, [0.1] * 4)
