@@ -29,13 +29,14 @@ from __future__ import annotations
 import json
 import math
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from functools import cache
 from pathlib import Path
 from typing import Any
 
 from lowbw.advise.cache import load_cache, save_cache
 from lowbw.collective.buckets import DEFAULT_BUCKET_MB, assign
+from lowbw.train.config_fields import RunConfig
 from lowbw.train.schemes.registry import advised, reads
 from lowbw.train.schemes.registry import family_of as scheme_family
 
@@ -49,6 +50,8 @@ _COMPRESS_DIR = Path(__file__).resolve().parents[1] / "compress"  # cached sizes
 
 # families whose dense exchange overlaps the backward pass (DDP's buckets; lowbw's fp16/bf16 DDP hooks)
 OVERLAP = ("dense", "precision")
+# a preset's inner optimiser where it names none: the run config's default
+INNER_OPTIMIZER = next(f.default for f in fields(RunConfig) if f.name == "optimizer")
 
 
 @dataclass(frozen=True)
@@ -65,6 +68,8 @@ class Candidate:
     delay: int  # Streaming DiLoCo: steps a fragment's exchange may overlap before it is applied
     households: int  # hierarchical: groups that also average every step among themselves (0: none)
     overlap: bool  # the exchange may hide behind the backward pass
+    optimizer: str = INNER_OPTIMIZER  # the inner optimiser updating the parameters every step (config's optimizer)
+    outer_step: bool = False  # DiLoCo: an outer optimiser's step of the parameters at every exchange
 
     @property
     def label(self) -> str:
@@ -118,7 +123,8 @@ def _candidate(name: str, preset: dict[str, Any], family: str) -> Candidate:
                      tuple(sorted((preset.get("compressor_args") or {}).items())), ef, period,
                      int(preset.get("diloco_fragments", 1) or 1), int(preset.get("diloco_delay", 0) or 0),
                      int(preset.get("households", 0) or 0) if modelled and reads(sync, "households") else 0,
-                     family in OVERLAP)
+                     family in OVERLAP, preset.get("optimizer", INNER_OPTIMIZER),
+                     modelled and reads(sync, "outer_lr"))
 
 
 # sync schemes whose step the advisor models (lowbw.advise.steptime): those whose declaration says so (advised)

@@ -61,7 +61,10 @@ def add_parser(sub) -> argparse.ArgumentParser:
     p.add_argument("--validate-steps", type=int, default=24,
                    help="--validate: steps measured per method, rounded up to whole periods (default 24)")
     p.add_argument("--validate-dir", default="runs/advise_validate",
-                   help="--validate: where the testbed runs go (default runs/advise_validate)")
+                   help="--validate: where the testbed runs and validation.json go (default runs/advise_validate)")
+    p.add_argument("--validate-realtime", type=int, default=10, metavar="PRIO",
+                   help="--validate: the testbed's workers under SCHED_RR at this priority, as if each emulated "
+                   "machine had its CPU to itself (default 10); 0: the fair scheduler")
     p.add_argument("--build-efficiency", nargs=2, metavar=("RUNS", "OUT"),
                    help="write the efficiency table from the run directories under RUNS to OUT, and exit")
     return p
@@ -151,9 +154,12 @@ def advise(args) -> dict[str, Any]:
         # lazy: `lowbw --help` imports this module for its parser; the advisor loads when used
         from lowbw.advise.validate import check_inputs
 
-        check_inputs(args.model)
         if args.validate_steps < 1:
             raise ValueError(f"--validate-steps {args.validate_steps}: must be >= 1")
+        if not 0 <= args.validate_realtime <= 99:
+            raise ValueError(f"--validate-realtime {args.validate_realtime}: a SCHED_RR priority is 1-99 (0: the "
+                             "fair scheduler)")
+        check_inputs(args.model, realtime=args.validate_realtime)
     if args.bucket_mb < 0:
         raise ValueError(f"--bucket-mb {args.bucket_mb:g}: MB per bucket is >= 0 (0: one call per tensor)")
     if args.max_steps is not None and not args.max_steps > 0:
@@ -242,15 +248,23 @@ def _validate(args, ranking: list, inputs: dict[str, Any]) -> dict[str, Any]:
     """--validate after the ranking: the checks (printed as a table unless --json) and the machine's
     conditions while they ran, as --json's ``validation`` and ``validation_conditions``."""
     # lazy: `lowbw --help` imports this module for its parser; the advisor loads when used
-    from lowbw.advise.validate import format_checks, validate
+    from lowbw.advise.validate import TOLERANCE, format_checks, validate, write_checks
     from lowbw.measure import conditions
 
     with conditions.record() as rec:
-        checks = validate(ranking, inputs, args.validate_dir, args.validate_steps)
+        checks = validate(ranking, inputs, args.validate_dir, args.validate_steps, args.validate_realtime)
     cond = rec.stop()
     conditions.check(cond, "lowbw advise --validate")
+    where = write_checks(args.validate_dir, checks, {**inputs, "validate_realtime": args.validate_realtime},
+                         cond.to_json(samples=False))
     if not args.json:
+        sched = (f"SCHED_RR {args.validate_realtime}" if args.validate_realtime else "the fair scheduler")
         print(f"\nvalidate: {len(checks)} methods on the testbed, {inputs['workers']} processes on "
-              f"{cond.cores} cores ({conditions.describe(cond)}); 'rest' = step - compute")
+              f"{cond.cores} cores under {sched} ({conditions.describe(cond)}); ms per step; the CPU terms "
+              f"(compute, opt, compress, outer) x the co-location factor; rest = step - compute - compress - comm")
         print(format_checks(checks))
+        for src in dict.fromkeys(c.colocation_source for c in checks):
+            print(f"co-location: {src}")
+        ok = sum(c.within for c in checks)
+        print(f"{ok} of {len(checks)} methods within {100 * TOLERANCE:.0f}% of the measured step; {where}")
     return {"validation": [c.as_dict() for c in checks], "validation_conditions": cond.to_json(samples=False)}

@@ -66,6 +66,7 @@ class Advice:
         return {"method": self.candidate.name, "family": self.candidate.family, "what": self.candidate.label,
                 "collective": s.collective, "bytes_per_step": s.bytes_per_step, "predicted_step_s": s.step_s,
                 "compute_s": s.compute_s, "compress_s": s.compress_s, "comm_s": s.comm_s,
+                "optimizer_s": s.optimizer_s, "outer_s": s.outer_s,
                 "predicted_steps_ratio": fin(e.ratio), "predicted_ttt_s": fin(self.ttt_s), "reaches": self.reaches,
                 "confidence": e.confidence, "basis": e.basis, "exact_bytes": self.exact_bytes,
                 "compress_basis": self.compression.basis if self.compression else None,
@@ -101,7 +102,8 @@ def rank(w: Workload, links: tuple[WorkerLink, ...], rows: list[dict[str, Any]],
         ex = exchange(c, w.shapes, bucket_mb)
         hh = exchange(DENSE, w.shapes) if c.households else None  # the household's dense average
         ct = measure_compress(c, w.shapes) if measure else compress_time(c, w.shapes, dev, ex.compress_s)
-        step = predict(c, ex, w.compute_s, w.grad_bytes, links, hh, ct.seconds)
+        step = predict(c, ex, w.compute_s, w.grad_bytes, links, hh, ct.seconds, w.optimizer_s.get(c.optimizer, 0.0),
+                       w.outer_s)
         out.append(Advice(c, step, lookup(rows, c.name, base, w.kind, n, metric, target), steps, ex.exact, budget,
                           ct))
     return sorted(out, key=_order)

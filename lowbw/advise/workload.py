@@ -6,9 +6,9 @@ user's (``path.py:build``, ``build()`` returns an ``nn.Module``), or a bare para
 GPT-style transformer of that size). Compute per step, in order of preference: the user's ``--step-ms``;
 ``--measure`` (forward and backward timed here, median of 3 after a warm-up); lowbw's fit of this machine over
 several batch sizes (``config/compute_fit.json``: a fixed cost per step plus a cost per sample, at the batch
-used); its calibration (``config/clock.json``, per sample, where it holds the model); otherwise the model's
-multiply-adds counted on the meta device, at the rate the calibration measured for the MLP (a CPU estimate,
-labelled so).
+used, of the trainer's local step; with it each optimiser's update and DiLoCo's outer step); its calibration
+(``config/clock.json``, per sample, where it holds the model); otherwise the model's multiply-adds counted on
+the meta device, at the rate the calibration measured for the MLP (a CPU estimate, labelled so).
 """
 
 from __future__ import annotations
@@ -18,17 +18,17 @@ import json
 import math
 import statistics
 import time
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lowbw.advise.cache import load_cache, save_cache
 from lowbw.train.userfiles import load_callable
-from lowbw.train.workload_specs import workload_of
+from lowbw.train.workload_specs import GPT_SIZES, WORKLOADS, workload_of
 
-__all__ = ["Workload", "from_model", "from_file", "from_params", "transformer_shapes", "example_input", "build_named",
-           "CLOCK_FILE", "FIT_FILE"]
+__all__ = ["Workload", "fit_entry", "from_model", "from_file", "from_params", "transformer_shapes", "example_input",
+           "build_named", "CLOCK_FILE", "FIT_FILE"]
 
 CLOCK_FILE = Path(__file__).resolve().parents[2] / "config" / "clock.json"
 FIT_FILE = Path(__file__).resolve().parents[2] / "config" / "compute_fit.json"  # python -m lowbw.bench.compute_fit
@@ -45,6 +45,10 @@ class Workload:
     shapes: tuple[tuple[str, tuple[int, ...]], ...]  # (parameter name, shape) of every trainable parameter
     compute_s: float  # one worker's forward + backward of its local batch (s)
     compute_basis: str  # where compute_s comes from, in words
+    # seconds of one update of the parameters per inner optimiser (config's ``optimizer``: sgd, adamw, ...) on
+    # the machine compute_s was fitted on; {}: not known (the user's --step-ms is taken to include it)
+    optimizer_s: Mapping[str, float] = field(default_factory=dict)
+    outer_s: float = 0.0  # one DiLoCo outer step (pseudo-gradient, Nesterov SGD, copy back), same machine (s)
 
     @property
     def params(self) -> int:
@@ -95,13 +99,24 @@ def _no_init(active: bool):
 
 
 def build_named(name: str, device: str):
-    """lowbw model ``name`` with its spec's classes and input (:func:`example_input`'s)."""
-    from lowbw.train.models import build_model  # lazy: torch, on a cache miss only
+    """lowbw model ``name`` as the trainer builds it on its spec's dataset (:func:`example_input` gives its
+    input): an image model with the spec's classes, channels and size; a language model with its corpus's
+    vocabulary and its size's context (``lowbw.train.workload``'s text workload), whose embedding and
+    output layer, hence bytes on the wire, and compute per sample (linear in the context) are the run's."""
+    from lowbw.data.text import TEXT_SPECS  # lazy: torch, on a cache miss only
+    from lowbw.train.models import build_model
 
     spec = workload_of(name)
-    if spec.kind == "text":  # build_model's defaults: a vocabulary of 10 and a context of 32 characters
-        return build_model(name, device=device)
+    if spec.kind == "text":
+        return build_model(name, TEXT_SPECS[spec.dataset].vocab_size, 1, GPT_SIZES[name].block_size, device=device)
     return build_model(name, spec.num_classes, spec.in_channels, spec.image_size, device=device)
+
+
+def _cache_key(name: str) -> str:
+    """The key of lowbw model ``name``'s facts in the models cache: a language model's names its corpus (whose
+    vocabulary sizes it), so that entries of another build are never read as this one's."""
+    spec = WORKLOADS.get(name)
+    return f"{name}@{spec.dataset}" if spec is not None and spec.kind == "text" else name
 
 
 def _shapes(module) -> tuple[tuple[str, tuple[int, ...]], ...]:
@@ -138,27 +153,41 @@ def _clock_entries(path: Path = CLOCK_FILE) -> list[dict[str, Any]]:
     return list(json.loads(path.read_text())["entries"].values())
 
 
-def _fitted_compute(name: str, batch: int, path: Path = FIT_FILE) -> tuple[float, str] | None:
-    """Compute per step from this machine's fit over several batch sizes (fixed + per sample), if it holds
-    the model."""
+def fit_entry(name: str, params: int | None = None, path: Path = FIT_FILE) -> tuple[dict[str, Any], int] | None:
+    """(the fit's entry of model ``name``, its threads) from this machine's fit (``config/compute_fit.json``),
+    None where it has no such entry or, given ``params``, the entry does not record that it timed a model of
+    ``params`` parameters (a fit of another build of the model, or of unrecorded build: its compute is not
+    known to be this one's)."""
     if not path.is_file():
         return None
     d = json.loads(path.read_text())
     m = d["models"].get(name)
-    if m is None:
+    if m is None or (params is not None and m.get("params") != params):
         return None
+    return m, d["threads"]
+
+
+def _fitted_compute(name: str, batch: int, path: Path = FIT_FILE, params: int | None = None
+                    ) -> tuple[float, str] | None:
+    """Compute per step from this machine's fit over several batch sizes (fixed + per sample), if it holds
+    the model (of ``params`` parameters, where given)."""
+    got = fit_entry(name, params, path)
+    if got is None:
+        return None
+    m, threads = got
     bs = m["batches"]
     inside = "" if min(bs) <= batch <= max(bs) else f", extrapolated from batches {min(bs)}-{max(bs)}"
     return (m["fixed_s"] + m["per_sample_s"] * batch,
             f"fitted on this machine ({path.name}: {m['fixed_s'] * 1e3:.3g} ms + {m['per_sample_s'] * 1e3:.3g} "
-            f"ms/sample, {d['threads']} thread(s){inside})")
+            f"ms/sample, {threads} thread(s){inside})")
 
 
-def _calibrated_compute(name: str, batch: int, macs_of: Callable[[str], float]) -> tuple[float, str] | None:
+def _calibrated_compute(name: str, batch: int, macs_of: Callable[[str], float], params: int | None = None
+                        ) -> tuple[float, str] | None:
     """Compute per step from this machine's calibration: the fit over batch sizes where it holds the model,
     else the clock's per-sample time (measured at one batch, applied linearly), else its multiply-adds at the
     calibrated MLP's rate. None without a calibration file."""
-    fitted = _fitted_compute(name, batch)
+    fitted = _fitted_compute(name, batch, params=params)
     if fitted is not None:
         return fitted
     entries = _clock_entries()
@@ -189,7 +218,8 @@ def _facts(name: str) -> dict[str, Any]:
     """Shapes and multiply-adds (forward + backward per sample) of lowbw model ``name``, from the on-disk cache
     while ``lowbw/train``'s sources are unchanged, else computed here (which imports torch: about a second)."""
     cached = load_cache("models", TRAIN_DIR)
-    if name not in cached:
+    key = _cache_key(name)
+    if key not in cached:
         import torch  # lazy: only a model not yet in the cache needs torch (about a second to import)
 
         with _no_init(True):
@@ -197,15 +227,15 @@ def _facts(name: str) -> dict[str, Any]:
         with torch.no_grad():
             for p in model.parameters():
                 p.zero_()  # uninitialised memory may hold denormals, which slow the counting forward pass
-        cached[name] = {"shapes": [[n, list(s)] for n, s in _shapes(model)],
-                        "macs": 3.0 * _macs(model, example_input(name, model, 1, "cpu"))}  # backward ~ 2x forward
+        cached[key] = {"shapes": [[n, list(s)] for n, s in _shapes(model)],
+                       "macs": 3.0 * _macs(model, example_input(name, model, 1, "cpu"))}  # backward ~ 2x forward
         save_cache("models", TRAIN_DIR, cached)
-    return cached[name]
+    return cached[key]
 
 
 def _known(name: str) -> None:
     """A one-line refusal of a name that is not one of lowbw's models (imports the model table only then)."""
-    if name in load_cache("models", TRAIN_DIR):
+    if name in WORKLOADS or _cache_key(name) in load_cache("models", TRAIN_DIR):
         return
     from lowbw.train.models import MODELS  # lazy: imports torch; only a name not cached needs the table
 
@@ -230,10 +260,13 @@ def from_model(name: str, batch: int = 32, step_ms: float | None = None, measure
     shapes = tuple((n, tuple(s)) for n, s in _facts(name)["shapes"])
     if step_ms is not None:
         return Workload(name, _kind(name), shapes, step_ms / 1e3, "given (--step-ms)")
-    got = _calibrated_compute(name, batch, lambda n: _facts(n)["macs"])
+    params = sum(math.prod(s) for _, s in shapes)
+    got = _calibrated_compute(name, batch, lambda n: _facts(n)["macs"], params)
     if got is None:
         raise ValueError(f"no compute calibration ({CLOCK_FILE}) for model {name!r}: give --step-ms or --measure")
-    return Workload(name, _kind(name), shapes, got[0], got[1])
+    entry = fit_entry(name, params)
+    updates = (entry[0].get("optimizer_s") or {}, float(entry[0].get("outer_s") or 0.0)) if entry else ({}, 0.0)
+    return Workload(name, _kind(name), shapes, got[0], got[1], *updates)
 
 
 def from_file(spec: str, batch: int = 32, step_ms: float | None = None, measure: bool = False) -> Workload:

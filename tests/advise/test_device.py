@@ -144,3 +144,35 @@ def test_fitted_compute_is_charged_at_the_batch_used(tmp_path):
     assert t == pytest.approx(0.026) and "fitted" in basis and "extrapolated" not in basis
     assert "extrapolated" in workload._fitted_compute("gpt-mini", 64, f)[1]
     assert workload._fitted_compute("resnet20", 32, f) is None
+
+
+def test_a_fit_of_another_build_of_the_model_is_not_read(tmp_path):
+    """A fit whose model had other than the advised model's parameters (a language model built at another
+    vocabulary or context) times other compute: not used."""
+    from lowbw.advise import workload
+
+    f = tmp_path / "fit.json"
+    f.write_text(json.dumps({"threads": 1, "models": {"gpt-mini": {
+        "batches": [4, 8, 16], "fixed_s": 0.01, "per_sample_s": 0.0005, "params": 101_312,
+        "optimizer_s": {"sgd": 1e-4}, "outer_s": 2e-4}}}))
+    assert workload._fitted_compute("gpt-mini", 8, f, params=101_312) is not None
+    assert workload._fitted_compute("gpt-mini", 8, f, params=106_880) is None
+    assert workload.fit_entry("gpt-mini", 101_312, f)[0]["optimizer_s"] == {"sgd": 1e-4}
+    f.write_text(json.dumps({"threads": 1, "models": {"gpt-mini": {"batches": [4, 8, 16], "fixed_s": 0.01,
+                                                                   "per_sample_s": 0.0005}}}))
+    assert workload._fitted_compute("gpt-mini", 8, f, params=106_880) is None  # which build it timed: unknown
+
+
+def test_a_language_model_is_advised_as_the_trainer_builds_it():
+    """gpt-mini on Tiny Shakespeare: its corpus's 65 characters and its 64-character context, as the run's
+    config.json counts it (106,880 parameters), and inputs of that context."""
+    from lowbw.advise import workload
+    from lowbw.data.text import TEXT_SPECS
+    from lowbw.train.models import param_count
+    from lowbw.train.workload_specs import GPT_SIZES
+
+    want = param_count("gpt-mini", TEXT_SPECS["shakespeare"].vocab_size, 1, GPT_SIZES["gpt-mini"].block_size)
+    assert want == 106_880
+    assert workload.from_model("gpt-mini", 32, step_ms=10).params == want
+    m = workload.build_named("gpt-mini", "cpu")
+    assert tuple(workload.example_input("gpt-mini", m, 3, "cpu").shape) == (3, GPT_SIZES["gpt-mini"].block_size)

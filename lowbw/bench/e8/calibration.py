@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from lowbw.bench.e8.grid import GOODPUT, metrics_lines, train_window
+from lowbw.measure.colocation import compute_scale_over
 
 __all__ = ["probe_summary", "overhead_at", "compute_scale_over", "cell_calls_per_step", "cell_gap_ms",
            "cell_wire_s", "cell_sequence", "cell_steps_per_sync", "cell_calibration"]
@@ -79,32 +80,6 @@ def overhead_at(curve: list[list[float]], gap_ms: float) -> float:
         if gap_ms <= g1:
             return float(o0 + (o1 - o0) * (gap_ms - g0) / (g1 - g0))
     return float(curve[-1][1])
-
-
-def compute_scale_over(samples: list[dict[str, Any]], period: int) -> float | None:
-    """The compute factor of N workers that wait for each other once every ``period`` steps (a synchronous
-    step: 1; DiLoCo or local SGD: H), from the probes' per-rank times of the N at once
-    (``compute_together_by_rank_s``, ``[ranks][reps]``) and rank 0's alone:
-
-        scale(H) = mean over windows w of H consecutive reps (cyclic) of max_i sum_{k in w} t_i,k / H
-                   / mean(alone)
-
-    Between synchronisations each worker runs on at its own pace, so a worker's slow step delays the others
-    only by what its window's sum exceeds theirs; at H = 1 this is the mean of each rep's slowest worker, the
-    synchronous step's factor. None where a probe has no per-rank times (files before them)."""
-    if period < 1:
-        raise ValueError(f"period {period}: must be >= 1")
-    windows: list[float] = []
-    alone: list[float] = []
-    for s in samples:
-        by_rank = s.get("compute_together_by_rank_s")
-        if not by_rank:
-            return None
-        reps = len(by_rank[0])
-        for start in range(reps):
-            windows.append(max(sum(t[(start + k) % reps] for k in range(period)) for t in by_rank) / period)
-        alone.extend(s["compute_alone_s"])
-    return statistics.fmean(windows) / statistics.fmean(alone) if windows and alone else None
 
 
 # ----------------------------------------------------------------------------------------------- the cell's sim run
