@@ -33,11 +33,6 @@ __all__ = ["alltoall_allreduce", "cost", "volume", "SPEC"]
 def alltoall_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> None:
     """All-reduce ``t`` in place: each chunk to every peer in N-1 pairwise rounds, then a rank-order sum."""
     N, r = tp.world_size, tp.rank
-    if N == 1:
-        red.finish(t)
-        return
-    if t.numel() == 0:
-        return
     rounds = pairwise_rounds(r, N)
     slot_len = min(chunk, t.numel())
     slots = {src: t.new_empty(slot_len) for _, src in rounds}

@@ -34,12 +34,7 @@ def _halves(lo: int, hi: int) -> tuple[tuple[int, int], tuple[int, int]]:
 
 def butterfly_allreduce(t: Tensor, tp: Transport, red: Reducer) -> None:
     N, r = tp.world_size, tp.rank
-    if N == 1:
-        red.finish(t)
-        return
     n = t.numel()
-    if n == 0:
-        return
     P = 1 << (N.bit_length() - 1)
     R = N - P
 

@@ -47,11 +47,6 @@ def exchange(tp: Transport, snd: list[tuple[Tensor, int]], rcv: list[tuple[Tenso
 
 def roundrobin_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int) -> None:
     N, r = tp.world_size, tp.rank
-    if N == 1:
-        red.finish(t)
-        return
-    if t.numel() == 0:
-        return
     segs = split(t.numel(), N)
     lo, hi = segs[r]
     rounds = pairwise_rounds(r, N)

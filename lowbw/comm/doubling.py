@@ -45,11 +45,6 @@ def _split(n: int) -> tuple[int, int, int]:
 def doubling_allreduce(t: Tensor, tp: Transport, red: Reducer) -> None:
     """All-reduce ``t`` in place by recursive doubling (the module docstring's steps)."""
     N, r = tp.world_size, tp.rank
-    if N == 1:
-        red.finish(t)
-        return
-    if t.numel() == 0:
-        return
     P, R, _ = _split(N)
 
     # 1. fold: ranks 0..2R-1 pair up (2i -> 2i+1)

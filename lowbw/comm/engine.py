@@ -115,11 +115,15 @@ class FlatView:
 def run_allreduce(flat: Tensor, tp: Transport, algorithm: str, red: Reducer, chunk: int, window: int,
                   root: int = 0) -> None:
     """Run one of our algorithms (not ``native``) on a contiguous 1-D tensor, in place: the registry's
-    ``SPEC.run`` of ``algorithm`` (:mod:`lowbw.comm.registry`)."""
+    ``SPEC.run`` of ``algorithm`` (:mod:`lowbw.comm.registry`). One rank only finishes its reduction (a mean
+    divides by 1) and an empty tensor sends nothing, so no algorithm handles either case itself."""
     spec = COLLECTIVES.get(algorithm)
     if spec is None or spec.run is None:
         raise ValueError(f"algorithm={algorithm!r} cannot run over a transport")
-    spec.run(flat, tp, red, chunk, window, root)
+    if tp.world_size == 1:
+        red.finish(flat)
+    elif flat.numel() > 0:
+        spec.run(flat, tp, red, chunk, window, root)
 
 
 def run_broadcast(flat: Tensor, tp: Transport, src: int, shape: str, chunk: int, window: int) -> None:

@@ -126,12 +126,7 @@ def clear_workspace() -> None:
 
 def allgather_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: int = 4) -> None:
     N, r = tp.world_size, tp.rank
-    if N == 1:
-        red.finish(t)
-        return
     n = t.numel()
-    if n == 0:
-        return
     out = _workspace(N * n, t)
     # this rank's block is sent straight from t and reduced from t (its slot in out stays unused): no copy
     # in or out of the gather buffer (which would be 2 M-sized passes on the critical path)

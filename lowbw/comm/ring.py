@@ -34,11 +34,6 @@ __all__ = ["ring_allreduce", "cost", "talk", "links_time", "volume", "step_messa
 def ring_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: int = 4) -> None:
     """In-place all-reduce of the 1-D contiguous tensor ``t`` over ``tp``'s ranks."""
     N, r = tp.world_size, tp.rank
-    if N == 1:
-        red.finish(t)
-        return
-    if t.numel() == 0:
-        return
     segs = split(t.numel(), N)
     G = 2 * (N - 1)
     right, left = (r + 1) % N, (r - 1) % N

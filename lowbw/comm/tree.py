@@ -172,11 +172,6 @@ def tree_allreduce(t: Tensor, tp: Transport, red: Reducer, chunk: int, window: i
                    root: int = 0) -> None:
     """Reduce to ``root`` over a ``shape`` tree ("heap" binary tree or "flat" star = ps), then broadcast."""
     N = tp.world_size
-    if N == 1:
-        red.finish(t)
-        return
-    if t.numel() == 0:
-        return
     tree = heap_tree if shape == "heap" else TREES[shape]
     parent, children = tree(tp.rank, N, root)
     if shape == "heap":

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -48,7 +49,7 @@ def test_engine_and_cost_models_read_only_the_table(monkeypatch):
     fake = CollectiveSpec(name="fake", run=lambda flat, tp, red, chunk, window, root=0: calls.append(flat.numel()),
                           cost=lambda n: Cost(3.0, 0.5, 0.0), broadcast="flat", gather="direct")
     monkeypatch.setitem(reg.COLLECTIVES, "fake", fake)
-    engine.run_allreduce(torch.zeros(5), None, "fake", None, 1, 1)
+    engine.run_allreduce(torch.zeros(5), SimpleNamespace(world_size=2), "fake", None, 1, 1)  # the engine reads N
     assert calls == [5]
     L = LinkParams(1e-3, 8e6)  # beta = 1 us/B
     assert cm.allreduce_time("fake", 1e6, 4, L) == pytest.approx(3e-3 + 0.5)
