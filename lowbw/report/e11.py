@@ -74,9 +74,14 @@ def _ids(df) -> list[str]:
 
 
 def _load(ctx: Context, store: Path | None):
-    """(runs, metrics, config per run uid): every complete run of the held-out experiments and the store."""
+    """(runs, metrics, config per run uid): every complete run of the held-out experiments and the store.
+
+    Only the experiments the profile runs are read from ``runs/`` (another profile's campaign left there, e.g. the
+    language-model sweep, is not this build's evidence): the same PDF from this checkout as from a fresh clone."""
     runs, mets, cfgs = [], [], {}
-    dirs = sorted(d for d in ctx.runs_dir.glob("e*_*") if d.is_dir() and d.name.startswith(PREFIXES))
+    ours = set(ctx.config.get("experiments") or {})
+    dirs = sorted(d for d in ctx.runs_dir.glob("e*_*")
+                  if d.is_dir() and d.name.startswith(PREFIXES) and d.name in ours)
     sources = [("runs", d) for d in dirs]
     if store is not None and store.is_dir():
         sources += [("store", d) for d in sorted(store.iterdir()) if d.is_dir()]

@@ -41,7 +41,10 @@ TOPK = {"compressor": "topk", "compressor_args": {"ratio": 0.01}, "error_feedbac
 def _ctx(tmp_path):
     from lowbw.report.build import Context
 
-    return Context({"report": {"bandwidths_mbit": [10], "latency_ms": 0.5}}, tmp_path / "runs", tmp_path / "out")
+    runs = tmp_path / "runs"
+    ours = {d.name: {} for d in runs.glob("e*_*")} if runs.is_dir() else {}  # the profile runs what is there
+    return Context({"report": {"bandwidths_mbit": [10], "latency_ms": 0.5}, "experiments": ours}, runs,
+                   tmp_path / "out")
 
 
 def _two_networks(tmp_path, diloco_reach_even=60, topk_step_even=0.3):
@@ -113,6 +116,26 @@ def test_leave_one_setting_out(tmp_path, monkeypatch):
     tab = E11.table(st)
     assert "tab:e11" in tab and r"$\ge$" in tab
     assert len(E11.figure(st).axes) == 2
+
+
+def test_only_the_profiles_experiments_are_read_from_runs(tmp_path):
+    """A campaign of another profile left in runs/ (here e10_stray) is not this build's evidence: E11 judges the
+    profile's experiments only, as a fresh clone's build of the same profile would."""
+    from lowbw.report.build import Context
+    from lowbw.report.e11 import stats
+
+    _two_networks(tmp_path)
+    for seed in (0, 1):
+        _run(tmp_path / "runs", "e10_stray", "dense", seed, 1.0, 40)
+        _run(tmp_path / "runs", "e10_stray", "diloco16", seed, 0.1, 60, DILOCO)
+    every = stats(_ctx(tmp_path), store=tmp_path / "nostore")
+    assert set(every.tables["settings"]["experiment"]) == {"e10_even", "e10_oneslow", "e10_stray"}
+    ours = {"e10_even": {}, "e10_oneslow": {}}
+    ctx = Context({"report": {"bandwidths_mbit": [10], "latency_ms": 0.5}, "experiments": ours},
+                  tmp_path / "runs", tmp_path / "out")
+    st = stats(ctx, store=tmp_path / "nostore")
+    assert set(st.tables["settings"]["experiment"]) == {"e10_even", "e10_oneslow"}
+    assert "e10_stray" not in set(st.tables["methods"]["experiment"])
 
 
 def test_a_wrong_pick_is_a_regret_and_a_failure(tmp_path):
