@@ -5,7 +5,7 @@ finished ones stored (``lowbw store add``). examples/gpu/lm_evidence.sh calls it
     python3 examples/gpu/lend.py OUTDIR [--train-s 420] [--parallel N] [--store paper/measured/gpu] [--cpu]
 
 1. The cells: every (method, seed) of ``METHODS`` x ``SEEDS`` (seed-major: every method's seed 0 before any
-   seed 1) without a stored run in ``STORE/gpu_lm_recipe/method~M/seed~S``; a cell whose estimated time alone
+   seed 1) without a stored run in ``STORE/e9_gpu_lm/method~M/seed~S``; a cell whose estimated time alone
    (:func:`estimate`) exceeds ``--train-s`` is skipped, saying what budget it needs.
 2. The first ``--parallel`` cells (0: as many as the estimate lets finish together) start at once, each
    ``python -m lowbw train`` in its own process group.
@@ -34,19 +34,15 @@ from pathlib import Path
 
 import yaml
 
-EXPERIMENT = "gpu_lm_recipe"  # the store's folder of these runs (gpu_lm: the 2,000-step runs without dropout)
+ROOT = Path(__file__).resolve().parents[2]
 CONFIG = Path(__file__).with_name("gpt_medium.yaml")
-SEEDS = (0, 1, 2)
-# method -> run-config overrides (config/gpu.yaml's presets; SparseLoCo as config/lm_evidence.yaml's sparseloco16),
-# in the order cells are run
-METHODS: dict[str, dict] = {
-    "dense": {"compressor": "none"},
-    "diloco50": {"sync": "diloco", "world_period": 50, "outer_lr": 0.7, "outer_momentum": 0.9},
-    "diloco500": {"sync": "diloco", "world_period": 500, "outer_lr": 0.7, "outer_momentum": 0.9},
-    "sparseloco16": {"sync": "diloco", "world_period": 16, "outer_optimizer": "sgd", "outer_lr": 1.0,
-                     "outer_momentum": 0.0, "compressor": "sparseloco", "compressor_args": {"ratio": 0.02}},
-    "powersgd4": {"compressor": "powersgd", "compressor_args": {"rank": 4}},
-}
+# the grid is config/gpu.yaml's experiment e9_gpu_lm (its methods' presets, its seeds; the 2,000-step runs
+# without dropout are the store's gpu_lm), so that a run of the GPU profile and a lend write the same store
+# paths; its order is the order cells run in
+EXPERIMENT = "e9_gpu_lm"
+_GPU = yaml.safe_load((ROOT / "config" / "gpu.yaml").read_text())
+SEEDS = tuple(_GPU["experiments"][EXPERIMENT]["seeds"])
+METHODS: dict[str, dict] = {m: _GPU["methods"][m] for m in _GPU["experiments"][EXPERIMENT]["grid"]["method"]}
 # seconds per step of one run when n runs share one H200 (paper/measured/gpu/gpu_lm, no dropout, 2,000 steps:
 # top-k 1% alone 136 s; dense and DiLoCo H=50 two at once 184 s each; dense with four at once 269 s; three
 # interpolated); PowerSGD rank 4 at 1.55x (418 s / 269 s with four at once); x 1.1 for dropout (an assumption)
@@ -134,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--train-s", type=float, default=420.0, help="seconds for the runs, from the first start")
     ap.add_argument("--parallel", type=int, default=0, help="runs started at once (0: as many as the estimate fits)")
     ap.add_argument("--store", default="paper/measured/gpu")
-    ap.add_argument("--runs", default="runs", help="where the run directories go (runs/gpu_lm_recipe/...)")
+    ap.add_argument("--runs", default="runs", help="where the run directories go (runs/e9_gpu_lm/...)")
     ap.add_argument("--poll-s", type=float, default=30.0)
     ap.add_argument("--cpu", action="store_true",
                     help="validate on a CPU: gpt-tiny, 40 steps, the runs and the store under OUTDIR")

@@ -25,10 +25,10 @@
 #   two at once          5000 x 0.092 x 1.1 + 30 = 536 s   needs TRAIN_S 540: over a 600 s call with the checks
 #   PowerSGD alone       5000 x 0.068 x 1.55 x 1.1 + 30 = 610 s   fits no call: skipped, saying so
 #   the grid             4 methods x 3 seeds = 12 lends at one run each (+ PowerSGD's 3, which need ~610 s)
-# One call: TRAIN_S + the checks (BENCH_S, default 60) + storing ~10 s = ~490 s at TRAIN_S 420; give the run
-# tool timeout_s 560. After a start of ~3 minutes that leaves ~4 minutes of the 15 for a rerun of a failure.
+# One call: the CUDA dropout check ~15 s + TRAIN_S + the CUDA checks (BENCH_S, default 60) + storing ~10 s =
+# ~505 s at TRAIN_S 420; give the run tool timeout_s 570. After a start of ~3 minutes that leaves ~4 minutes of the 15 for a rerun of a failure.
 # Successive lends accumulate: each runs the first cells (seed-major: every method's seed 0 first) not yet in
-# paper/measured/gpu/gpu_lm_recipe, so commit OUTDIR/store.tgz's runs after every lend.
+# paper/measured/gpu/e9_gpu_lm, so commit OUTDIR/store.tgz's runs after every lend.
 set -uo pipefail
 out=${1:?usage: lm_evidence.sh OUTDIR [TRAIN_S [PARALLEL]]}
 train_s=${2:-420}
@@ -49,6 +49,15 @@ fi
 if [ ! -s "$LOWBW_DATA_MIRROR/tinyshakespeare.txt" ]; then
   echo "no tinyshakespeare.txt in LOWBW_DATA_MIRROR=$LOWBW_DATA_MIRROR" | tee -a "$log" >&2
   exit 2
+fi
+
+# each worker's dropout masks on CUDA as on the CPU (tests/train/test_dropout.py's CUDA case, ~15 s): a failure
+# stops here, before runs that sim and procs would not reproduce are stored
+if [ -z "${LEND_CPU:-}" ] && $py -c "import pytest" 2>/dev/null; then
+  timeout 90 $py -m pytest -q -p no:cacheprovider tests/train/test_dropout.py -k "own_process and cuda" >>"$log" 2>&1
+  rc=$?
+  echo "cuda dropout check exit $rc" >>"$log"
+  if [ "$rc" = 1 ]; then tail -n 40 "$log"; exit 1; fi
 fi
 
 # the training runs (lend.py bounds them by TRAIN_S itself; the outer timeout guards lend.py)

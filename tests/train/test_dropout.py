@@ -51,27 +51,35 @@ def _grads(rep: Replicas, xs, ys, rows=None) -> torch.Tensor:
     return rep.grads.clone()
 
 
-def test_sim_replica_draws_the_masks_of_its_own_process():
+CUDA = pytest.mark.skipif(not torch.cuda.is_available(), reason="no CUDA device here (examples/gpu runs it on one)")
+
+
+def _default_state(device: str) -> torch.Tensor:
+    return torch.cuda.get_rng_state() if device == "cuda" else torch.get_rng_state()
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=CUDA)])
+def test_sim_replica_draws_the_masks_of_its_own_process(device):
     """Four replicas in one process (sim) and worker 2 alone in its process (procs): worker 2's gradients agree
     bit for bit over two steps, the masks differ between workers and steps, and the default generator is
     left as it was."""
     torch.manual_seed(0)
-    model = build_model("gpt-tiny", 65, 1, 32, dropout=0.3)
+    model = build_model("gpt-tiny", 65, 1, 32, dropout=0.3, device=device)
     g = torch.Generator().manual_seed(1)
-    xs = [torch.randint(0, 65, (3, 32), generator=g) for _ in range(4)]
-    x_same = [xs[0]] * 4  # the same batch on every worker: only the masks tell them apart
-    sim = Replicas(model, 4, masks=MaskStreams(7, [0, 1, 2, 3], "cpu"))
-    alone = Replicas(model, 1, masks=MaskStreams(7, [2], "cpu"))
-    before = torch.get_rng_state()
+    x = torch.randint(0, 65, (3, 32), generator=g).to(device)
+    x_same = [x] * 4  # the same batch on every worker: only the masks tell them apart
+    sim = Replicas(model, 4, device, masks=MaskStreams(7, [0, 1, 2, 3], device))
+    alone = Replicas(model, 1, device, masks=MaskStreams(7, [2], device))
+    before = _default_state(device)
     for _ in range(2):
         gs = _grads(sim, x_same, x_same)
         ga = _grads(alone, [x_same[2]], [x_same[2]])
         assert torch.equal(gs[2], ga[0])
         assert not torch.equal(gs[0], gs[2])  # each worker its own masks
     assert not torch.equal(_grads(alone, [x_same[2]], [x_same[2]])[0], ga[0])  # a new step, new masks
-    assert torch.equal(torch.get_rng_state(), before)
+    assert torch.equal(_default_state(device), before)
     # without dropout the workers' gradients on one batch are equal
-    plain = Replicas(build_model("gpt-tiny", 65, 1, 32), 4)
+    plain = Replicas(build_model("gpt-tiny", 65, 1, 32, device=device), 4, device)
     plain.params.copy_(sim.params)
     gp = _grads(plain, x_same, x_same)
     assert torch.equal(gp[0], gp[3])

@@ -81,3 +81,17 @@ def test_a_cpu_rehearsal_of_the_script_stores_its_runs_and_the_next_lend_takes_t
     assert r.returncode == 0, r.stdout + r.stderr
     assert sorted(p.parent.name for p in store.glob("method~*/seed~0")) == [
         "method~dense", "method~diloco50", "method~diloco500", "method~sparseloco16"]
+
+
+def test_the_lend_trains_what_the_gpu_profile_would():
+    """examples/gpu/gpt_medium.yaml and config/gpu.yaml's e9_gpu_lm agree on every key both set (nanoGPT's GPU
+    recipe), and the lend's grid is that experiment's."""
+    import yaml
+
+    gpu = yaml.safe_load((ROOT / "config" / "gpu.yaml").read_text())
+    base = gpu["experiments"]["e9_gpu_lm"]["base"]
+    run = yaml.safe_load(lend.CONFIG.read_text())
+    assert {k: base[k] for k in base if k in run} == {k: run[k] for k in base if k in run}
+    assert (run["dropout"], run["steps"], run["model"]) == (0.2, 5000, "gpt-medium")
+    assert list(lend.METHODS) == ["dense", "diloco50", "diloco500", "sparseloco16", "powersgd4"]
+    assert lend.SEEDS == (0, 1, 2)
