@@ -14,6 +14,11 @@
 # machine reaches nothing outside the checkout); LOWBW_GIT_COMMIT names the commit of a tree sent without .git.
 # Writes OUTDIR/logs.txt, OUTDIR/lend.json (every cell: stored, stopped, skipped, with its steps and rate),
 # OUTDIR/cuda.json, OUTDIR/store.tgz (paper/measured/gpu with the new runs: untar it in the checkout, commit).
+# From a session with a lent GPU: in the checkout, `mkdir -p shared/data && cp /work/shared/data/tinyshakespeare.txt
+# shared/data/ && echo /shared/ >>.git/info/exclude`; then the device tool's run with
+#   command: LOWBW_GIT_COMMIT=$(git rev-parse HEAD, written out) examples/gpu/lm_evidence.sh $OUT/lend 420
+#   timeout_s: 570
+# and, back here, `tar xzf <files_at>/lend/store.tgz` in the checkout, `python -m lowbw store list`, commit.
 #
 # Sizing (one lend: 15 minutes of device time, machine start included; one call at most 600 s). Measured on one
 # H200 (paper/measured/gpu/gpu_lm: gpt-medium, 4 simulated workers x 16 windows, no dropout, 2,000 steps, t_wall):
@@ -64,7 +69,8 @@ fi
 timeout $((train_s + 60)) $py examples/gpu/lend.py "$out" --train-s "$train_s" --parallel "$parallel" \
   "${cpu[@]}" >>"$log" 2>&1
 echo "lend.py exit $?" >>"$log"
-for f in "$out"/run_*.txt; do [ -e "$f" ] && { echo "== $f"; tail -c 600 "$f"; echo; } >>"$log"; done
+# each run's output into the log (the device tool brings back at most 8 files)
+for f in "$out"/run_*.txt; do [ -e "$f" ] && { echo "== $f"; tail -c 1500 "$f"; echo; } >>"$log" && rm -f "$f"; done
 
 # the CUDA/NCCL checks (lowbw.bench.cuda), after the runs so that they measure an idle GPU
 timeout "$bench_s" $py -m lowbw.bench.cuda "${bench[@]}" --out "$out/cuda.json" >>"$log" 2>&1

@@ -68,6 +68,7 @@ def test_a_cpu_rehearsal_of_the_script_stores_its_runs_and_the_next_lend_takes_t
     log = (out / "logs.txt").read_text()
     assert "lend.py exit 0" in log and "bench.cuda exit 0" in log and (out / "cuda.json").is_file()
     assert (out / "store.tgz").is_file()
+    assert not list(out.glob("run_*.txt")) and len([p for p in out.iterdir() if p.is_file()]) <= 8  # what comes back
     store = out / "store_cpu" / lend.EXPERIMENT
     for m in ("dense", "diloco50"):
         run = store / f"method~{m}" / "seed~0"
