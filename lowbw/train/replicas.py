@@ -9,7 +9,9 @@ any number of replicas (``sim``: all M; ``procs``: one).
 Two ways to run R replicas (``engine``):
 
 * ``loop``: one forward/backward per replica at its local batch. On CPU this is as fast as one model at
-  batch R*b (measured in lowbw/bench/train.py) and is bit-identical to a process holding one replica.
+  batch R*b (measured in lowbw/bench/train.py) and is bit-identical to a process holding one replica, dropout
+  included: each replica's forward pass draws its masks from its worker's own stream (``masks``,
+  :mod:`lowbw.train.masks`).
 * ``vmap``: :func:`torch.func.vmap` over stacked replicas (a grouped convolution per layer); pays off on
   GPUs where small per-replica batches leave the device idle.
 """
