@@ -117,9 +117,8 @@ def dropout_words(m) -> str:
     parts = []
     for (model, p, steps), g in m.groupby(["model", "dropout", "run_steps"], sort=False):
         what = "without dropout" if not p else f"with dropout {p:g}"
-        same = (model, p, steps) == (ref["model"], ref["dropout"], ref["steps"])
-        parts.append(f"{escape(model)} {what} over {fmt_num(int(steps))} steps"
-                     f"{' (nanoGPT' + chr(39) + 's GPU recipe)' if same else ''}: {len(g)} "
+        recipe = " (nanoGPT's GPU recipe)" if (model, p, steps) == (ref["model"], ref["dropout"], ref["steps"]) else ""
+        parts.append(f"{escape(model)} {what} over {fmt_num(int(steps))} steps{recipe}: {len(g)} "
                      f"method{'s' if len(g) > 1 else ''}")
     return (f" Language-model rows by recipe: {'; '.join(parts)}. nanoGPT's GPU recipe trains {ref['model']} with "
             f"dropout {ref['dropout']:g} for {fmt_num(ref['steps'])} steps to a validation loss of "
