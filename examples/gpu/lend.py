@@ -124,6 +124,44 @@ def stop(p: subprocess.Popen) -> None:
         p.wait()
 
 
+def launch_and_watch(a, todo: list[Cell], procs: dict, sets: dict, steps: int, out: Path, t0: float,
+                     deadline: float) -> None:
+    """Steps 2-3 of the module docstring: start ``todo``'s runs into ``procs``, then poll them until they end or
+    the deadline, stopping the last-started one while the runs alive project past it."""
+    for i, c in enumerate(todo):
+        shutil.rmtree(c.out, ignore_errors=True)  # a run stopped by an earlier lend starts over
+        cmd = [sys.executable, "-m", "lowbw", "train", "--config", str(CONFIG), "--out", c.out,
+               "--set", f"seed={c.seed}", "--set", f"name={c.method}"]
+        for k, v in {**METHODS[c.method], **sets}.items():
+            cmd += ["--set", f"{k}={json.dumps(v)}"]
+        log = open(out / f"run_{c.method}_{c.seed}.txt", "w")  # noqa: SIM115 (closed with the process)
+        procs[i] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        log.close()
+        c.status = "running"
+    while any(p.poll() is None for p in procs.values()) and time.monotonic() < deadline:
+        time.sleep(min(a.poll_s, max(0.0, deadline - time.monotonic())))
+        now = time.monotonic()
+        alive = [i for i, p in procs.items() if p.poll() is None]
+        late = []
+        for i in alive:
+            c = todo[i]
+            c.samples.append((round(now - t0, 1), last_step(Path(c.out))))
+            if len(c.samples) >= 2 and c.samples[-1][1] > c.samples[-2][1]:
+                rate = (c.samples[-1][1] - c.samples[-2][1]) / (c.samples[-1][0] - c.samples[-2][0])
+                if now + (steps - c.samples[-1][1]) / rate > deadline:
+                    late.append(i)
+        measured = all(len(todo[i].samples) >= 2 and todo[i].samples[-1][1] > todo[i].samples[-2][1] for i in alive)
+        if late and measured and len(alive) > 1:
+            i = max(alive)
+            c = todo[i]
+            stop(procs[i])
+            c.status, c.wall_s = "stopped", round(time.monotonic() - t0, 1)
+            c.note = f"at {now - t0:.0f} s, step {c.samples[-1][1]}: the runs alive projected past the deadline"
+            print(f"stopped {c.method} seed {c.seed}: {c.note}", flush=True)
+            for j in alive:  # rates anew from the next poll on
+                todo[j].samples = todo[j].samples[-1:]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("outdir")
@@ -155,50 +193,19 @@ def main(argv: list[str] | None = None) -> int:
     est = "" if a.cpu else f" (estimated {estimate([c.method for c in todo], steps):.0f} s on the measured H200)"
     print(f"{len(cells)} cells missing from {store}; running {[(c.method, c.seed) for c in todo]}{est}", flush=True)
 
-    # 2. start them
+    # 2. start them (a SIGTERM to this launcher, e.g. the script's outer timeout, stops them too: step 4's finally)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     t0 = time.monotonic()
     deadline = t0 + a.train_s
     procs: dict[int, subprocess.Popen] = {}
-    for i, c in enumerate(todo):
-        shutil.rmtree(c.out, ignore_errors=True)  # a run stopped by an earlier lend starts over
-        cmd = [sys.executable, "-m", "lowbw", "train", "--config", str(CONFIG), "--out", c.out,
-               "--set", f"seed={c.seed}", "--set", f"name={c.method}"]
-        for k, v in {**METHODS[c.method], **sets}.items():
-            cmd += ["--set", f"{k}={json.dumps(v)}"]
-        log = open(out / f"run_{c.method}_{c.seed}.txt", "w")  # noqa: SIM115 (closed with the process)
-        procs[i] = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-        log.close()
-        c.status = "running"
-
-    # 3. poll: rates, projections, stop the last-started run while the alive ones do not fit
-    while any(p.poll() is None for p in procs.values()) and time.monotonic() < deadline:
-        time.sleep(min(a.poll_s, max(0.0, deadline - time.monotonic())))
-        now = time.monotonic()
-        alive = [i for i, p in procs.items() if p.poll() is None]
-        late = []
-        for i in alive:
-            c = todo[i]
-            c.samples.append((round(now - t0, 1), last_step(Path(c.out))))
-            if len(c.samples) >= 2 and c.samples[-1][1] > c.samples[-2][1]:
-                rate = (c.samples[-1][1] - c.samples[-2][1]) / (c.samples[-1][0] - c.samples[-2][0])
-                if now + (steps - c.samples[-1][1]) / rate > deadline:
-                    late.append(i)
-        measured = all(len(todo[i].samples) >= 2 and todo[i].samples[-1][1] > todo[i].samples[-2][1] for i in alive)
-        if late and measured and len(alive) > 1:
-            i = max(alive)
-            c = todo[i]
-            stop(procs[i])
-            c.status, c.wall_s = "stopped", round(time.monotonic() - t0, 1)
-            c.note = f"at {now - t0:.0f} s, step {c.samples[-1][1]}: the runs alive projected past the deadline"
-            print(f"stopped {c.method} seed {c.seed}: {c.note}", flush=True)
-            for j in alive:  # rates anew from the next poll on
-                todo[j].samples = todo[j].samples[-1:]
-
-    # 4. the deadline: stop what is still going
-    for i, p in procs.items():
-        if p.poll() is None:
-            stop(p)
-            todo[i].status, todo[i].note = "timed out", f"still running at {a.train_s:.0f} s"
+    try:
+        launch_and_watch(a, todo, procs, sets, steps, out, t0, deadline)
+    finally:
+        # 4. the deadline (or this launcher stopped): stop what is still going
+        for i, p in procs.items():
+            if p.poll() is None:
+                stop(p)
+                todo[i].status, todo[i].note = "timed out", f"still running at {a.train_s:.0f} s"
     end = time.monotonic()
 
     # 5. store the finished runs; record every cell
@@ -214,14 +221,19 @@ def main(argv: list[str] | None = None) -> int:
             c.final_val_loss, c.best_val_loss = s.get("final_val_loss"), s.get("best_val_loss")
             done.append(c)
         elif c.status == "running":
-            c.status, c.note = "failed", f"exit {procs[i].returncode} (see run_{c.method}_{c.seed}.txt)"
+            c.status, c.note = "failed", f"exit {procs[i].returncode} (its output: run_{c.method}_{c.seed}.txt)"
         c.rate_steps_s = round(c.steps_done / c.wall_s, 3) if c.wall_s else 0.0
     if done:
-        from lowbw.workflow.store import add  # lazy: the launcher needs no torch
+        from lowbw.workflow.store import StoreError, add  # lazy: the launcher needs no torch
 
-        add([c.out for c in done], to=store, cuda=not a.cpu)
-        for c in done:
-            c.status = "stored"
+        try:
+            add([c.out for c in done], to=store, cuda=not a.cpu)
+            for c in done:
+                c.status = "stored"
+        except StoreError as e:  # the record below still says what ran
+            for c in done:
+                c.status, c.note = "not stored", str(e)
+            done = []
     rows = [{k: v for k, v in asdict(c).items() if k != "samples"} | {"polls": c.samples} for c in cells]
     (out / "lend.json").write_text(json.dumps({"train_s": a.train_s, "parallel": len(todo), "steps": steps,
                                                "store": str(store), "cells": rows}, indent=1))

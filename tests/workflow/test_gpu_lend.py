@@ -96,3 +96,32 @@ def test_the_lend_trains_what_the_gpu_profile_would():
     assert (run["dropout"], run["steps"], run["model"]) == (0.2, 5000, "gpt-medium")
     assert list(lend.METHODS) == ["dense", "diloco50", "diloco500", "sparseloco16", "powersgd4"]
     assert lend.SEEDS == (0, 1, 2)
+
+
+def _procs_mentioning(text: str) -> list[int]:
+    pids = []
+    for d in Path("/proc").iterdir():
+        try:
+            if d.name.isdigit() and text in (d / "cmdline").read_bytes().decode(errors="replace"):
+                pids.append(int(d.name))
+        except OSError:
+            continue
+    return pids
+
+
+@needs_corpus
+def test_stopping_the_launcher_stops_its_runs(tmp_path):
+    """The script's outer timeout sends SIGTERM to lend.py: its runs (each in its own process group) end with it."""
+    import signal
+    import time
+
+    p = subprocess.Popen([sys.executable, str(ROOT / "examples/gpu/lend.py"), str(tmp_path), "--cpu", "--steps",
+                          "5000", "--train-s", "100", "--parallel", "2", "--poll-s", "1"], env=_env(), cwd=ROOT,
+                         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 60
+    while len(_procs_mentioning(str(tmp_path))) < 3 and time.monotonic() < deadline:  # the launcher and 2 runs
+        time.sleep(0.2)
+    assert len(_procs_mentioning(str(tmp_path))) >= 3
+    p.send_signal(signal.SIGTERM)
+    assert p.wait(60) == 143
+    assert _procs_mentioning(str(tmp_path)) == []
