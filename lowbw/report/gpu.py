@@ -5,13 +5,15 @@ caption says on which GPU, on which date, with which torch/CUDA and commit they 
 tables under ``generated/stats/gpu_*.csv``; when it holds none it writes nothing and removes what an earlier
 build wrote, so the paper builds without them (``paper/sections`` input the file only if it exists).
 
-Per workload and method (the grid axis ``method``, else the run's ``name``): seeds, the final and best value of
+Per workload, recipe (the run's dropout rate and length in steps: the runs of one method at another recipe are
+another row) and method (the grid axis ``method``, else the run's ``name``): seeds, the final and best value of
 the workload's quality (test accuracy for images, validation loss for the language model; mean +- std over
 seeds), measured wall seconds per training step (``t_step`` / steps: the GPU's own time, compute, compression
 and simulated exchange), and the epochs (images) or steps (text) to the target (the mean where every seed
 reached it, else the median over all seeds, a seed that never arrived counting as the slowest, and how many
-did). A method whose final value is worse than its best by more than ``OVERFIT`` is marked as overfitting, and
-the caption says how many seeds the runs have where the paper's other tables have three.
+did). A method whose final value is worse than its best by more than ``OVERFIT`` is marked as overfitting, the
+caption says which dropout rate and length the language-model runs have (against nanoGPT's GPU recipe,
+``NANOGPT_GPU``), and how many seeds the runs have where the paper's other tables have three.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from lowbw.report.latex import booktabs, escape, fmt_num, fmt_pm
 from lowbw.report.stats import censored
 from lowbw.runs.io import atomic_write_text
 from lowbw.train.targets import parse_target
+from lowbw.train.workload_specs import WORKLOADS
 from lowbw.workflow.store import DEFAULT_STORE, load_store
 
 __all__ = ["TARGET", "GOALS", "stats", "table", "write"]
@@ -36,6 +39,9 @@ _OUT_FILES = ("gpu.tex", "stats/gpu_runs.csv", "stats/gpu_methods.csv")
 # final worse than the best evaluation by more than this (nats/char, or a fraction of test accuracy): overfitting
 OVERFIT = {"val_loss": 0.05, "test_acc": 0.01}
 SEEDS_PROMISED = 3  # the seeds the paper's other tables have
+# nanoGPT's GPU recipe for gpt-medium (karpathy/nanoGPT config/train_shakespeare_char.py, README): dropout rate,
+# steps, the validation loss it reports (nats/char)
+NANOGPT_GPU = {"model": "gpt-medium", "dropout": 0.2, "steps": 5000, "val_loss": 1.47}
 
 
 def _target_name(target) -> str:
@@ -60,8 +66,11 @@ def stats(store: str | Path = DEFAULT_STORE, target: float = TARGET) -> Stats | 
         t = target if ds == "cifar10" else t
         name = _target_name(t)
         best = r.get("best_val_loss") if q == "val_loss" else r.get(f"best_{q}")
+        p = r.get("dropout")  # absent from runs stored before the key existed: they had none
         rows.append({"run": r["run"], "experiment": r["experiment"], "method": str(method.iloc[i]),
                      "seed": r.get("seed", 0), "model": r.get("model"), "dataset": ds, "metric": q,
+                     "dropout": float(p) if p is not None and p == p else 0.0,
+                     "run_steps": int(r.get("steps") or r["step"]),
                      "target": name, "workers": r.get("workers"), "batch_size": r.get("batch_size"),
                      "final": r.get(f"final_{q}"), "best": best, "epochs": r["epoch"], "steps": r["step"],
                      "step_s": r["t_step"] / r["step"] if r["step"] > 0 else np.nan,
@@ -71,7 +80,7 @@ def stats(store: str | Path = DEFAULT_STORE, target: float = TARGET) -> Stats | 
                      "gpu": r["gpu"], "measured_date": r["measured_date"], "cuda_version": r["cuda_version"],
                      "torch_version": r.get("torch_version"), "git_commit": r.get("git_commit")})
     runs = pd.DataFrame(rows)
-    g = runs.groupby(["dataset", "model", "method"], sort=False)
+    g = runs.groupby(["dataset", "model", "dropout", "run_steps", "method"], sort=False)
     methods = pd.DataFrame({
         "metric": g["metric"].first(), "target": g["target"].first(), "seeds": g["seed"].nunique(),
         "final_mean": g["final"].mean(), "final_std": g["final"].std(), "best_mean": g["best"].mean(),
@@ -98,6 +107,24 @@ def measured_on(st: Stats) -> str:
     return "; ".join(f"measured on {escape(g)} on {escape(', '.join(v))}" for g, v in by.items())
 
 
+def dropout_words(m) -> str:
+    """The caption's sentence on the language-model rows' recipes: which dropout rate and length each has, against
+    nanoGPT's GPU recipe (``NANOGPT_GPU``); "" where the table has no model with dropout."""
+    m = m[[bool(WORKLOADS.get(x) and WORKLOADS[x].dropout) for x in m["model"]]]
+    if m.empty:
+        return ""
+    ref = NANOGPT_GPU
+    parts = []
+    for (model, p, steps), g in m.groupby(["model", "dropout", "run_steps"], sort=False):
+        what = "without dropout" if not p else f"with dropout {p:g}"
+        recipe = " (nanoGPT's GPU recipe)" if (model, p, steps) == (ref["model"], ref["dropout"], ref["steps"]) else ""
+        parts.append(f"{escape(model)} {what} over {fmt_num(int(steps))} steps{recipe}: {len(g)} "
+                     f"method{'s' if len(g) > 1 else ''}")
+    return (f" Language-model rows by recipe: {'; '.join(parts)}. nanoGPT's GPU recipe trains {ref['model']} with "
+            f"dropout {ref['dropout']:g} for {fmt_num(ref['steps'])} steps to a validation loss of "
+            f"{ref['val_loss']:g}.")
+
+
 def table(st: Stats) -> str:
     import numpy as np
 
@@ -112,7 +139,9 @@ def table(st: Stats) -> str:
             med = r.epochs_to_target_median if acc else r.steps_to_target_median
             reach = (f"median {fmt_num(med, 3)}" if np.isfinite(med) else "--") + f" ({r.seeds_reached}/{r.seeds})"
         std = r.final_std if r.final_std == r.final_std else 0.0
-        rows.append([escape(f"{r.model} / {r.method}"), str(r.seeds),
+        rows.append([escape(f"{r.model} / {r.method}"),
+                     f"{r.dropout:g}" if WORKLOADS.get(r.model) and WORKLOADS[r.model].dropout else "--",
+                     fmt_num(int(r.run_steps)), str(r.seeds),
                      fmt_pm(scale * r.final_mean, scale * std) + (r"$^\dagger$" if r.overfits else ""),
                      fmt_num(scale * r.best_mean, 3), fmt_num(r.step_s_mean, 3), reach])
     parts = []
@@ -132,13 +161,14 @@ def table(st: Stats) -> str:
     if m["overfits"].any():
         caption += (" $^\\dagger$: the run ends worse than its best evaluation (by more than "
                     f"{OVERFIT['val_loss']:g} nats/char or {100 * OVERFIT['test_acc']:g} percentage point): it "
-                    "overfits, and its final and best values are both stated. nanoGPT's GPU recipe trains "
-                    "gpt-medium with dropout 0.2, the setting of the next GPU run; these runs have none.")
+                    "overfits, and its final and best values are both stated.")
+    caption += dropout_words(m)
     few = m[m["seeds"] < SEEDS_PROMISED]
     if not few.empty:
         caption += (f" {len(few)} of the {len(m)} methods have fewer than the {SEEDS_PROMISED} seeds the paper's "
                     f"other tables have ({' or '.join(sorted({str(int(s)) for s in few['seeds']}))}).")
-    return booktabs(rows, ["Model / method", "Seeds", "Final", "Best", "s / step", "To target"], caption, "tab:gpu")
+    return booktabs(rows, ["Model / method", "Dropout", "Steps", "Seeds", "Final", "Best", "s / step", "To target"],
+                    caption, "tab:gpu")
 
 
 def write(out: str | Path, store: str | Path = DEFAULT_STORE) -> list[Path]:

@@ -107,6 +107,10 @@ class EngineKeys:
 
     # --- model and optimisation
     model: str = _f("cnn", "model name (lowbw.train.models.MODELS)", group="optim")
+    dropout: float = _f(0.0, "dropout rate p (0 <= p < 1) of the models that have dropout (the GPTs: embedding, "
+                        "attention and residual dropout as nanoGPT; its GPU recipe 0.2, its CPU recipe 0); each "
+                        "worker draws its masks from its own stream seeded by (seed, worker) (lowbw.train.masks); "
+                        "evaluation runs without dropout", minimum=0, group="optim")
     workers: int = _f(4, "number of data-parallel workers M", minimum=1, maximum=1024, group="optim")
     batch_size: int = _f(0, "global batch size B per step (sum of local batches); 0: workers x "
                          "local_batch_size, or 128 if that is 0 too", minimum=0, group="optim")

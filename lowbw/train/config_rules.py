@@ -21,6 +21,7 @@ from lowbw.train.faults import most_absent, parse_faults
 from lowbw.train.schemes.registry import SCHEMES, key_sets, spec_of, users_of
 from lowbw.train.schemes.spec import key_names
 from lowbw.train.targets import TargetError, parse_targets
+from lowbw.train.workload_specs import WORKLOADS
 
 __all__ = ["ConfigError", "json_type", "coerce", "check_range", "check", "check_registries"]
 
@@ -115,6 +116,7 @@ def check(cfg, *, registries: bool = True) -> None:
     _check_assignment(cfg)
     _check_sync(cfg)
     _check_backends_and_network(cfg)
+    _check_dropout(cfg)
     if registries:
         check_registries(cfg)
 
@@ -249,6 +251,23 @@ def _check_backends_and_network(cfg) -> None:
                               f"{sched}: needs flat pairs [t0, mbit0, t1, mbit1, ...], t >= 0 increasing, mbit > 0")
     if cfg.adaptive != "off" and cfg.adaptive_c_low > cfg.adaptive_c_high:
         raise ConfigError("adaptive_c_low", f"{cfg.adaptive_c_low} > adaptive_c_high={cfg.adaptive_c_high}")
+
+
+def _check_dropout(cfg) -> None:
+    """A dropout rate below 1, for a model that has dropout (its workload spec says so), drawn on an engine that
+    gives each worker its own mask stream (lowbw.train.masks)."""
+    p = cfg.dropout
+    if not p:
+        return
+    if p >= 1:
+        raise ConfigError("dropout", f"{p}: a rate 0 <= p < 1 (nanoGPT's GPU recipe: 0.2)")
+    spec = WORKLOADS.get(cfg.model)
+    if spec is None or not spec.dropout:
+        raise ConfigError("dropout", f"{p}: model={cfg.model!r} has no dropout (models with dropout: "
+                                     f"{', '.join(n for n, w in WORKLOADS.items() if w.dropout)})")
+    if cfg.backend == "sim" and cfg.sim_engine == "vmap":
+        raise ConfigError("sim_engine", "vmap draws every replica's dropout masks from one stream; with "
+                                        f"dropout={p} use loop (or auto)")
 
 
 def _check_workload(cfg) -> None:

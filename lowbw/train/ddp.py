@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import time
 import warnings
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
@@ -49,7 +50,7 @@ class DDPTrainer(Trainer):
                                           seed=seed_for(cfg.seed, "compress", world.rank) % (2**31))
         timed, self.hook_timer = timed_hook(hook)  # seconds inside hook calls this step
         self.ddp.register_comm_hook(self.hook_state, timed)
-        self.local_step = DDPStep(self.ddp, m, self.batches, self.hook_state, self.hook_timer, world)
+        self.local_step = DDPStep(self.ddp, m, self.batches, self.hook_state, self.hook_timer, world, rep.masks)
 
 
 class DDPStep:
@@ -57,8 +58,9 @@ class DDPStep:
     samples, averaged over the world by DDP and the hook (``ddp_hook`` implies a scheme whose every step is a
     world gradient average)."""
 
-    def __init__(self, ddp, module, batches, hook_state, hook_timer, world):
+    def __init__(self, ddp, module, batches, hook_state, hook_timer, world, masks=None):
         self.ddp, self.model_template = ddp, module  # DDP and the module whose parameters view the replica
+        self.masks = masks  # this worker's dropout stream (lowbw.train.masks.MaskStreams; None: no dropout)
         self.batches, self.world = batches, world  # batches(i, b); the world that accounts the exchange
         self.hook_state, self.hook_timer = hook_state, hook_timer  # the hook's collective, meter and timer
 
@@ -71,7 +73,8 @@ class DDPStep:
         busy0 = self.hook_state.stats.busy_s
         self.ddp.train()
         self.ddp.zero_grad(set_to_none=True)
-        out = self.ddp(x)
+        with self.masks.drawing(0) if self.masks is not None else nullcontext():
+            out = self.ddp(x)
         loss = F.cross_entropy(out.flatten(0, -2), y.flatten())
         loss.backward()
         with torch.no_grad():

@@ -29,6 +29,7 @@ from lowbw.runs.io import append_jsonl, atomic_write_json
 from lowbw.train import checkpoint as ckpt
 from lowbw.train import records
 from lowbw.train.assign import Batches, assign
+from lowbw.train.masks import MaskStreams
 from lowbw.train.optim import make_optimizer
 from lowbw.train.replicas import Replicas
 from lowbw.train.schedule import LRSchedule, dynamic_batch
@@ -72,8 +73,11 @@ class Trainer:
         self.model_template = build_template(cfg, self.data, self.device)
         engine = cfg.sim_engine
         if engine == "auto" or world.kind == "dist":
-            engine = "vmap" if (self.device.type == "cuda" and world.kind == "sim") else "loop"
-        self.rep = Replicas(self.model_template, len(world.ranks), self.device, engine)
+            # vmap would draw every replica's dropout masks from one stream (lowbw.train.masks): loop then
+            engine = "vmap" if (self.device.type == "cuda" and world.kind == "sim" and not cfg.dropout) else "loop"
+        # each worker's dropout masks from its own stream, alike on every backend
+        masks = MaskStreams(cfg.seed, world.ranks, self.device) if cfg.dropout else None
+        self.rep = Replicas(self.model_template, len(world.ranks), self.device, engine, masks)
         # the layout tells the optimiser which tensors are matrices
         self.opt = make_optimizer(cfg, len(world.ranks), self.rep.P, self.device, self.rep.p_layout)
         parts = assign(cfg.assignment, self.N, cfg.workers, cfg.seed, shards=cfg.shards, copies=cfg.copies,

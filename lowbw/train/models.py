@@ -40,6 +40,7 @@ from __future__ import annotations
 import importlib
 import math
 from collections.abc import Callable
+from dataclasses import replace
 
 import torch
 import torch.nn.functional as F
@@ -443,7 +444,9 @@ _OWN: dict[str, Builder] = {
     "vgg16_imagenet": lambda k, c, s: ImageNetVGG(k, c),
     "inception_v4": lambda k, c, s: InceptionV4(k, c),
     # text: k = vocabulary size, s = context length (0: the size's own)
-    **{n: (lambda k, c, s, _z=z: GPT(_z, k, s or None)) for n, z in GPT_SIZES.items()},
+    # and the run's dropout rate (the workload spec's ``dropout``)
+    **{n: (lambda k, c, s, dropout=0.0, _z=z: GPT(replace(_z, dropout=dropout), k, s or None))
+       for n, z in GPT_SIZES.items()},
 }
 
 
@@ -464,8 +467,12 @@ def model_names() -> list[str]:
 
 
 def build_model(name: str, num_classes: int = 10, in_channels: int = 3, image_size: int = 32,
-                device: str | torch.device | None = None) -> nn.Module:
-    """Build model ``name``; on ``device="meta"`` nothing is allocated (for counting)."""
+                device: str | torch.device | None = None, dropout: float = 0.0) -> nn.Module:
+    """Build model ``name``; on ``device="meta"`` nothing is allocated (for counting). ``dropout``: its rate,
+    for a model whose workload spec has dropout (a ValueError naming the rate for any other)."""
+    if dropout and not (name in WORKLOADS and WORKLOADS[name].dropout):
+        raise ValueError(f"dropout={dropout}: model={name!r} has no dropout (models with dropout: "
+                         f"{', '.join(n for n, w in WORKLOADS.items() if w.dropout)})")
     if name.startswith("torchvision:"):
         try:
             import torchvision  # noqa: F401  (optional dependency)
@@ -477,6 +484,8 @@ def build_model(name: str, num_classes: int = 10, in_channels: int = 3, image_si
     if name not in MODELS:
         raise ValueError(f"model={name!r} is unknown; allowed: {', '.join(MODELS)}")
     with torch.device(device or "cpu"):
+        if dropout:
+            return MODELS[name](num_classes, in_channels, image_size, dropout=dropout)
         return MODELS[name](num_classes, in_channels, image_size)
 
 

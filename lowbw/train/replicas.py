@@ -9,7 +9,9 @@ any number of replicas (``sim``: all M; ``procs``: one).
 Two ways to run R replicas (``engine``):
 
 * ``loop``: one forward/backward per replica at its local batch. On CPU this is as fast as one model at
-  batch R*b (measured in lowbw/bench/train.py) and is bit-identical to a process holding one replica.
+  batch R*b (measured in lowbw/bench/train.py) and is bit-identical to a process holding one replica, dropout
+  included: each replica's forward pass draws its masks from its worker's own stream (``masks``,
+  :mod:`lowbw.train.masks`).
 * ``vmap``: :func:`torch.func.vmap` over stacked replicas (a grouped convolution per layer); pays off on
   GPUs where small per-replica batches leave the device idle.
 """
@@ -18,11 +20,14 @@ from __future__ import annotations
 
 import math
 import time
+from contextlib import nullcontext
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
+
+from lowbw.train.masks import MaskStreams
 
 __all__ = ["Replicas", "correct_samples"]
 
@@ -36,10 +41,15 @@ def correct_samples(logits: torch.Tensor, y: torch.Tensor) -> float:
 
 
 class Replicas:
-    def __init__(self, model: nn.Module, rows: int, device: str | torch.device = "cpu", engine: str = "loop"):
+    def __init__(self, model: nn.Module, rows: int, device: str | torch.device = "cpu", engine: str = "loop",
+                 masks: MaskStreams | None = None):
         if engine not in ("loop", "vmap"):
             raise ValueError(f"engine={engine!r}")
+        if masks is not None and engine == "vmap":
+            raise ValueError("engine='vmap' draws every replica's dropout masks from one stream: use 'loop'")
         self.model = model
+        # each row's dropout stream (lowbw.train.masks), None for a model without dropout
+        self.masks = masks
         self.R = rows
         self.device = torch.device(device)
         self.engine = engine
@@ -112,7 +122,8 @@ class Replicas:
             t0 = time.perf_counter()
             # one leaf per parameter (views of the row): no slice-backward scatter into a [P] gradient
             leaves = {n: v.detach().requires_grad_(True) for n, v in self.param_views(self.params[r]).items()}
-            out = functional_call(self.model, (leaves, self.buffer_views(r)), (x,))
+            with self.masks.drawing(r) if self.masks is not None else nullcontext():
+                out = functional_call(self.model, (leaves, self.buffer_views(r)), (x,))
             loss = F.cross_entropy(out.flatten(0, -2), y.flatten())
             gs = torch.autograd.grad(loss, list(leaves.values()))
             grow = self.grads[r]
@@ -175,8 +186,11 @@ class Replicas:
 
     # ------------------------------------------------------------------------------------------- state
     def state_dict(self) -> dict:
-        return {"params": self.params.clone(), "buffers": self.buffers.clone(), "grads": self.grads.clone(),
-                "int_buffers": {k: v.clone() for k, v in self.int_buffers.items()}}
+        s = {"params": self.params.clone(), "buffers": self.buffers.clone(), "grads": self.grads.clone(),
+             "int_buffers": {k: v.clone() for k, v in self.int_buffers.items()}}
+        if self.masks is not None:
+            s["masks"] = self.masks.state_dict()
+        return s
 
     def load_state_dict(self, s: dict) -> None:
         self.params.copy_(s["params"])
@@ -185,3 +199,5 @@ class Replicas:
             self.grads.copy_(s["grads"])
         for k, v in s["int_buffers"].items():
             self.int_buffers[k].copy_(v)
+        if self.masks is not None:
+            self.masks.load_state_dict(s["masks"])

@@ -141,8 +141,9 @@ class TextWorkload:
 
     kind = "text"
 
-    def __init__(self, corpus: TextCorpus, block_size: int, eval_limit: int, device):
+    def __init__(self, corpus: TextCorpus, block_size: int, eval_limit: int, device, dropout: float = 0.0):
         self.corpus, self.T, self.device = corpus, block_size, torch.device(device)
+        self.dropout = dropout  # the model's dropout rate (the run's ``dropout`` key)
         self.name = corpus.name
         train, val = corpus.ids[: corpus.split], corpus.ids[corpus.split:]
         if block_size + 1 > len(val):
@@ -159,7 +160,7 @@ class TextWorkload:
         if model_kind(name) != "text":
             raise WorkloadError(f"model={name!r} is an image model; dataset={self.name!r} is text "
                                 f"(use model: {', '.join(GPT_SIZES)})")
-        return build_model(name, self.corpus.vocab_size, 1, self.T, device=device)
+        return build_model(name, self.corpus.vocab_size, 1, self.T, device=device, dropout=self.dropout)
 
     def train_batch(self, idx: torch.Tensor, gen: torch.Generator) -> Batch:
         """Windows of blocks ``idx``, each starting at a random offset in its block: (inputs, targets)."""
@@ -274,5 +275,5 @@ def load_workload(cfg, device, data=None) -> ImageWorkload | TextWorkload | File
         except ValueError as e:
             raise WorkloadError(str(e)) from None
     if data is None and is_text_dataset(cfg.dataset):
-        return TextWorkload(load_text(cfg.dataset), text_block_size(cfg), cfg.test_limit, device)
+        return TextWorkload(load_text(cfg.dataset), text_block_size(cfg), cfg.test_limit, device, cfg.dropout)
     return ImageWorkload(data if data is not None else load_data(cfg, device), cfg.augment, device)

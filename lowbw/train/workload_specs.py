@@ -29,7 +29,7 @@ class GPTSize:
     n_head: int  # attention heads per block; n_embd % n_head == 0
     n_embd: int  # width of the residual stream
     block_size: int  # default context length T (characters)
-    dropout: float = 0.0  # nanoGPT's CPU recipe trains without dropout
+    dropout: float = 0.0  # dropout rate; a run sets it with its ``dropout`` key (nanoGPT's CPU recipe: 0)
 
 
 # sizes named by what they are for; nanoGPT's README (karpathy/nanoGPT @ 3adf61e) for small and medium
@@ -58,6 +58,9 @@ class WorkloadSpec:
     # "module:function" building it as (num_classes, in_channels, image_size) -> nn.Module, for a model in a
     # module of its own ("": lowbw.train.models' own builders); imported when a run builds the model
     builds: str = ""
+    # its builder takes the run's dropout rate (the ``dropout`` key; lowbw.train.masks draws the masks); a model
+    # without dropout refuses a non-zero rate
+    dropout: bool = False
 
     @property
     def higher_is_better(self) -> bool:
@@ -82,7 +85,7 @@ WORKLOADS: dict[str, WorkloadSpec] = {w.model: w for w in (
     _image("resnet50", "ResNet-50", "cifar10", 3, 224, 1000),
     _image("vgg16_imagenet", "VGG-16 (ImageNet)", "cifar10", 3, 224, 1000),
     _image("inception_v4", "Inception-v4", "cifar10", 3, 224, 1000),
-    *(WorkloadSpec(n, n, "text", "shakespeare", 0, 0, 0, "val_loss") for n in GPT_SIZES),
+    *(WorkloadSpec(n, n, "text", "shakespeare", 0, 0, 0, "val_loss", dropout=True) for n in GPT_SIZES),
 )}
 # a torchvision model (``torchvision:<name>``) is built as a CIFAR-10 classifier, as lowbw's own CIFAR models
 _TORCHVISION = _image("torchvision", "torchvision", "cifar10", 3, 32, 10)

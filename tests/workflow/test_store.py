@@ -135,7 +135,7 @@ def test_report_shows_stored_gpu_runs_and_builds_without(cpu_run, tmp_path):
     tex = (out / "gpu.tex").read_text()
     date = json.loads((store / "e4_gpu_dense/method~dense/seed~0/provenance.json").read_text())["measured_date"]
     assert f"measured on {FAKE_GPU} on {date} (torch 2.11.0+cu130, CUDA 13.0)" in tex
-    assert r"\label{tab:gpu}" in tex and "dense & 2 &" in tex
+    assert r"\label{tab:gpu}" in tex and "dense & -- & 40 & 2 &" in tex  # an image model: no dropout
     assert (out / "stats" / "gpu_methods.csv") in files
     shutil.rmtree(store)
     assert report_gpu.write(out, store) == [] and not (out / "gpu.tex").exists()  # an emptied store: removed
