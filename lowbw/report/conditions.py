@@ -1,15 +1,19 @@
 """The machine's conditions beside each measured table: a caption sentence (host, date, load, other processes'
 CPU, steal; :mod:`lowbw.measure.conditions` records them) and a mark on every cell measured while the machine
-was busy, so that a timing taken under contention is never printed as the machine's own."""
+was busy, so that a timing taken under contention is never printed as the machine's own; and the clause that
+names where and at which commit stored training runs ran (:func:`runs_provenance`)."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Iterable
+from pathlib import Path
 from typing import Any
 
 from lowbw.report.latex import escape
 from lowbw.workflow.hoststore import commit_of
 
-__all__ = ["MARK", "mark", "origin", "caption", "busy_testbeds"]
+__all__ = ["MARK", "mark", "origin", "caption", "busy_testbeds", "runs_provenance"]
 
 MARK = r"$^\ddagger$"  # on a cell measured while the machine was busy
 
@@ -36,6 +40,24 @@ def short_commit(commit: str) -> str:
     """A commit's first 12 hex digits, keeping git's ``-dirty`` mark (uncommitted changes in the tree)."""
     commit = str(commit)
     return commit[:12] + ("-dirty" if commit.endswith("-dirty") else "")
+
+
+def runs_provenance(run_dirs: Iterable[Path]) -> str:
+    """Where and with what stored training runs ran, from each run's ``provenance.json`` (``lowbw store``): a
+    caption's clause 'measured on <host> (<device>, torch <v>) on <days>, at commit <c>' (several commits: how
+    many, the first and the last by time; ``-dirty``: uncommitted changes, the run's own config.json holds its
+    settings); '' where no run has one."""
+    docs = [json.loads(p.read_text(encoding="utf-8")) for d in run_dirs if (p := Path(d) / "provenance.json").is_file()]
+    if not docs:
+        return ""
+    where = sorted({f"{d.get('host', '?')} ({d.get('gpu') or d.get('device', '?')}, "
+                    f"torch {d.get('torch_version', '?')})" for d in docs})
+    days = sorted({str(d.get("measured_date")) for d in docs if d.get("measured_date")})
+    by_time = sorted((str(d.get("measured_at", "")), short_commit(d.get("git_commit", "?"))) for d in docs)
+    commits = list(dict.fromkeys(c for _, c in by_time))
+    at = (f"at commit {commits[0]}" if len(commits) == 1 else
+          f"at {len(commits)} commits, the first {commits[0]}, the last {commits[-1]}")
+    return escape(f"measured on {', '.join(where)}" + (f" on {', '.join(days)}" if days else "") + f", {at}")
 
 
 def origin(provenance: dict[str, Any] | None) -> str:

@@ -34,6 +34,7 @@ import yaml
 
 from lowbw.advise.size_trend import CHARLES_FITS, CHARLES_JOINT, CHARLES_TABLE4, POINT_COLUMNS, fit_power, points, trend
 from lowbw.report.common import plotting
+from lowbw.report.conditions import runs_provenance
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num, fmt_pm
 from lowbw.report.stats import mean_std
@@ -169,7 +170,10 @@ def stats(ctx: Context) -> Stats | None:
     return Stats(tables, {"source": f"{STORE} (runs/e12_* where rerun)", "config": "config/scaling.yaml",
                           "stored": int((runs["source"] == "store").sum()), "runs": len(runs),
                           "expected": sum(_expected().values()),
-                          "measured_dates": _dates(runs)})
+                          "measured_dates": _dates(runs),
+                          "provenance": runs_provenance(STORE / e / r for e, r, src in
+                                                        zip(runs["experiment"], runs["run"], runs["source"])
+                                                        if src == "store")})
 
 
 def _dates(runs) -> list[str]:
@@ -370,7 +374,9 @@ def table(st: Stats) -> str:
             "Fits: 95\\% interval of $\\alpha$ in brackets.")
     return booktabs(rows, ["Size", *[c.replace("M=", "$M=") + ("$" if c != "DP" else "") for c in COLUMNS]],
                     "Charles et al.'s Table~4 at micro scale: evaluation loss of data-parallel training (DP) and "
-                    "DiLoCo at $M$ replicas ($H=30$, the global batch fixed), ours beside theirs.",
+                    "DiLoCo at $M$ replicas ($H=30$, the global batch fixed), ours beside theirs"
+                    + (f" (stored runs in {escape(str(STORE))}: {st.meta['provenance']})"
+                       if st.meta.get("provenance") else "") + ".",
                     "tab:e12", note=note, size="\\scriptsize")
 
 

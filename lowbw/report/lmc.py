@@ -24,6 +24,7 @@ from scipy.stats import ttest_ind, ttest_rel
 
 from lowbw.report.catalog import PREFIX
 from lowbw.report.common import fmt_duration, report_links
+from lowbw.report.conditions import runs_provenance
 from lowbw.report.experiment import Context, Experiment, MissingData, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.lmc_sweep import SWEEP, at_edge, sweep_table
@@ -167,7 +168,10 @@ def stats(ctx: Context) -> Stats | None:
               "sweep": sweep_table(sweep) if sweep is not None else pd.DataFrame(),
               "curve": curve_m if curve is not None else pd.DataFrame(), "metrics": mets}
     dates = sorted(set(runs.get("measured_date", pd.Series(dtype=str)).dropna().astype(str)))
+    sweep_dirs = [root / SWEEP / r for r in sweep["run"]] if sweep is not None else []
     return Stats(tables, {"source": str(root / TUNED),
+                          "provenance": runs_provenance(root / TUNED / r for r in runs["run"]),
+                          "sweep_provenance": runs_provenance(sweep_dirs),
                           "where": where, "dates": dates, "target": target, "dense_final": dense_final,
                           "latency_ms": lat, "equal_time_s": ends, "seeds": _seeds(methods),
                           "steps": int(runs["steps"].iloc[0]), "workers": int(runs["workers"].iloc[0]),
@@ -254,7 +258,8 @@ def table(st: Stats) -> str:
                      _fmt_ttt(r["ttt_median_s@1000"], r["arrived@1000"], n),
                      fmt_num(r["bytes_total_mean"] / 1e9, 3)])
     cap = (f"Language model near convergence ({st.meta['where']}; {escape(st.meta['source'])}"
-           + (f", measured {', '.join(st.meta['dates'])}" if st.meta["dates"] else "")
+           + (f", {st.meta['provenance']}" if st.meta.get("provenance") else
+              f", measured {', '.join(st.meta['dates'])}" if st.meta["dates"] else "")
            + f"): gpt-mini, {st.meta['workers']} workers, {st.meta['steps']} steps, every method at its tuned values, "
            f"{st.meta['seeds']} seeds. Final validation loss (nats/char, mean $\\pm$ std: equal tokens); loss at "
            f"equal wall-clock time (when the fastest whole run ends at that link); median time to "
@@ -296,9 +301,11 @@ def sweep_latex(st: Stats) -> str | None:
              "" if not math.isfinite(r["outer_lr"]) else fmt_num(r["outer_lr"], 2), fmt_num(r["final_val_loss"], 3),
              fmt_num(r["best_val_loss"], 3), "$\\checkmark$" if r["picked"] else ""] for _, r in t.iterrows()]
     return booktabs(rows, ["method", "point", "lr", "outer lr", "final", "best", "picked"],
-                    "The language model's recorded sweep (seed 0): final and best validation loss of each point; "
-                    "each method's picked inner (and outer) learning rate marked; a method picked at the largest or "
-                    "smallest value its grid tried is named in the text.", "tab:e9lmc-sweep")
+                    "The language model's recorded sweep (seed 0"
+                    + (f"; {st.meta['sweep_provenance']}" if st.meta.get("sweep_provenance") else "")
+                    + "): final and best validation loss of each point; each method's picked inner (and outer) "
+                    "learning rate marked; a method picked at the largest or smallest value its grid tried is named "
+                    "in the text.", "tab:e9lmc-sweep")
 
 
 E9LMC = Experiment("e9lmc", "E9 the language model near convergence, each method tuned", stats, numbers, table,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 
 from lowbw.report.build import Context
-from lowbw.report.conditions import MARK, busy_testbeds, caption, mark
+from lowbw.report.conditions import MARK, busy_testbeds, caption, mark, runs_provenance
 
 IDLE = {"busy": False, "reasons": []}
 BUSY = {"busy": True, "reasons": ["other processes used 1.40 of 2 cores"]}
@@ -69,3 +69,27 @@ def test_e3_table_of_a_file_without_conditions_says_so(tmp_path):
     tab = E3.table(E3.stats(Context({"report": {"bandwidths_mbit": [10]}}, tmp_path, tmp_path / "out")))
     assert tab.count(MARK) == 2 and "1-min load 0.25/6.75/3.50" in tab  # the cell and the caption's key
 
+
+
+def test_runs_provenance_names_machine_days_and_commits(tmp_path):
+    """Stored runs' captions name where and at which commit they ran: one commit by itself, several by count
+    with the first and last by time; a run without provenance.json adds nothing, and none gives ''."""
+    def run(name, commit, at):
+        d = tmp_path / name
+        d.mkdir()
+        (d / "provenance.json").write_text(json.dumps({
+            "host": "vm", "device": "cpu", "torch_version": "2.13.0+cpu", "git_commit": commit,
+            "measured_at": at, "measured_date": at[:10]}))
+        return d
+
+    a = run("a", "a" * 40, "2026-11-27T10:00:00+00:00")
+    assert runs_provenance([a]) == ("measured on vm (cpu, torch 2.13.0+cpu) on 2026-11-27, at commit "
+                                    + "a" * 12)
+    b = run("b", "b" * 40 + "-dirty", "2026-11-28T09:00:00+00:00")
+    c = run("c", "c" * 40, "2026-11-27T12:00:00+00:00")
+    bare = tmp_path / "bare"
+    bare.mkdir()
+    words = runs_provenance([b, bare, a, c])
+    assert words == ("measured on vm (cpu, torch 2.13.0+cpu) on 2026-11-27, 2026-11-28, at 3 commits, the first "
+                     + "a" * 12 + ", the last " + "b" * 12 + "-dirty")
+    assert runs_provenance([bare]) == ""
