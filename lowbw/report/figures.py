@@ -112,13 +112,18 @@ def ttt_facets(per_run, accuracy, by: str, baseline: str, order: Sequence[str], 
     import numpy as np
 
     plt, sns = plotting()
+    every = per_run.groupby([by, "bandwidth_mbit"])["ttt_s"].transform(lambda t: bool(np.isfinite(t).all()))
+    d = per_run[every.astype(bool)]
+    # a method with no point at any bandwidth gets no panel (it would show the baseline alone); a line under
+    # the panels names it
+    missing = [name for name in order if name != baseline and d[d[by] == name].empty]
+    order = [name for name in order if name not in missing]
     n = len(order)
     cols = min(max_cols, n)
     rows = -(-n // cols)
-    fig, axes = plt.subplots(rows, cols, figsize=(7.2, 0.2 + 1.55 * rows), sharex=True, sharey=True,
+    foot = 0.22 if missing else 0.0  # inches for the line naming the methods without a panel
+    fig, axes = plt.subplots(rows, cols, figsize=(7.2, 0.2 + foot + 1.55 * rows), sharex=True, sharey=True,
                              squeeze=False)
-    every = per_run.groupby([by, "bandwidth_mbit"])["ttt_s"].transform(lambda t: bool(np.isfinite(t).all()))
-    d = per_run[every.astype(bool)]
     base = d[d[by] == baseline]
     acc = accuracy.set_index(by)
     seeds = int(per_run["seed"].nunique())
@@ -144,12 +149,16 @@ def ttt_facets(per_run, accuracy, by: str, baseline: str, order: Sequence[str], 
         ax.grid(True, which="major", lw=0.4)
     for ax in axes.flat[n:]:
         ax.axis("off")
-    fig.supxlabel("link bandwidth per worker (Mbit/s)", fontsize=7, y=0.0)
+    bottom = foot / fig.get_figheight()
+    fig.supxlabel("link bandwidth per worker (Mbit/s)", fontsize=7, y=bottom)
     what = (f"{goal.fmt(goal.target.value)} % test accuracy" if goal.percent
             else f"{goal.metric.replace('_', ' ')} {fmt_num(goal.target.value)}")
     fig.supylabel(f"virtual time to {what} (s)", fontsize=7, x=0.0)
+    if missing:
+        fig.text(0.5, 0.01, f"never at the target with every seed at any bandwidth (no panel): {', '.join(missing)}",
+                 fontsize=6.5, ha="center", va="bottom", color="C3")
     inner_decades(axes[0, 0].xaxis)  # shared: one call labels every panel
-    fig.tight_layout(pad=0.3, h_pad=0.4, w_pad=0.6)
+    fig.tight_layout(pad=0.3, h_pad=0.4, w_pad=0.6, rect=(0, bottom, 1, 1))
     return fig
 
 
