@@ -6,6 +6,7 @@ module each sync scheme's registry line names."""
 from __future__ import annotations
 
 import ast
+import os
 import shlex
 import time
 from collections.abc import Callable
@@ -16,6 +17,12 @@ import pytest
 import torch
 
 from lowbw.train.config import RunConfig
+
+# the real dataset mirror (CI sets LOWBW_DATA_MIRROR; locally ../shared/data beside the checkout), and the mark of
+# the tests that read Tiny Shakespeare from it
+MIRROR = Path(os.environ.get("LOWBW_DATA_MIRROR") or Path(__file__).resolve().parents[2] / "shared" / "data")
+needs_corpus = pytest.mark.skipif(not (MIRROR / "tinyshakespeare.txt").is_file(),
+                                  reason=f"no tinyshakespeare.txt in the data mirror {MIRROR}")
 
 # a short sim run on synthetic data with a deterministic virtual clock: a test's BASE is this with its own keys
 SIM_RUN: dict[str, Any] = dict(dataset="synthetic", model="mlp", workers=2, batch_size=32, steps=6, log_every=1,

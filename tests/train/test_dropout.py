@@ -4,7 +4,6 @@ replicas draws what procs' one-replica processes draw), evaluation without dropo
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
@@ -15,10 +14,8 @@ from lowbw.train.config_rules import ConfigError
 from lowbw.train.masks import MaskStreams
 from lowbw.train.models import build_model
 from lowbw.train.replicas import Replicas
+from tests.helpers import MIRROR, needs_corpus
 
-MIRROR = Path(os.environ.get("LOWBW_DATA_MIRROR", Path(__file__).resolve().parents[3] / "shared" / "data"))
-needs_corpus = pytest.mark.skipif(not (MIRROR / "tinyshakespeare.txt").is_file(),
-                                  reason=f"no tinyshakespeare.txt in the data mirror {MIRROR}")
 TEXT = {"dataset": "shakespeare", "model": "gpt-tiny"}
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 from pathlib import Path
 
 import pytest
@@ -17,10 +16,7 @@ from lowbw.train.config_rules import ConfigError
 from lowbw.train.models import GPT_SIZES, build_model, param_count
 from lowbw.train.targets import TargetError, parse_target
 from lowbw.train.workload import TextWorkload
-
-MIRROR = Path(os.environ.get("LOWBW_DATA_MIRROR", Path(__file__).resolve().parents[3] / "shared" / "data"))
-needs_corpus = pytest.mark.skipif(not (MIRROR / "tinyshakespeare.txt").is_file(),
-                                  reason=f"no tinyshakespeare.txt in the data mirror {MIRROR}")
+from tests.helpers import MIRROR, needs_corpus
 
 
 @pytest.fixture

@@ -13,10 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.helpers import MIRROR, needs_corpus
+
 ROOT = Path(__file__).resolve().parents[2]
-MIRROR = Path(os.environ.get("LOWBW_DATA_MIRROR", ROOT.parents[1] / "shared" / "data"))
-needs_corpus = pytest.mark.skipif(not (MIRROR / "tinyshakespeare.txt").is_file(),
-                                  reason=f"no tinyshakespeare.txt in the data mirror {MIRROR}")
 
 _spec = importlib.util.spec_from_file_location("gpu_lend", ROOT / "examples" / "gpu" / "lend.py")
 lend = sys.modules["gpu_lend"] = importlib.util.module_from_spec(_spec)  # dataclasses look their module up
