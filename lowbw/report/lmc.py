@@ -233,7 +233,7 @@ def numbers(st: Stats) -> dict[str, str]:
     out[f"{p}WidestSpreadMethod"] = escape(str(spread.idxmax()))
     sweep = st.tables["sweep"]
     if not sweep.empty and BASELINE in set(sweep["method"]):
-        picked = sweep[(sweep["method"] == BASELINE) & sweep["picked"] & (sweep["knob"] != "outer_lr")]
+        picked = sweep[(sweep["method"] == BASELINE) & sweep["picked"] & sweep["knob"].isin(["default", "lr"])]
         out[f"{p}DenseSweepLoss"] = fmt_num(picked["final_val_loss"].min(), 3)
     never = [m for m in ms.index if ms.loc[m, "arrived@10"] == 0]
     out[f"{p}Never"] = escape(", ".join(never)) or "none"
@@ -297,15 +297,18 @@ def sweep_latex(st: Stats) -> str | None:
     t = st.tables["sweep"]
     if t.empty:
         return None
-    rows = [[escape(r["method"]), escape(r["knob"]), fmt_num(r["lr"], 3),
-             "" if not math.isfinite(r["outer_lr"]) else fmt_num(r["outer_lr"], 2), fmt_num(r["final_val_loss"], 3),
-             fmt_num(r["best_val_loss"], 3), "$\\checkmark$" if r["picked"] else ""] for _, r in t.iterrows()]
-    return booktabs(rows, ["method", "point", "lr", "outer lr", "final", "best", "picked"],
+    def outer(r: pd.Series, k: str) -> str:  # blank where the method has no outer step (or the run predates k)
+        return fmt_num(r[k], 2) if k in r and math.isfinite(r[k]) else ""
+
+    rows = [[escape(r["method"]), escape(r["knob"].replace("_", " ")), fmt_num(r["lr"], 3), outer(r, "outer_lr"),
+             outer(r, "outer_momentum"), fmt_num(r["final_val_loss"], 3), fmt_num(r["best_val_loss"], 3),
+             "$\\checkmark$" if r["picked"] else ""] for _, r in t.iterrows()]
+    return booktabs(rows, ["method", "point", "lr", "outer lr", "outer mom.", "final", "best", "picked"],
                     "The language model's recorded sweep (seed 0"
                     + (f"; {st.meta['sweep_provenance']}" if st.meta.get("sweep_provenance") else "")
-                    + "): final and best validation loss of each point; each method's picked inner (and outer) "
-                    "learning rate marked; a method picked at the largest or smallest value its grid tried is named "
-                    "in the text.", "tab:e9lmc-sweep")
+                    + "): final and best validation loss of each point; each method's picked inner learning rate (and "
+                    "outer learning rate and momentum) marked; a method picked at the largest or smallest value its "
+                    "grid tried is named in the text.", "tab:e9lmc-sweep")
 
 
 E9LMC = Experiment("e9lmc", "E9 the language model near convergence, each method tuned", stats, numbers, table,

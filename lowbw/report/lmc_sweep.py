@@ -2,10 +2,11 @@
 picked values written into the config's tuned block.
 
 A sweep point is a preset ``<method>`` (the method's defaults), ``<method>+lrx<m>`` (inner learning rate x m,
-lr_min = lr / 10) or ``<method>+olr<v>`` (outer learning rate v at the default inner lr). Each method's inner lr
-is the one whose seed-0 run ends with the lowest validation loss among its ``lrx`` points and its default, its
-outer lr likewise among its ``olr`` points and its default (coordinate-wise: the profile's budget has no joint
-grid). A run whose loss is not finite counts as the worst.
+lr_min = lr / 10), ``<method>+olr<v>`` (outer learning rate v) or ``<method>+om<v>`` (outer Nesterov momentum v),
+each varying one knob from the method's defaults. Each method's inner lr is the one whose seed-0 run ends with
+the lowest validation loss among its ``lrx`` points and its default, its outer lr and outer momentum likewise
+among their points and the default (coordinate-wise: the profile's budget has no joint grid). A run whose loss
+is not finite counts as the worst.
 
     python -m lowbw.report.lmc_sweep pick --config config/lm_evidence.yaml --runs runs
 """
@@ -27,32 +28,36 @@ __all__ = ["SWEEP", "split_point", "sweep_table", "picks", "at_edge", "tuned_blo
 
 SWEEP = "e9_lmc_sweep"  # the sweep's experiment
 BEGIN, END = "  # BEGIN tuned", "  # END tuned"  # the config's tuned block (its first and last line)
-_POINT = re.compile(r"^(?P<method>[A-Za-z0-9_]+)(?:\+(?P<knob>lrx|olr)(?P<value>[0-9.]+))?$")
+_POINT = re.compile(r"^(?P<method>[A-Za-z0-9_]+)(?:\+(?P<knob>lrx|olr|om)(?P<value>[0-9.]+))?$")
+KNOBS = ("lr", "outer_lr", "outer_momentum")  # the swept knobs, in the order the tuned block names them
+_OUTER = ("outer_lr", "outer_momentum")  # the knobs only an outer step reads (NaN for the others)
 
 
 def split_point(point: str) -> tuple[str, str | None, float | None]:
     """``"dense+lrx2"`` -> ``("dense", "lr", 2.0)``; ``"diloco16+olr0.5"`` -> ``("diloco16", "outer_lr", 0.5)``;
-    ``"dense"`` -> ``("dense", None, None)``."""
+    ``"diloco16+om0.5"`` -> ``("diloco16", "outer_momentum", 0.5)``; ``"dense"`` -> ``("dense", None, None)``."""
     m = _POINT.match(point)
     if m is None:
-        raise ValueError(f"sweep point {point!r} is not <method>, <method>+lrx<m> or <method>+olr<v>")
-    knob = {"lrx": "lr", "olr": "outer_lr", None: None}[m["knob"]]
+        raise ValueError(f"sweep point {point!r} is not <method>, <method>+lrx<m>, <method>+olr<v> or <method>+om<v>")
+    knob = {"lrx": "lr", "olr": "outer_lr", "om": "outer_momentum", None: None}[m["knob"]]
     return m["method"], knob, (float(m["value"]) if m["value"] else None)
 
 
 def sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per sweep run: ``method``, ``knob`` (lr | outer_lr | default), ``lr``, ``outer_lr`` (NaN where
-    the method has no outer step), ``final_val_loss``, ``best_val_loss``, and ``picked`` (the point supplies a
-    picked value: an ``lr`` or ``outer_lr`` point its knob's, the default point either)."""
+    """One row per sweep run: ``method``, ``knob`` (lr | outer_lr | outer_momentum | default), ``lr``,
+    ``outer_lr`` and ``outer_momentum`` (NaN where the method has no outer step), ``final_val_loss``,
+    ``best_val_loss``, and ``picked`` (the point supplies a picked value: a knob's point its knob's, the default
+    point any)."""
     rows = []
     for _, r in runs.iterrows():
         method, knob, _ = split_point(str(r["name"]))
         sync = str(r.get("sync"))
-        outer = r.get("outer_lr") if sync in SCHEMES and reads(sync, "outer_lr") else math.nan  # an outer step
-        rows.append({"method": method, "point": r["name"], "knob": knob or "default", "lr": float(r["lr"]),
-                     "outer_lr": float(outer) if outer is not None else math.nan,
-                     "final_val_loss": float(r["final_val_loss"]), "best_val_loss": float(r["best_val_loss"])})
-    t = pd.DataFrame(rows).sort_values(["method", "knob", "lr", "outer_lr"], ignore_index=True)
+        row = {"method": method, "point": r["name"], "knob": knob or "default", "lr": float(r["lr"])}
+        for k in _OUTER:  # only where the scheme has an outer step that reads the knob
+            v = r.get(k) if sync in SCHEMES and reads(sync, k) else None
+            row[k] = float(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else math.nan
+        rows.append({**row, "final_val_loss": float(r["final_val_loss"]), "best_val_loss": float(r["best_val_loss"])})
+    t = pd.DataFrame(rows).sort_values(["method", "knob", *KNOBS], ignore_index=True)
     p = picks(t)
     t["picked"] = [_supplies(r, p[r["method"]]) for _, r in t.iterrows()]
     return t
@@ -60,9 +65,8 @@ def sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 def _supplies(r: pd.Series, pick: dict[str, float]) -> bool:
     """Does sweep row ``r`` supply one of its method's picked values (the default point: either knob's)?"""
-    lr_ok = r["lr"] == pick["lr"]
-    outer_ok = "outer_lr" in pick and r["outer_lr"] == pick["outer_lr"]
-    return {"lr": lr_ok, "outer_lr": outer_ok, "default": lr_ok or outer_ok}[r["knob"]]
+    ok = {k: k in pick and r[k] == pick[k] for k in KNOBS}
+    return any(ok.values()) if r["knob"] == "default" else ok[r["knob"]]
 
 
 def _score(v: float) -> float:
@@ -70,16 +74,16 @@ def _score(v: float) -> float:
 
 
 def picks(table: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """method -> ``{"lr": ..., "outer_lr": ...}`` (outer_lr only for outer-step methods): the value of each knob
-    whose point ends lowest (ties: the default's)."""
+    """method -> ``{"lr": ..., "outer_lr": ..., "outer_momentum": ...}`` (the outer knobs only for outer-step
+    methods): the value of each knob whose point ends lowest (ties: the default's)."""
     out: dict[str, dict[str, float]] = {}
     for method, g in table.groupby("method", sort=False):
         if not (g["knob"] == "default").any():
             raise ValueError(f"sweep of {method}: its default point has no complete run")
         d = g[g["knob"] == "default"].iloc[0]
         best = {}
-        for knob in ("lr", "outer_lr"):
-            if knob == "outer_lr" and math.isnan(d["outer_lr"]):
+        for knob in KNOBS:
+            if knob in _OUTER and math.isnan(d[knob]):
                 continue
             cand = pd.concat([g[g["knob"] == "default"], g[g["knob"] == knob]])
             scores = [_score(v) for v in cand["final_val_loss"]]
@@ -89,8 +93,9 @@ def picks(table: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 def at_edge(table: pd.DataFrame) -> dict[str, list[str]]:
-    """method -> the knobs (``lr``, ``outer_lr``) whose picked value is the largest or the smallest of the values
-    tried (at least two): the optimum may lie beyond the grid, so the grid should widen on that side."""
+    """method -> the knobs (``lr``, ``outer_lr``, ``outer_momentum``) whose picked value is the largest or the
+    smallest of the values tried (at least two): the optimum may lie beyond the grid, so the grid should
+    widen on that side."""
     out: dict[str, list[str]] = {}
     for method, pick in picks(table).items():
         g = table[table["method"] == method]
@@ -111,9 +116,10 @@ def tuned_block(table: pd.DataFrame) -> list[str]:
         d = g[g["knob"] == "default"].iloc[0]
         keys = {"lr": p["lr"], "lr_min": p["lr"] / 10}
         why = [f"lr x{p['lr'] / d['lr']:g} of {len(g[g['knob'].isin(['default', 'lr'])])}"]
-        if "outer_lr" in p:
-            keys["outer_lr"] = p["outer_lr"]
-            why.append(f"outer lr {p['outer_lr']:g} of {len(g[g['knob'].isin(['default', 'outer_lr'])])}")
+        for knob, label in (("outer_lr", "outer lr"), ("outer_momentum", "outer momentum")):
+            if knob in p:
+                keys[knob] = p[knob]
+                why.append(f"{label} {p[knob]:g} of {len(g[g['knob'].isin(['default', knob])])}")
         body = ", ".join(f"{k}: {v:g}" for k, v in keys.items())
         flag = f"; at the grid's edge: {', '.join(edge[method])}" if method in edge else ""
         lines.append(f"  {method}-tuned: {{<<: *{method}, {body}}}  # sweep (seed 0, final val loss): "

@@ -64,3 +64,17 @@ def test_the_tuned_block_is_rewritten_and_the_config_stays_valid_yaml(tmp_path):
     cfg.write_text("methods: {}\n")
     with pytest.raises(ValueError, match="BEGIN tuned"):
         write_tuned(cfg, sweep_table(RUNS))
+
+
+def test_outer_momentum_is_a_knob_of_outer_step_methods_only():
+    # diloco16's momentum 0.5 ends lowest of {0, 0.5, 0.9 (its default)}; dense has no outer step, so no momentum
+    rows = [{"name": n, "lr": 0.004, "outer_lr": 0.7, "outer_momentum": om, "sync": s, "final_val_loss": v,
+             "best_val_loss": v} for n, om, s, v in [
+        ("dense", 0.9, "sync", 2.0), ("diloco16", 0.9, "diloco", 2.3), ("diloco16+om0", 0.0, "diloco", 2.4),
+        ("diloco16+om0.5", 0.5, "diloco", 2.2)]]
+    assert split_point("diloco16+om0.5") == ("diloco16", "outer_momentum", 0.5)
+    t = sweep_table(pd.DataFrame(rows))
+    assert math.isnan(t.loc[t["method"] == "dense", "outer_momentum"].iloc[0])
+    assert picks(t) == {"dense": {"lr": 0.004}, "diloco16": {"lr": 0.004, "outer_lr": 0.7, "outer_momentum": 0.5}}
+    assert at_edge(t) == {}  # 0.5 lies inside {0, 0.5, 0.9}
+    assert set(t.loc[t["picked"], "point"]) == {"dense", "diloco16", "diloco16+om0.5"}

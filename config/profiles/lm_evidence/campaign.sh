@@ -11,6 +11,8 @@
 # shard that finds every sweep point complete when it is done takes a lock, picks, and runs the tuned seeds.
 # TUNED_ONLY=1 runs only the tuned seeds at the tuned block's current values (no sweep, no pick), sharded the
 # same way: the way to add seeds to e9_lmc after the pick (its seeds: list in config/lm_evidence.yaml).
+# SWEEP_ONLY=1 runs the sweep (and dense's long run) and stops before the pick: the way to widen the grid where a
+# pick would sit at its edge (add the points to the config, run again) before picking.
 set -u
 SHARD=${SHARD:-0/1}
 K=${SHARD%/*}
@@ -26,7 +28,7 @@ from lowbw.workflow.grid import run_dirs
 config, phase = yaml.safe_load(open(sys.argv[1])), sys.argv[2]
 for d in run_dirs(config):
     exp, point = d.split("/")[1], d.split("/", 2)[2]
-    swept = "+lrx" in point or "+olr" in point
+    swept = "+" in point  # <method>+lrx<m> | +olr<v> | +om<v>: one knob away from the method's centre
     if {"default": exp == "e9_lmc_sweep" and not swept, "curve": exp == "e9_lmc_curve",
             "other": exp == "e9_lmc_sweep" and swept, "tuned": exp == "e9_lmc"}[phase]:
         print(d)
@@ -66,6 +68,7 @@ for phase in default curve other; do
     i=$((i + 1))
   done
 done
+if [ "${SWEEP_ONLY:-0}" = 1 ]; then echo "$(date -u +%FT%TZ) shard $SHARD: sweep complete"; exit 0; fi
 for phase in default curve other; do
   for d in $(points $phase); do
     if [ ! -f "$d/summary.json" ]; then echo "shard $SHARD done; $d not yet complete: another shard picks"; exit 0; fi
