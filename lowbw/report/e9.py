@@ -24,6 +24,7 @@ from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.figures import log_ticks
 from lowbw.report.goal import goal_of
 from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.report.stats import censored
 from lowbw.report.training import (
     first_at_target,
     group_accuracy,
@@ -53,10 +54,33 @@ def _bytes_to_target(m, target, workers: int) -> float:
     return float(hit["bytes_sent"].iloc[0]) / workers if not hit.empty else math.nan
 
 
+def _bytes_over_seeds(per_run: pd.DataFrame) -> pd.DataFrame:
+    """Per workers and method, bytes each worker sent until the target over all its seeds (one row per run; the
+    bytes do not depend on the link): ``bytes_to_target_per_worker`` the mean where every seed arrived (NaN
+    otherwise: a mean over the seeds that arrived is never taken), ``bytes_median`` the median with a seed that
+    never arrived counting as infinitely many bytes, ``bytes_reached``/``bytes_seeds`` the arrivals."""
+    rows = []
+    for (n, method), g in per_run.groupby(["workers", "method"], sort=False):
+        c = censored(g["bytes_to_target_per_worker"])
+        rows.append({"workers": n, "method": method, "bytes_to_target_per_worker": c.mean, "bytes_median": c.median,
+                     "bytes_reached": c.arrived, "bytes_seeds": c.n})
+    return pd.DataFrame(rows)
+
+
+def _mb_cell(r: pd.Series) -> str:
+    """A table cell for MB per worker to the target: the mean when every seed arrived, else the median over all
+    seeds with the arrivals (k/n), ``--`` when that median is not reached (half or more never arrived)."""
+    k, n = int(r["bytes_reached"]), int(r["bytes_seeds"])
+    if k == n and n:
+        return fmt_num(r["bytes_to_target_per_worker"] / 1e6, 3)
+    med = float(r["bytes_median"])
+    return ("--" if not math.isfinite(med) else "median " + fmt_num(med / 1e6, 3)) + (f" ({k}/{n})" if k else "")
+
+
 def stats(ctx: Context, key: str = "e9") -> Stats | None:
     """Tidy ``accuracy`` (per workers and method, Welch's test against dense with the same workers),
     ``runs`` (per run and link: ttt_s, NaN if never reached; bytes_to_target_per_worker) and ``times`` (per
-    workers, method and link: mean and std over the seeds that reached the target)."""
+    workers, method and link: over all seeds, lowbw.report.training.group_times)."""
     runs, mets = training_runs(ctx, [RUNS[key]])
     if runs is None:
         return None
@@ -76,8 +100,7 @@ def stats(ctx: Context, key: str = "e9") -> Stats | None:
                          "ttt_s": time_to_target(m, target, mbit, lat), "bytes_to_target_per_worker": b})
     per_run = pd.DataFrame(rows)
     times = group_times(per_run, ["workers", "method", "family", "link"])
-    btt = per_run.groupby(["workers", "method"], as_index=False, sort=False)["bytes_to_target_per_worker"].mean()
-    acc = acc.merge(btt, on=["workers", "method"], how="left")
+    acc = acc.merge(_bytes_over_seeds(per_run[per_run["link"] == LINKS[0][0]]), on=["workers", "method"], how="left")
     return Stats({"accuracy": acc, "times": times, "runs": per_run},
                  {"source": f"runs/{RUNS[key]}", "key": key, "goal": goal, "metric": goal.metric,
                   "target": target.value, "seeds": int(runs["seed"].nunique()),
@@ -166,19 +189,19 @@ def table(st: Stats) -> str:
     rows = []
     for _, r in acc.iterrows():
         sig = r"$^{*}$" if r["method"] != BASELINE and r["significant"] else ""
-        mb = r["bytes_to_target_per_worker"]
         rows.append([escape(r["method"]), str(int(r["workers"])), escape(r["family"]),
-                     goal.fmt(r[f"{q}_mean"]) + r" $\pm$ " + goal.fmt(r[f"{q}_std"], 2) + sig,
-                     fmt_num(mb / 1e6, 3) if math.isfinite(mb) else "--"]
+                     goal.fmt(r[f"{q}_mean"]) + r" $\pm$ " + goal.fmt(r[f"{q}_std"], 2) + sig, _mb_cell(r)]
                     + [_ttt_cell(t.loc[(r["workers"], r["method"], w)], n_seeds) for w, _, _ in LINKS])
     header = ["Method", "N", "Family", goal.label, "MB to target"] + [
         escape(_link_label(b, lat)) for _, b, lat in LINKS]
     return booktabs(rows, header,
                     f"Communicate less often or less per step ({goal.workload}, sim backend, {n_seeds} seeds): "
                     f"final {goal.label.lower()} (mean $\\pm$ std; $^*$: differs from dense with the same N, Welch "
-                    f"$p<0.05$), megabytes each worker sent until {goal.words} (mean over the seeds that reached "
-                    "it), and virtual time to it on each link (bandwidth per worker, one-way latency; (k/n): only "
-                    f"k of n seeds reached it).", f"tab:{st.meta['key']}", size=r"\scriptsize")
+                    f"$p<0.05$), megabytes each worker sent until {goal.words} and "
+                    "virtual time to it on each link (bandwidth per worker, one-way latency), over all seeds: the "
+                    "mean where every seed reached it, else the median with a seed that never did counting as "
+                    "infinitely late ((k/n): only k of n seeds reached it; --: half or more never did).",
+                    f"tab:{st.meta['key']}", size=r"\scriptsize")
 
 
 def _label_points(ax, xs, ys, labels) -> None:

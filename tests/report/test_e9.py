@@ -7,8 +7,8 @@ from __future__ import annotations
 from lowbw.report.catalog import check_numbers
 
 
-def _run(root, method, sync, seed, step_s, step_bytes, final_loss):
-    """A completed language-model run: evaluations at steps 10 (val_loss 3.0) and 20 (2.4); every step
+def _run(root, method, sync, seed, step_s, step_bytes, final_loss, losses=(3.0, 2.4)):
+    """A completed language-model run: evaluations at steps 10 and 20 (val_loss ``losses``); every step
     ``step_s`` virtual seconds of communication-free compute and ``step_bytes`` bytes in all."""
     from lowbw.runs.io import append_jsonl, atomic_write_json
 
@@ -16,7 +16,7 @@ def _run(root, method, sync, seed, step_s, step_bytes, final_loss):
     d.mkdir(parents=True)
     atomic_write_json(d / "config.json", {"config": {"dataset": "shakespeare", "model": "gpt-mini", "workers": 4,
                                                      "seed": seed, "sync": sync, "bandwidth_mbit": 10.0}})
-    for step, loss in ((10, 3.0), (20, 2.4)):
+    for step, loss in zip((10, 20), losses):
         append_jsonl(d / "metrics.jsonl", {"step": step, "val_loss": loss, "t_virtual": step * step_s,
                                            "t_virtual_compute": step * step_s, "t_virtual_compress": 0.0,
                                            "comm_alpha_terms": 0.0, "comm_beta_bytes": 0.0,
@@ -97,3 +97,23 @@ def test_an_incomplete_run_fails_the_report_in_one_line_before_writing_anything(
     assert rc == 2
     assert len(err) == 1 and "e9_lm/method~dense/seed~1: summary.json is missing" in err[0]
     assert not (tmp_path / "out").exists()
+
+
+def test_mb_to_target_counts_every_seed_not_the_survivors(tmp_path):
+    """Table 16's "MB to target": with one of three seeds never at the target, the cell is the median over all
+    three with the arrivals (2/3), not the mean of the two that arrived; with two of three never, "--"."""
+    from lowbw.report.e9 import E9LM
+    from lowbw.report.experiment import Context
+
+    for seed in (0, 1, 2):
+        _run(tmp_path, "dense", "sync", seed, 1.0, 4e6, 2.30)
+        # seed 0 arrives at step 10 (0.1 MB per worker), seed 1 at step 20 (0.2 MB), seed 2 never
+        _run(tmp_path, "diloco16", "diloco", seed, 1.0, 4e4, 2.35, [(2.4, 2.4), (3.0, 2.4), (3.0, 2.6)][seed])
+        _run(tmp_path, "noloco16", "noloco", seed, 1.0, 4e4, 2.35, [(2.4, 2.4), (3.0, 2.6), (3.0, 2.6)][seed])
+    st = E9LM.stats(Context({"targets": {"shakespeare": "val_loss<=2.5"}}, tmp_path, tmp_path / "out"))
+    a = st.tables["accuracy"].set_index("method")
+    assert (a.loc["diloco16", "bytes_reached"], a.loc["diloco16", "bytes_seeds"]) == (2, 3)
+    assert a.loc["diloco16", "bytes_median"] == 0.2e6  # median of {0.1, 0.2, inf} MB, not the survivors' 0.15
+    rows = {line.split("&")[0].strip(): line for line in E9LM.table(st).splitlines() if "&" in line}
+    assert "median 0.200 (2/3)" in rows["diloco16"] and "-- (1/3)" in rows["noloco16"]
+    assert "& 20 &" in rows["dense"]  # every seed arrived: the mean, 20 steps x 4 MB over 4 workers
