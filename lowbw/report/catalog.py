@@ -222,7 +222,9 @@ MACROS: dict[str, str] = {
     **{f"ETwo{q}{w}": d for w in E2_INPUTS.values() for q, d in (
         ("OursErr", "relative L2 error of our 8-bit non-linear block-wise code (%)"),
         ("BnbErr", "relative L2 error of bitsandbytes' block-wise code (%)"),
-        ("SpeedRatio", "our throughput / bitsandbytes' throughput"))},
+        ("SpeedRatio", "our throughput / bitsandbytes' throughput (fastest of alternating calls)"),
+        ("SpeedRatioMedian", "the same ratio of the alternating calls' medians"))},
+    "ETwoHeadToHeadCalls": "alternating calls of each in the head-to-head",
     # E3 dense training time
     "EThreeWorkers": "workers of the minimum training time",
     "EThreeAccel": "the accelerator whose compute the minimum assumes",
