@@ -8,6 +8,11 @@ the lowest validation loss among its ``lrx`` points and its default, its outer l
 among their points and the default (coordinate-wise: the profile's budget has no joint grid). A run whose loss
 is not finite counts as the worst.
 
+Where a pick sits at the edge of what its knob tried, ``widen`` adds the next point beyond it (inner lr x2 above
+the largest multiple tried or x0.5 below the smallest; outer lr and momentum the next rung of ``LADDERS``) to the
+config's widened block and to the sweep's grid, so that the campaign runs it before the pick.
+
+    python -m lowbw.report.lmc_sweep widen --config config/lm_evidence.yaml --runs runs
     python -m lowbw.report.lmc_sweep pick --config config/lm_evidence.yaml --runs runs
 """
 
@@ -24,10 +29,16 @@ import pandas as pd
 from lowbw.runs.results import load_runs
 from lowbw.train.schemes.registry import SCHEMES, reads
 
-__all__ = ["SWEEP", "split_point", "sweep_table", "picks", "at_edge", "tuned_block", "write_tuned", "main"]
+__all__ = ["SWEEP", "LADDERS", "split_point", "sweep_table", "picks", "at_edge", "tuned_block", "write_tuned",
+           "widen_points", "write_widened", "main"]
 
 SWEEP = "e9_lmc_sweep"  # the sweep's experiment
 BEGIN, END = "  # BEGIN tuned", "  # END tuned"  # the config's tuned block (its first and last line)
+WIDE_BEGIN, WIDE_END = "  # BEGIN widened", "  # END widened"  # the config's widened block
+# the rungs an outer knob widens along (a pick at a ladder's end stays there: outer momentum below 0 is no knob)
+LADDERS = {"outer_lr": (0.1, 0.15, 0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8),
+           "outer_momentum": (0.0, 0.5, 0.9, 0.95, 0.99)}
+_TAG = {"lr": "lrx", "outer_lr": "olr", "outer_momentum": "om"}  # a knob's tag in a point's name
 _POINT = re.compile(r"^(?P<method>[A-Za-z0-9_]+)(?:\+(?P<knob>lrx|olr|om)(?P<value>[0-9.]+))?$")
 KNOBS = ("lr", "outer_lr", "outer_momentum")  # the swept knobs, in the order the tuned block names them
 _OUTER = ("outer_lr", "outer_momentum")  # the knobs only an outer step reads (NaN for the others)
@@ -128,6 +139,55 @@ def tuned_block(table: pd.DataFrame) -> list[str]:
     return lines
 
 
+def widen_points(table: pd.DataFrame) -> list[tuple[str, str]]:
+    """(point, preset) for each knob whose pick sits at the edge of what it tried: one point beyond that edge,
+    e.g. ``("dense+lrx4", "{<<: *dense, lr: 0.064, lr_min: 0.0064}")`` when x2 of the centre's 0.016 was the
+    largest tried and the best. Points already in ``table`` and ladder ends are skipped."""
+    out = []
+    have = set(table["point"])
+    for method, knobs in at_edge(table).items():
+        g = table[table["method"] == method]
+        d = g[g["knob"] == "default"].iloc[0]
+        pick = picks(table)[method]
+        for knob in knobs:
+            tried = sorted(set(float(x) for x in g[g["knob"].isin(["default", knob])][knob]))
+            up = pick[knob] == tried[-1]
+            if knob == "lr":
+                mult = (tried[-1] * 2 if up else tried[0] / 2) / d["lr"]
+                lr = d["lr"] * mult
+                point, body = f"{method}+lrx{mult:g}", f"lr: {lr:g}, lr_min: {lr / 10:g}"
+            else:
+                ladder = LADDERS[knob]
+                beyond = [v for v in ladder if (v > tried[-1] if up else v < tried[0])]
+                if not beyond:
+                    continue
+                v = beyond[0] if up else beyond[-1]
+                point, body = f"{method}+{_TAG[knob]}{v:g}", f"{knob}: {v:g}"
+            if point not in have:
+                out.append((point, f"{{<<: *{method}, {body}}}"))
+    return out
+
+
+def write_widened(config: Path, points: list[tuple[str, str]]) -> None:
+    """Append ``points`` to ``config``'s widened block (one preset line each) and to the sweep's grid (its
+    ``method: [...]`` line under ``e9_lmc_sweep:``)."""
+    text = config.read_text(encoding="utf-8").splitlines()
+    ends = [i for i, s in enumerate(text) if s.startswith(WIDE_END)]
+    starts = [i for i, s in enumerate(text) if s.startswith(WIDE_BEGIN)]
+    exp = [i for i, s in enumerate(text) if s.strip() == f"{SWEEP}:"]
+    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0] or len(exp) != 1:
+        raise ValueError(f"{config}: needs one '{WIDE_BEGIN.strip()}' line before one '{WIDE_END.strip()}' line "
+                         f"and one '{SWEEP}:' experiment")
+    grid = next((i for i in range(exp[0] + 1, len(text)) if text[i].lstrip().startswith("method: [")), None)
+    if grid is None or not text[grid].rstrip().endswith("]"):
+        raise ValueError(f"{config}: {SWEEP}'s grid needs its points on one 'method: [...]' line")
+    text[grid] = text[grid].rstrip()[:-1] + "".join(f", {p}" for p, _ in points) + "]"
+    text[ends[0]:ends[0]] = [f"  {p}: {body}" for p, body in points]
+    tmp = config.with_suffix(config.suffix + ".tmp")
+    tmp.write_text("\n".join(text) + "\n", encoding="utf-8")
+    tmp.replace(config)
+
+
 def write_tuned(config: Path, table: pd.DataFrame) -> None:
     """Replace ``config``'s tuned block (from its BEGIN line to its END line) by :func:`tuned_block`."""
     text = config.read_text(encoding="utf-8").splitlines()
@@ -144,9 +204,11 @@ def write_tuned(config: Path, table: pd.DataFrame) -> None:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lowbw.report.lmc_sweep", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    p = sub.add_parser("pick", help="write each method's picked values into the config's tuned block")
-    p.add_argument("--config", type=Path, default=Path("config/lm_evidence.yaml"))
-    p.add_argument("--runs", type=Path, default=Path("runs"))
+    for cmd, what in (("pick", "write each method's picked values into the config's tuned block"),
+                      ("widen", "add a point beyond each pick at the edge of its grid (prints how many)")):
+        p = sub.add_parser(cmd, help=what)
+        p.add_argument("--config", type=Path, default=Path("config/lm_evidence.yaml"))
+        p.add_argument("--runs", type=Path, default=Path("runs"))
     a = ap.parse_args(argv)
     root = a.runs / SWEEP
     if not root.is_dir():
@@ -154,6 +216,12 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     try:
         table = sweep_table(load_runs(root))
+        if a.cmd == "widen":
+            points = widen_points(table)
+            if points:
+                write_widened(a.config, points)
+            print(f"widened {a.config} by {len(points)} points: {' '.join(p for p, _ in points) or '-'}")
+            return 0
         write_tuned(a.config, table)
     except (ValueError, OSError) as e:
         print(f"lowbw.report.lmc_sweep: {e}", file=sys.stderr)

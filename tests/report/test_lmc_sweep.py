@@ -9,7 +9,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from lowbw.report.lmc_sweep import at_edge, picks, split_point, sweep_table, write_tuned
+from lowbw.report.lmc_sweep import at_edge, picks, split_point, sweep_table, widen_points, write_tuned, write_widened
 
 
 def _runs(rows):
@@ -78,3 +78,31 @@ def test_outer_momentum_is_a_knob_of_outer_step_methods_only():
     assert picks(t) == {"dense": {"lr": 0.004}, "diloco16": {"lr": 0.004, "outer_lr": 0.7, "outer_momentum": 0.5}}
     assert at_edge(t) == {}  # 0.5 lies inside {0, 0.5, 0.9}
     assert set(t.loc[t["picked"], "point"]) == {"dense", "diloco16", "diloco16+om0.5"}
+
+
+def test_widen_adds_one_point_beyond_each_edge_pick_to_the_block_and_the_grid(tmp_path):
+    # dense: lr x2 (0.008) best and largest -> x4; diloco16: lr x0.5 best and smallest -> x0.25; its outer lr 0.7
+    # inside {0.5, 0.7, 1.0} -> nothing; its momentum 0 best and the ladder's end -> nothing
+    rows = [("dense", 0.004, 0.7, 0.9, "sync", 2.10), ("dense+lrx0.5", 0.002, 0.7, 0.9, "sync", 2.20),
+            ("dense+lrx2", 0.008, 0.7, 0.9, "sync", 2.05),
+            ("diloco16", 0.004, 0.7, 0.9, "diloco", 2.30), ("diloco16+lrx0.5", 0.002, 0.7, 0.9, "diloco", 2.25),
+            ("diloco16+lrx2", 0.008, 0.7, 0.9, "diloco", 2.4), ("diloco16+olr0.5", 0.004, 0.5, 0.9, "diloco", 2.4),
+            ("diloco16+olr1", 0.004, 1.0, 0.9, "diloco", 2.3), ("diloco16+om0", 0.004, 0.7, 0.0, "diloco", 2.2),
+            ("diloco16+om0.5", 0.004, 0.7, 0.5, "diloco", 2.35)]
+    t = sweep_table(pd.DataFrame([{"name": n, "lr": lr, "outer_lr": o, "outer_momentum": om, "sync": s,
+                                   "final_val_loss": v, "best_val_loss": v} for n, lr, o, om, s, v in rows]))
+    pts = widen_points(t)
+    assert pts == [("dense+lrx4", "{<<: *dense, lr: 0.016, lr_min: 0.0016}"),
+                   ("diloco16+lrx0.25", "{<<: *diloco16, lr: 0.001, lr_min: 0.0001}")]
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("methods:\n  dense: &dense {compressor: none, lr: 0.004}\n  diloco16: &diloco16 {sync: diloco}\n"
+                   "  # BEGIN widened: x\n  # END widened\nexperiments:\n  e9_lmc_sweep:\n    seeds: [0]\n"
+                   "    grid:\n      method: [dense, diloco16]\n")
+    write_widened(cfg, pts)
+    c = yaml.safe_load(cfg.read_text())
+    assert c["experiments"]["e9_lmc_sweep"]["grid"]["method"] == ["dense", "diloco16", "dense+lrx4",
+                                                                 "diloco16+lrx0.25"]
+    assert c["methods"]["dense+lrx4"] == {"compressor": "none", "lr": 0.016, "lr_min": 0.0016}
+    cfg.write_text("methods: {}\n")
+    with pytest.raises(ValueError, match="BEGIN widened"):
+        write_widened(cfg, pts)

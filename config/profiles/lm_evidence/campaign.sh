@@ -1,23 +1,27 @@
 #!/usr/bin/env bash
 # The lm_evidence profile's runs in the order that gives a usable grid soonest, one at a time at nice 19, each
 # with `python -m lowbw train` into the directory the workflow uses (runs/<experiment>/<point>): the sweep's
-# default points, dense's 2400-step curve, the sweep's other points, the pick of each method's values
-# (python -m lowbw.report.lmc_sweep pick: rewrites config/lm_evidence.yaml's tuned block), then the tuned seeds. A
-# run already complete is skipped (lowbw train does nothing for a complete run of the same config), so the
+# centre points, dense's long run, the sweep's other points; then, up to WIDEN_ROUNDS times (default 2), the
+# points beyond each pick at the edge of its grid (python -m lowbw.report.lmc_sweep widen: the config's widened
+# block and the sweep's grid); then the pick of each method's values (python -m lowbw.report.lmc_sweep pick:
+# rewrites config/lm_evidence.yaml's tuned block), then the tuned seeds. A run already complete is skipped, so the
 # script resumes where it stopped. Store the finished runs with
 #   python -m lowbw store add --cpu --to paper/measured/lm runs/e9_lmc*/*/seed~*
 # Usage (from the repository root): nohup nice -n 19 config/profiles/lm_evidence/campaign.sh > runs/lmc.log 2>&1 &
-# SHARD=k/n (default 0/1) runs only every n-th sweep point from the k-th, so n processes share the sweep; the
-# shard that finds every sweep point complete when it is done takes a lock, picks, and runs the tuned seeds.
+# SHARD=k/n (default 0/1) runs only every n-th point of each phase from the k-th, so n processes share the work;
+# between phases each shard waits for the others' points (at most WAIT_S seconds, default 4 h), and shard 0
+# alone widens and picks (runs/.lmc_campaign/ records each step done, so a resumed campaign does not repeat it).
 # TUNED_ONLY=1 runs only the tuned seeds at the tuned block's current values (no sweep, no pick), sharded the
 # same way: the way to add seeds to e9_lmc after the pick (its seeds: list in config/lm_evidence.yaml).
-# SWEEP_ONLY=1 runs the sweep (and dense's long run) and stops before the pick: the way to widen the grid where a
-# pick would sit at its edge (add the points to the config, run again) before picking.
+# SWEEP_ONLY=1 runs the sweep's current points (and dense's long run) and stops: no widening, no pick.
 set -u
 SHARD=${SHARD:-0/1}
+WIDEN_ROUNDS=${WIDEN_ROUNDS:-2}
+WAIT_S=${WAIT_S:-14400}
+MARK=runs/.lmc_campaign
 K=${SHARD%/*}
 N=${SHARD#*/}
-CONFIG=config/lm_evidence.yaml
+CONFIG=${CONFIG:-config/lm_evidence.yaml}
 PY=${PYTHON:-python}
 export OMP_NUM_THREADS=1
 
@@ -39,6 +43,7 @@ train() {  # one run directory
   local d=$1
   if [ -f "$d/summary.json" ]; then echo "done already: $d"; return; fi
   mkdir -p "$d"
+  rm -f "$d/FAILED"
   "$PY" - "$CONFIG" "$d" > "$d/run-config.json" <<'EOF' || return
 import json, sys, yaml
 from lowbw.workflow.grid import decode, run_config
@@ -48,34 +53,79 @@ print(json.dumps(run_config(config, exp, decode(rest)), sort_keys=True))
 EOF
   echo "$(date -u +%FT%TZ) start $d"
   "$PY" -m lowbw train -c "$d/run-config.json" --out "$d" > "$d/train.log" 2>&1 \
-    && echo "$(date -u +%FT%TZ) done $d" || echo "$(date -u +%FT%TZ) FAILED $d (see $d/train.log)"
+    && echo "$(date -u +%FT%TZ) done $d" \
+    || { touch "$d/FAILED"; echo "$(date -u +%FT%TZ) FAILED $d (see $d/train.log)"; }
 }
 
-if [ "${TUNED_ONLY:-0}" = 1 ]; then
-  i=0
-  for d in $(points tuned); do
-    if [ $((i % N)) -eq "$K" ]; then train "$d"; fi
-    i=$((i + 1))
+shard() {  # this shard's share of the phases "$@"
+  local i=0 phase d
+  for phase in "$@"; do
+    for d in $(points "$phase"); do
+      if [ $((i % N)) -eq "$K" ]; then train "$d"; fi
+      i=$((i + 1))
+    done
   done
+}
+
+wait_for() {  # until every run of the phases "$@" has ended (complete, or FAILED: a rerun of the script retries
+  # it), however many of them another shard still runs, or WAIT_S
+  local waited=0 phase d missing
+  while :; do
+    missing=0
+    for phase in "$@"; do
+      for d in $(points "$phase"); do [ -f "$d/summary.json" ] || [ -f "$d/FAILED" ] || { missing=1; break 2; }; done
+    done
+    [ "$missing" = 0 ] && return 0
+    if [ "$waited" -ge "$WAIT_S" ]; then echo "shard $SHARD: gave up after ${WAIT_S}s waiting for $d"; return 1; fi
+    sleep 30
+    waited=$((waited + 30))
+  done
+}
+
+wait_mark() {  # until shard 0 has written the step mark $1, or it gave up (the mark abort), or WAIT_S
+  local waited=0
+  until [ -e "$MARK/$1" ]; do
+    if [ -e "$MARK/abort" ]; then echo "shard $SHARD: shard 0 gave up: $(cat "$MARK/abort")"; return 1; fi
+    if [ "$waited" -ge "$WAIT_S" ]; then echo "shard $SHARD: gave up after ${WAIT_S}s waiting for $MARK/$1"; return 1; fi
+    sleep 30
+    waited=$((waited + 30))
+  done
+}
+
+abort() {  # shard 0 gives up: say why, and let the other shards stop waiting for it
+  echo "$1" | tee "$MARK/abort"
+  exit 1
+}
+
+mkdir -p "$MARK"
+if [ "$K" -eq 0 ]; then rm -f "$MARK/abort"; fi
+if [ "${TUNED_ONLY:-0}" = 1 ]; then
+  shard tuned
   echo "$(date -u +%FT%TZ) shard $SHARD: tuned seeds complete"
   exit 0
 fi
 
-i=0
-for phase in default curve other; do
-  for d in $(points $phase); do
-    if [ $((i % N)) -eq "$K" ]; then train "$d"; fi
-    i=$((i + 1))
-  done
-done
+shard default curve other
 if [ "${SWEEP_ONLY:-0}" = 1 ]; then echo "$(date -u +%FT%TZ) shard $SHARD: sweep complete"; exit 0; fi
-for phase in default curve other; do
-  for d in $(points $phase); do
-    if [ ! -f "$d/summary.json" ]; then echo "shard $SHARD done; $d not yet complete: another shard picks"; exit 0; fi
-  done
+for round in $(seq 1 "$WIDEN_ROUNDS"); do
+  wait_for default curve other || exit 1
+  if [ "$K" -eq 0 ] && [ ! -e "$MARK/widened-$round" ]; then
+    out=$("$PY" -m lowbw.report.lmc_sweep widen --config "$CONFIG" --runs runs 2>&1) || abort "widen failed: $out"
+    echo "$(date -u +%FT%TZ) round $round: $out"
+    echo "$out" > "$MARK/widened-$round"
+  fi
+  wait_mark "widened-$round" || exit 1
+  grep -q " by 0 points" "$MARK/widened-$round" && break
+  shard other
 done
-mkdir runs/.lmc_pick.lock 2>/dev/null || { echo "shard $SHARD: another shard picks"; exit 0; }
-"$PY" -m lowbw.report.lmc_sweep pick --config "$CONFIG" --runs runs || { echo "pick failed"; exit 1; }
-for d in $(points tuned); do train "$d"; done
-rmdir runs/.lmc_pick.lock
-echo "$(date -u +%FT%TZ) campaign complete"
+wait_for default curve other || exit 1
+if [ "$K" -eq 0 ] && [ ! -e "$MARK/picked" ]; then
+  "$PY" -m lowbw.report.lmc_sweep pick --config "$CONFIG" --runs runs > "$MARK/picked.log" 2>&1 \
+    || abort "pick failed: $(tail -1 "$MARK/picked.log")"
+  date -u +%FT%TZ > "$MARK/picked"
+  echo "$(date -u +%FT%TZ) picked (table in $MARK/picked.log)"
+fi
+wait_mark picked || exit 1
+shard tuned
+wait_for tuned || exit 1
+echo "$(date -u +%FT%TZ) shard $SHARD: campaign complete"
