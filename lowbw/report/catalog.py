@@ -506,8 +506,11 @@ MACROS.update({
     "EElevenWorstWhere": "the setting of the worst regret",
     "EElevenWithinTen": "settings with a regret of at most 10%",
     "EElevenNeverReached": "settings whose pick did not reach the target there",
-    "EElevenRhoMedian": "median Spearman rank correlation of the advisor's order with the measured times",
-    "EElevenRhoSettings": "settings where three or more ranked methods reached the target (rho defined)",
+    "EElevenRhoMinMethods": "the fewest methods a rank correlation is quoted over (stats.MIN_CORRELATION_METHODS)",
+    "EElevenRhoMedian": "median Spearman rank correlation of the advisor's order with the measured times, over the "
+                        "settings where that many ranked methods reached the target (absent where none did)",
+    "EElevenRhoSettings": "those settings (absent where none)",
+    "EElevenRhoNone": "only where no setting has that many: the most ranked methods that reached the target in one",
     "EElevenVerdict": "which of the issue's three targets the advisor meets (words)",
     "EElevenFailures": "settings with a regret above 10% or an unreached pick: pick, best, regret (list)",
     "EElevenStrictRegretMedian": "median regret when every run of the workload and workers is held out "
