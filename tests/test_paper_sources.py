@@ -105,10 +105,11 @@ def test_results_subsections_follow_the_pattern():
 
 def _number_macros_used() -> dict[str, set[str]]:
     """Every \\E<number>... macro the sources use (the report's number macros), per file."""
-    from lowbw.report.catalog import PREFIX, SYSTEM_PREFIX
+    from lowbw.report.catalog import BUILD_PREFIX, PREFIX, SYSTEM_PREFIX
     from lowbw.report.table6 import TABLE6_PREFIX
 
-    pat = re.compile(r"\\((?:" + "|".join([*PREFIX.values(), SYSTEM_PREFIX, TABLE6_PREFIX]) + r")[A-Za-z]*)")
+    pat = re.compile(r"\\((?:" + "|".join([*PREFIX.values(), SYSTEM_PREFIX, TABLE6_PREFIX, BUILD_PREFIX])
+                     + r")[A-Za-z]*)")
     return {name: set(pat.findall(_strip_comments(tex))) for name, tex in _tex_sources().items()}
 
 

@@ -15,8 +15,8 @@ import re
 
 from lowbw.report.catalog_e12 import E12_MACROS  # E12's (Charles et al.'s DiLoCo scaling at micro scale)
 
-__all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E1_EXCHANGE_METHODS", "E2_INPUTS",
-           "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS",
+__all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "BUILD_PREFIX", "BUILD", "MACROS", "E1_ALGS", "E1_EXCHANGE_METHODS",
+           "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS",
            "E10_MLP_NETWORKS", "E10_LEAD_NETWORKS", "CLAIMS", "AXIS_NOT_RUN", "not_run_macro", "not_run_macros",
            "check_numbers", "word"]
 
@@ -551,6 +551,14 @@ SYSTEM: dict[str, str] = {
     "SysUndisturbedMs": "the undisturbed time (ms, a range)",
 }
 MACROS.update(SYSTEM)
+
+# What the whole build read (lowbw.report.build; not an experiment's: no NotRun)
+BUILD_PREFIX = "Build"
+BUILD: dict[str, str] = {
+    "BuildStores": "the measurement stores kept in the repository whose contents entered this build's numbers "
+                   "(words, a list: lowbw.report.stores)",
+}
+MACROS.update(BUILD)
 
 
 # An experiment's axes that have their own subsection and NotRun macro (written when only that axis is absent):

@@ -286,6 +286,9 @@ def _evaluate(s: dict, runs, cfgs, holdout: str) -> dict[str, Any] | None:
             "pick_confidence": ranking[0].efficiency.confidence, "pick_reached": measured[pick]["reached"],
             "best": best, "regret": regret, "rho": rho, "rho_methods": len(reached), "ranked": len(order),
             "left_out": ", ".join(left_out),
+            # a compressed method's compression time from the repository's timings (lowbw.advise.device)
+            "compress_stored": any(a.compression is not None and a.compression.basis == "measured"
+                                   and a.candidate.compressor != "none" for a in ranking),
             "compute_s": compute, "params": w.params, "per_method": per_method}
 
 
@@ -321,6 +324,10 @@ def stats(ctx: Context, store: Path | None = None) -> Stats | None:
     if not rows:
         return None
     st = pd.DataFrame(rows)
+    if (runs["source"] == "store").any():  # the GPU runs: settings of their own, rows of the efficiency table
+        ctx.read_store("gpu")
+    if st["compress_stored"].any():
+        ctx.read_store("compress_time")
     return Stats({"settings": st, "methods": pd.DataFrame(methods), "steps": pd.DataFrame(steps)},
                  {"source": "runs/e4_*, runs/e9_*, runs/e10_*, paper/measured/gpu", "skipped_settings": skipped,
                   "regret_targets": [REGRET_MEDIAN, REGRET_WORST]})
