@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lowbw.report import stores, table6
+from lowbw.report import claims, stores, table6
 from lowbw.report.captions import check as check_caption
 from lowbw.report.catalog import PREFIX, check_numbers, not_run_macros
 from lowbw.report.experiment import Context, Experiment, MissingData, Stats
@@ -209,5 +209,8 @@ def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path
     if not only:  # the stores every experiment's numbers rest on (with --only, the full build's list stays)
         numbers["BuildStores"] = escape(stores.words(ctx.stores))
     numbers.update(table6.numbers())
+    # the front sections' claims, from every number this numbers.tex holds (a kept claim is decided anew)
+    numbers = {k: v for k, v in numbers.items() if not k.startswith(claims.PREFIX)}
+    numbers.update(claims.numbers(numbers))
     files.append(atomic_write_text(ctx.out / "numbers.tex", numbers_tex(numbers, header)))
     return BuildResult(ctx.out, sections, files)

@@ -11,9 +11,8 @@ profile did not run it; ``paper/paper.tex``'s ``\\ifmeasured`` prints a sentence
 
 from __future__ import annotations
 
-import re
-
 from lowbw.report.catalog_e12 import E12_MACROS  # E12's (Charles et al.'s DiLoCo scaling at micro scale)
+from lowbw.report.claims import SENTENCES, value  # the front sections' result sentences (not the Results')
 
 __all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "BUILD_PREFIX", "BUILD", "MACROS", "E1_ALGS", "E1_EXCHANGE_METHODS",
            "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS",
@@ -559,6 +558,9 @@ BUILD: dict[str, str] = {
                    "(words, a list: lowbw.report.stores)",
 }
 MACROS.update(BUILD)
+# The abstract's, introduction's, discussion's and conclusion's result sentences, chosen by the numbers
+MACROS.update({name: f"1 where the numbers bear out that {c.says}, 0 where not; absent without its evidence"
+               for name, c in SENTENCES.items()})
 
 
 # An experiment's axes that have their own subsection and NotRun macro (written when only that axis is absent):
@@ -598,12 +600,6 @@ CLAIMS: dict[str, tuple[float, str]] = {
 }
 
 
-def _value(text: str) -> float | None:
-    """The first number of a formatted macro value (``1{,}250``, ``2.5``, ``-0.3``), or None."""
-    m = re.search(r"-?\d+(?:\.\d+)?", text.replace("{,}", ""))
-    return float(m.group()) if m else None
-
-
 def check_numbers(key: str, numbers: dict[str, str]) -> None:
     """Every name is in the catalogue and carries experiment ``key``'s prefix, and every number whose direction
     the prose states (``CLAIMS``: at least the bound) respects it."""
@@ -611,7 +607,7 @@ def check_numbers(key: str, numbers: dict[str, str]) -> None:
     if bad:
         raise ValueError(f"experiment {key} writes macros outside lowbw.report.catalog: {bad}")
     for name, (bound, words) in CLAIMS.items():
-        v = _value(numbers[name]) if name in numbers else None
+        v = value(numbers[name]) if name in numbers else None
         if v is not None and v < bound:
             raise ValueError(f"{name} = {numbers[name]}, but the prose says '{words}' (needs >= {bound:g}): "
                              f"rewrite its sentence in paper/sections or let the report choose the word")
