@@ -71,7 +71,9 @@ def _overlap_no_difference(n: Mapping[str, str]) -> bool | None:
     """E6: overlapping and disjoint data end with no significantly different accuracy under synchronous training,
     as Haland (2020) found."""
     sig = n["ESixOverlapSyncSig"]
-    return None if sig not in ("significant", "not significant") else sig == "not significant"
+    if value(n["ESixOverlapSyncP"]) is None or sig not in ("significant", "not significant"):
+        return None  # no test was possible (a single seed a side): neither agreement nor disagreement
+    return sig == "not significant"
 
 
 _E8 = ("EEightWithinTen", "EEightCells", "EEightTolerance", "EEightHost", "EEightDate")

@@ -180,6 +180,8 @@ def test_flipped_evidence_flips_the_sentence_and_absent_evidence_drops_it():
       "ESixOverlapSyncSig": "significant"}, "ClaimESixOverlapAgrees", "0"),
     ({"ESixOverlapSync": "0.10", "ESixOverlapSyncDir": "higher", "ESixOverlapSyncP": "0.60",
       "ESixOverlapSyncSig": "not significant"}, "ClaimESixOverlapAgrees", "1"),
+    ({"ESixOverlapSync": "0.10", "ESixOverlapSyncDir": "higher", "ESixOverlapSyncP": "--",
+      "ESixOverlapSyncSig": "not significant"}, "ClaimESixOverlapAgrees", None),  # untested: no verdict
 ])
 def test_each_claim_is_chosen_by_its_numbers(numbers, name, verdict):
     assert claim_numbers(numbers).get(name) == verdict
