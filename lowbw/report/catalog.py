@@ -7,6 +7,8 @@ sentence: a setting outside the maps below is an error naming it, and ``tests/te
 checks that the prose of ``paper/sections`` uses exactly these names. Every experiment also has a
 ``<Prefix>NotRun`` macro (why it has no data) that the report writes in place of its numbers when the
 profile did not run it; ``paper/paper.tex``'s ``\\ifmeasured`` prints a sentence only where its macro exists.
+Beside the experiments' macros: ``BuildStores`` (the measurement stores the build read, :mod:`lowbw.report.stores`)
+and the front sections' ``Claim...`` verdicts (:mod:`lowbw.report.claims`), both written by the build.
 """
 
 from __future__ import annotations
