@@ -105,10 +105,12 @@ def test_results_subsections_follow_the_pattern():
 
 def _number_macros_used() -> dict[str, set[str]]:
     """Every \\E<number>... macro the sources use (the report's number macros), per file."""
-    from lowbw.report.catalog import PREFIX, SYSTEM_PREFIX
+    from lowbw.report.catalog import BUILD_PREFIX, PREFIX, SYSTEM_PREFIX
+    from lowbw.report.claims import PREFIX as CLAIM_PREFIX
     from lowbw.report.table6 import TABLE6_PREFIX
 
-    pat = re.compile(r"\\((?:" + "|".join([*PREFIX.values(), SYSTEM_PREFIX, TABLE6_PREFIX]) + r")[A-Za-z]*)")
+    pat = re.compile(r"\\((?:" + "|".join([*PREFIX.values(), SYSTEM_PREFIX, TABLE6_PREFIX, BUILD_PREFIX,
+                                           CLAIM_PREFIX]) + r")[A-Za-z]*)")
     return {name: set(pat.findall(_strip_comments(tex))) for name, tex in _tex_sources().items()}
 
 
@@ -265,12 +267,13 @@ def _dummy_table(label: str, caption: str) -> str:
         r"\end{table}", ""])
 
 
-def write_dummy_generated(gen: Path, headline: bool = False, numbers: str = "all") -> None:
+def write_dummy_generated(gen: Path, headline: bool = False, numbers: str = "all", claims: str = "1") -> None:
     """Dummy files honouring the contract of paper/README.md (test use only, in a temporary copy).
     ``numbers``: "all" defines every catalogued macro but the ``...NotRun`` ones (every experiment ran with
     every setting), "none" only the ``...NotRun`` ones (no experiment ran); any other value is the name of one
-    macro to leave out of "all"."""
+    macro to leave out of "all". ``claims``: every front claim's verdict (lowbw.report.claims), where defined."""
     from lowbw.report.catalog import MACROS, SYSTEM
+    from lowbw.report.claims import SENTENCES
     from lowbw.report.table6 import TABLE6
 
     gen.mkdir(parents=True, exist_ok=True)
@@ -278,7 +281,7 @@ def write_dummy_generated(gen: Path, headline: bool = False, numbers: str = "all
     # the System section's recorded checks and Table 6's reproduction are written whatever ran
     names = [n for n in [*MACROS, *TABLE6] if (n.endswith("NotRun") != ran or n in SYSTEM or n in TABLE6)
              and n != numbers]
-    defs = "".join(f"\\newcommand{{\\{n}}}{{1.23}}\n" for n in names)
+    defs = "".join(f"\\newcommand{{\\{n}}}{{{claims if n in SENTENCES else '1.23'}}}\n" for n in names)
     (gen / "numbers.tex").write_text("% dummy numbers\n\\newcommand{\\DummyNumber}{42}\n" + defs)
     (gen / "setup.tex").write_text(_dummy_table("tab:setup", "Dummy machine and software."))
     (gen / "tab_table6.tex").write_text(_dummy_table("tab:table6", "Dummy Table 6."))
@@ -389,7 +392,11 @@ def test_paper_builds_with_the_optional_headline(tmp_path):
 def test_discussion_reads_with_and_without_e1_and_e8(ran, absent):
     """The default profile measures neither E1 nor E8 (their files exist only where kept or in the medium
     profile): the Discussion's sentences that lean on them are conditional, one for each case."""
+    from lowbw.report.claims import SENTENCES
+
     tex = _strip_comments((SECTIONS / "discussion.tex").read_text(encoding="utf-8"))
-    for name in (ran, absent):
-        assert f"\\ifmeasured{{\\{name}}}" in tex, f"discussion.tex has no sentence for \\{name}"
-    assert "can be trusted to about the error E8 reports" not in tex.split("\\ifmeasured{\\EEightCells}")[0]
+    # where it ran, a sentence guarded by its macro or a claim resting on it (lowbw.report.claims)
+    resting = [f"\\claim{{\\{c}}}" for c, claim in SENTENCES.items() if ran in claim.evidence]
+    assert f"\\ifmeasured{{\\{ran}}}" in tex or any(r in tex for r in resting), f"no sentence for \\{ran}"
+    assert f"\\ifmeasured{{\\{absent}}}" in tex, f"discussion.tex has no sentence for \\{absent}"
+    assert "can be trusted to about the error E8 reports" not in tex

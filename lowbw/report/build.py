@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lowbw.report import table6
+from lowbw.report import claims, stores, table6
 from lowbw.report.captions import check as check_caption
 from lowbw.report.catalog import PREFIX, check_numbers, not_run_macros
 from lowbw.report.experiment import Context, Experiment, MissingData, Stats
@@ -69,11 +69,14 @@ def not_run(exp: Experiment, incomplete: str | None = None) -> Section:
 
 
 def run_experiment(exp: Experiment, ctx: Context) -> Section:
+    before = set(ctx.stores)  # a store read by an experiment that is then not reported is no evidence of the paper
     try:
         st = exp.stats(ctx)
     except MissingData as e:
+        ctx.stores.intersection_update(before)
         return not_run(exp, str(e))
     if st is None:
+        ctx.stores.intersection_update(before)
         return not_run(exp)
     numbers = exp.numbers(st)
     check_numbers(exp.key, numbers)
@@ -190,8 +193,10 @@ def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path
             appendix.unlink()  # an older build's, whose data this build no longer has
     # GPU runs kept in the repository (lowbw.workflow.store), labelled with their GPU and date; none: no file
     if not only:
-
-        files.extend(write_gpu(ctx.out))
+        gpu = write_gpu(ctx.out)
+        files.extend(gpu)
+        if gpu:
+            ctx.read_store("gpu")
     prov = provenance()
     files.append(atomic_write_text(ctx.out / "setup.tex", _setup_tex(prov, config)))
     # Charles et al.'s Table 6 from the advisor's model: no runs needed, so whatever the profile ran
@@ -200,6 +205,12 @@ def build(config: dict[str, Any], runs_dir: str | Path = "runs", out: str | Path
     if only:  # the other experiments' numbers stay as they were
         numbers = {**_kept_numbers(ctx.out / "numbers.tex", only), **numbers}
     numbers.update(system_numbers())  # the System section's recorded checks, whatever the profile ran
+    ctx.read_store("system")
+    if not only:  # the stores every experiment's numbers rest on (with --only, the full build's list stays)
+        numbers["BuildStores"] = escape(stores.words(ctx.stores))
     numbers.update(table6.numbers())
+    # the front sections' claims, from every number this numbers.tex holds (a kept claim is decided anew)
+    numbers = {k: v for k, v in numbers.items() if not k.startswith(claims.PREFIX)}
+    numbers.update(claims.numbers(numbers))
     files.append(atomic_write_text(ctx.out / "numbers.tex", numbers_tex(numbers, header)))
     return BuildResult(ctx.out, sections, files)

@@ -7,16 +7,17 @@ sentence: a setting outside the maps below is an error naming it, and ``tests/te
 checks that the prose of ``paper/sections`` uses exactly these names. Every experiment also has a
 ``<Prefix>NotRun`` macro (why it has no data) that the report writes in place of its numbers when the
 profile did not run it; ``paper/paper.tex``'s ``\\ifmeasured`` prints a sentence only where its macro exists.
+Beside the experiments' macros: ``BuildStores`` (the measurement stores the build read, :mod:`lowbw.report.stores`)
+and the front sections' ``Claim...`` verdicts (:mod:`lowbw.report.claims`), both written by the build.
 """
 
 from __future__ import annotations
 
-import re
-
 from lowbw.report.catalog_e12 import E12_MACROS  # E12's (Charles et al.'s DiLoCo scaling at micro scale)
+from lowbw.report.claims import SENTENCES, value  # the front sections' result sentences (not the Results')
 
-__all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "MACROS", "E1_ALGS", "E1_EXCHANGE_METHODS", "E2_INPUTS",
-           "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS",
+__all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "BUILD_PREFIX", "BUILD", "MACROS", "E1_ALGS", "E1_EXCHANGE_METHODS",
+           "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS",
            "E10_MLP_NETWORKS", "E10_LEAD_NETWORKS", "CLAIMS", "AXIS_NOT_RUN", "not_run_macro", "not_run_macros",
            "check_numbers", "word"]
 
@@ -508,8 +509,11 @@ MACROS.update({
     "EElevenWorstWhere": "the setting of the worst regret",
     "EElevenWithinTen": "settings with a regret of at most 10%",
     "EElevenNeverReached": "settings whose pick did not reach the target there",
-    "EElevenRhoMedian": "median Spearman rank correlation of the advisor's order with the measured times",
-    "EElevenRhoSettings": "settings where three or more ranked methods reached the target (rho defined)",
+    "EElevenRhoMinMethods": "the fewest methods a rank correlation is quoted over (stats.MIN_CORRELATION_METHODS)",
+    "EElevenRhoMedian": "median Spearman rank correlation of the advisor's order with the measured times, over the "
+                        "settings where that many ranked methods reached the target (absent where none did)",
+    "EElevenRhoSettings": "those settings (absent where none)",
+    "EElevenRhoNone": "only where no setting has that many: the most ranked methods that reached the target in one",
     "EElevenVerdict": "which of the issue's three targets the advisor meets (words)",
     "EElevenFailures": "settings with a regret above 10% or an unreached pick: pick, best, regret (list)",
     "EElevenStrictRegretMedian": "median regret when every run of the workload and workers is held out "
@@ -551,6 +555,17 @@ SYSTEM: dict[str, str] = {
 }
 MACROS.update(SYSTEM)
 
+# What the whole build read (lowbw.report.build; not an experiment's: no NotRun)
+BUILD_PREFIX = "Build"
+BUILD: dict[str, str] = {
+    "BuildStores": "the measurement stores kept in the repository whose contents entered this build's numbers "
+                   "(words, a list: lowbw.report.stores)",
+}
+MACROS.update(BUILD)
+# The abstract's, introduction's, discussion's and conclusion's result sentences, chosen by the numbers
+MACROS.update({name: f"1 where the numbers bear out that {c.says}, 0 where not; absent without its evidence"
+               for name, c in SENTENCES.items()})
+
 
 # An experiment's axes that have their own subsection and NotRun macro (written when only that axis is absent):
 # when the whole experiment is absent, the report writes theirs too, so that each subsection says it was not run.
@@ -589,12 +604,6 @@ CLAIMS: dict[str, tuple[float, str]] = {
 }
 
 
-def _value(text: str) -> float | None:
-    """The first number of a formatted macro value (``1{,}250``, ``2.5``, ``-0.3``), or None."""
-    m = re.search(r"-?\d+(?:\.\d+)?", text.replace("{,}", ""))
-    return float(m.group()) if m else None
-
-
 def check_numbers(key: str, numbers: dict[str, str]) -> None:
     """Every name is in the catalogue and carries experiment ``key``'s prefix, and every number whose direction
     the prose states (``CLAIMS``: at least the bound) respects it."""
@@ -602,7 +611,7 @@ def check_numbers(key: str, numbers: dict[str, str]) -> None:
     if bad:
         raise ValueError(f"experiment {key} writes macros outside lowbw.report.catalog: {bad}")
     for name, (bound, words) in CLAIMS.items():
-        v = _value(numbers[name]) if name in numbers else None
+        v = value(numbers[name]) if name in numbers else None
         if v is not None and v < bound:
             raise ValueError(f"{name} = {numbers[name]}, but the prose says '{words}' (needs >= {bound:g}): "
                              f"rewrite its sentence in paper/sections or let the report choose the word")

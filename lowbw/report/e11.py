@@ -23,7 +23,9 @@ a method reached the target when every seed did. Then
 * regret = measured time of the advisor's pick / the best measured time among the ranked methods - 1
   (infinite when the pick did not reach the target there);
 * rank correlation = Spearman's rho between the advisor's order and the measured times of the ranked methods
-  that reached the target (three or more such methods);
+  that reached the target, only where at least :data:`~lowbw.report.stats.MIN_CORRELATION_METHODS` such methods
+  enter it (with three, rho = 1 has probability 1/6 by chance): a setting with fewer has no rho, and the paper
+  says why instead of quoting one;
 * targets (issue 34): median regret <= 10 %, worst <= 50 %, and no pick that missed the target.
 
 The step-time comparison: for every dense and DiLoCo/local-SGD run (every H steps, fp32), its measured virtual
@@ -56,11 +58,12 @@ from lowbw.report.catalog import E9_LINKS
 from lowbw.report.common import plotting
 from lowbw.report.experiment import Context, Experiment, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.report.stats import MIN_CORRELATION_METHODS
 from lowbw.report.training import retime
 from lowbw.runs.results import load_metrics, load_runs
 from lowbw.train.workload_specs import workload_words
 
-__all__ = ["E11", "settings", "spearman", "analytic_step", "REGRET_MEDIAN", "REGRET_WORST"]
+__all__ = ["E11", "settings", "spearman", "rank_correlation", "analytic_step", "REGRET_MEDIAN", "REGRET_WORST"]
 
 REGRET_MEDIAN, REGRET_WORST = 0.10, 0.50  # issue 34's targets
 ROUNDING = 1e-9  # relative step-time error below which two times are equal up to float64 rounding
@@ -185,6 +188,15 @@ def spearman(a, b) -> float:
     return float(ra.corr(rb))
 
 
+def rank_correlation(order: list[str], measured: dict[str, float]) -> float:
+    """Spearman's rho of the advisor's ``order`` (best first) against the ``measured`` times to the target of the
+    ranked methods that reached it (method -> seconds); NaN where fewer than
+    :data:`~lowbw.report.stats.MIN_CORRELATION_METHODS` methods enter it (no correlation is quoted over fewer)."""
+    if len(measured) < MIN_CORRELATION_METHODS:
+        return math.nan
+    return spearman([order.index(m) for m in measured], [measured[m] for m in measured])
+
+
 def analytic_step(compute_s: float, params: int, links: tuple, period: int = 1) -> float:
     """Ours, stated in the module docstring: C + (2 (M-1)/M * 4P*8/r + 2 (M-1) alpha) / H, r and alpha of the
     slowest link (a ring is bounded by it)."""
@@ -261,7 +273,7 @@ def _evaluate(s: dict, runs, cfgs, holdout: str) -> dict[str, Any] | None:
     reached = {m: v for m, v in measured.items() if v["reached"] and m in order}  # the best among those ranked
     best = min(reached, key=lambda m: reached[m]["ttt_s"]) if reached else None
     regret = (measured[pick]["ttt_s"] / reached[best]["ttt_s"] - 1) if best and measured[pick]["reached"] else math.inf
-    rho = spearman([order.index(m) for m in reached], [reached[m]["ttt_s"] for m in reached])
+    rho = rank_correlation(order, {m: v["ttt_s"] for m, v in reached.items()})
     per_method = [{"method": a.candidate.name, "position": i + 1, "confidence": a.efficiency.confidence,
                    "predicted_step_s": a.step.step_s, "predicted_ttt_s": a.ttt_s,
                    "predicted_steps_ratio": a.efficiency.ratio, "measured_ttt_s": measured[a.candidate.name]["ttt_s"],
@@ -272,7 +284,11 @@ def _evaluate(s: dict, runs, cfgs, holdout: str) -> dict[str, Any] | None:
                   for i, a in enumerate(ranking)]
     return {"target": name, "metric": metric, "target_value": value, "pick": pick,
             "pick_confidence": ranking[0].efficiency.confidence, "pick_reached": measured[pick]["reached"],
-            "best": best, "regret": regret, "rho": rho, "ranked": len(order), "left_out": ", ".join(left_out),
+            "best": best, "regret": regret, "rho": rho, "rho_methods": len(reached), "ranked": len(order),
+            "left_out": ", ".join(left_out),
+            # a compressed method's compression time from the repository's timings (lowbw.advise.device)
+            "compress_stored": any(a.compression is not None and a.compression.basis == "measured"
+                                   and a.candidate.compressor != "none" for a in ranking),
             "compute_s": compute, "params": w.params, "per_method": per_method}
 
 
@@ -308,6 +324,10 @@ def stats(ctx: Context, store: Path | None = None) -> Stats | None:
     if not rows:
         return None
     st = pd.DataFrame(rows)
+    if (runs["source"] == "store").any():  # the GPU runs: settings of their own, rows of the efficiency table
+        ctx.read_store("gpu")
+    if st["compress_stored"].any():
+        ctx.read_store("compress_time")
     return Stats({"settings": st, "methods": pd.DataFrame(methods), "steps": pd.DataFrame(steps)},
                  {"source": "runs/e4_*, runs/e9_*, runs/e10_*, paper/measured/gpu", "skipped_settings": skipped,
                   "regret_targets": [REGRET_MEDIAN, REGRET_WORST]})
@@ -357,8 +377,22 @@ def _where(r) -> str:
     return escape(f"{r['experiment']}, {r['workers']} workers, {r['network']}")
 
 
+def _rho_numbers(rho, methods) -> dict[str, str]:
+    """The median rank correlation over the settings where at least MIN_CORRELATION_METHODS ranked methods
+    reached the target (``rho`` NaN elsewhere); where there is none, ``EElevenRhoNone`` instead: the most methods
+    that reached the target in one setting, so that the prose says why no correlation is given."""
+    import numpy as np
+
+    out = {"EElevenRhoMinMethods": str(MIN_CORRELATION_METHODS)}
+    if np.isfinite(rho).any():
+        return out | {"EElevenRhoMedian": fmt_num(float(np.nanmedian(rho)), 2),
+                      "EElevenRhoSettings": str(int(np.isfinite(rho).sum()))}
+    return out | {"EElevenRhoNone": str(int(max(methods, default=0)))}
+
+
 def numbers(st: Stats) -> dict[str, str]:
-    """Every E11 macro, "n/a" where the measured settings do not define it."""
+    """Every E11 macro, "n/a" where the measured settings do not define it; the rank correlation's macros only
+    where it is defined (:func:`_rho_numbers`)."""
     import numpy as np
 
     t = st.tables["settings"]
@@ -399,8 +433,7 @@ def numbers(st: Stats) -> dict[str, str]:
         "EElevenWorstWhere": _where(t.iloc[wi]) if wi is not None else "n/a",
         "EElevenWithinTen": str(int((finite <= REGRET_MEDIAN).sum())),
         "EElevenNeverReached": str(never),
-        "EElevenRhoMedian": fmt_num(float(np.nanmedian(rho)), 2) if np.isfinite(rho).any() else "n/a",
-        "EElevenRhoSettings": str(int(np.isfinite(rho).sum())),
+        **_rho_numbers(rho, t["rho_methods"]),
         "EElevenVerdict": verdict(met),
         "EElevenFailures": "; ".join(f"{_where(r)}: {escape(r['pick'])} ({escape(r['pick_confidence'])}) instead "
                                      f"of {escape(r['best'] or '--')}, regret {_pct_unit(r['regret'])}"
@@ -421,18 +454,23 @@ def table(st: Stats) -> str:
 def _settings_table(st: Stats) -> str:
     t = st.tables["settings"]
     left = sorted({m for x in t["left_out"] for m in str(x).split(", ") if m})
+    has_rho = bool(t["rho"].notna().any())  # no setting with enough methods: no rho column, the caption says why
     rows = []
     for _, r in t.iterrows():
         conf = CONFIDENCE.get(r["pick_confidence"], r["pick_confidence"])
+        rho = [fmt_num(r["rho"], 2) if math.isfinite(r["rho"]) else "--"] if has_rho else []
         rows.append([escape(r["experiment"]), str(r["workers"]),
                      escape(r["network"]), _target_words(r["metric"], r["target_value"]), f"{r['ranked']}",
                      f"{escape(r['pick'])} ({escape(conf)})", escape(r["best"] or "--"),
-                     _pct(r["regret"]), fmt_num(r["rho"], 2) if math.isfinite(r["rho"]) else "--",
-                     _pct(r["strict_regret"])])
+                     _pct(r["regret"]), *rho, _pct(r["strict_regret"])])
+    rho_words = (r"$\rho$: Spearman's rank correlation of its order with the measured times (where at least "
+                 f"{MIN_CORRELATION_METHODS} ranked methods reached the target, -- elsewhere)" if has_rho else
+                 f"no rank correlation is given: at most {int(t['rho_methods'].max())} ranked methods reached the "
+                 f"target in a setting, and none is quoted over fewer than {MIN_CORRELATION_METHODS}")
     # No workload column: the experiment fixes the dataset and model (the prose lists them), and the table must
     # fit the text width of the two-column paper's table*.
     return booktabs(rows, ["Exp.", "N", "Network", "Target", "Ranked", "Pick (conf.)", "Best",
-                           r"Regret (\%)", r"$\rho$", r"Strict (\%)"],
+                           r"Regret (\%)", *([r"$\rho$"] if has_rho else []), r"Strict (\%)"],
                     "Leave-one-setting-out: for each held-out setting the advisor, its efficiency table built "
                     "without that setting's runs, ranks the methods measured there. Exp.: the held-out "
                     "experiment, which fixes the dataset and model; N: workers; Network: link rate per worker "
@@ -442,8 +480,7 @@ def _settings_table(st: Stats) -> str:
                     "extrapolated); Best: the ranked method measured fastest to the target. Regret = measured "
                     "time to the "
                     "target of its pick / the best measured - 1 (never: the pick did not reach the target with "
-                    r"every seed); $\rho$: Spearman's rank correlation of its order with the measured times "
-                    "(three or more methods reached the target); Strict: the regret when every run of the same "
+                    "every seed); " + rho_words + "; Strict: the regret when every run of the same "
                     "dataset, model and workers is held out. Ranked: methods the advisor models"
                     + (f"; left out (no step model): {escape(', '.join(left))}" if left else "") + ". "
                     f"Against the targets set in advance (median regret at most {fmt_num(100 * REGRET_MEDIAN)}\\,\\%, "

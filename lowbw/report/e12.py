@@ -102,6 +102,8 @@ def stats(ctx: Context) -> Stats | None:
     runs, mets = _load(ctx)
     if runs is None:
         return None
+    if (runs["source"] == "store").any():
+        ctx.read_store("scaling")
     runs = runs.assign(size_rank=runs["params"].rank(method="dense").astype(int))
     main = runs[runs["experiment"].isin(["e12_tiny", "e12_mini", "e12_mid"]) & runs["method"].isin(list(MAIN))]
     main = main.assign(column=main["method"].map(MAIN))

@@ -53,6 +53,8 @@ def stats(ctx: Context, key: str = "e4") -> Stats | None:
         if anchor is None:  # the medium profile's runs, kept in the repository (python -m lowbw store add --cpu)
             kept = load_store(ANCHOR_STORE)
             anchor = kept if not kept.empty else None
+            if anchor is not None:
+                ctx.read_store("anchor")
         if anchor is not None:
             tables["anchor"] = anchor[["run", "seed", "model", "steps", "final_val_loss", "best_val_loss"]]
     return Stats(tables, {"source": f"runs/{RUNS[key]}", "key": key, "goal": goal, "target": goal.target.value,

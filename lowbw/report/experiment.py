@@ -32,6 +32,12 @@ class Context:
     runs_dir: Path
     out: Path
     _cache: dict[str, Any] = field(default_factory=dict)
+    # the repository's measurement stores (lowbw.report.stores.STORES) whose contents entered this build's numbers
+    stores: set[str] = field(default_factory=set)
+
+    def read_store(self, name: str) -> None:
+        """Record that this build's numbers rest on the repository's store ``name`` (the abstract lists them)."""
+        self.stores.add(name)
 
     @property
     def host_store(self) -> Path | None:
@@ -49,7 +55,10 @@ class Context:
             if doc is not None:
                 doc["provenance"] = {**(doc.get("provenance") or {}), "origin": loc.origin, "path": str(loc.path)}
             self._cache[name] = doc
-        return self._cache[name]
+        doc = self._cache[name]
+        if doc is not None and doc["provenance"]["origin"] == "stored":
+            self.read_store("host")
+        return doc
 
 
 @dataclass(frozen=True)

@@ -124,6 +124,8 @@ def stats(ctx: Context) -> Stats | None:
     if src is None:
         return None
     root, where = src
+    if root == LMC_STORE:
+        ctx.read_store("lm")
     runs, mets = _load(root, TUNED)
     runs = runs.assign(method=runs["name"].map(_method))
     if BASELINE not in set(runs["method"]):

@@ -74,9 +74,25 @@ def test_spearman_and_analytic_form():
     assert analytic_step(0.5, 10**6, links, period=16) == pytest.approx(0.5 + 4.806 / 16)
 
 
+def test_rank_correlation_needs_six_methods():
+    """Spearman's rho of the advisor's order against the measured times only over at least
+    MIN_CORRELATION_METHODS methods that reached the target (with three, rho = 1 has probability 1/6 by chance)."""
+    from lowbw.report.e11 import rank_correlation
+    from lowbw.report.stats import MIN_CORRELATION_METHODS
+
+    order = [f"m{i}" for i in range(MIN_CORRELATION_METHODS)]
+    times = {m: 10.0 * (i + 1) for i, m in enumerate(order)}
+    assert rank_correlation(order, times) == pytest.approx(1.0)
+    times["m0"], times["m1"] = 20.0, 10.0  # one swap of six: 1 - 6 * 2 / (6 * 35)
+    assert rank_correlation(order, times) == pytest.approx(1 - 12 / 210)
+    five = dict(list(times.items())[:-1])
+    assert math.isnan(rank_correlation(order, five))
+
+
 def test_leave_one_setting_out(tmp_path, monkeypatch):
     from lowbw.advise import efficiency
     from lowbw.report.e11 import E11, stats
+    from lowbw.report.experiment import Stats
 
     _two_networks(tmp_path)
     seen = []
@@ -98,9 +114,9 @@ def test_leave_one_setting_out(tmp_path, monkeypatch):
     # bytes), the fastest measured there (6 s against top-k's 15 s and dense's 40 s): no regret
     e = t.loc["e10_even"]
     assert (e["pick"], e["best"], e["regret"]) == ("diloco16", "diloco16", 0.0)
-    # its order diloco16, dense, topk1 (never, last) against measured 6, 40, 15 s: ranks 1 2 3 vs 1 3 2,
-    # rho = 1 - 6 (0 + 1 + 1) / (3 (9 - 1)) = 0.5
-    assert e["rho"] == pytest.approx(0.5)
+    # its order diloco16, dense, topk1 (never, last) against measured 6, 40, 15 s: three methods reached the
+    # target, fewer than the six a rank correlation needs (stats.MIN_CORRELATION_METHODS): no rho
+    assert e["rho_methods"] == 3 and math.isnan(e["rho"])
     m = st.tables["methods"].query("experiment == 'e10_oneslow'").set_index("method")
     assert m.loc["diloco16", "measured_ttt_s"] == pytest.approx(36.0)
     assert not bool(m.loc["topk1", "reached"]) and math.isnan(m.loc["topk1", "measured_ttt_s"])
@@ -110,7 +126,18 @@ def test_leave_one_setting_out(tmp_path, monkeypatch):
     assert sp.loc["dense", "measured_step_s"] == pytest.approx(8.0)
     n = E11.numbers(st)
     check_numbers("e11", n)
-    assert set(n) == {k for k in MACROS if k.startswith("EEleven") and k != "EElevenNotRun"}
+    # no setting has six methods at the target: no correlation is printed, and the prose's macro says why
+    assert set(n) == {k for k in MACROS if k.startswith("EEleven")} - {"EElevenNotRun", "EElevenRhoMedian",
+                                                                        "EElevenRhoSettings"}
+    assert (n["EElevenRhoNone"], n["EElevenRhoMinMethods"]) == ("3", "6")
+    assert r"$\rho$" not in E11.table(st).split("caption")[0] and "none is quoted over fewer than 6" in E11.table(st)
+    # where one setting has six methods at the target, its rho is quoted (and the why-not sentence is not)
+    t6 = st.tables["settings"].copy()
+    t6.loc[t6.index[0], ["rho", "rho_methods"]] = (0.8, 6)
+    st6 = Stats({**st.tables, "settings": t6}, st.meta)
+    n6 = E11.numbers(st6)
+    assert (n6["EElevenRhoMedian"], n6["EElevenRhoSettings"]) == ("0.80", "1") and "EElevenRhoNone" not in n6
+    assert r"$\rho$ \\" in E11.table(st6) or r"$\rho$ &" in E11.table(st6)
     assert n["EElevenSettings"] == "2" and n["EElevenSkipped"] == "0"
     assert "MNIST" in n["EElevenWorkloads"]
     tab = E11.table(st)
@@ -178,7 +205,7 @@ def test_table_fits_the_text_width_and_never_is_no_bar(tmp_path):
     st = stats(_ctx(tmp_path), store=tmp_path / "nostore")
     tab = E11.table(st).split("tab:e11-walltime")[0]
     header = next(line for line in tab.splitlines() if line.startswith("Exp."))
-    assert "Workload" not in header and header.count("&") == 9
+    assert "Workload" not in header and header.count("&") == 8  # no rho column: no setting has six methods
     assert "(extrapolated)" not in tab and "(measured)" not in tab
     assert "meas.: measured" in tab and "extr.: extrapolated" in tab  # the caption explains the abbreviations
     fig = E11.figure(st)
