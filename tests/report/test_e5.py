@@ -138,3 +138,19 @@ def test_figure_panels_per_optimizer_with_named_line_ends():
     fig.canvas.draw()
     boxes = [Text.get_window_extent(t) for t in sgd.texts]
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+
+
+def test_e5_figure_names_its_schemes_from_the_config_baseline_first():
+    from lowbw.report.experiment import Stats
+    from lowbw.report.schemes import E5, e5_scheme
+
+    assert e5_scheme(pd.Series({"dynamic_batch": "off", "batch_size": 1024})) == "constant batch 1024"
+    assert e5_scheme(pd.Series({"dynamic_batch": "literal", "batch_size": 128})) == "dynamic batch: the draft's formula"
+    curves, _ = _curves()
+    curves.loc[curves["group"] == "b128", "scheme"] = "constant batch 1024"  # b1024's role: sorted after 128
+    curves = pd.concat([curves[curves["group"] == "b128"].assign(group="b", scheme="constant batch 128"), curves])
+    fig = E5.figure(Stats({"curves": curves}, {"focus_mbit": 10.0}))
+    assert [ax.get_title() for ax in fig.axes] == ["SGD with momentum", "Adam"]
+    labels = [t.get_text() for leg in fig.legends for t in leg.get_texts()]
+    assert labels == ["constant batch 128", "constant batch 1024", "dynamic batch: corrected rule",
+                      "dynamic batch: the draft's formula"]
