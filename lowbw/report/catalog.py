@@ -17,7 +17,8 @@ from lowbw.report.catalog_e12 import E12_MACROS  # E12's (Charles et al.'s DiLoC
 from lowbw.report.claims import SENTENCES, value  # the front sections' result sentences (not the Results')
 
 __all__ = ["PREFIX", "SYSTEM_PREFIX", "SYSTEM", "BUILD_PREFIX", "BUILD", "MACROS", "E1_ALGS", "E1_EXCHANGE_METHODS",
-           "E2_INPUTS", "E3_RUN_MODELS", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "E9_METHODS", "E10_NETWORKS",
+           "E2_INPUTS", "E3_RUN_MODELS", "E5_RULES", "E7_DENSITIES", "E8_WORKERS", "E9_LINKS", "E9_METHODS",
+           "E10_NETWORKS",
            "E10_MLP_NETWORKS", "E10_LEAD_NETWORKS", "CLAIMS", "AXIS_NOT_RUN", "not_run_macro", "not_run_macros",
            "check_numbers", "word"]
 
@@ -36,6 +37,8 @@ E1_ALGS = {"ring": "ring", "tree": "tree", "ps": "parameter server", "butterfly"
 E2_INPUTS = {"gaussian": "Gaussian", "student_t3": "StudentT", "resnet20": "Gradient"}
 # model of E3's measured dense runs -> its word
 E3_RUN_MODELS = {"mlp": "Mlp", "cnn": "Cnn"}
+# E5's dynamic batch-size rules (config dynamic_batch: eq. dynbatch, the draft's formula) -> their words
+E5_RULES = {"text": "Text", "literal": "Literal"}
 # E7's fixed top-k density (compressor_args.ratio) -> its word
 E7_DENSITIES = {0.1: "Ten", 0.01: "One", 0.001: "Tenth"}
 # E8's numbers of workers whose compute slow-down the prose quotes -> their words
@@ -254,6 +257,27 @@ MACROS: dict[str, str] = {
     "EFourBestPerMbit": "the fastest method at every report bandwidth (list)",
     # E5 batch size, E6 local SGD / households
     **{f"EFive{k}": d for k, d in _SCHEMES.items()},
+    # E5's two dynamic batch rules trained side by side (lowbw.report.dynbatch); words chosen by the report
+    "EFiveRuleOptimizer": "the optimiser both rules trained with",
+    "EFiveRuleBatch": "the initial global batch of both rules",
+    "EFiveRuleCap": "the cap on the global batch",
+    "EFiveRuleFirstEpoch": "epochs trained at the first evaluation, where the batch first changes (mean)",
+    "EFiveRuleFirstRatio": "E0/Ee there, mean over both rules' seeds",
+    "EFiveRuleCapOrder": "whether the draft's formula reaches the cap sooner than, later than or with the "
+                         "corrected rule (words)",
+    "EFiveRuleAccDiff": "draft's formula's final test accuracy less the corrected rule's, absolute (points)",
+    "EFiveRuleAccDir": "higher, lower or no higher (words)",
+    "EFiveRuleAccP": "Welch's p of that difference",
+    "EFiveRuleAccSig": "significant or not significant (words)",
+    **{f"EFiveRule{w}{k}": f"{what} ({rule} rule)" for rule, w in E5_RULES.items() for k, what in (
+        ("FirstAsked", "the batch factor the rule asks for at the first evaluation, before the cap (a value or "
+                       "range over seeds)"),
+        ("FirstBatch", "the global batch it sets there (a value or range over seeds)"),
+        ("CapWhen", "when its batch reaches the cap: 'after X epochs[, at its first evaluation]' or in how "
+                    "many seeds (words)"),
+        ("Steps", "steps (exchanges) of its whole run, mean over seeds"),
+        ("Acc", "its final test accuracy, mean over seeds (%)"),
+        ("Reach", "whether and when it reaches the target at the focus bandwidth (words)"))},
     **{f"ESix{k}": d for k, d in _SCHEMES.items()},
     "ESixSampleRatio": "samples of the most overlapping assignment / disjoint",
     **{f"ESixOverlap{w}{k}": f"{what} ({scheme})" for w, scheme in (

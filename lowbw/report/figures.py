@@ -4,7 +4,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullFormatter
@@ -12,8 +12,8 @@ from matplotlib.ticker import FixedLocator, FuncFormatter, LogLocator, NullForma
 from lowbw.report.common import plotting
 from lowbw.report.latex import fmt_num
 
-__all__ = ["note_figure", "accuracy_curves", "ttt_facets", "dot_panels", "log_ticks", "inner_decades",
-           "legend_below"]
+__all__ = ["note_figure", "accuracy_curves", "accuracy_panels", "ttt_facets", "dot_panels", "log_ticks",
+           "inner_decades", "legend_below"]
 
 LOG_TICKS_MAX_DECADES = 2  # a log axis narrower than this is labelled at 1, 2 and 5 x 10^k
 
@@ -94,6 +94,115 @@ def accuracy_curves(curves, xlabel: str, title: str, order: Sequence[str] | None
     handles, labels = ax.get_legend_handles_labels()
     ax.get_legend().remove()
     legend_below(fig, handles, labels)
+    return fig
+
+
+SCHEME_STYLES = ("-", "--", ":", "-.", (0, (3, 1, 1, 1, 1, 1)))  # one dash per scheme
+SCHEME_MARKERS = ("o", "s", "^", "D", "v")
+SCHEME_COLOURS = (0, 1, 2, 4, 3)  # of seaborn's colorblind palette: blue, orange, green, purple, vermilion
+# where an end label may sit, tried in this order: offsets from its line's end (points) and the alignment
+LABEL_SPOTS = ((5, 0, "left"), (5, 8, "left"), (5, -8, "left"), (0, 11, "center"), (0, -11, "center"),
+               (-5, 8, "right"), (-5, -8, "right"), (14, 14, "left"), (14, -14, "left"), (22, 0, "left"))
+
+
+def _place_labels(fig, ax, ends) -> None:
+    """Write each group's name near the end of its lines (``ends``: name, x, y in data coordinates, colour) where
+    it covers no drawn line, no other label and stays inside the axes: the first free spot of
+    :data:`LABEL_SPOTS`, else the one covering least; a label off its line's end is tied to it by a thin leader."""
+    import numpy as np
+
+    fig.canvas.draw()
+    r = fig.canvas.get_renderer()
+    pts = []  # every drawn line, sampled along its segments, in display coordinates
+    for line in ax.get_lines():
+        xy = ax.transData.transform(np.column_stack(line.get_data()).astype(float))
+        for a, b in zip(xy[:-1], xy[1:]):
+            pts.append(a + np.linspace(0, 1, 8)[:, None] * (b - a))
+    pts = np.vstack(pts) if pts else np.empty((0, 2))
+    box, taken = ax.get_window_extent(r), []
+    for name, x, y, c in ends:
+        best = None
+        for dx, dy, ha in LABEL_SPOTS:
+            t = ax.annotate(name, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=6.5, color=c,
+                            va="center", ha=ha, fontweight="bold")
+            e = t.get_window_extent(r).expanded(1.08, 1.15)
+            inside = (pts[:, 0] >= e.x0) & (pts[:, 0] <= e.x1) & (pts[:, 1] >= e.y0) & (pts[:, 1] <= e.y1)
+            cost = int(inside.sum()) + 1000 * sum(e.overlaps(o) for o in taken) + 1000 * (
+                e.x1 > box.x1 or e.x0 < box.x0 or e.y1 > box.y1 or e.y0 < box.y0)
+            t.remove()
+            if best is None or cost < best[0]:
+                best = (cost, dx, dy, ha, e)
+            if cost == 0:
+                break
+        _, dx, dy, ha, e = best
+        far = abs(dy) > 8 or abs(dx) > 5
+        ax.annotate(name, (x, y), xytext=(dx, dy), textcoords="offset points", fontsize=6.5, color=c, va="center",
+                    ha=ha, fontweight="bold", arrowprops={"arrowstyle": "-", "color": c, "lw": 0.5, "shrinkA": 1,
+                                                          "shrinkB": 1} if far else None)
+        taken.append(e)
+
+
+def accuracy_panels(curves, xlabel: str, title: str, panels: dict[str, str],
+                    scheme_key: Callable[[str], Any] | None = None):
+    """Test accuracy against time on a log axis in side-by-side panels, one line per seed (tidy ``curves``: group,
+    seed, time_s, test_acc, panel, scheme). ``panels``: panel value -> its title, in order (values absent from the
+    data get no panel; values the map lacks come last, titled by the value). Each ``scheme`` has one colour, dash
+    and marker in every panel, so that schemes of the same role compare across panels, and one legend below names
+    them (sorted by ``scheme_key``, else in the order they appear); each group is also named at the end of its
+    lines, in its scheme's colour (:func:`_place_labels`), so that curves that meet can be told apart without the
+    legend.
+
+    Points at time <= 0 are dropped, as in :func:`accuracy_curves`."""
+    import numpy as np
+
+    plt, sns = plotting()
+    curves = curves[curves["time_s"] > 0]
+    present = list(dict.fromkeys(curves["panel"]))
+    shown = [p for p in panels if p in present] + [p for p in present if p not in panels]
+    fig, axes = plt.subplots(1, max(1, len(shown)), figsize=(7.0, 2.7), sharex=True, sharey=True, squeeze=False)
+    if not shown:
+        return fig
+    schemes = list(dict.fromkeys(curves["scheme"]))
+    if scheme_key is not None:
+        schemes.sort(key=scheme_key)
+    palette = sns.color_palette("colorblind", 10)
+    colours = dict(zip(schemes, [palette[i] for i in SCHEME_COLOURS * len(schemes)]))
+    dash = dict(zip(schemes, SCHEME_STYLES * len(schemes)))
+    marker = dict(zip(schemes, SCHEME_MARKERS * len(schemes)))
+    # the upper 90 % of the points: the early climb of the fastest scheme would squeeze where the schemes part
+    lo = max(0.0, float(curves["test_acc"].quantile(0.1)) - 0.01)
+    hi = min(1.0, float(curves["test_acc"].max()) + 0.012)
+    # from the first point inside the accuracy axis: the time before it is an empty band that squeezes the rest
+    t0, t1 = float(curves.loc[curves["test_acc"] >= lo, "time_s"].min()), float(curves["time_s"].max())
+    ends = {}
+    for ax, p in zip(axes.flat, shown):
+        d = curves[curves["panel"] == p]
+        ends[p] = []
+        for group, g in d.groupby("group", sort=False):
+            sch = g["scheme"].iloc[0]
+            for _, line in g.groupby("seed"):
+                line = line.sort_values("time_s")
+                ax.plot(line["time_s"], line["test_acc"], color=colours[sch], ls=dash[sch], marker=marker[sch],
+                        markersize=2.4, lw=0.8, label=sch)
+            last = g.sort_values("time_s").groupby("seed").tail(1)  # the seeds' last points: their centre
+            ends[p].append((group, float(np.exp(np.log(last["time_s"]).mean())), float(last["test_acc"].mean()),
+                            colours[sch]))
+        ax.set(xscale="log", title=panels.get(p, str(p)), xlabel=xlabel)
+        ax.title.set_size(7.5)
+        ax.xaxis.label.set_size(7)
+        ax.grid(True, which="major", lw=0.4)
+        ax.tick_params(labelsize=6.5)
+    axes[0, 0].set_xlim(t0 / 1.1, t1 * 2.0)  # room on the right for the end labels
+    axes[0, 0].set_ylim(lo, hi)
+    axes[0, 0].set_ylabel("test accuracy", fontsize=7)
+    for ax in axes.flat:
+        log_ticks(ax.xaxis)
+    if title:
+        fig.suptitle(title, fontsize=8)
+    handles = {h.get_label(): h for ax in axes.flat for h in ax.get_lines()}
+    legend_below(fig, [handles[s] for s in schemes if s in handles], [s for s in schemes if s in handles], max_cols=4)
+    for ax, p in zip(axes.flat, shown):  # after the layout: the labels are placed in display coordinates
+        _place_labels(fig, ax, ends[p])
     return fig
 
 

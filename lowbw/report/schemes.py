@@ -3,6 +3,7 @@ with a baseline configuration on final accuracy and on virtual time to the targe
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 from typing import Any
 
@@ -10,8 +11,10 @@ import pandas as pd
 
 from lowbw.report.catalog import PREFIX
 from lowbw.report.common import fmt_duration, report_links, target_acc, training_runs
+from lowbw.report.dynbatch import numbers as rule_numbers
+from lowbw.report.dynbatch import schedules
 from lowbw.report.experiment import Context, Experiment, Stats
-from lowbw.report.figures import accuracy_curves
+from lowbw.report.figures import accuracy_curves, accuracy_panels
 from lowbw.report.latex import booktabs, escape, fmt_num
 from lowbw.report.stats import welch
 from lowbw.report.training import eval_lines, group_accuracy, group_times, matching, retime, run_times, ttt_cell
@@ -49,12 +52,17 @@ def _overlap(runs: pd.DataFrame, pairs: dict[str, tuple[dict, dict]]) -> pd.Data
 
 
 def stats(ctx: Context, experiments: list[str], by: list[str], baseline: dict[str, Any],
-          samples: bool = False, pairs: dict[str, tuple[dict, dict]] | None = None) -> Stats | None:
+          samples: bool = False, pairs: dict[str, tuple[dict, dict]] | None = None,
+          panel: str | None = None, scheme: Callable[[pd.Series], str] | None = None,
+          rules: bool = False) -> Stats | None:
     """Tidy ``accuracy`` (one row per configuration, Welch's test against ``baseline``), ``times`` (time to
     target at the focus bandwidth per configuration), ``runs`` (per run) and ``curves`` (test accuracy
     against virtual time at the focus bandwidth, per run); with ``samples``, the mean ``samples`` processed per
     data assignment (overlapping assignments can process more than disjoint ones); with ``pairs``, ``overlap``
-    (each pair's overlapping against disjoint final accuracy, :func:`_overlap`)."""
+    (each pair's overlapping against disjoint final accuracy, :func:`_overlap`). ``panel`` (a config key) and
+    ``scheme`` (a run's row -> its scheme's name) add those columns to ``curves`` (the figure's panels and line
+    styles); ``rules`` adds ``rules``, the two dynamic batch rules' schedules
+    (:func:`lowbw.report.dynbatch.schedules`)."""
     runs, mets = training_runs(ctx, experiments)
     if runs is None:
         return None
@@ -67,9 +75,11 @@ def stats(ctx: Context, experiments: list[str], by: list[str], baseline: dict[st
     for _, r in runs.iterrows():
         m = eval_lines(mets[mets["run"] == r["run"]])
         if not m.empty:
-            curves.append(pd.DataFrame({"group": ", ".join(str(r[k]) for k in by), "seed": r["seed"],
-                                        "step": m["step"].to_numpy(), "time_s": retime(m, focus, lat).to_numpy(),
-                                        "test_acc": m["test_acc"].to_numpy()}))
+            c = pd.DataFrame({"group": ", ".join(str(r[k]) for k in by), "seed": r["seed"],
+                              "step": m["step"].to_numpy(), "time_s": retime(m, focus, lat).to_numpy(),
+                              "test_acc": m["test_acc"].to_numpy()})
+            curves.append(c.assign(**({"panel": r[panel]} if panel else {}),
+                                   **({"scheme": scheme(r)} if scheme else {})))
     tables = {"accuracy": acc.assign(group=_label(acc, by)), "times": times.assign(group=_label(times, by)),
               "runs": per_run, "curves": pd.concat(curves, ignore_index=True) if curves else
               pd.DataFrame(columns=["group", "seed", "step", "time_s", "test_acc"])}
@@ -77,6 +87,8 @@ def stats(ctx: Context, experiments: list[str], by: list[str], baseline: dict[st
         tables["samples"] = runs.groupby("assignment", as_index=False)["samples"].mean()
     if pairs:
         tables["overlap"] = _overlap(runs, pairs)
+    if rules:
+        tables["rules"] = schedules(runs, mets, per_run)
     return Stats(tables, {"source": ", ".join(f"runs/{e}" for e in experiments), "by": by, "baseline": baseline,
                           "target_acc": target, "focus_mbit": focus, "latency_ms": lat,
                           "seeds": int(runs["seed"].nunique())})
@@ -113,6 +125,8 @@ def numbers(st: Stats, key: str) -> dict[str, str]:
         out[f"{w}Dir"] = "higher" if r["diff_points"] > 0 else "lower" if r["diff_points"] < 0 else "no higher"
         out[f"{w}P"] = fmt_num(r["p"], 2) if pd.notna(r["p"]) else "--"
         out[f"{w}Sig"] = "significant" if r["significant"] else "not significant"
+    if "rules" in st.tables:
+        out.update(rule_numbers(st.tables["rules"]))
     return out
 
 
@@ -144,20 +158,54 @@ def table(st: Stats, key: str, caption: str, names: dict[str, str], per_epoch: b
                     f"tab:{key}", size=r"\scriptsize")
 
 
+def _xlabel(st: Stats) -> str:
+    return f"virtual time at {fmt_num(st.meta['focus_mbit'])} Mbit/s (s)"
+
+
 def figure(st: Stats, title: str):
-    return accuracy_curves(st.tables["curves"], f"virtual time at {fmt_num(st.meta['focus_mbit'])} Mbit/s (s)",
-                           title)
+    return accuracy_curves(st.tables["curves"], _xlabel(st), title)
 
 
 def _experiment(key: str, experiments: list[str], by: list[str], baseline: dict[str, Any], title: str,
                 caption: str, names: dict[str, str], samples: bool = False,
-                pairs: dict[str, tuple[dict, dict]] | None = None, per_epoch: bool = False) -> Experiment:
+                pairs: dict[str, tuple[dict, dict]] | None = None, per_epoch: bool = False,
+                panel: str | None = None, scheme: Callable[[pd.Series], str] | None = None, rules: bool = False,
+                draw: Callable[[Stats], Any] | None = None) -> Experiment:
+    """``draw``: the experiment's own figure (default: :func:`figure`, every curve on one axis)."""
     return Experiment(key, title, partial(stats, experiments=experiments, by=by, baseline=baseline, samples=samples,
-                                          pairs=pairs),
+                                          pairs=pairs, panel=panel, scheme=scheme, rules=rules),
                       partial(numbers, key=key), partial(table, key=key, caption=caption, names=names,
                                                          per_epoch=per_epoch),
-                      partial(figure, title=f"{title}: test accuracy vs virtual time"),
+                      draw or partial(figure, title=f"{title}: test accuracy vs virtual time"),
                       f"no {', '.join(experiments)} runs")
+
+
+# E5's figure: a panel per optimiser, and per batch scheme one colour, dash and marker in both (its role, from the
+# run's config: a constant batch, or a dynamic one and its rule)
+E5_PANELS = {"sgd": "SGD with momentum", "adam": "Adam"}
+E5_RULE_NAMES = {"text": "dynamic batch: corrected rule", "literal": "dynamic batch: the draft's formula"}
+
+
+def e5_scheme(run: pd.Series) -> str:
+    """A run's batch scheme in E5's figure: its dynamic rule, else its constant global batch."""
+    rule = run.get("dynamic_batch", "off")
+    return E5_RULE_NAMES.get(rule, rule) if rule != "off" else f"constant batch {int(run['batch_size'])}"
+
+
+def _e5_scheme_key(name: str) -> tuple[int, int, str]:
+    """The legend's order: constant batches by size (the baseline first), then the dynamic rules as named."""
+    rules = list(E5_RULE_NAMES.values())
+    if name in rules:
+        return (1, rules.index(name), name)
+    size = name.rsplit(" ", 1)[-1]
+    return (0, int(size), name) if size.isdigit() else (2, 0, name)
+
+
+def e5_figure(st: Stats):
+    """E5's curves in a panel per optimiser (:data:`E5_PANELS`), each batch scheme styled alike in both, each preset
+    named at its lines' end: the small batches' curves meet in one place, where colour alone did not tell them
+    apart. No figure title: the panels' titles and the caption say what it shows."""
+    return accuracy_panels(st.tables["curves"], _xlabel(st), "", E5_PANELS, scheme_key=_e5_scheme_key)
 
 
 E5 = _experiment(
@@ -168,7 +216,7 @@ E5 = _experiment(
     {"b128": "constant global batch 128", "b1024": "batch 1024 with the square-root scaling rule and warm-up",
      "dyn": "dynamic batch size (the draft's prose rule)", "dynlit": "dynamic batch size (the draft's formula)",
      "adam128": "b128 with Adam at learning rate $10^{-3}$", "adam1024": "b1024 with Adam (linear scaling)",
-     "adamdyn": "dyn with Adam"}, per_epoch=True)
+     "adamdyn": "dyn with Adam"}, per_epoch=True, panel="optimizer", scheme=e5_scheme, rules=True, draw=e5_figure)
 
 E6 = _experiment(
     "e6", ["e6_local", "e6_households"], ["assignment", "method"], {"assignment": "disjoint", "method": "sync"},
