@@ -25,7 +25,7 @@ a method reached the target when every seed did. Then
 * rank correlation = Spearman's rho between the advisor's order and the measured times of the ranked methods
   that reached the target, only where at least :data:`~lowbw.report.stats.MIN_CORRELATION_METHODS` such methods
   enter it (with three, rho = 1 has probability 1/6 by chance): a setting with fewer has no rho, and the paper
-  says why instead of quoting one;
+  states the reason where a rho would stand;
 * targets (issue 34): median regret <= 10 %, worst <= 50 %, and no pick that missed the target.
 
 The step-time comparison: for every dense and DiLoCo/local-SGD run (every H steps, fp32), its measured virtual
