@@ -145,10 +145,11 @@ def widen_points(table: pd.DataFrame) -> list[tuple[str, str]]:
     largest tried and the best. Points already in ``table`` and ladder ends are skipped."""
     out = []
     have = set(table["point"])
+    chosen = picks(table)
     for method, knobs in at_edge(table).items():
         g = table[table["method"] == method]
         d = g[g["knob"] == "default"].iloc[0]
-        pick = picks(table)[method]
+        pick = chosen[method]
         for knob in knobs:
             tried = sorted(set(float(x) for x in g[g["knob"].isin(["default", knob])][knob]))
             up = pick[knob] == tried[-1]

@@ -46,7 +46,6 @@ def test_a_store_read_by_an_experiment_that_is_not_reported_is_not_listed(tmp_pa
     assert ctx.stores == set()
 
 
-@pytest.mark.skipif(not (HOST / "models.json").is_file(), reason="the repository's host store lacks models.json")
 def test_host_benchmarks_are_listed_only_when_read_from_the_store(tmp_path):
     stored = Context({"bench": {"stored": str(HOST)}}, tmp_path / "runs", tmp_path / "out")
     assert stored.bench("models")["provenance"]["origin"] == "stored"
