@@ -12,27 +12,45 @@ Where a pick sits at the edge of what its knob tried, ``widen`` adds the next po
 the largest multiple tried or x0.5 below the smallest; outer lr and momentum the next rung of ``LADDERS``) to the
 config's widened block and to the sweep's grid, so that the campaign runs it before the pick.
 
+A pick on one seed favours that seed's luck (the seeds of one method end up to 0.2 nats/char apart here), so each
+inner-lr pick is then checked on the seeds the pick never saw (``e9_lmc_confirm``'s seeds): ``confirm`` adds
+``<method>-alt``, the method's runner-up inner lr on seed 0 at its other picked values, and ``repick`` keeps
+whichever of the two inner lrs ends lower on the mean over those held-out seeds (the pick's own held-out runs are
+the tuned grid's). Where the runner-up wins, the pick's held-out runs move to ``e9_lmc_confirm`` as
+``<method>-pick`` and the runner-up's are copied into the tuned grid (a run's name is a label, not a training
+input: :data:`lowbw.train.checkpoint.RUN_ONLY_KEYS`), so no run is repeated and none is lost; the tuned grid's
+seed 0 is run again at the new value.
+
     python -m lowbw.report.lmc_sweep widen --config config/lm_evidence.yaml --runs runs
     python -m lowbw.report.lmc_sweep pick --config config/lm_evidence.yaml --runs runs
+    python -m lowbw.report.lmc_sweep confirm --config config/lm_evidence.yaml --runs runs
+    python -m lowbw.report.lmc_sweep repick --config config/lm_evidence.yaml --runs runs
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import math
 import re
+import shutil
 import sys
 from pathlib import Path
 
 import pandas as pd
+import yaml
 
 from lowbw.runs.results import load_runs
 from lowbw.train.schemes.registry import SCHEMES, reads
 
-__all__ = ["SWEEP", "LADDERS", "split_point", "sweep_table", "picks", "at_edge", "tuned_block", "write_tuned",
-           "widen_points", "write_widened", "main"]
+__all__ = ["SWEEP", "CONFIRM", "TUNED", "LADDERS", "split_point", "sweep_table", "picks", "at_edge", "runner_up",
+           "confirm_points", "held_out", "confirmed", "tuned_block", "write_tuned", "widen_points",
+           "write_widened", "write_confirm", "relocate", "main"]
 
 SWEEP = "e9_lmc_sweep"  # the sweep's experiment
+CONFIRM = "e9_lmc_confirm"  # the held-out check of each inner-lr pick (its seeds: those the sweep never ran)
+TUNED = "e9_lmc"  # every method at its picked values
+CONF_BEGIN, CONF_END = "  # BEGIN confirm", "  # END confirm"  # the config's block of confirmation presets
 BEGIN, END = "  # BEGIN tuned", "  # END tuned"  # the config's tuned block (its first and last line)
 WIDE_BEGIN, WIDE_END = "  # BEGIN widened", "  # END widened"  # the config's widened block
 # the rungs an outer knob widens along (a pick at a ladder's end stays there: outer momentum below 0 is no knob)
@@ -118,23 +136,84 @@ def at_edge(table: pd.DataFrame) -> dict[str, list[str]]:
     return out
 
 
-def tuned_block(table: pd.DataFrame) -> list[str]:
-    """The config's tuned block: one ``<method>-tuned`` preset per method, its values and where they came from."""
-    lines = [BEGIN + ": written by `python -m lowbw.report.lmc_sweep pick` from e9_lmc_sweep (do not edit by hand)"]
+def runner_up(table: pd.DataFrame) -> dict[str, float]:
+    """method -> the inner lr whose seed-0 point ends second lowest among its default and ``lrx`` points (methods
+    that tried one inner lr are absent)."""
+    out = {}
+    for method, g in table.groupby("method", sort=False):
+        cand = g[g["knob"].isin(["default", "lr"])].assign(score=lambda d: d["final_val_loss"].map(_score))
+        cand = cand.drop_duplicates("lr").sort_values(["score", "knob"], kind="stable")  # ties: the default first
+        if len(cand) > 1:
+            out[str(method)] = float(cand["lr"].iloc[1])
+    return out
+
+
+def _body(pick: dict[str, float]) -> str:
+    """A preset's keys for picked values: ``lr: 0.008, lr_min: 0.0008, outer_lr: 0.7``."""
+    keys = {"lr": pick["lr"], "lr_min": pick["lr"] / 10, **{k: pick[k] for k in _OUTER if k in pick}}
+    return ", ".join(f"{k}: {v:g}" for k, v in keys.items())
+
+
+def confirm_points(table: pd.DataFrame) -> list[tuple[str, str]]:
+    """(point, preset) of each method's ``<method>-alt``: its runner-up inner lr at its other picked values."""
+    chosen, alt = picks(table), runner_up(table)
+    return [(f"{m}-alt", f"{{<<: *{m}, {_body({**chosen[m], 'lr': lr})}}}") for m, lr in alt.items()]
+
+
+def _base(name: str) -> str:
+    """``"dense-tuned"``, ``"dense-alt"``, ``"dense-pick"`` -> ``"dense"``."""
+    return re.sub(r"-(tuned|alt|pick)$", "", name)
+
+
+def held_out(runs: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
+    """One row per (method, lr) over the tuned and confirmation runs ``runs`` (columns ``name``, ``seed``, ``lr``,
+    ``final_val_loss``): ``mean`` final validation loss over the held-out ``seeds`` and how many of them ran
+    (``n``); a copied run counts once."""
+    r = runs.assign(method=runs["name"].map(_base), seed=runs["seed"].astype(int))
+    r = r[r["seed"].isin(seeds)].drop_duplicates(["method", "lr", "seed"])
+    return (r.groupby(["method", "lr"], sort=False)["final_val_loss"]
+            .agg(mean=lambda v: float(pd.Series(v).map(_score).mean()), n="size").reset_index())
+
+
+def confirmed(table: pd.DataFrame, runs: pd.DataFrame, seeds: list[int]) -> dict[str, dict[str, float]]:
+    """method -> ``{"pick_lr", "pick_mean", "alt_lr", "alt_mean", "lr"}`` for each method whose seed-0 pick and
+    runner-up both ran on every held-out seed: ``lr`` is the one with the lower mean over them (ties: the pick)."""
+    h = held_out(runs, seeds).set_index(["method", "lr"])
+    chosen, alt = picks(table), runner_up(table)
+    out = {}
+    for m, a in alt.items():
+        p = chosen[m]["lr"]
+        if (m, p) in h.index and (m, a) in h.index and h.loc[(m, p), "n"] == h.loc[(m, a), "n"] == len(seeds):
+            pm, am = float(h.loc[(m, p), "mean"]), float(h.loc[(m, a), "mean"])
+            out[m] = {"pick_lr": p, "pick_mean": pm, "alt_lr": a, "alt_mean": am, "lr": a if am < pm else p}
+    return out
+
+
+def tuned_block(table: pd.DataFrame, conf: dict[str, dict[str, float]] | None = None,
+                seeds: list[int] | None = None) -> list[str]:
+    """The config's tuned block: one ``<method>-tuned`` preset per method, its values and where they came from
+    (with ``conf``, :func:`confirmed`'s inner lr over the held-out ``seeds``)."""
+    lines = [BEGIN + ": written by `python -m lowbw.report.lmc_sweep pick` (and `repick`) from e9_lmc_sweep "
+             "(and e9_lmc_confirm) (do not edit by hand)"]
     edge = at_edge(table)
+    conf = conf or {}
     for method, p in picks(table).items():
         g = table[table["method"] == method]
         d = g[g["knob"] == "default"].iloc[0]
-        keys = {"lr": p["lr"], "lr_min": p["lr"] / 10}
         why = [f"lr x{p['lr'] / d['lr']:g} of {len(g[g['knob'].isin(['default', 'lr'])])}"]
         for knob, label in (("outer_lr", "outer lr"), ("outer_momentum", "outer momentum")):
             if knob in p:
-                keys[knob] = p[knob]
                 why.append(f"{label} {p[knob]:g} of {len(g[g['knob'].isin(['default', knob])])}")
-        body = ", ".join(f"{k}: {v:g}" for k, v in keys.items())
         flag = f"; at the grid's edge: {', '.join(edge[method])}" if method in edge else ""
-        lines.append(f"  {method}-tuned: {{<<: *{method}, {body}}}  # sweep (seed 0, final val loss): "
-                     + "; ".join(why) + flag)
+        held = ""
+        if method in conf:
+            c = conf[method]
+            p = {**p, "lr": c["lr"]}
+            held = (f"; held out (seeds {', '.join(str(s) for s in seeds or [])}, mean final val loss): lr "
+                    f"x{c['pick_lr'] / d['lr']:g} {c['pick_mean']:.3f}, x{c['alt_lr'] / d['lr']:g} {c['alt_mean']:.3f}"
+                    f" -> x{c['lr'] / d['lr']:g}")
+        lines.append(f"  {method}-tuned: {{<<: *{method}, {_body(p)}}}  # sweep (seed 0, final val loss): "
+                     + "; ".join(why) + flag + held)
     lines.append(END)
     return lines
 
@@ -169,44 +248,132 @@ def widen_points(table: pd.DataFrame) -> list[tuple[str, str]]:
     return out
 
 
-def write_widened(config: Path, points: list[tuple[str, str]]) -> None:
-    """Append ``points`` to ``config``'s widened block (one preset line each) and to the sweep's grid (its
-    ``method: [...]`` line under ``e9_lmc_sweep:``)."""
+def _write_points(config: Path, points: list[tuple[str, str]], begin: str, end: str, exp: str) -> None:
+    """Append ``points`` to ``config``'s block from the line ``begin`` to the line ``end`` (one preset line
+    each) and to experiment ``exp``'s grid (its one ``method: [...]`` line)."""
     text = config.read_text(encoding="utf-8").splitlines()
-    ends = [i for i, s in enumerate(text) if s.startswith(WIDE_END)]
-    starts = [i for i, s in enumerate(text) if s.startswith(WIDE_BEGIN)]
-    exp = [i for i, s in enumerate(text) if s.strip() == f"{SWEEP}:"]
-    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0] or len(exp) != 1:
-        raise ValueError(f"{config}: needs one '{WIDE_BEGIN.strip()}' line before one '{WIDE_END.strip()}' line "
-                         f"and one '{SWEEP}:' experiment")
-    grid = next((i for i in range(exp[0] + 1, len(text)) if text[i].lstrip().startswith("method: [")), None)
+    ends = [i for i, s in enumerate(text) if s.startswith(end)]
+    starts = [i for i, s in enumerate(text) if s.startswith(begin)]
+    at = [i for i, s in enumerate(text) if s.strip() == f"{exp}:"]
+    if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0] or len(at) != 1:
+        raise ValueError(f"{config}: needs one '{begin.strip()}' line before one '{end.strip()}' line "
+                         f"and one '{exp}:' experiment")
+    grid = next((i for i in range(at[0] + 1, len(text)) if text[i].lstrip().startswith("method: [")), None)
     if grid is None or not text[grid].rstrip().endswith("]"):
-        raise ValueError(f"{config}: {SWEEP}'s grid needs its points on one 'method: [...]' line")
-    text[grid] = text[grid].rstrip()[:-1] + "".join(f", {p}" for p, _ in points) + "]"
+        raise ValueError(f"{config}: {exp}'s grid needs its points on one 'method: [...]' line")
+    line = text[grid].rstrip()[:-1]
+    sep = "" if line.endswith("[") else ", "
+    text[grid] = line + sep + ", ".join(p for p, _ in points) + "]"
     text[ends[0]:ends[0]] = [f"  {p}: {body}" for p, body in points]
     tmp = config.with_suffix(config.suffix + ".tmp")
     tmp.write_text("\n".join(text) + "\n", encoding="utf-8")
     tmp.replace(config)
 
 
-def write_tuned(config: Path, table: pd.DataFrame) -> None:
+def write_widened(config: Path, points: list[tuple[str, str]]) -> None:
+    """Append ``points`` to ``config``'s widened block and to the sweep's grid."""
+    _write_points(config, points, WIDE_BEGIN, WIDE_END, SWEEP)
+
+
+def write_confirm(config: Path, points: list[tuple[str, str]]) -> None:
+    """Append ``points`` to ``config``'s confirm block and to the confirmation's grid."""
+    _write_points(config, points, CONF_BEGIN, CONF_END, CONFIRM)
+
+
+def _same_run(run: Path, want: dict) -> bool:
+    """Does the run in ``run`` train what the run config ``want`` trains (every key but the run-only ones)?"""
+    from lowbw.train.checkpoint import RUN_ONLY_KEYS
+
+    try:
+        have = json.loads((run / "run-config.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    drop = set(RUN_ONLY_KEYS)
+    return {k: v for k, v in have.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
+
+
+def _relabel(run: Path, name: str) -> None:
+    """Set the run's name (a label) in its run-config.json and config.json."""
+    for f in ("run-config.json", "config.json"):
+        d = json.loads((run / f).read_text(encoding="utf-8"))
+        (d["config"] if f == "config.json" and "config" in d else d)["name"] = name
+        tmp = run / (f + ".tmp")
+        tmp.write_text(json.dumps(d, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        tmp.replace(run / f)
+
+
+def relocate(root: Path, config: dict, changed: list[str], seeds: list[int]) -> list[str]:
+    """For each method in ``changed`` (its runner-up won), on each held-out seed: move the tuned grid's run (the
+    old pick) to ``<CONFIRM>/method~<m>-pick`` and copy the runner-up's run into the tuned grid, each only where
+    it trains exactly what ``config`` now asks of its new place (:func:`_same_run`). Returns what was done, one
+    line each; a run not moved is left for the campaign, which reruns a tuned run whose config changed."""
+    from lowbw.workflow.grid import run_config
+
+    done = []
+    for m in changed:
+        for s in seeds:
+            tuned = root / TUNED / f"method~{m}-tuned" / f"seed~{s}"
+            pick = root / CONFIRM / f"method~{m}-pick" / f"seed~{s}"
+            alt = root / CONFIRM / f"method~{m}-alt" / f"seed~{s}"
+            want_pick = run_config(config, CONFIRM, {"method": f"{m}-pick", "seed": s})
+            want_tuned = run_config(config, TUNED, {"method": f"{m}-tuned", "seed": s})
+            if (tuned / "summary.json").is_file() and not pick.exists() and _same_run(tuned, want_pick):
+                pick.parent.mkdir(parents=True, exist_ok=True)
+                shutil.move(tuned, pick)
+                _relabel(pick, f"{m}-pick")
+                done.append(f"moved {tuned} -> {pick}")
+            if (alt / "summary.json").is_file() and not tuned.exists() and _same_run(alt, want_tuned):
+                shutil.copytree(alt, tuned)
+                _relabel(tuned, f"{m}-tuned")
+                done.append(f"copied {alt} -> {tuned}")
+    return done
+
+
+def write_tuned(config: Path, table: pd.DataFrame, conf: dict[str, dict[str, float]] | None = None,
+                seeds: list[int] | None = None) -> None:
     """Replace ``config``'s tuned block (from its BEGIN line to its END line) by :func:`tuned_block`."""
     text = config.read_text(encoding="utf-8").splitlines()
     starts = [i for i, s in enumerate(text) if s.startswith(BEGIN)]
     ends = [i for i, s in enumerate(text) if s.startswith(END)]
     if len(starts) != 1 or len(ends) != 1 or ends[0] < starts[0]:
         raise ValueError(f"{config}: needs exactly one '{BEGIN.strip()}' line before one '{END.strip()}' line")
-    text[starts[0]:ends[0] + 1] = tuned_block(table)
+    text[starts[0]:ends[0] + 1] = tuned_block(table, conf, seeds)
     tmp = config.with_suffix(config.suffix + ".tmp")
     tmp.write_text("\n".join(text) + "\n", encoding="utf-8")
     tmp.replace(config)
+
+
+def _repick(config: Path, root: Path, table: pd.DataFrame) -> list[str]:
+    """``repick``: keep each method's inner lr that ends lower on the held-out seeds, record the old pick's
+    runs as ``<method>-pick`` where the runner-up won, and move runs to match (:func:`relocate`)."""
+    cfg = yaml.safe_load(config.read_text(encoding="utf-8"))
+    seeds = [int(s) for s in cfg["experiments"][CONFIRM]["seeds"]]
+    runs = pd.concat([load_runs(d, incomplete="skip") for d in (root / TUNED, root / CONFIRM) if d.is_dir()],
+                     ignore_index=True)
+    if runs.empty:
+        raise ValueError(f"{root}: no {TUNED} or {CONFIRM} runs to confirm the picks with")
+    conf = confirmed(table, runs, seeds)
+    chosen = picks(table)
+    grid = set(cfg["experiments"][CONFIRM]["grid"]["method"])
+    current = {m: float(cfg["methods"][f"{m}-tuned"]["lr"]) for m in chosen if f"{m}-tuned" in cfg["methods"]}
+    changed = [m for m, c in conf.items() if c["lr"] != current.get(m)]
+    new = [(f"{m}-pick", f"{{<<: *{m}, {_body(chosen[m])}}}") for m in changed if f"{m}-pick" not in grid]
+    if new:
+        write_confirm(config, new)
+    write_tuned(config, table, conf, seeds)
+    lines = [f"{m}: lr {c['pick_lr']:g} {c['pick_mean']:.3f}, {c['alt_lr']:g} {c['alt_mean']:.3f} -> {c['lr']:g}"
+             for m, c in conf.items()]
+    lines += [f"unconfirmed (held-out runs missing): {m}" for m in runner_up(table) if m not in conf]
+    return lines + relocate(root, yaml.safe_load(config.read_text(encoding="utf-8")), changed, seeds)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lowbw.report.lmc_sweep", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
     for cmd, what in (("pick", "write each method's picked values into the config's tuned block"),
-                      ("widen", "add a point beyond each pick at the edge of its grid (prints how many)")):
+                      ("widen", "add a point beyond each pick at the edge of its grid (prints how many)"),
+                      ("confirm", "add each method's runner-up inner lr to the confirmation grid (prints how many)"),
+                      ("repick", "keep the inner lr that ends lower on the held-out seeds, runs moved to match")):
         p = sub.add_parser(cmd, help=what)
         p.add_argument("--config", type=Path, default=Path("config/lm_evidence.yaml"))
         p.add_argument("--runs", type=Path, default=Path("runs"))
@@ -223,8 +390,20 @@ def main(argv: list[str] | None = None) -> int:
                 write_widened(a.config, points)
             print(f"widened {a.config} by {len(points)} points: {' '.join(p for p, _ in points) or '-'}")
             return 0
+        if a.cmd == "confirm":
+            cfg = yaml.safe_load(a.config.read_text(encoding="utf-8"))
+            have = set(cfg["experiments"][CONFIRM]["grid"]["method"])
+            points = [(p, b) for p, b in confirm_points(table) if p not in have]
+            if points:
+                write_confirm(a.config, points)
+            print(f"confirm: {a.config} gained {len(points)} points: {' '.join(p for p, _ in points) or '-'}")
+            return 0
+        if a.cmd == "repick":
+            print("\n".join(_repick(a.config, a.runs, table)))
+            print(f"wrote {a.config}'s tuned block (inner lr confirmed on the held-out seeds)")
+            return 0
         write_tuned(a.config, table)
-    except (ValueError, OSError) as e:
+    except (ValueError, OSError, KeyError) as e:
         print(f"lowbw.report.lmc_sweep: {e}", file=sys.stderr)
         return 2
     print(table.to_string(index=False))

@@ -3,13 +3,16 @@ config's tuned block rewritten in place."""
 
 from __future__ import annotations
 
+import json
 import math
 
 import pandas as pd
 import pytest
 import yaml
 
-from lowbw.report.lmc_sweep import at_edge, picks, split_point, sweep_table, widen_points, write_tuned, write_widened
+from lowbw.report.lmc_sweep import (at_edge, confirm_points, confirmed, held_out, picks, relocate, runner_up,
+                                    split_point, sweep_table, tuned_block, widen_points, write_confirm, write_tuned,
+                                    write_widened)
 
 
 def _runs(rows):
@@ -106,3 +109,84 @@ def test_widen_adds_one_point_beyond_each_edge_pick_to_the_block_and_the_grid(tm
     cfg.write_text("methods: {}\n")
     with pytest.raises(ValueError, match="BEGIN widened"):
         write_widened(cfg, pts)
+
+
+def test_the_runner_up_is_the_second_best_inner_lr_at_the_other_picked_values():
+    # dense: x2 (2.05) best, x1 (2.10) second; diloco16: x0.5 (2.25) best, x1 (2.30) second (x2 is NaN: last),
+    # its alt keeps the picked outer lr
+    t = sweep_table(RUNS)
+    assert runner_up(t) == {"dense": 0.004, "diloco16": 0.004}
+    assert confirm_points(t) == [("dense-alt", "{<<: *dense, lr: 0.004, lr_min: 0.0004}"),
+                                 ("diloco16-alt", "{<<: *diloco16, lr: 0.004, lr_min: 0.0004, outer_lr: 0.7}")]
+    assert runner_up(sweep_table(_runs([("dense", 0.004, 0.7, "sync", 2.1)]))) == {}
+
+
+def _held(rows):
+    return pd.DataFrame([{"name": n, "seed": s, "lr": lr, "final_val_loss": v} for n, s, lr, v in rows])
+
+
+def test_the_held_out_seeds_keep_the_inner_lr_with_the_lower_mean_and_only_when_both_ran_them_all():
+    t = sweep_table(RUNS)
+    runs = _held([
+        # dense: the pick (0.008) ends higher on seeds 1-2 than the runner-up (0.004): the runner-up wins; seed 0
+        # (the pick's own) is not counted, a copied run counts once
+        ("dense-tuned", 0, 0.008, 1.0), ("dense-tuned", 1, 0.008, 2.2), ("dense-tuned", 2, 0.008, 2.0),
+        ("dense-alt", 1, 0.004, 2.1), ("dense-alt", 2, 0.004, 2.0), ("dense-tuned", 2, 0.004, 2.0),
+        # diloco16: its runner-up lacks seed 2: unconfirmed
+        ("diloco16-tuned", 1, 0.002, 2.3), ("diloco16-tuned", 2, 0.002, 2.3), ("diloco16-alt", 1, 0.004, 2.0)])
+    h = held_out(runs, [1, 2]).set_index(["method", "lr"])
+    assert h.loc[("dense", 0.004), "n"] == 2 and h.loc[("dense", 0.004), "mean"] == pytest.approx(2.05)
+    c = confirmed(t, runs, [1, 2])
+    assert c == {"dense": {"pick_lr": 0.008, "pick_mean": pytest.approx(2.1), "alt_lr": 0.004,
+                           "alt_mean": pytest.approx(2.05), "lr": 0.004}}
+    block = "\n".join(tuned_block(t, c, [1, 2]))
+    assert "dense-tuned: {<<: *dense, lr: 0.004, lr_min: 0.0004}" in block
+    assert "held out (seeds 1, 2, mean final val loss): lr x2 2.100, x1 2.050 -> x1" in block
+    assert "diloco16-tuned: {<<: *diloco16, lr: 0.002, lr_min: 0.0002, outer_lr: 0.7}" in block
+    # a tie keeps the pick
+    tie = _held([("dense-tuned", 1, 0.008, 2.0), ("dense-alt", 1, 0.004, 2.0)])
+    assert confirmed(t, tie, [1])["dense"]["lr"] == 0.008
+
+
+def _run(d, cfg, loss):
+    d.mkdir(parents=True)
+    (d / "run-config.json").write_text(json.dumps(cfg, sort_keys=True))
+    (d / "config.json").write_text(json.dumps({"config": cfg}))
+    (d / "summary.json").write_text(json.dumps({"final_val_loss": loss}))
+
+
+def test_relocate_moves_the_old_pick_and_copies_the_winner_only_where_they_train_what_the_config_asks(tmp_path):
+    config = {"seeds": [0], "train_defaults": {"steps": 4},
+              "methods": {"dense": {"lr": 0.004}, "dense-tuned": {"lr": 0.002}, "dense-alt": {"lr": 0.002},
+                          "dense-pick": {"lr": 0.004}},
+              "experiments": {"e9_lmc_confirm": {"base": {}, "seeds": [1, 2], "grid": {"method": ["dense-alt", "dense-pick"]}},
+                              "e9_lmc": {"base": {}, "seeds": [0, 1, 2], "grid": {"method": ["dense-tuned"]}}}}
+    runs = tmp_path / "runs"
+    old = {"steps": 4, "lr": 0.004, "name": "dense-tuned"}
+    for s in (1, 2):
+        _run(runs / "e9_lmc" / "method~dense-tuned" / f"seed~{s}", {**old, "seed": s}, 2.2)
+    _run(runs / "e9_lmc_confirm" / "method~dense-alt" / "seed~1", {"steps": 4, "lr": 0.002, "name": "dense-alt",
+                                                                 "seed": 1}, 2.0)
+    _run(runs / "e9_lmc_confirm" / "method~dense-alt" / "seed~2", {"steps": 4, "lr": 0.003, "name": "dense-alt",
+                                                                 "seed": 2}, 2.0)  # not what dense-tuned asks
+    done = relocate(runs, config, ["dense"], [1, 2])
+    assert len(done) == 3, done  # two moves, one copy
+    pick = runs / "e9_lmc_confirm" / "method~dense-pick" / "seed~1"
+    assert json.loads((pick / "run-config.json").read_text())["name"] == "dense-pick"
+    assert json.loads((pick / "config.json").read_text())["config"]["name"] == "dense-pick"
+    tuned = runs / "e9_lmc" / "method~dense-tuned"
+    assert json.loads((tuned / "seed~1" / "run-config.json").read_text())["lr"] == 0.002
+    assert json.loads((tuned / "seed~1" / "config.json").read_text())["config"]["name"] == "dense-tuned"
+    assert (runs / "e9_lmc_confirm" / "method~dense-alt" / "seed~1" / "summary.json").is_file()  # copied, kept
+    assert not (tuned / "seed~2").exists()  # left for the campaign to run
+    assert relocate(runs, config, ["dense"], [1, 2]) == []  # nothing left to do
+
+
+def test_confirm_points_go_into_an_empty_grid(tmp_path):
+    cfg = tmp_path / "c.yaml"
+    cfg.write_text("methods:\n  dense: &dense {lr: 0.004}\n  # BEGIN confirm: x\n  # END confirm\nexperiments:\n"
+                   "  e9_lmc_confirm:\n    seeds: [1, 2]\n    grid:\n      method: []\n")
+    write_confirm(cfg, [("dense-alt", "{<<: *dense, lr: 0.002, lr_min: 0.0002}")])
+    c = yaml.safe_load(cfg.read_text())
+    assert c["experiments"]["e9_lmc_confirm"]["grid"]["method"] == ["dense-alt"]
+    assert c["methods"]["dense-alt"] == {"lr": 0.002, "lr_min": 0.0002}

@@ -1,9 +1,11 @@
 """config/profiles/lm_evidence/campaign.sh end to end on a 6-step grid, as two shards at once: each runs its share
 of the sweep, shard 0 widens the grid where the pick sits at its edge (the other shard waits for it and runs its
-share of the new points), picks, and both run the tuned seeds; a second call finds everything done."""
+share of the new points), picks, and both run the tuned seeds; shard 0 adds the runner-up's held-out points, both
+run them, shard 0 repicks on the held-out mean and both rerun what changed; a second call finds everything done."""
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -29,6 +31,8 @@ methods:
   # BEGIN tuned: test
   dense-tuned: {{<<: *dense}}
   # END tuned
+  # BEGIN confirm: test
+  # END confirm
 experiments:
   e9_lmc_curve:
     base: {{steps: 8}}
@@ -40,6 +44,11 @@ experiments:
     seeds: [0]
     grid:
       method: [dense, dense+lrx0.5, dense+lrx2]
+  e9_lmc_confirm:
+    base: {{}}
+    seeds: [1]
+    grid:
+      method: []
   e9_lmc:
     base: {{}}
     seeds: [0, 1]
@@ -78,6 +87,21 @@ def test_two_shards_sweep_widen_pick_and_train_the_tuned_seeds(tmp_path):
     assert "sweep (seed 0, final val loss)" in cfg.read_text() and tuned["lr"] in (
         c["methods"][p]["lr"] for p in sweep)
     assert (runs / ".lmc_campaign" / "picked").is_file()
+    # the held-out check: the runner-up ran on seed 1, and the tuned lr is whichever of the two ended lower there
+    assert c["experiments"]["e9_lmc_confirm"]["grid"]["method"][0] == "dense-alt"
+    assert (runs / ".lmc_campaign" / "repicked").is_file()
+    alt = json.loads((runs / "e9_lmc_confirm/method~dense-alt/seed~1/summary.json").read_text())["final_val_loss"]
+    alt_lr = c["methods"]["dense-alt"]["lr"]
+    if "dense-pick" in c["methods"]:  # the runner-up won: the old pick's run moved, the winner's copied in
+        old = json.loads((runs / "e9_lmc_confirm/method~dense-pick/seed~1/summary.json").read_text())
+        assert alt < old["final_val_loss"] and tuned["lr"] == alt_lr
+        assert (runs / ".lmc_superseded").is_dir()  # the old pick's seed 0, moved aside and rerun
+    else:
+        mine = json.loads((runs / "e9_lmc/method~dense-tuned/seed~1/summary.json").read_text())["final_val_loss"]
+        assert mine <= alt and tuned["lr"] != alt_lr
+    for seed in (0, 1):
+        rc = json.loads((runs / "e9_lmc/method~dense-tuned" / f"seed~{seed}" / "run-config.json").read_text())
+        assert rc["lr"] == tuned["lr"] and rc["name"] == "dense-tuned"
     again = subprocess.run(["bash", str(SCRIPT)], cwd=tmp_path, env={**env, "SHARD": "0/1"}, capture_output=True,
                            text=True, timeout=300)
     assert again.returncode == 0 and "start " not in again.stdout, again.stdout

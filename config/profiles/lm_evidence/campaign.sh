@@ -4,8 +4,11 @@
 # centre points, dense's long run, the sweep's other points; then, up to WIDEN_ROUNDS times (default 2), the
 # points beyond each pick at the edge of its grid (python -m lowbw.report.lmc_sweep widen: the config's widened
 # block and the sweep's grid); then the pick of each method's values (python -m lowbw.report.lmc_sweep pick:
-# rewrites config/lm_evidence.yaml's tuned block), then the tuned seeds. A run already complete is skipped, so the
-# script resumes where it stopped. Store the finished runs with
+# rewrites config/lm_evidence.yaml's tuned block), then the tuned seeds; then each inner-lr pick's check on the
+# held-out seeds (lmc_sweep confirm: the runner-up's points, e9_lmc_confirm), the repick on their mean (lmc_sweep
+# repick: rewrites the tuned block, moves runs to match) and the tuned runs whose values changed. A run already
+# complete at the config's current values is skipped, so the script resumes where it stopped; one whose values
+# changed is moved to runs/.lmc_superseded/ and run again. Store the finished runs with
 #   python -m lowbw store add --cpu --to paper/measured/lm runs/e9_lmc*/*/seed~*
 # Usage (from the repository root): nohup nice -n 19 config/profiles/lm_evidence/campaign.sh > runs/lmc.log 2>&1 &
 # SHARD=k/n (default 0/1) runs only every n-th point of each phase from the k-th, so n processes share the work;
@@ -25,7 +28,7 @@ CONFIG=${CONFIG:-config/lm_evidence.yaml}
 PY=${PYTHON:-python}
 export OMP_NUM_THREADS=1
 
-points() {  # the run directories of phase $1 (default | curve | other | tuned), in order
+points() {  # the run directories of phase $1 (default | curve | other | tuned | confirm), in order
   "$PY" - "$CONFIG" "$1" <<'EOF'
 import sys, yaml
 from lowbw.workflow.grid import run_dirs
@@ -34,7 +37,8 @@ for d in run_dirs(config):
     exp, point = d.split("/")[1], d.split("/", 2)[2]
     swept = "+" in point  # <method>+lrx<m> | +olr<v> | +om<v>: one knob away from the method's centre
     if {"default": exp == "e9_lmc_sweep" and not swept, "curve": exp == "e9_lmc_curve",
-            "other": exp == "e9_lmc_sweep" and swept, "tuned": exp == "e9_lmc"}[phase]:
+            "other": exp == "e9_lmc_sweep" and swept, "tuned": exp == "e9_lmc",
+            "confirm": exp == "e9_lmc_confirm"}[phase]:
         print(d)
 EOF
 }
@@ -57,8 +61,38 @@ EOF
     || { touch "$d/FAILED"; echo "$(date -u +%FT%TZ) FAILED $d (see $d/train.log)"; }
 }
 
+supersede() {  # move each complete run of the phases "$@" whose run-config.json is not what the config now asks
+  # to runs/.lmc_superseded/<its path>.<time> (a shard that finds it already moved leaves it)
+  "$PY" - "$CONFIG" "$@" <<'EOF'
+import datetime, json, os, sys, yaml
+from pathlib import Path
+from lowbw.workflow.grid import decode, run_config, run_dirs
+config, phases = yaml.safe_load(open(sys.argv[1])), set(sys.argv[2:])
+exps = {"tuned": "e9_lmc", "confirm": "e9_lmc_confirm", "curve": "e9_lmc_curve"}
+stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S") + f".{os.getpid()}"
+for d in run_dirs(config):
+    _, exp, rest = d.split("/", 2)
+    run = Path(d)
+    if exp not in {exps[p] for p in phases if p in exps} or not (run / "summary.json").is_file():
+        continue
+    try:
+        have = json.loads((run / "run-config.json").read_text())
+    except (OSError, ValueError):
+        have = None
+    if have != run_config(config, exp, decode(rest)):
+        old = Path("runs/.lmc_superseded") / f"{d.removeprefix('runs/')}.{stamp}"
+        old.parent.mkdir(parents=True, exist_ok=True)
+        try:
+            run.rename(old)
+            print(f"superseded {d} (its values changed): moved to {old}")
+        except FileNotFoundError:
+            pass
+EOF
+}
+
 shard() {  # this shard's share of the phases "$@"
   local i=0 phase d
+  supersede "$@"
   for phase in "$@"; do
     for d in $(points "$phase"); do
       if [ $((i % N)) -eq "$K" ]; then train "$d"; fi
@@ -128,4 +162,22 @@ fi
 wait_mark picked || exit 1
 shard tuned
 wait_for tuned || exit 1
+# each inner-lr pick against its runner-up on the held-out seeds, then the tuned runs whose values changed
+if [ "$K" -eq 0 ] && [ ! -e "$MARK/confirm" ]; then
+  out=$("$PY" -m lowbw.report.lmc_sweep confirm --config "$CONFIG" --runs runs 2>&1) || abort "confirm failed: $out"
+  echo "$(date -u +%FT%TZ) $out"
+  echo "$out" > "$MARK/confirm"
+fi
+wait_mark confirm || exit 1
+shard confirm
+wait_for confirm tuned || exit 1
+if [ "$K" -eq 0 ] && [ ! -e "$MARK/repicked" ]; then
+  "$PY" -m lowbw.report.lmc_sweep repick --config "$CONFIG" --runs runs > "$MARK/repicked.log" 2>&1 \
+    || abort "repick failed: $(tail -1 "$MARK/repicked.log")"
+  date -u +%FT%TZ > "$MARK/repicked"
+  echo "$(date -u +%FT%TZ) repicked (decisions in $MARK/repicked.log)"
+fi
+wait_mark repicked || exit 1
+shard tuned confirm
+wait_for tuned confirm || exit 1
 echo "$(date -u +%FT%TZ) shard $SHARD: campaign complete"
