@@ -10,9 +10,22 @@ import pandas as pd
 import pytest
 import yaml
 
-from lowbw.report.lmc_sweep import (at_edge, confirm_points, confirmed, held_out, picks, relocate, runner_up,
-                                    split_point, sweep_table, tuned_block, widen_points, write_confirm, write_tuned,
-                                    write_widened)
+from lowbw.report.lmc_sweep import (
+    at_edge,
+    confirm_points,
+    confirmed,
+    held_out,
+    picks,
+    relocate,
+    runner_up,
+    split_point,
+    sweep_table,
+    tuned_block,
+    widen_points,
+    write_confirm,
+    write_tuned,
+    write_widened,
+)
 
 
 def _runs(rows):
@@ -159,7 +172,8 @@ def test_relocate_moves_the_old_pick_and_copies_the_winner_only_where_they_train
     config = {"seeds": [0], "train_defaults": {"steps": 4},
               "methods": {"dense": {"lr": 0.004}, "dense-tuned": {"lr": 0.002}, "dense-alt": {"lr": 0.002},
                           "dense-pick": {"lr": 0.004}},
-              "experiments": {"e9_lmc_confirm": {"base": {}, "seeds": [1, 2], "grid": {"method": ["dense-alt", "dense-pick"]}},
+              "experiments": {"e9_lmc_confirm": {"base": {}, "seeds": [1, 2],
+                                                 "grid": {"method": ["dense-alt", "dense-pick"]}},
                               "e9_lmc": {"base": {}, "seeds": [0, 1, 2], "grid": {"method": ["dense-tuned"]}}}}
     runs = tmp_path / "runs"
     old = {"steps": 4, "lr": 0.004, "name": "dense-tuned"}
