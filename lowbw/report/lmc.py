@@ -1,6 +1,8 @@
-"""E9 on the language model near convergence (the lm_evidence profile, issue 41): gpt-mini trained for one
-epoch by every method at its own tuned values (``runs/e9_lmc``, 3 seeds), with the recorded sweep that picked
-them (``runs/e9_lmc_sweep``, the appendix table) and dense's long run (``runs/e9_lmc_curve``). Where this
+"""E9 on the language model near convergence (the lm_evidence profile, issue 41): gpt-mini trained by every
+method at its own tuned values (``runs/e9_lmc``, 3 seeds), with the recorded sweep that picked them
+(``runs/e9_lmc_sweep``, the appendix table), the check of each inner-lr pick against its runner-up on the seeds
+the sweep never ran (``runs/e9_lmc_confirm``, the second appendix table) and dense's long run
+(``runs/e9_lmc_curve``). Where this
 profile's runs are absent (the default profile) the runs kept in the repository are read
 (``paper/measured/lm``, ``python -m lowbw store add --cpu``): a fresh clone's PDF shows them as stored evidence
 and a run of the profile replaces them.
@@ -27,7 +29,7 @@ from lowbw.report.common import fmt_duration, report_links
 from lowbw.report.conditions import runs_provenance
 from lowbw.report.experiment import Context, Experiment, MissingData, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
-from lowbw.report.lmc_sweep import SWEEP, at_edge, sweep_table
+from lowbw.report.lmc_sweep import CONFIRM, SWEEP, at_edge, confirmed, runner_up, sweep_table
 from lowbw.report.training import eval_lines, retime
 from lowbw.runs.results import load_metrics, load_runs
 from lowbw.workflow.store import load_store
@@ -166,19 +168,39 @@ def stats(ctx: Context) -> Stats | None:
     methods = pd.DataFrame(mrows)
     sweep, _ = _load(root, SWEEP)
     curve, curve_m = _load(root, CURVE)
-    tables = {"runs": per_run, "methods": methods,
-              "sweep": sweep_table(sweep) if sweep is not None else pd.DataFrame(),
+    sweep_t = sweep_table(sweep) if sweep is not None else pd.DataFrame()
+    confirm, _ = _load(root, CONFIRM)
+    held = sorted(int(s) for s in confirm["seed"].unique()) if confirm is not None else []
+    tables = {"runs": per_run, "methods": methods, "sweep": sweep_t,
+              "confirm": _confirm_table(sweep_t, runs, confirm, held),
               "curve": curve_m if curve is not None else pd.DataFrame(), "metrics": mets}
     dates = sorted(set(runs.get("measured_date", pd.Series(dtype=str)).dropna().astype(str)))
     sweep_dirs = [root / SWEEP / r for r in sweep["run"]] if sweep is not None else []
     return Stats(tables, {"source": str(root / TUNED),
                           "provenance": runs_provenance(root / TUNED / r for r in runs["run"]),
                           "sweep_provenance": runs_provenance(sweep_dirs),
+                          "confirm_provenance": runs_provenance(root / CONFIRM / r for r in confirm["run"])
+                          if confirm is not None else "", "held_out": held,
                           "where": where, "dates": dates, "target": target, "dense_final": dense_final,
                           "latency_ms": lat, "equal_time_s": ends, "seeds": _seeds(methods),
                           "steps": int(runs["steps"].iloc[0]), "workers": int(runs["workers"].iloc[0]),
                           "curve_final": float(curve["final_val_loss"].iloc[0]) if curve is not None else math.nan,
                           "curve_steps": int(curve["steps"].iloc[0]) if curve is not None else 0})
+
+
+def _confirm_table(sweep: pd.DataFrame, tuned: pd.DataFrame, confirm: pd.DataFrame | None,
+                   held: list[int]) -> pd.DataFrame:
+    """One row per method whose inner-lr pick was checked on the held-out seeds (:func:`confirmed`): ``pick_lr``,
+    ``pick_mean``, ``alt_lr``, ``alt_mean``, ``lr`` (kept) and ``changed``; empty without confirmation runs."""
+    if sweep.empty or confirm is None or not held:
+        return pd.DataFrame()
+    cols = ["name", "seed", "lr", "final_val_loss"]
+    conf = confirmed(sweep, pd.concat([tuned[cols], confirm[cols]], ignore_index=True), held)
+    alt = runner_up(sweep)
+    rows = [{"method": m, **c, "changed": c["lr"] != c["pick_lr"]} for m, c in conf.items()]
+    rows += [{"method": m, "pick_lr": math.nan, "pick_mean": math.nan, "alt_lr": alt[m], "alt_mean": math.nan,
+              "lr": math.nan, "changed": False} for m in alt if m not in conf]  # not checked (runs missing)
+    return pd.DataFrame(rows)
 
 
 def _fastest(methods: pd.DataFrame, mb: float) -> pd.Series | None:
@@ -237,6 +259,20 @@ def numbers(st: Stats) -> dict[str, str]:
     if not sweep.empty and BASELINE in set(sweep["method"]):
         picked = sweep[(sweep["method"] == BASELINE) & sweep["picked"] & sweep["knob"].isin(["default", "lr"])]
         out[f"{p}DenseSweepLoss"] = fmt_num(picked["final_val_loss"].min(), 3)
+    conf = st.tables["confirm"]
+    if not conf.empty:
+        done = conf[np.isfinite(conf["pick_mean"])]
+        held = st.meta["held_out"]
+        out[f"{p}HeldOutSeeds"] = " and ".join(str(s) for s in held) if len(held) < 3 else (
+            ", ".join(str(s) for s in held[:-1]) + f" and {held[-1]}")
+        out[f"{p}Confirmed"] = str(len(done))
+        out[f"{p}Repicked"] = str(int(done["changed"].sum()))
+        out[f"{p}RepickedMethods"] = escape(", ".join(done.loc[done["changed"], "method"])) or "none"
+        if BASELINE in set(done["method"]):
+            d = done.set_index("method").loc[BASELINE]
+            out[f"{p}DenseHeldPick"], out[f"{p}DenseHeldAlt"] = fmt_num(d["pick_mean"], 3), fmt_num(d["alt_mean"], 3)
+            out[f"{p}DensePickLr"], out[f"{p}DenseAltLr"] = fmt_num(d["pick_lr"], 3), fmt_num(d["alt_lr"], 3)
+            out[f"{p}DenseKeptLr"] = fmt_num(d["lr"], 3)
     never = [m for m in ms.index if ms.loc[m, "arrived@10"] == 0]
     out[f"{p}Never"] = escape(", ".join(never)) or "none"
     out[f"{p}EndsHigher"] = escape(", ".join(m for m in ms.index if not ms.loc[m, "as_low_as_dense"])) or "none"
@@ -310,7 +346,28 @@ def sweep_latex(st: Stats) -> str | None:
                     + (f"; {st.meta['sweep_provenance']}" if st.meta.get("sweep_provenance") else "")
                     + "): final and best validation loss of each point; each method's picked inner learning rate (and "
                     "outer learning rate and momentum) marked; a method picked at the largest or smallest value its "
-                    "grid tried is named in the text.", "tab:e9lmc-sweep")
+                    "grid tried is named in the text.", "tab:e9lmc-sweep") + _confirm_latex(st)
+
+
+def _confirm_latex(st: Stats) -> str:
+    """The held-out check of each inner-lr pick (empty without confirmation runs)."""
+    t = st.tables["confirm"]
+    if t.empty:
+        return ""
+    held = ", ".join(str(s) for s in st.meta["held_out"])
+    def num(v: float, d: int) -> str:
+        return fmt_num(v, d) if math.isfinite(v) else "--"
+
+    rows = [[escape(r["method"]), num(r["pick_lr"], 3), num(r["pick_mean"], 3), num(r["alt_lr"], 3),
+             num(r["alt_mean"], 3), num(r["lr"], 3) + (" (changed)" if r["changed"] else "")] for _, r in t.iterrows()]
+    return "\n" + booktabs(rows, ["method", "seed-0 pick lr", "held-out loss", "runner-up lr", "held-out loss",
+                                   "kept lr"],
+                           f"Each inner learning rate picked on seed 0 against the runner-up of its sweep, both at the "
+                           f"method's other picked values, on seeds {held}, which the sweep never ran"
+                           + (f" ({st.meta['confirm_provenance']})" if st.meta.get("confirm_provenance") else "")
+                           + ": mean final validation loss over those seeds; the lower is kept (ties: the pick), and "
+                           "the tuned runs are at the kept value (-- : a method whose held-out runs are missing).",
+                           "tab:e9lmc-confirm")
 
 
 E9LMC = Experiment("e9lmc", "E9 the language model near convergence, each method tuned", stats, numbers, table,

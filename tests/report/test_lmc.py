@@ -77,3 +77,27 @@ def test_the_stored_runs_are_read_where_runs_lack_them(tmp_path, monkeypatch):
     assert lmc.stats(Context({}, tmp_path / "nothing", tmp_path / "out")) is not None
     monkeypatch.setattr(lmc, "LMC_STORE", tmp_path / "empty")
     assert lmc.stats(Context({}, tmp_path / "nothing", tmp_path / "out")) is None
+
+
+def test_the_held_out_check_of_each_pick_is_a_table_and_counted(tmp_path):
+    # dense's seed-0 pick is x2 (0.008: 2.0 against 2.1); on the held-out seed 1 its tuned run ends 2.105 and the
+    # runner-up (0.004) 2.0: the runner-up wins; diloco16 has no runner-up
+    root = tmp_path / "runs"
+    _grid(root)
+    fake_lm_run(root / "e9_lmc_sweep" / "method~dense" / "seed~0", "dense", 0, [3.0, 2.1], 1e5)
+    fake_lm_run(root / "e9_lmc_sweep" / "method~dense+lrx2" / "seed~0", "dense+lrx2", 0, [3.0, 2.0], 1e5, lr=0.008)
+    for s in (0, 1):  # the tuned runs at the seed-0 pick
+        cfg = root / "e9_lmc" / "method~dense-tuned" / f"seed~{s}" / "config.json"
+        cfg.write_text(cfg.read_text().replace('"lr": 0.004', '"lr": 0.008'))
+    st = lmc.stats(Context({"report": {"latency_ms": 0.0}}, root, tmp_path / "out"))
+    assert st.tables["confirm"].empty and "tab:e9lmc-confirm" not in lmc.sweep_latex(st)  # not run yet
+    fake_lm_run(root / "e9_lmc_confirm" / "method~dense-alt" / "seed~1", "dense-alt", 1, [3.0, 2.0], 1e5)
+    st = lmc.stats(Context({"report": {"latency_ms": 0.0}}, root, tmp_path / "out"))
+    c = st.tables["confirm"].set_index("method").loc["dense"]
+    assert (c["pick_lr"], c["alt_lr"], c["lr"]) == (0.008, 0.004, 0.004) and c["changed"]
+    assert c["pick_mean"] == pytest.approx(2.105)
+    n = lmc.numbers(st)
+    assert (n["ENineLmcHeldOutSeeds"], n["ENineLmcConfirmed"], n["ENineLmcRepicked"]) == ("1", "1", "1")
+    assert n["ENineLmcRepickedMethods"] == "dense" and n["ENineLmcDenseHeldAlt"] == "2"
+    app = lmc.sweep_latex(st)
+    assert "tab:e9lmc-confirm" in app and "(changed)" in app
