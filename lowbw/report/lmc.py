@@ -273,6 +273,17 @@ def numbers(st: Stats) -> dict[str, str]:
             out[f"{p}DenseHeldPick"], out[f"{p}DenseHeldAlt"] = fmt_num(d["pick_mean"], 3), fmt_num(d["alt_mean"], 3)
             out[f"{p}DensePickLr"], out[f"{p}DenseAltLr"] = fmt_num(d["pick_lr"], 3), fmt_num(d["alt_lr"], 3)
             out[f"{p}DenseKeptLr"] = fmt_num(d["lr"], 3)
+    # whether seeds are shared luck: the seed on which dense ends highest, and how many other methods end
+    # highest on it too; Muon's range beside dense's
+    by_seed = runs.pivot_table(index="seed", columns="method", values="final_val_loss")
+    if len(by_seed) > 1:
+        worst = by_seed.idxmax()
+        others = [m for m in by_seed.columns if m != BASELINE and by_seed[m].notna().all()]
+        out[f"{p}DenseWorstSeed"] = str(int(worst[BASELINE]))
+        out[f"{p}SameWorst"] = f"{sum(worst[m] == worst[BASELINE] for m in others)} of {len(others)}"
+    if "muon" in spread.index:
+        out[f"{p}MuonSpread"] = fmt_num(spread["muon"], 3)
+    out[f"{p}DenseSpread"] = fmt_num(spread[BASELINE], 2)
     never = [m for m in ms.index if ms.loc[m, "arrived@10"] == 0]
     out[f"{p}Never"] = escape(", ".join(never)) or "none"
     out[f"{p}EndsHigher"] = escape(", ".join(m for m in ms.index if not ms.loc[m, "as_low_as_dense"])) or "none"

@@ -101,3 +101,11 @@ def test_the_held_out_check_of_each_pick_is_a_table_and_counted(tmp_path):
     assert n["ENineLmcRepickedMethods"] == "dense" and n["ENineLmcDenseHeldAlt"] == "2"
     app = lmc.sweep_latex(st)
     assert "tab:e9lmc-confirm" in app and "(changed)" in app
+
+
+def test_the_seed_on_which_dense_ends_highest_is_counted_for_the_other_methods(tmp_path):
+    # _grid: dense ends higher on seed 1 (2.105), diloco16 too (2.16), demo ties (2.6): idxmax keeps seed 0
+    _grid(tmp_path / "runs")
+    n = lmc.numbers(lmc.stats(Context({"report": {"latency_ms": 0.0}}, tmp_path / "runs", tmp_path / "out")))
+    assert n["ENineLmcDenseWorstSeed"] == "1" and n["ENineLmcSameWorst"] == "1 of 2"
+    assert n["ENineLmcDenseSpread"] == "0.0100" and "ENineLmcMuonSpread" not in n
