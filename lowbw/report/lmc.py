@@ -356,8 +356,10 @@ def sweep_latex(st: Stats) -> str | None:
                     "The language model's recorded sweep (seed 0"
                     + (f"; {st.meta['sweep_provenance']}" if st.meta.get("sweep_provenance") else "")
                     + "): final and best validation loss of each point; each method's picked inner learning rate (and "
-                    "outer learning rate and momentum) marked; a method picked at the largest or smallest value its "
-                    "grid tried is named in the text.", "tab:e9lmc-sweep") + _confirm_latex(st)
+                    "outer learning rate and momentum) on this seed marked; a method picked at the largest or smallest "
+                    "value its grid tried is named in the text"
+                    + ("; Table~\\ref{tab:e9lmc-confirm} says which inner learning rate the held-out seeds kept."
+                       if not st.tables["confirm"].empty else "."), "tab:e9lmc-sweep") + _confirm_latex(st)
 
 
 def _confirm_latex(st: Stats) -> str:
