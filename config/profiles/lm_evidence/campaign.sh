@@ -62,7 +62,8 @@ EOF
 }
 
 supersede() {  # move each complete run of the phases "$@" whose run-config.json is not what the config now asks
-  # to runs/.lmc_superseded/<its path>.<time> (a shard that finds it already moved leaves it)
+  # to runs/.lmc_superseded/<its path>.<time> (a shard that finds it already moved leaves it; a run without one,
+  # restored from a store, is kept)
   "$PY" - "$CONFIG" "$@" <<'EOF'
 import datetime, json, os, sys, yaml
 from pathlib import Path
@@ -75,9 +76,11 @@ for d in run_dirs(config):
     run = Path(d)
     if exp not in {exps[p] for p in phases if p in exps} or not (run / "summary.json").is_file():
         continue
+    if not (run / "run-config.json").is_file():  # restored from a store (which keeps config.json): kept
+        continue
     try:
         have = json.loads((run / "run-config.json").read_text())
-    except (OSError, ValueError):
+    except ValueError:
         have = None
     if have != run_config(config, exp, decode(rest)):
         old = Path("runs/.lmc_superseded") / f"{d.removeprefix('runs/')}.{stamp}"
