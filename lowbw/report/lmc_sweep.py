@@ -3,14 +3,16 @@ picked values written into the config's tuned block.
 
 A sweep point is a preset ``<method>`` (the method's defaults), ``<method>+lrx<m>`` (inner learning rate x m,
 lr_min = lr / 10), ``<method>+olr<v>`` (outer learning rate v) or ``<method>+om<v>`` (outer Nesterov momentum v),
-each varying one knob from the method's defaults. Each method's inner lr is the one whose seed-0 run ends with
-the lowest validation loss among its ``lrx`` points and its default, its outer lr and outer momentum likewise
-among their points and the default (coordinate-wise: the profile's budget has no joint grid). A run whose loss
-is not finite counts as the worst.
+each varying one knob from the method's defaults, or ``<method>+joint``: each knob's best one-knob value
+combined (coordinate-wise), where no point ran that combination (``joint``). Each method's pick is the values of
+its point that ends with the lowest validation loss on seed 0, the joint point among them: the profile's budget
+has no joint grid, and a combination of one-knob picks can end higher than each of the points it came from. A run
+whose loss is not finite counts as the worst. The tuned grid's seed 0 is the picked point's own run, copied.
 
 Where a pick sits at the edge of what its knob tried, ``widen`` adds the next point beyond it (inner lr x2 above
 the largest multiple tried or x0.5 below the smallest; outer lr and momentum the next rung of ``LADDERS``) to the
-config's widened block and to the sweep's grid, so that the campaign runs it before the pick.
+config's widened block and to the sweep's grid, so that the campaign runs it before the pick; ``joint`` adds the
+combined point the same way once the widening is done.
 
 A pick on one seed favours that seed's luck (the seeds of one method end up to 0.2 nats/char apart here), so each
 inner-lr pick is then checked on the seeds the pick never saw (``e9_lmc_confirm``'s seeds): ``confirm`` adds
@@ -19,9 +21,10 @@ whichever of the two inner lrs ends lower on the mean over those held-out seeds 
 the tuned grid's). Where the runner-up wins, the pick's held-out runs move to ``e9_lmc_confirm`` as
 ``<method>-pick`` and the runner-up's are copied into the tuned grid (a run's name is a label, not a training
 input: :data:`lowbw.train.checkpoint.RUN_ONLY_KEYS`), so no run is repeated and none is lost; the tuned grid's
-seed 0 is run again at the new value.
+seed 0 at the new value is a sweep point's run where one ran those values, else it runs again.
 
     python -m lowbw.report.lmc_sweep widen --config config/lm_evidence.yaml --runs runs
+    python -m lowbw.report.lmc_sweep joint --config config/lm_evidence.yaml --runs runs
     python -m lowbw.report.lmc_sweep pick --config config/lm_evidence.yaml --runs runs
     python -m lowbw.report.lmc_sweep confirm --config config/lm_evidence.yaml --runs runs
     python -m lowbw.report.lmc_sweep repick --config config/lm_evidence.yaml --runs runs
@@ -43,9 +46,9 @@ import yaml
 from lowbw.runs.results import load_runs
 from lowbw.train.schemes.registry import SCHEMES, reads
 
-__all__ = ["SWEEP", "CONFIRM", "TUNED", "LADDERS", "split_point", "sweep_table", "picks", "at_edge", "runner_up",
-           "confirm_points", "held_out", "confirmed", "tuned_block", "write_tuned", "widen_points",
-           "write_widened", "write_confirm", "relocate", "main"]
+__all__ = ["SWEEP", "CONFIRM", "TUNED", "LADDERS", "split_point", "sweep_table", "coordinate_picks", "best_points",
+           "picks", "joint_points", "at_edge", "runner_up", "confirm_points", "held_out", "confirmed", "tuned_block",
+           "write_tuned", "widen_points", "write_widened", "write_confirm", "reuse", "relocate", "main"]
 
 SWEEP = "e9_lmc_sweep"  # the sweep's experiment
 CONFIRM = "e9_lmc_confirm"  # the held-out check of each inner-lr pick (its seeds: those the sweep never ran)
@@ -57,26 +60,29 @@ WIDE_BEGIN, WIDE_END = "  # BEGIN widened", "  # END widened"  # the config's wi
 LADDERS = {"outer_lr": (0.1, 0.15, 0.25, 0.35, 0.5, 0.7, 1.0, 1.4, 2.0, 2.8),
            "outer_momentum": (0.0, 0.5, 0.9, 0.95, 0.99)}
 _TAG = {"lr": "lrx", "outer_lr": "olr", "outer_momentum": "om"}  # a knob's tag in a point's name
-_POINT = re.compile(r"^(?P<method>[A-Za-z0-9_]+)(?:\+(?P<knob>lrx|olr|om)(?P<value>[0-9.]+))?$")
+_POINT = re.compile(r"^(?P<method>[A-Za-z0-9_]+)(?:\+(?:(?P<knob>lrx|olr|om)(?P<value>[0-9.]+)|(?P<joint>joint)))?$")
 KNOBS = ("lr", "outer_lr", "outer_momentum")  # the swept knobs, in the order the tuned block names them
 _OUTER = ("outer_lr", "outer_momentum")  # the knobs only an outer step reads (NaN for the others)
 
 
 def split_point(point: str) -> tuple[str, str | None, float | None]:
     """``"dense+lrx2"`` -> ``("dense", "lr", 2.0)``; ``"diloco16+olr0.5"`` -> ``("diloco16", "outer_lr", 0.5)``;
-    ``"diloco16+om0.5"`` -> ``("diloco16", "outer_momentum", 0.5)``; ``"dense"`` -> ``("dense", None, None)``."""
+    ``"diloco16+om0.5"`` -> ``("diloco16", "outer_momentum", 0.5)``; ``"diloco16+joint"`` -> ``("diloco16",
+    "joint", None)``; ``"dense"`` -> ``("dense", None, None)``."""
     m = _POINT.match(point)
     if m is None:
-        raise ValueError(f"sweep point {point!r} is not <method>, <method>+lrx<m>, <method>+olr<v> or <method>+om<v>")
+        raise ValueError(f"sweep point {point!r} is not <method>, <method>+lrx<m>, <method>+olr<v>, <method>+om<v> "
+                         "or <method>+joint")
+    if m["joint"]:
+        return m["method"], "joint", None
     knob = {"lrx": "lr", "olr": "outer_lr", "om": "outer_momentum", None: None}[m["knob"]]
     return m["method"], knob, (float(m["value"]) if m["value"] else None)
 
 
 def sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """One row per sweep run: ``method``, ``knob`` (lr | outer_lr | outer_momentum | default), ``lr``,
+    """One row per sweep run: ``method``, ``knob`` (lr | outer_lr | outer_momentum | default | joint), ``lr``,
     ``outer_lr`` and ``outer_momentum`` (NaN where the method has no outer step), ``final_val_loss``,
-    ``best_val_loss``, and ``picked`` (the point supplies a picked value: a knob's point its knob's, the default
-    point any)."""
+    ``best_val_loss``, and ``picked`` (the point :func:`picks` takes)."""
     rows = []
     for _, r in runs.iterrows():
         method, knob, _ = split_point(str(r["name"]))
@@ -87,24 +93,19 @@ def sweep_table(runs: pd.DataFrame) -> pd.DataFrame:
             row[k] = float(v) if v is not None and not (isinstance(v, float) and math.isnan(v)) else math.nan
         rows.append({**row, "final_val_loss": float(r["final_val_loss"]), "best_val_loss": float(r["best_val_loss"])})
     t = pd.DataFrame(rows).sort_values(["method", "knob", *KNOBS], ignore_index=True)
-    p = picks(t)
-    t["picked"] = [_supplies(r, p[r["method"]]) for _, r in t.iterrows()]
+    best = best_points(t)
+    t["picked"] = [r["point"] == best[r["method"]] for _, r in t.iterrows()]
     return t
-
-
-def _supplies(r: pd.Series, pick: dict[str, float]) -> bool:
-    """Does sweep row ``r`` supply one of its method's picked values (the default point: either knob's)?"""
-    ok = {k: k in pick and r[k] == pick[k] for k in KNOBS}
-    return any(ok.values()) if r["knob"] == "default" else ok[r["knob"]]
 
 
 def _score(v: float) -> float:
     return v if math.isfinite(v) else math.inf
 
 
-def picks(table: pd.DataFrame) -> dict[str, dict[str, float]]:
+def coordinate_picks(table: pd.DataFrame) -> dict[str, dict[str, float]]:
     """method -> ``{"lr": ..., "outer_lr": ..., "outer_momentum": ...}`` (the outer knobs only for outer-step
-    methods): the value of each knob whose point ends lowest (ties: the default's)."""
+    methods): the value of each knob whose one-knob point ends lowest (ties: the default's). Their combination
+    is the ``<method>+joint`` point where no point ran it (:func:`joint_points`)."""
     out: dict[str, dict[str, float]] = {}
     for method, g in table.groupby("method", sort=False):
         if not (g["knob"] == "default").any():
@@ -121,12 +122,46 @@ def picks(table: pd.DataFrame) -> dict[str, dict[str, float]]:
     return out
 
 
+def best_points(table: pd.DataFrame) -> dict[str, str]:
+    """method -> the sweep point that ends lowest on seed 0 (ties: the default, then the order of the table)."""
+    out = {}
+    for method, g in table.groupby("method", sort=False):
+        g = g.assign(score=g["final_val_loss"].map(_score), first=g["knob"] != "default")
+        out[str(method)] = str(g.sort_values(["score", "first"], kind="stable")["point"].iloc[0])
+    return out
+
+
+def _values(r: pd.Series) -> dict[str, float]:
+    """A sweep row's knob values (the outer ones only where the method has an outer step)."""
+    return {k: float(r[k]) for k in KNOBS if not math.isnan(r[k])}
+
+
+def picks(table: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """method -> ``{"lr": ..., "outer_lr": ..., "outer_momentum": ...}``: the values of its best point
+    (:func:`best_points`), a point that ran. The one-knob-at-a-time picks combined can end higher than the
+    single points they came from, so their combination is one more point (``+joint``), not the pick itself."""
+    best = best_points(table)
+    return {m: _values(table[table["point"] == p].iloc[0]) for m, p in best.items()}
+
+
+def joint_points(table: pd.DataFrame) -> list[tuple[str, str]]:
+    """(point, preset) ``<method>+joint`` for each method whose one-knob picks (:func:`coordinate_picks`)
+    combine into values no point of the sweep ran."""
+    out = []
+    for method, c in coordinate_picks(table).items():
+        g = table[table["method"] == method]
+        if f"{method}+joint" in set(g["point"]) or any(_values(r) == c for _, r in g.iterrows()):
+            continue
+        out.append((f"{method}+joint", f"{{<<: *{method}, {_body(c)}}}"))
+    return out
+
+
 def at_edge(table: pd.DataFrame) -> dict[str, list[str]]:
     """method -> the knobs (``lr``, ``outer_lr``, ``outer_momentum``) whose picked value is the largest or the
     smallest of the values tried (at least two): the optimum may lie beyond the grid, so the grid should
     widen on that side."""
     out: dict[str, list[str]] = {}
-    for method, pick in picks(table).items():
+    for method, pick in coordinate_picks(table).items():
         g = table[table["method"] == method]
         for knob, v in pick.items():
             rows = g[g["knob"].isin(["default", knob])]
@@ -137,14 +172,15 @@ def at_edge(table: pd.DataFrame) -> dict[str, list[str]]:
 
 
 def runner_up(table: pd.DataFrame) -> dict[str, float]:
-    """method -> the inner lr whose seed-0 point ends second lowest among its default and ``lrx`` points (methods
-    that tried one inner lr are absent)."""
+    """method -> the inner lr, other than its pick's, whose default or ``lrx`` point ends lowest on seed 0
+    (methods that tried one inner lr are absent)."""
     out = {}
+    chosen = picks(table)
     for method, g in table.groupby("method", sort=False):
-        cand = g[g["knob"].isin(["default", "lr"])].assign(score=lambda d: d["final_val_loss"].map(_score))
-        cand = cand.drop_duplicates("lr").sort_values(["score", "knob"], kind="stable")  # ties: the default first
-        if len(cand) > 1:
-            out[str(method)] = float(cand["lr"].iloc[1])
+        cand = g[g["knob"].isin(["default", "lr"]) & (g["lr"] != chosen[str(method)]["lr"])]
+        cand = cand.assign(score=cand["final_val_loss"].map(_score), first=cand["knob"] != "default")
+        if not cand.empty:
+            out[str(method)] = float(cand.sort_values(["score", "first"], kind="stable")["lr"].iloc[0])
     return out
 
 
@@ -196,14 +232,13 @@ def tuned_block(table: pd.DataFrame, conf: dict[str, dict[str, float]] | None = 
     lines = [BEGIN + ": written by `python -m lowbw.report.lmc_sweep pick` (and `repick`) from e9_lmc_sweep "
              "(and e9_lmc_confirm) (do not edit by hand)"]
     edge = at_edge(table)
+    best = best_points(table)
     conf = conf or {}
     for method, p in picks(table).items():
         g = table[table["method"] == method]
         d = g[g["knob"] == "default"].iloc[0]
-        why = [f"lr x{p['lr'] / d['lr']:g} of {len(g[g['knob'].isin(['default', 'lr'])])}"]
-        for knob, label in (("outer_lr", "outer lr"), ("outer_momentum", "outer momentum")):
-            if knob in p:
-                why.append(f"{label} {p[knob]:g} of {len(g[g['knob'].isin(['default', knob])])}")
+        loss = float(g.loc[g["point"] == best[method], "final_val_loss"].iloc[0])
+        why = [f"best of {len(g)} points: {best[method]} {loss:.3f}"]
         flag = f"; at the grid's edge: {', '.join(edge[method])}" if method in edge else ""
         held = ""
         if method in conf:
@@ -224,7 +259,7 @@ def widen_points(table: pd.DataFrame) -> list[tuple[str, str]]:
     largest tried and the best. Points already in ``table`` and ladder ends are skipped."""
     out = []
     have = set(table["point"])
-    chosen = picks(table)
+    chosen = coordinate_picks(table)
     for method, knobs in at_edge(table).items():
         g = table[table["method"] == method]
         d = g[g["knob"] == "default"].iloc[0]
@@ -250,7 +285,7 @@ def widen_points(table: pd.DataFrame) -> list[tuple[str, str]]:
 
 def _write_points(config: Path, points: list[tuple[str, str]], begin: str, end: str, exp: str) -> None:
     """Append ``points`` to ``config``'s block from the line ``begin`` to the line ``end`` (one preset line
-    each) and to experiment ``exp``'s grid (its one ``method: [...]`` line)."""
+    each) and to experiment ``exp``'s grid (its one ``method: [...]`` line), replacing a point of the same name."""
     text = config.read_text(encoding="utf-8").splitlines()
     ends = [i for i, s in enumerate(text) if s.startswith(end)]
     starts = [i for i, s in enumerate(text) if s.startswith(begin)]
@@ -261,10 +296,15 @@ def _write_points(config: Path, points: list[tuple[str, str]], begin: str, end: 
     grid = next((i for i in range(at[0] + 1, len(text)) if text[i].lstrip().startswith("method: [")), None)
     if grid is None or not text[grid].rstrip().endswith("]"):
         raise ValueError(f"{config}: {exp}'s grid needs its points on one 'method: [...]' line")
-    line = text[grid].rstrip()[:-1]
-    sep = "" if line.endswith("[") else ", "
-    text[grid] = line + sep + ", ".join(p for p, _ in points) + "]"
-    text[ends[0]:ends[0]] = [f"  {p}: {body}" for p, body in points]
+    new = {p for p, _ in points}  # a point already there is replaced (its preset and its place in the grid)
+    names = [n.strip() for n in text[grid].split("[", 1)[1].rstrip()[:-1].split(",") if n.strip()]
+    indent = text[grid][:len(text[grid]) - len(text[grid].lstrip())]
+    text[grid] = indent + "method: [" + ", ".join([n for n in names if n not in new] + [p for p, _ in points]) + "]"
+    block = [i for i in range(starts[0] + 1, ends[0]) if text[i].split(":", 1)[0].strip() in new]
+    for i in reversed(block):
+        del text[i]
+    end_at = ends[0] - len(block)
+    text[end_at:end_at] = [f"  {p}: {body}" for p, body in points]
     tmp = config.with_suffix(config.suffix + ".tmp")
     tmp.write_text("\n".join(text) + "\n", encoding="utf-8")
     tmp.replace(config)
@@ -300,6 +340,41 @@ def _relabel(run: Path, name: str) -> None:
         tmp = run / (f + ".tmp")
         tmp.write_text(json.dumps(d, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         tmp.replace(run / f)
+
+
+def _supersede(run: Path, root: Path) -> str:
+    """Move ``run`` aside to ``root/.lmc_superseded/<its path>.<time>`` (kept, not read by any report)."""
+    import datetime
+
+    stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
+    old = root / ".lmc_superseded" / f"{run.relative_to(root)}.{stamp}"
+    old.parent.mkdir(parents=True, exist_ok=True)
+    shutil.move(run, old)
+    return f"superseded {run} -> {old}"
+
+
+def reuse(root: Path, config: dict, pairs: list[tuple[Path, str, str]]) -> list[str]:
+    """For each (source run, experiment, point) in ``pairs``: the run of ``point`` at the source's seed in
+    ``experiment`` is the source itself where both train the same values (:func:`_same_run`), so it is copied
+    there and relabelled rather than run again; a complete run there that trains other values is moved aside
+    (:func:`_supersede`) first. Returns what was done, one line each."""
+    from lowbw.workflow.grid import run_config
+
+    done = []
+    for src, exp, point in pairs:
+        seed = int(src.name.split("~", 1)[1])
+        dst = root / exp / f"method~{point}" / src.name
+        want = run_config(config, exp, {"method": point, "seed": seed})
+        if dst.exists() and (dst / "summary.json").is_file() and _same_run(dst, want):
+            continue
+        if dst.exists():
+            done.append(_supersede(dst, root))
+        if (src / "summary.json").is_file() and _same_run(src, want):
+            dst.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copytree(src, dst)
+            _relabel(dst, point)
+            done.append(f"copied {src} -> {dst}")
+    return done
 
 
 def relocate(root: Path, config: dict, changed: list[str], seeds: list[int]) -> list[str]:
@@ -364,14 +439,21 @@ def _repick(config: Path, root: Path, table: pd.DataFrame) -> list[str]:
     lines = [f"{m}: lr {c['pick_lr']:g} {c['pick_mean']:.3f}, {c['alt_lr']:g} {c['alt_mean']:.3f} -> {c['lr']:g}"
              for m, c in conf.items()]
     lines += [f"unconfirmed (held-out runs missing): {m}" for m in runner_up(table) if m not in conf]
-    return lines + relocate(root, yaml.safe_load(config.read_text(encoding="utf-8")), changed, seeds)
+    cfg = yaml.safe_load(config.read_text(encoding="utf-8"))
+    lines += relocate(root, cfg, changed, seeds)
+    now = {m: {**chosen[m], "lr": conf[m]["lr"]} for m in changed}  # seed 0 at the new values: a sweep run?
+    same = [(root / SWEEP / f"method~{r['point']}" / "seed~0", TUNED, f"{r['method']}-tuned")
+            for _, r in table.iterrows() if r["method"] in now and _values(r) == now[r["method"]]]
+    return lines + reuse(root, cfg, same)
 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m lowbw.report.lmc_sweep", description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
-    for cmd, what in (("pick", "write each method's picked values into the config's tuned block"),
+    for cmd, what in (("pick", "write each method's picked values into the config's tuned block (seed 0's tuned "
+                               "run is the picked point's, copied)"),
                       ("widen", "add a point beyond each pick at the edge of its grid (prints how many)"),
+                      ("joint", "add each method's one-knob picks combined as a point where no point ran them"),
                       ("confirm", "add each method's runner-up inner lr to the confirmation grid (prints how many)"),
                       ("repick", "keep the inner lr that ends lower on the held-out seeds, runs moved to match")):
         p = sub.add_parser(cmd, help=what)
@@ -390,24 +472,39 @@ def main(argv: list[str] | None = None) -> int:
                 write_widened(a.config, points)
             print(f"widened {a.config} by {len(points)} points: {' '.join(p for p, _ in points) or '-'}")
             return 0
-        if a.cmd == "confirm":
+        if a.cmd == "joint":
+            points = joint_points(table)
+            if points:
+                write_widened(a.config, points)
             cfg = yaml.safe_load(a.config.read_text(encoding="utf-8"))
-            have = set(cfg["experiments"][CONFIRM]["grid"]["method"])
-            points = [(p, b) for p, b in confirm_points(table) if p not in have]
+            # a tuned seed-0 run made at the combined values before this step existed is that point's run
+            done = reuse(a.runs, cfg, [(a.runs / TUNED / f"method~{p.split('+')[0]}-tuned" / "seed~0", SWEEP, p)
+                                       for p, _ in points])
+            print("\n".join([f"joint: {a.config} gained {len(points)} points: "
+                              f"{' '.join(p for p, _ in points) or '-'}", *done]))
+            return 0
+        if a.cmd == "confirm":
+            points = confirm_points(table)
             if points:
                 write_confirm(a.config, points)
-            print(f"confirm: {a.config} gained {len(points)} points: {' '.join(p for p, _ in points) or '-'}")
+            print(f"confirm: {a.config}'s confirmation grid holds {len(points)} points: "
+                  f"{' '.join(p for p, _ in points) or '-'}")
             return 0
         if a.cmd == "repick":
             print("\n".join(_repick(a.config, a.runs, table)))
             print(f"wrote {a.config}'s tuned block (inner lr confirmed on the held-out seeds)")
             return 0
         write_tuned(a.config, table)
+        cfg = yaml.safe_load(a.config.read_text(encoding="utf-8"))
+        done = []
+        if 0 in (cfg["experiments"].get(TUNED, {}).get("seeds") or cfg.get("seeds") or []):
+            done = reuse(a.runs, cfg, [(root / f"method~{p}" / "seed~0", TUNED, f"{m}-tuned")
+                                       for m, p in best_points(table).items()])
     except (ValueError, OSError, KeyError) as e:
         print(f"lowbw.report.lmc_sweep: {e}", file=sys.stderr)
         return 2
     print(table.to_string(index=False))
-    print(f"wrote {a.config}'s tuned block")
+    print("\n".join([*done, f"wrote {a.config}'s tuned block"]))
     return 0
 
 

@@ -12,9 +12,12 @@ import yaml
 
 from lowbw.report.lmc_sweep import (
     at_edge,
+    best_points,
     confirm_points,
     confirmed,
+    coordinate_picks,
     held_out,
+    joint_points,
     picks,
     relocate,
     runner_up,
@@ -52,9 +55,28 @@ def test_points_are_split_and_bad_names_refused():
 
 def test_each_knob_picks_its_lowest_final_loss_default_on_ties_nan_last():
     t = sweep_table(RUNS)
-    p = picks(t)
-    assert p == {"dense": {"lr": 0.008}, "diloco16": {"lr": 0.002, "outer_lr": 0.7}}
-    assert set(t.loc[t["picked"], "point"]) == {"dense+lrx2", "diloco16+lrx0.5", "diloco16"}  # its outer lr
+    # one knob at a time: diloco16's outer lr 0.7 (its default) ties with 1.0 and beats 0.5; lr x2 is NaN: last
+    assert coordinate_picks(t) == {"dense": {"lr": 0.008}, "diloco16": {"lr": 0.002, "outer_lr": 0.7}}
+    # the pick is the best point that ran, with all its values
+    assert picks(t) == {"dense": {"lr": 0.008}, "diloco16": {"lr": 0.002, "outer_lr": 0.7}}
+    assert set(t.loc[t["picked"], "point"]) == {"dense+lrx2", "diloco16+lrx0.5"}
+    tie = sweep_table(_runs([("dense+lrx2", 0.008, 0.7, "sync", 2.0), ("dense", 0.004, 0.7, "sync", 2.0)]))
+    assert best_points(tie) == {"dense": "dense"}  # ties: the default
+
+
+def test_the_combined_one_knob_picks_are_a_point_of_their_own_and_picked_only_if_lowest():
+    # diloco16: lr x0.5 (2.25) and outer lr 0.5 (2.20) each beat the default (2.30); their combination never ran
+    runs = _runs([("diloco16", 0.004, 0.7, "diloco", 2.30), ("diloco16+lrx0.5", 0.002, 0.7, "diloco", 2.25),
+                  ("diloco16+olr0.5", 0.004, 0.5, "diloco", 2.20)])
+    t = sweep_table(runs)
+    assert joint_points(t) == [("diloco16+joint", "{<<: *diloco16, lr: 0.002, lr_min: 0.0002, outer_lr: 0.5}")]
+    assert picks(t)["diloco16"] == {"lr": 0.004, "outer_lr": 0.5}  # the best point that ran
+    worse = sweep_table(pd.concat([runs, _runs([("diloco16+joint", 0.002, 0.5, "diloco", 2.4)])]))
+    assert split_point("diloco16+joint") == ("diloco16", "joint", None)
+    assert picks(worse)["diloco16"] == {"lr": 0.004, "outer_lr": 0.5} and joint_points(worse) == []
+    better = sweep_table(pd.concat([runs, _runs([("diloco16+joint", 0.002, 0.5, "diloco", 2.1)])]))
+    assert picks(better)["diloco16"] == {"lr": 0.002, "outer_lr": 0.5}
+    assert runner_up(better) == {"diloco16": 0.004}
 
 
 def test_a_pick_at_the_largest_or_smallest_value_tried_is_at_the_grid_edge():
@@ -74,9 +96,10 @@ def test_the_tuned_block_is_rewritten_and_the_config_stays_valid_yaml(tmp_path):
     m = yaml.safe_load(cfg.read_text())["methods"]
     assert m["dense-tuned"] == {"compressor": "none", "lr": 0.008, "lr_min": 0.0008}
     assert m["diloco16-tuned"] == {"sync": "diloco", "lr": 0.002, "lr_min": 0.0002, "outer_lr": 0.7}
-    assert "outer lr 0.7 of 3" in cfg.read_text()
-    assert "dense-tuned: {<<: *dense, lr: 0.008, lr_min: 0.0008}  # sweep (seed 0, final val loss): lr x2 of 3; at " \
-           "the grid's edge: lr" in cfg.read_text()
+    assert "diloco16-tuned: {<<: *diloco16, lr: 0.002, lr_min: 0.0002, outer_lr: 0.7}  # sweep (seed 0, final val " \
+           "loss): best of 5 points: diloco16+lrx0.5 2.250; at the grid's edge: lr" in cfg.read_text()
+    assert "dense-tuned: {<<: *dense, lr: 0.008, lr_min: 0.0008}  # sweep (seed 0, final val loss): best of 3 " \
+           "points: dense+lrx2 2.050; at the grid's edge: lr" in cfg.read_text()
     cfg.write_text("methods: {}\n")
     with pytest.raises(ValueError, match="BEGIN tuned"):
         write_tuned(cfg, sweep_table(RUNS))
@@ -93,7 +116,7 @@ def test_outer_momentum_is_a_knob_of_outer_step_methods_only():
     assert math.isnan(t.loc[t["method"] == "dense", "outer_momentum"].iloc[0])
     assert picks(t) == {"dense": {"lr": 0.004}, "diloco16": {"lr": 0.004, "outer_lr": 0.7, "outer_momentum": 0.5}}
     assert at_edge(t) == {}  # 0.5 lies inside {0, 0.5, 0.9}
-    assert set(t.loc[t["picked"], "point"]) == {"dense", "diloco16", "diloco16+om0.5"}
+    assert set(t.loc[t["picked"], "point"]) == {"dense", "diloco16+om0.5"}
 
 
 def test_widen_adds_one_point_beyond_each_edge_pick_to_the_block_and_the_grid(tmp_path):

@@ -3,8 +3,9 @@
 # with `python -m lowbw train` into the directory the workflow uses (runs/<experiment>/<point>): the sweep's
 # centre points, dense's long run, the sweep's other points; then, up to WIDEN_ROUNDS times (default 2), the
 # points beyond each pick at the edge of its grid (python -m lowbw.report.lmc_sweep widen: the config's widened
-# block and the sweep's grid); then the pick of each method's values (python -m lowbw.report.lmc_sweep pick:
-# rewrites config/lm_evidence.yaml's tuned block), then the tuned seeds; then each inner-lr pick's check on the
+# block and the sweep's grid); then each method's one-knob picks combined, where no point ran them (lmc_sweep joint:
+# one more sweep point); then the pick of each method's values, its best point (python -m lowbw.report.lmc_sweep
+# pick: rewrites config/lm_evidence.yaml's tuned block; the tuned seed 0 is that point's run), then the tuned seeds; then each inner-lr pick's check on the
 # held-out seeds (lmc_sweep confirm: the runner-up's points, e9_lmc_confirm), the repick on their mean (lmc_sweep
 # repick: rewrites the tuned block, moves runs to match) and the tuned runs whose values changed. A run already
 # complete at the config's current values is skipped, so the script resumes where it stopped; one whose values
@@ -156,6 +157,15 @@ for round in $(seq 1 "$WIDEN_ROUNDS"); do
   shard other
 done
 wait_for default curve other || exit 1
+# the one-knob picks combined, where no point ran them: one more point of the sweep
+if [ "$K" -eq 0 ] && [ ! -e "$MARK/joint" ]; then
+  out=$("$PY" -m lowbw.report.lmc_sweep joint --config "$CONFIG" --runs runs 2>&1) || abort "joint failed: $out"
+  echo "$(date -u +%FT%TZ) $out"
+  echo "$out" > "$MARK/joint"
+fi
+wait_mark joint || exit 1
+shard other
+wait_for default curve other || exit 1
 if [ "$K" -eq 0 ] && [ ! -e "$MARK/picked" ]; then
   "$PY" -m lowbw.report.lmc_sweep pick --config "$CONFIG" --runs runs > "$MARK/picked.log" 2>&1 \
     || abort "pick failed: $(tail -1 "$MARK/picked.log")"
@@ -172,7 +182,7 @@ if [ "$K" -eq 0 ] && [ ! -e "$MARK/confirm" ]; then
   echo "$out" > "$MARK/confirm"
 fi
 wait_mark confirm || exit 1
-shard confirm
+shard tuned confirm
 wait_for confirm tuned || exit 1
 if [ "$K" -eq 0 ] && [ ! -e "$MARK/repicked" ]; then
   "$PY" -m lowbw.report.lmc_sweep repick --config "$CONFIG" --runs runs > "$MARK/repicked.log" 2>&1 \
