@@ -222,6 +222,12 @@ def numbers(st: Stats) -> dict[str, str]:
     if not st.tables["sweep"].empty:
         out[f"{p}SweepPoints"] = str(len(st.tables["sweep"]))
         edge = at_edge(st.tables["sweep"])
+        sw = st.tables["sweep"]
+        joint = sw[sw["knob"] == "joint"]
+        worse = [str(r["method"]) for _, r in joint.iterrows() if not r["picked"]]
+        out[f"{p}JointPoints"] = str(len(joint))
+        out[f"{p}JointWorse"] = escape(", ".join(worse)) or "none"
+        out[f"{p}JointWorseCount"] = str(len(worse))
         out[f"{p}SweepEdge"] = escape(", ".join(f"{m} ({' and '.join(k.replace('_', ' ') for k in ks)})"
                                              for m, ks in edge.items())) or "none"
     words = {10.0: "Ten", 1000.0: "Gbit"}
@@ -355,9 +361,9 @@ def sweep_latex(st: Stats) -> str | None:
     return booktabs(rows, ["method", "point", "lr", "outer lr", "outer mom.", "final", "best", "picked"],
                     "The language model's recorded sweep (seed 0"
                     + (f"; {st.meta['sweep_provenance']}" if st.meta.get("sweep_provenance") else "")
-                    + "): final and best validation loss of each point; each method's picked inner learning rate (and "
-                    "outer learning rate and momentum) on this seed marked; a method picked at the largest or smallest "
-                    "value its grid tried is named in the text"
+                    + "): final and best validation loss of each point (joint: each knob's best one-knob value "
+                    "combined); each method's picked point, its lowest on this seed, marked; a method whose "
+                    "one-knob pick sat at the largest or smallest value its grid tried is named in the text"
                     + ("; Table~\\ref{tab:e9lmc-confirm} says which inner learning rate the held-out seeds kept."
                        if not st.tables["confirm"].empty else "."), "tab:e9lmc-sweep") + _confirm_latex(st)
 

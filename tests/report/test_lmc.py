@@ -109,3 +109,13 @@ def test_the_seed_on_which_dense_ends_highest_is_counted_for_the_other_methods(t
     n = lmc.numbers(lmc.stats(Context({"report": {"latency_ms": 0.0}}, tmp_path / "runs", tmp_path / "out")))
     assert n["ENineLmcDenseWorstSeed"] == "1" and n["ENineLmcSameWorst"] == "1 of 2"
     assert n["ENineLmcDenseSpread"] == "0.0100" and "ENineLmcMuonSpread" not in n
+
+
+def test_a_combined_point_that_ends_higher_than_a_single_one_is_named(tmp_path):
+    root = tmp_path / "runs"
+    _grid(root)
+    for name, lr, loss in (("diloco16", 0.004, 2.3), ("diloco16+lrx2", 0.008, 2.2), ("diloco16+joint", 0.008, 2.4)):
+        fake_lm_run(root / "e9_lmc_sweep" / f"method~{name}" / "seed~0", name, 0, [3.0, loss], 1e5,
+                    sync="diloco", lr=lr)
+    n = lmc.numbers(lmc.stats(Context({"report": {"latency_ms": 0.0}}, root, tmp_path / "out")))
+    assert (n["ENineLmcJointPoints"], n["ENineLmcJointWorse"], n["ENineLmcJointWorseCount"]) == ("1", "diloco16", "1")
