@@ -321,14 +321,18 @@ def write_confirm(config: Path, points: list[tuple[str, str]]) -> None:
 
 
 def _same_run(run: Path, want: dict) -> bool:
-    """Does the run in ``run`` train what the run config ``want`` trains (every key but the run-only ones)?"""
+    """Does the run in ``run`` train what the run config ``want`` trains: every resolved key (defaults filled
+    in, as its config.json records them) but the run-only ones equal?"""
     from lowbw.train.checkpoint import RUN_ONLY_KEYS
+    from lowbw.train.config_fields import RunConfig
 
     try:
-        have = json.loads((run / "run-config.json").read_text(encoding="utf-8"))
+        have = json.loads((run / "config.json").read_text(encoding="utf-8"))
+        have = have.get("config", have)
     except (OSError, ValueError):
         return False
     drop = set(RUN_ONLY_KEYS)
+    want = json.loads(json.dumps(RunConfig.from_dict(want).to_dict()))  # as a JSON file holds it (lists, not tuples)
     return {k: v for k, v in have.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
 
 

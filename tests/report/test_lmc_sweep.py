@@ -29,6 +29,7 @@ from lowbw.report.lmc_sweep import (
     write_tuned,
     write_widened,
 )
+from lowbw.train.config_fields import RunConfig
 
 
 def _runs(rows):
@@ -187,7 +188,7 @@ def test_the_held_out_seeds_keep_the_inner_lr_with_the_lower_mean_and_only_when_
 def _run(d, cfg, loss):
     d.mkdir(parents=True)
     (d / "run-config.json").write_text(json.dumps(cfg, sort_keys=True))
-    (d / "config.json").write_text(json.dumps({"config": cfg}))
+    (d / "config.json").write_text(json.dumps({"config": RunConfig.from_dict(cfg).to_dict()}))
     (d / "summary.json").write_text(json.dumps({"final_val_loss": loss}))
 
 
