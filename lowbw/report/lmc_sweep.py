@@ -336,14 +336,15 @@ def _same_run(run: Path, want: dict) -> bool:
     return {k: v for k, v in have.items() if k not in drop} == {k: v for k, v in want.items() if k not in drop}
 
 
-def _relabel(run: Path, name: str) -> None:
-    """Set the run's name (a label) in its run-config.json and config.json."""
-    for f in ("run-config.json", "config.json"):
-        d = json.loads((run / f).read_text(encoding="utf-8"))
-        (d["config"] if f == "config.json" and "config" in d else d)["name"] = name
-        tmp = run / (f + ".tmp")
-        tmp.write_text(json.dumps(d, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        tmp.replace(run / f)
+def _relabel(run: Path, name: str, want: dict) -> None:
+    """Make the run in ``run`` the run of ``want`` (which trains the same values, :func:`_same_run`): its
+    run-config.json becomes ``want`` (what reruns it there) and its config.json's name ``name``."""
+    (run / "run-config.json.tmp").write_text(json.dumps(want, sort_keys=True), encoding="utf-8")
+    (run / "run-config.json.tmp").replace(run / "run-config.json")
+    d = json.loads((run / "config.json").read_text(encoding="utf-8"))
+    d.get("config", d)["name"] = name
+    (run / "config.json.tmp").write_text(json.dumps(d, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+    (run / "config.json.tmp").replace(run / "config.json")
 
 
 def _supersede(run: Path, root: Path) -> str:
@@ -376,7 +377,7 @@ def reuse(root: Path, config: dict, pairs: list[tuple[Path, str, str]]) -> list[
         if (src / "summary.json").is_file() and _same_run(src, want):
             dst.parent.mkdir(parents=True, exist_ok=True)
             shutil.copytree(src, dst)
-            _relabel(dst, point)
+            _relabel(dst, point, want)
             done.append(f"copied {src} -> {dst}")
     return done
 
@@ -399,11 +400,11 @@ def relocate(root: Path, config: dict, changed: list[str], seeds: list[int]) -> 
             if (tuned / "summary.json").is_file() and not pick.exists() and _same_run(tuned, want_pick):
                 pick.parent.mkdir(parents=True, exist_ok=True)
                 shutil.move(tuned, pick)
-                _relabel(pick, f"{m}-pick")
+                _relabel(pick, f"{m}-pick", want_pick)
                 done.append(f"moved {tuned} -> {pick}")
             if (alt / "summary.json").is_file() and not tuned.exists() and _same_run(alt, want_tuned):
                 shutil.copytree(alt, tuned)
-                _relabel(tuned, f"{m}-tuned")
+                _relabel(tuned, f"{m}-tuned", want_tuned)
                 done.append(f"copied {alt} -> {tuned}")
     return done
 
