@@ -14,7 +14,7 @@ the largest multiple tried or x0.5 below the smallest; outer lr and momentum the
 config's widened block and to the sweep's grid, so that the campaign runs it before the pick; ``joint`` adds the
 combined point the same way once the widening is done.
 
-A pick on one seed favours that seed's luck (the seeds of one method end up to 0.2 nats/char apart here), so each
+A pick on one seed favours that seed's luck (one method's seeds can end further apart than two methods), so each
 inner-lr pick is then checked on the seeds the pick never saw (``e9_lmc_confirm``'s seeds): ``confirm`` adds
 ``<method>-alt``, the method's runner-up inner lr on seed 0 at its other picked values, and ``repick`` keeps
 whichever of the two inner lrs ends lower on the mean over those held-out seeds (the pick's own held-out runs are
@@ -33,6 +33,7 @@ seed 0 at the new value is a sweep point's run where one ran those values, else 
 from __future__ import annotations
 
 import argparse
+import datetime
 import json
 import math
 import re
@@ -44,7 +45,10 @@ import pandas as pd
 import yaml
 
 from lowbw.runs.results import load_runs
+from lowbw.train.checkpoint import RUN_ONLY_KEYS
+from lowbw.train.config_fields import RunConfig
 from lowbw.train.schemes.registry import SCHEMES, reads
+from lowbw.workflow.grid import run_config
 
 __all__ = ["SWEEP", "CONFIRM", "TUNED", "LADDERS", "split_point", "sweep_table", "coordinate_picks", "best_points",
            "picks", "joint_points", "at_edge", "runner_up", "confirm_points", "held_out", "confirmed", "tuned_block",
@@ -323,8 +327,6 @@ def write_confirm(config: Path, points: list[tuple[str, str]]) -> None:
 def _same_run(run: Path, want: dict) -> bool:
     """Does the run in ``run`` train what the run config ``want`` trains: every resolved key (defaults filled
     in, as its config.json records them) but the run-only ones equal?"""
-    from lowbw.train.checkpoint import RUN_ONLY_KEYS
-    from lowbw.train.config_fields import RunConfig
 
     try:
         have = json.loads((run / "config.json").read_text(encoding="utf-8"))
@@ -349,8 +351,6 @@ def _relabel(run: Path, name: str, want: dict) -> None:
 
 def _supersede(run: Path, root: Path) -> str:
     """Move ``run`` aside to ``root/.lmc_superseded/<its path>.<time>`` (kept, not read by any report)."""
-    import datetime
-
     stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S")
     old = root / ".lmc_superseded" / f"{run.relative_to(root)}.{stamp}"
     old.parent.mkdir(parents=True, exist_ok=True)
@@ -363,8 +363,6 @@ def reuse(root: Path, config: dict, pairs: list[tuple[Path, str, str]]) -> list[
     ``experiment`` is the source itself where both train the same values (:func:`_same_run`), so it is copied
     there and relabelled rather than run again; a complete run there that trains other values is moved aside
     (:func:`_supersede`) first. Returns what was done, one line each."""
-    from lowbw.workflow.grid import run_config
-
     done = []
     for src, exp, point in pairs:
         seed = int(src.name.split("~", 1)[1])
@@ -387,8 +385,6 @@ def relocate(root: Path, config: dict, changed: list[str], seeds: list[int]) -> 
     old pick) to ``<CONFIRM>/method~<m>-pick`` and copy the runner-up's run into the tuned grid, each only where
     it trains exactly what ``config`` now asks of its new place (:func:`_same_run`). Returns what was done, one
     line each; a run not moved is left for the campaign, which reruns a tuned run whose config changed."""
-    from lowbw.workflow.grid import run_config
-
     done = []
     for m in changed:
         for s in seeds:
