@@ -521,6 +521,7 @@ MACROS.update({
     "ENineLmcDensePickLr": "dense's seed-0 pick of the inner lr",
     "ENineLmcDenseAltLr": "dense's runner-up inner lr",
     "ENineLmcDenseKeptLr": "dense's inner lr after the held-out check",
+    "ENineLmcKeptAtEdge": "methods whose kept inner lr is the smallest or largest their sweep tried (list)",
     "ENineLmcDenseWorstSeed": "the seed on which dense ends highest",
     "ENineLmcSameWorst": "methods that end highest on that seed too, of those with every seed (k of n)",
     "ENineLmcMuonSpread": "the range of Muon's final validation loss over its seeds (nats/char)",
@@ -531,7 +532,8 @@ MACROS.update({
        for k, what in (("Best", "method with the smallest median time to target over all seeds"),
                        ("BestTtt", "its median time (duration)"), ("BestArrived", "its arrivals (k of n)"),
                        ("BestBytes", "MB sent by all its workers until the target, median"),
-                       ("BestEnds", "whether it ends as low as dense (words, chosen by the report)"),
+                       ("BestEnds", "whether it ends as low as dense, higher but not significantly so (with "
+                                    "p), or higher (words, chosen by the report)"),
                        ("BestFinal", "its final validation loss, mean (nats/char)"),
                        ("DenseTtt", "dense's median time to target (duration, or never)"),
                        ("Speedup", "dense's median time / the fastest method's"),

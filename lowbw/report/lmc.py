@@ -243,8 +243,7 @@ def numbers(st: Stats) -> dict[str, str]:
         out[f"{p}{w}BestTtt"] = fmt_duration(best[col])
         out[f"{p}{w}BestArrived"] = f"{int(best[f'arrived@{mb:g}'])} of {int(best['seeds'])}"
         out[f"{p}{w}BestBytes"] = fmt_num(best[f"bytes_to_target@{mb:g}"] / 1e6, 3)
-        out[f"{p}{w}BestEnds"] = ("ends as low as dense" if best["as_low_as_dense"] else
-                                 "ends higher than dense")
+        out[f"{p}{w}BestEnds"] = _ends(best, dense)
         out[f"{p}{w}BestFinal"] = fmt_num(best["final_mean"], 3)
         dense_t = dense[col]
         out[f"{p}{w}DenseTtt"] = fmt_duration(dense_t) if math.isfinite(dense_t) else "never"
@@ -290,10 +289,29 @@ def numbers(st: Stats) -> dict[str, str]:
     if "muon" in spread.index:
         out[f"{p}MuonSpread"] = fmt_num(spread["muon"], 3)
     out[f"{p}DenseSpread"] = fmt_num(spread[BASELINE], 2)
+    if not conf.empty and not st.tables["sweep"].empty:  # a kept inner lr at the end of what its sweep tried
+        sw = st.tables["sweep"]
+        edge = []
+        for _, r in conf[np.isfinite(conf["pick_mean"])].iterrows():
+            tried = sw.loc[(sw["method"] == r["method"]) & sw["knob"].isin(["default", "lr"]), "lr"]
+            if len(set(tried)) > 1 and r["lr"] in (tried.min(), tried.max()):
+                edge.append(f"{r['method']} ({'smallest' if r['lr'] == tried.min() else 'largest'})")
+        out[f"{p}KeptAtEdge"] = escape(", ".join(edge)) or "none"
     never = [m for m in ms.index if ms.loc[m, "arrived@10"] == 0]
     out[f"{p}Never"] = escape(", ".join(never)) or "none"
     out[f"{p}EndsHigher"] = escape(", ".join(m for m in ms.index if not ms.loc[m, "as_low_as_dense"])) or "none"
     return out
+
+
+def _ends(m: pd.Series, dense: pd.Series) -> str:
+    """How method ``m``'s final loss compares with dense's, in words: as low, higher but not significantly so over
+    its seeds (with p), or higher."""
+    if m["final_mean"] <= dense["final_mean"]:
+        return "ends as low as dense"
+    if not m["p_vs_dense"] < 0.05:
+        p = f", p = {fmt_num(m['p_vs_dense'], 2)}" if math.isfinite(m["p_vs_dense"]) else ""
+        return f"ends higher than dense but not significantly so over {int(m['seeds'])} seeds{p}"
+    return "ends higher than dense"
 
 
 def _fmt_ttt(median: float, arrived: int, n: int) -> str:

@@ -119,3 +119,13 @@ def test_a_combined_point_that_ends_higher_than_a_single_one_is_named(tmp_path):
                     sync="diloco", lr=lr)
     n = lmc.numbers(lmc.stats(Context({"report": {"latency_ms": 0.0}}, root, tmp_path / "out")))
     assert (n["ENineLmcJointPoints"], n["ENineLmcJointWorse"], n["ENineLmcJointWorseCount"]) == ("1", "diloco16", "1")
+
+
+def test_ending_above_dense_without_significance_is_said_with_its_p():
+    import pandas as pd
+
+    dense = pd.Series({"final_mean": 1.75})
+    assert lmc._ends(pd.Series({"final_mean": 1.70, "p_vs_dense": 0.01, "seeds": 3}), dense) == "ends as low as dense"
+    assert lmc._ends(pd.Series({"final_mean": 1.89, "p_vs_dense": 0.21, "seeds": 3}), dense) == (
+        "ends higher than dense but not significantly so over 3 seeds, p = 0.21")
+    assert lmc._ends(pd.Series({"final_mean": 1.89, "p_vs_dense": 0.01, "seeds": 3}), dense) == "ends higher than dense"
