@@ -222,8 +222,7 @@ def numbers(st: Stats) -> dict[str, str]:
     if not st.tables["sweep"].empty:
         out[f"{p}SweepPoints"] = str(len(st.tables["sweep"]))
         edge = at_edge(st.tables["sweep"])
-        sw = st.tables["sweep"]
-        joint = sw[sw["knob"] == "joint"]
+        joint = st.tables["sweep"][st.tables["sweep"]["knob"] == "joint"]
         worse = [str(r["method"]) for _, r in joint.iterrows() if not r["picked"]]
         out[f"{p}JointPoints"] = str(len(joint))
         out[f"{p}JointWorse"] = escape(", ".join(worse)) or "none"
@@ -278,6 +277,12 @@ def numbers(st: Stats) -> dict[str, str]:
             out[f"{p}DenseHeldPick"], out[f"{p}DenseHeldAlt"] = fmt_num(d["pick_mean"], 3), fmt_num(d["alt_mean"], 3)
             out[f"{p}DensePickLr"], out[f"{p}DenseAltLr"] = fmt_num(d["pick_lr"], 3), fmt_num(d["alt_lr"], 3)
             out[f"{p}DenseKeptLr"] = fmt_num(d["lr"], 3)
+        edge = []  # a kept inner lr at the end of what its sweep tried
+        for _, r in done.iterrows():
+            tried = sweep.loc[(sweep["method"] == r["method"]) & sweep["knob"].isin(["default", "lr"]), "lr"]
+            if len(set(tried)) > 1 and r["lr"] in (tried.min(), tried.max()):
+                edge.append(f"{r['method']} ({'smallest' if r['lr'] == tried.min() else 'largest'})")
+        out[f"{p}KeptAtEdge"] = escape(", ".join(edge)) or "none"
     # whether seeds are shared luck: the seed on which dense ends highest, and how many other methods end
     # highest on it too; Muon's range beside dense's
     by_seed = runs.pivot_table(index="seed", columns="method", values="final_val_loss")
@@ -289,14 +294,6 @@ def numbers(st: Stats) -> dict[str, str]:
     if "muon" in spread.index:
         out[f"{p}MuonSpread"] = fmt_num(spread["muon"], 3)
     out[f"{p}DenseSpread"] = fmt_num(spread[BASELINE], 2)
-    if not conf.empty and not st.tables["sweep"].empty:  # a kept inner lr at the end of what its sweep tried
-        sw = st.tables["sweep"]
-        edge = []
-        for _, r in conf[np.isfinite(conf["pick_mean"])].iterrows():
-            tried = sw.loc[(sw["method"] == r["method"]) & sw["knob"].isin(["default", "lr"]), "lr"]
-            if len(set(tried)) > 1 and r["lr"] in (tried.min(), tried.max()):
-                edge.append(f"{r['method']} ({'smallest' if r['lr'] == tried.min() else 'largest'})")
-        out[f"{p}KeptAtEdge"] = escape(", ".join(edge)) or "none"
     never = [m for m in ms.index if ms.loc[m, "arrived@10"] == 0]
     out[f"{p}Never"] = escape(", ".join(never)) or "none"
     out[f"{p}EndsHigher"] = escape(", ".join(m for m in ms.index if not ms.loc[m, "as_low_as_dense"])) or "none"

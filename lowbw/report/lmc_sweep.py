@@ -327,7 +327,6 @@ def write_confirm(config: Path, points: list[tuple[str, str]]) -> None:
 def _same_run(run: Path, want: dict) -> bool:
     """Does the run in ``run`` train what the run config ``want`` trains: every resolved key (defaults filled
     in, as its config.json records them) but the run-only ones equal?"""
-
     try:
         have = json.loads((run / "config.json").read_text(encoding="utf-8"))
         have = have.get("config", have)

@@ -135,6 +135,18 @@ abort() {  # shard 0 gives up: say why, and let the other shards stop waiting fo
   exit 1
 }
 
+once() {  # shard 0 runs `python -m lowbw.report.lmc_sweep $2` unless the step's mark $MARK/$1 exists, and keeps
+  # its output as that mark (abort if it fails); every shard then waits for the mark
+  local mark=$1 cmd=$2 out
+  if [ "$K" -eq 0 ] && [ ! -e "$MARK/$mark" ]; then
+    out=$("$PY" -m lowbw.report.lmc_sweep "$cmd" --config "$CONFIG" --runs runs 2>&1) \
+      || abort "$cmd failed: $(echo "$out" | tail -1)"
+    echo "$out" > "$MARK/$mark.tmp" && mv "$MARK/$mark.tmp" "$MARK/$mark"
+    echo "$(date -u +%FT%TZ) $mark: $(echo "$out" | head -1) (all of it in $MARK/$mark)"
+  fi
+  wait_mark "$mark"
+}
+
 mkdir -p "$MARK"
 if [ "$K" -eq 0 ]; then rm -f "$MARK/abort"; fi
 if [ "${TUNED_ONLY:-0}" = 1 ]; then
@@ -147,50 +159,23 @@ shard default curve other
 if [ "${SWEEP_ONLY:-0}" = 1 ]; then echo "$(date -u +%FT%TZ) shard $SHARD: sweep complete"; exit 0; fi
 for round in $(seq 1 "$WIDEN_ROUNDS"); do
   wait_for default curve other || exit 1
-  if [ "$K" -eq 0 ] && [ ! -e "$MARK/widened-$round" ]; then
-    out=$("$PY" -m lowbw.report.lmc_sweep widen --config "$CONFIG" --runs runs 2>&1) || abort "widen failed: $out"
-    echo "$(date -u +%FT%TZ) round $round: $out"
-    echo "$out" > "$MARK/widened-$round"
-  fi
-  wait_mark "widened-$round" || exit 1
+  once "widened-$round" widen || exit 1
   grep -q " by 0 points" "$MARK/widened-$round" && break
   shard other
 done
 wait_for default curve other || exit 1
 # the one-knob picks combined, where no point ran them: one more point of the sweep
-if [ "$K" -eq 0 ] && [ ! -e "$MARK/joint" ]; then
-  out=$("$PY" -m lowbw.report.lmc_sweep joint --config "$CONFIG" --runs runs 2>&1) || abort "joint failed: $out"
-  echo "$(date -u +%FT%TZ) $out"
-  echo "$out" > "$MARK/joint"
-fi
-wait_mark joint || exit 1
+once joint joint || exit 1
 shard other
 wait_for default curve other || exit 1
-if [ "$K" -eq 0 ] && [ ! -e "$MARK/picked" ]; then
-  "$PY" -m lowbw.report.lmc_sweep pick --config "$CONFIG" --runs runs > "$MARK/picked.log" 2>&1 \
-    || abort "pick failed: $(tail -1 "$MARK/picked.log")"
-  date -u +%FT%TZ > "$MARK/picked"
-  echo "$(date -u +%FT%TZ) picked (table in $MARK/picked.log)"
-fi
-wait_mark picked || exit 1
+once picked pick || exit 1
 shard tuned
 wait_for tuned || exit 1
 # each inner-lr pick against its runner-up on the held-out seeds, then the tuned runs whose values changed
-if [ "$K" -eq 0 ] && [ ! -e "$MARK/confirm" ]; then
-  out=$("$PY" -m lowbw.report.lmc_sweep confirm --config "$CONFIG" --runs runs 2>&1) || abort "confirm failed: $out"
-  echo "$(date -u +%FT%TZ) $out"
-  echo "$out" > "$MARK/confirm"
-fi
-wait_mark confirm || exit 1
+once confirm confirm || exit 1
 shard tuned confirm
 wait_for confirm tuned || exit 1
-if [ "$K" -eq 0 ] && [ ! -e "$MARK/repicked" ]; then
-  "$PY" -m lowbw.report.lmc_sweep repick --config "$CONFIG" --runs runs > "$MARK/repicked.log" 2>&1 \
-    || abort "repick failed: $(tail -1 "$MARK/repicked.log")"
-  date -u +%FT%TZ > "$MARK/repicked"
-  echo "$(date -u +%FT%TZ) repicked (decisions in $MARK/repicked.log)"
-fi
-wait_mark repicked || exit 1
+once repicked repick || exit 1
 shard tuned confirm
 wait_for tuned confirm || exit 1
 echo "$(date -u +%FT%TZ) shard $SHARD: campaign complete"
