@@ -23,11 +23,17 @@ the tuned grid's). Where the runner-up wins, the pick's held-out runs move to ``
 input: :data:`lowbw.train.checkpoint.RUN_ONLY_KEYS`), so no run is repeated and none is lost; the tuned grid's
 seed 0 at the new value is a sweep point's run where one ran those values, else it runs again.
 
+Where the inner lr kept on the held-out seeds is the smallest or the largest the method tried (its sweep's and
+its held-out points), ``extend`` adds ``<method>-lrx<m>``: half or twice that lr at the other picked values, on
+the held-out seeds only, and ``repick`` then keeps the lowest held-out mean among all the inner lrs that ran
+every held-out seed; the campaign repeats the two until no kept lr is at the edge (or its rounds run out).
+
     python -m lowbw.report.lmc_sweep widen --config config/lm_evidence.yaml --runs runs
     python -m lowbw.report.lmc_sweep joint --config config/lm_evidence.yaml --runs runs
     python -m lowbw.report.lmc_sweep pick --config config/lm_evidence.yaml --runs runs
     python -m lowbw.report.lmc_sweep confirm --config config/lm_evidence.yaml --runs runs
     python -m lowbw.report.lmc_sweep repick --config config/lm_evidence.yaml --runs runs
+    python -m lowbw.report.lmc_sweep extend --config config/lm_evidence.yaml --runs runs
 """
 
 from __future__ import annotations
@@ -51,8 +57,8 @@ from lowbw.train.schemes.registry import SCHEMES, reads
 from lowbw.workflow.grid import run_config
 
 __all__ = ["SWEEP", "CONFIRM", "TUNED", "LADDERS", "split_point", "sweep_table", "coordinate_picks", "best_points",
-           "picks", "joint_points", "at_edge", "runner_up", "confirm_points", "held_out", "confirmed", "tuned_block",
-           "write_tuned", "widen_points", "write_widened", "write_confirm", "reuse", "relocate", "main"]
+           "picks", "joint_points", "at_edge", "runner_up", "confirm_points", "held_out", "confirmed", "kept_at_edge",
+           "extend_points", "tuned_block", "write_tuned", "widen_points", "write_widened", "write_confirm", "reuse", "relocate", "main"]
 
 SWEEP = "e9_lmc_sweep"  # the sweep's experiment
 CONFIRM = "e9_lmc_confirm"  # the held-out check of each inner-lr pick (its seeds: those the sweep never ran)
@@ -201,8 +207,8 @@ def confirm_points(table: pd.DataFrame) -> list[tuple[str, str]]:
 
 
 def _base(name: str) -> str:
-    """``"dense-tuned"``, ``"dense-alt"``, ``"dense-pick"`` -> ``"dense"``."""
-    return re.sub(r"-(tuned|alt|pick)$", "", name)
+    """``"dense-tuned"``, ``"dense-alt"``, ``"dense-pick"``, ``"dense-lrx0.25"`` -> ``"dense"``."""
+    return re.sub(r"-(tuned|alt|pick|lrx[0-9.]+)$", "", name)
 
 
 def held_out(runs: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
@@ -215,17 +221,49 @@ def held_out(runs: pd.DataFrame, seeds: list[int]) -> pd.DataFrame:
             .agg(mean=lambda v: float(pd.Series(v).map(_score).mean()), n="size").reset_index())
 
 
-def confirmed(table: pd.DataFrame, runs: pd.DataFrame, seeds: list[int]) -> dict[str, dict[str, float]]:
-    """method -> ``{"pick_lr", "pick_mean", "alt_lr", "alt_mean", "lr"}`` for each method whose seed-0 pick and
-    runner-up both ran on every held-out seed: ``lr`` is the one with the lower mean over them (ties: the pick)."""
-    h = held_out(runs, seeds).set_index(["method", "lr"])
+def confirmed(table: pd.DataFrame, runs: pd.DataFrame, seeds: list[int]) -> dict:
+    """method -> ``{"pick_lr", "pick_mean", "alt_lr", "alt_mean", "beyond", "lr"}`` for each method whose seed-0
+    pick and runner-up both ran on every held-out seed: ``beyond`` maps each other inner lr that ran them all (a
+    point beyond the edge, :func:`extend_points`) to its mean, and ``lr`` is the inner lr with the lowest mean
+    over them of all these (ties: the pick, then the runner-up, then the smaller)."""
+    h = held_out(runs, seeds)
     chosen, alt = picks(table), runner_up(table)
     out = {}
     for m, a in alt.items():
         p = chosen[m]["lr"]
-        if (m, p) in h.index and (m, a) in h.index and h.loc[(m, p), "n"] == h.loc[(m, a), "n"] == len(seeds):
-            pm, am = float(h.loc[(m, p), "mean"]), float(h.loc[(m, a), "mean"])
-            out[m] = {"pick_lr": p, "pick_mean": pm, "alt_lr": a, "alt_mean": am, "lr": a if am < pm else p}
+        g = h[(h["method"] == m) & (h["n"] == len(seeds))]
+        full = {float(lr): float(v) for lr, v in zip(g["lr"], g["mean"], strict=True)}
+        if p in full and a in full:
+            beyond = {lr: v for lr, v in sorted(full.items()) if lr not in (p, a)}
+            kept = min([p, a, *beyond], key=full.__getitem__)  # min keeps the first of equal means
+            out[m] = {"pick_lr": p, "pick_mean": full[p], "alt_lr": a, "alt_mean": full[a], "beyond": beyond,
+                      "lr": kept}
+    return out
+
+
+def kept_at_edge(table: pd.DataFrame, conf: dict) -> dict[str, str]:
+    """method -> ``"smallest"`` or ``"largest"`` where the inner lr kept on the held-out seeds (:func:`confirmed`)
+    is the end of every inner lr the method tried (its sweep's default and ``lrx`` points, its held-out points):
+    the optimum may lie beyond it."""
+    out = {}
+    for m, c in conf.items():
+        g = table[(table["method"] == m) & table["knob"].isin(["default", "lr"])]
+        tried = {float(x) for x in g["lr"]} | {c["pick_lr"], c["alt_lr"], *c["beyond"]}
+        if len(tried) > 1 and c["lr"] in (min(tried), max(tried)):
+            out[m] = "smallest" if c["lr"] == min(tried) else "largest"
+    return out
+
+
+def extend_points(table: pd.DataFrame, conf: dict) -> list[tuple[str, str]]:
+    """(point, preset) ``<method>-lrx<m>`` for each method whose kept inner lr is at the edge
+    (:func:`kept_at_edge`): half the kept lr below the smallest, twice it above the largest, at the method's other
+    picked values; ``m`` is its multiple of the method's default lr, as a sweep point's ``+lrx``."""
+    chosen = picks(table)
+    out = []
+    for m, side in kept_at_edge(table, conf).items():
+        d = table[(table["method"] == m) & (table["knob"] == "default")].iloc[0]
+        lr = conf[m]["lr"] * (0.5 if side == "smallest" else 2.0)
+        out.append((f"{m}-lrx{lr / d['lr']:g}", f"{{<<: *{m}, {_body({**chosen[m], 'lr': lr})}}}"))
     return out
 
 
@@ -248,9 +286,9 @@ def tuned_block(table: pd.DataFrame, conf: dict[str, dict[str, float]] | None = 
         if method in conf:
             c = conf[method]
             p = {**p, "lr": c["lr"]}
+            tried = [(c["pick_lr"], c["pick_mean"]), (c["alt_lr"], c["alt_mean"]), *c.get("beyond", {}).items()]
             held = (f"; held out (seeds {', '.join(str(s) for s in seeds or [])}, mean final val loss): lr "
-                    f"x{c['pick_lr'] / d['lr']:g} {c['pick_mean']:.3f}, x{c['alt_lr'] / d['lr']:g} {c['alt_mean']:.3f}"
-                    f" -> x{c['lr'] / d['lr']:g}")
+                    + ", ".join(f"x{lr / d['lr']:g} {v:.3f}" for lr, v in tried) + f" -> x{c['lr'] / d['lr']:g}")
         lines.append(f"  {method}-tuned: {{<<: *{method}, {_body(p)}}}  # sweep (seed 0, final val loss): "
                      + "; ".join(why) + flag + held)
     lines.append(END)
@@ -380,27 +418,46 @@ def reuse(root: Path, config: dict, pairs: list[tuple[Path, str, str]]) -> list[
 
 
 def relocate(root: Path, config: dict, changed: list[str], seeds: list[int]) -> list[str]:
-    """For each method in ``changed`` (its runner-up won), on each held-out seed: move the tuned grid's run (the
-    old pick) to ``<CONFIRM>/method~<m>-pick`` and copy the runner-up's run into the tuned grid, each only where
-    it trains exactly what ``config`` now asks of its new place (:func:`_same_run`). Returns what was done, one
-    line each; a run not moved is left for the campaign, which reruns a tuned run whose config changed."""
+    """For each method in ``changed`` (another inner lr won), on each held-out seed:
+
+    1. the tuned grid's run (the old kept lr) moves to the confirmation point that trains its values (the
+       ``-pick`` where the seed-0 pick lost); where that point already holds the run it was copied from (the
+       ``-alt`` that won before), the copy is moved aside (:func:`_supersede`) instead;
+    2. the run of the confirmation point that trains the new tuned values is copied into the tuned grid.
+
+    Each only where the runs train exactly what ``config`` asks of their new place (:func:`_same_run`). Returns
+    what was done, one line each; a run not moved is left for the campaign, which reruns a tuned run whose config
+    changed."""
+    points = list(config["experiments"][CONFIRM]["grid"]["method"])
     done = []
     for m in changed:
+        mine = [p for p in points if _base(p) == m]
         for s in seeds:
             tuned = root / TUNED / f"method~{m}-tuned" / f"seed~{s}"
-            pick = root / CONFIRM / f"method~{m}-pick" / f"seed~{s}"
-            alt = root / CONFIRM / f"method~{m}-alt" / f"seed~{s}"
-            want_pick = run_config(config, CONFIRM, {"method": f"{m}-pick", "seed": s})
             want_tuned = run_config(config, TUNED, {"method": f"{m}-tuned", "seed": s})
-            if (tuned / "summary.json").is_file() and not pick.exists() and _same_run(tuned, want_pick):
-                pick.parent.mkdir(parents=True, exist_ok=True)
-                shutil.move(tuned, pick)
-                _relabel(pick, f"{m}-pick", want_pick)
-                done.append(f"moved {tuned} -> {pick}")
-            if (alt / "summary.json").is_file() and not tuned.exists() and _same_run(alt, want_tuned):
-                shutil.copytree(alt, tuned)
-                _relabel(tuned, f"{m}-tuned", want_tuned)
-                done.append(f"copied {alt} -> {tuned}")
+            if (tuned / "summary.json").is_file() and not _same_run(tuned, want_tuned):
+                for p in mine:
+                    dst = root / CONFIRM / f"method~{p}" / f"seed~{s}"
+                    want = run_config(config, CONFIRM, {"method": p, "seed": s})
+                    if not _same_run(tuned, want):
+                        continue
+                    if (dst / "summary.json").is_file() and _same_run(dst, want):
+                        done.append(_supersede(tuned, root))
+                    elif not dst.exists():
+                        dst.parent.mkdir(parents=True, exist_ok=True)
+                        shutil.move(tuned, dst)
+                        _relabel(dst, p, want)
+                        done.append(f"moved {tuned} -> {dst}")
+                    break
+            if tuned.exists():
+                continue
+            for p in mine:
+                src = root / CONFIRM / f"method~{p}" / f"seed~{s}"
+                if (src / "summary.json").is_file() and _same_run(src, want_tuned):
+                    shutil.copytree(src, tuned)
+                    _relabel(tuned, f"{m}-tuned", want_tuned)
+                    done.append(f"copied {src} -> {tuned}")
+                    break
     return done
 
 
@@ -418,16 +475,21 @@ def write_tuned(config: Path, table: pd.DataFrame, conf: dict[str, dict[str, flo
     tmp.replace(config)
 
 
-def _repick(config: Path, root: Path, table: pd.DataFrame) -> list[str]:
-    """``repick``: keep each method's inner lr that ends lower on the held-out seeds, record the old pick's
-    runs as ``<method>-pick`` where the runner-up won, and move runs to match (:func:`relocate`)."""
+def _held_out_check(config: Path, root: Path, table: pd.DataFrame) -> tuple[dict, dict, list[int]]:
+    """(the config, :func:`confirmed` over the tuned and confirmation runs under ``root``, the held-out seeds)."""
     cfg = yaml.safe_load(config.read_text(encoding="utf-8"))
     seeds = [int(s) for s in cfg["experiments"][CONFIRM]["seeds"]]
     runs = pd.concat([load_runs(d, incomplete="skip") for d in (root / TUNED, root / CONFIRM) if d.is_dir()],
                      ignore_index=True)
     if runs.empty:
         raise ValueError(f"{root}: no {TUNED} or {CONFIRM} runs to confirm the picks with")
-    conf = confirmed(table, runs, seeds)
+    return cfg, confirmed(table, runs, seeds), seeds
+
+
+def _repick(config: Path, root: Path, table: pd.DataFrame) -> list[str]:
+    """``repick``: keep each method's inner lr that ends lowest on the held-out seeds, record the old pick's
+    runs as ``<method>-pick`` where it lost, and move runs to match (:func:`relocate`)."""
+    cfg, conf, seeds = _held_out_check(config, root, table)
     chosen = picks(table)
     grid = set(cfg["experiments"][CONFIRM]["grid"]["method"])
     current = {m: float(cfg["methods"][f"{m}-tuned"]["lr"]) for m in chosen if f"{m}-tuned" in cfg["methods"]}
@@ -436,7 +498,8 @@ def _repick(config: Path, root: Path, table: pd.DataFrame) -> list[str]:
     if new:
         write_confirm(config, new)
     write_tuned(config, table, conf, seeds)
-    lines = [f"{m}: lr {c['pick_lr']:g} {c['pick_mean']:.3f}, {c['alt_lr']:g} {c['alt_mean']:.3f} -> {c['lr']:g}"
+    lines = [f"{m}: lr {c['pick_lr']:g} {c['pick_mean']:.3f}, {c['alt_lr']:g} {c['alt_mean']:.3f}"
+             + "".join(f", {lr:g} {v:.3f}" for lr, v in c["beyond"].items()) + f" -> {c['lr']:g}"
              for m, c in conf.items()]
     lines += [f"unconfirmed (held-out runs missing): {m}" for m in runner_up(table) if m not in conf]
     cfg = yaml.safe_load(config.read_text(encoding="utf-8"))
@@ -455,7 +518,9 @@ def main(argv: list[str] | None = None) -> int:
                       ("widen", "add a point beyond each pick at the edge of its grid (prints how many)"),
                       ("joint", "add each method's one-knob picks combined as a point where no point ran them"),
                       ("confirm", "add each method's runner-up inner lr to the confirmation grid (prints how many)"),
-                      ("repick", "keep the inner lr that ends lower on the held-out seeds, runs moved to match")):
+                      ("repick", "keep the inner lr that ends lowest on the held-out seeds, runs moved to match"),
+                      ("extend", "add half or twice each kept inner lr at the edge of those tried, for the held-out "
+                                 "seeds (prints how many)")):
         p = sub.add_parser(cmd, help=what)
         p.add_argument("--config", type=Path, default=Path("config/lm_evidence.yaml"))
         p.add_argument("--runs", type=Path, default=Path("runs"))
@@ -488,6 +553,15 @@ def main(argv: list[str] | None = None) -> int:
             if points:
                 write_confirm(a.config, points)
             print(f"confirm: {a.config}'s confirmation grid holds {len(points)} points: "
+                  f"{' '.join(p for p, _ in points) or '-'}")
+            return 0
+        if a.cmd == "extend":
+            cfg, conf, _ = _held_out_check(a.config, a.runs, table)
+            grid = set(cfg["experiments"][CONFIRM]["grid"]["method"])
+            points = [(p, body) for p, body in extend_points(table, conf) if p not in grid]
+            if points:
+                write_confirm(a.config, points)
+            print(f"extended {a.config}'s confirmation grid by {len(points)} points: "
                   f"{' '.join(p for p, _ in points) or '-'}")
             return 0
         if a.cmd == "repick":

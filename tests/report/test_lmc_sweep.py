@@ -175,7 +175,7 @@ def test_the_held_out_seeds_keep_the_inner_lr_with_the_lower_mean_and_only_when_
     assert h.loc[("dense", 0.004), "n"] == 2 and h.loc[("dense", 0.004), "mean"] == pytest.approx(2.05)
     c = confirmed(t, runs, [1, 2])
     assert c == {"dense": {"pick_lr": 0.008, "pick_mean": pytest.approx(2.1), "alt_lr": 0.004,
-                           "alt_mean": pytest.approx(2.05), "lr": 0.004}}
+                           "alt_mean": pytest.approx(2.05), "beyond": {}, "lr": 0.004}}
     block = "\n".join(tuned_block(t, c, [1, 2]))
     assert "dense-tuned: {<<: *dense, lr: 0.004, lr_min: 0.0004}" in block
     assert "held out (seeds 1, 2, mean final val loss): lr x2 2.100, x1 2.050 -> x1" in block

@@ -7,7 +7,9 @@
 # one more sweep point); then the pick of each method's values, its best point (python -m lowbw.report.lmc_sweep
 # pick: rewrites config/lm_evidence.yaml's tuned block; the tuned seed 0 is that point's run), then the tuned seeds; then each inner-lr pick's check on the
 # held-out seeds (lmc_sweep confirm: the runner-up's points, e9_lmc_confirm), the repick on their mean (lmc_sweep
-# repick: rewrites the tuned block, moves runs to match) and the tuned runs whose values changed. A run already
+# repick: rewrites the tuned block, moves runs to match) and the tuned runs whose values changed; then, up to
+# EXTEND_ROUNDS times (default 2), each kept inner lr at the edge of those tried one step beyond on the held-out seeds
+# (lmc_sweep extend), and the repick over all of them. A run already
 # complete at the config's current values is skipped, so the script resumes where it stopped; one whose values
 # changed is moved to runs/.lmc_superseded/ and run again. Store the finished runs with
 #   python -m lowbw store add --cpu --to paper/measured/lm runs/e9_lmc*/*/seed~*
@@ -21,6 +23,7 @@
 set -u
 SHARD=${SHARD:-0/1}
 WIDEN_ROUNDS=${WIDEN_ROUNDS:-2}
+EXTEND_ROUNDS=${EXTEND_ROUNDS:-2}
 WAIT_S=${WAIT_S:-14400}
 MARK=runs/.lmc_campaign
 K=${SHARD%/*}
@@ -178,4 +181,15 @@ wait_for confirm tuned || exit 1
 once repicked repick || exit 1
 shard tuned confirm
 wait_for tuned confirm || exit 1
+# up to EXTEND_ROUNDS times: each kept inner lr at the edge of those tried, one point beyond it on the held-out
+# seeds, the repick over every inner lr they ran, and the tuned runs whose values changed
+for round in $(seq 1 "$EXTEND_ROUNDS"); do
+  once "extended-$round" extend || exit 1
+  grep -q " by 0 points" "$MARK/extended-$round" && break
+  shard confirm
+  wait_for confirm || exit 1
+  once "repicked-extended-$round" repick || exit 1
+  shard tuned confirm
+  wait_for tuned confirm || exit 1
+done
 echo "$(date -u +%FT%TZ) shard $SHARD: campaign complete"
