@@ -521,7 +521,11 @@ MACROS.update({
     "ENineLmcDensePickLr": "dense's seed-0 pick of the inner lr",
     "ENineLmcDenseAltLr": "dense's runner-up inner lr",
     "ENineLmcDenseKeptLr": "dense's inner lr after the held-out check",
-    "ENineLmcKeptAtEdge": "methods whose kept inner lr is the smallest or largest their sweep tried (list)",
+    "ENineLmcKeptAtEdge": "methods whose kept inner lr is the smallest or largest of all they tried, sweep and "
+                          "held-out (list)",
+    "ENineLmcExtended": "methods whose kept inner lr sat at the edge and ran a point beyond it on the held-out seeds",
+    "ENineLmcExtendedKept": "how many of them kept an inner lr beyond the edge",
+    "ENineLmcExtendedKeptMethods": "those methods (list)",
     "ENineLmcDenseWorstSeed": "the seed on which dense ends highest",
     "ENineLmcSameWorst": "methods that end highest on that seed too, of those with every seed (k of n)",
     "ENineLmcMuonSpread": "the range of Muon's final validation loss over its seeds (nats/char)",

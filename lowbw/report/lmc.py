@@ -29,7 +29,7 @@ from lowbw.report.common import fmt_duration, report_links
 from lowbw.report.conditions import runs_provenance
 from lowbw.report.experiment import Context, Experiment, MissingData, Stats
 from lowbw.report.latex import booktabs, escape, fmt_num
-from lowbw.report.lmc_sweep import CONFIRM, SWEEP, at_edge, confirmed, runner_up, sweep_table
+from lowbw.report.lmc_sweep import CONFIRM, SWEEP, at_edge, confirmed, kept_at_edge, runner_up, sweep_table
 from lowbw.report.training import eval_lines, retime
 from lowbw.runs.results import load_metrics, load_runs
 from lowbw.workflow.store import load_store
@@ -171,8 +171,12 @@ def stats(ctx: Context) -> Stats | None:
     sweep_t = sweep_table(sweep) if sweep is not None else pd.DataFrame()
     confirm, _ = _load(root, CONFIRM)
     held = sorted(int(s) for s in confirm["seed"].unique()) if confirm is not None else []
+    conf = {}
+    if not sweep_t.empty and confirm is not None and held:
+        cols = ["name", "seed", "lr", "final_val_loss"]
+        conf = confirmed(sweep_t, pd.concat([runs[cols], confirm[cols]], ignore_index=True), held)
     tables = {"runs": per_run, "methods": methods, "sweep": sweep_t,
-              "confirm": _confirm_table(sweep_t, runs, confirm, held),
+              "confirm": _confirm_table(sweep_t, conf) if conf else pd.DataFrame(),
               "curve": curve_m if curve is not None else pd.DataFrame(), "metrics": mets}
     dates = sorted(set(runs.get("measured_date", pd.Series(dtype=str)).dropna().astype(str)))
     sweep_dirs = [root / SWEEP / r for r in sweep["run"]] if sweep is not None else []
@@ -181,6 +185,7 @@ def stats(ctx: Context) -> Stats | None:
                           "sweep_provenance": runs_provenance(sweep_dirs),
                           "confirm_provenance": runs_provenance(root / CONFIRM / r for r in confirm["run"])
                           if confirm is not None else "", "held_out": held,
+                          "kept_at_edge": kept_at_edge(sweep_t, conf) if conf else {},
                           "where": where, "dates": dates, "target": target, "dense_final": dense_final,
                           "latency_ms": lat, "equal_time_s": ends, "seeds": _seeds(methods),
                           "steps": int(runs["steps"].iloc[0]), "workers": int(runs["workers"].iloc[0]),
@@ -188,18 +193,14 @@ def stats(ctx: Context) -> Stats | None:
                           "curve_steps": int(curve["steps"].iloc[0]) if curve is not None else 0})
 
 
-def _confirm_table(sweep: pd.DataFrame, tuned: pd.DataFrame, confirm: pd.DataFrame | None,
-                   held: list[int]) -> pd.DataFrame:
-    """One row per method whose inner-lr pick was checked on the held-out seeds (:func:`confirmed`): ``pick_lr``,
-    ``pick_mean``, ``alt_lr``, ``alt_mean``, ``lr`` (kept) and ``changed``; empty without confirmation runs."""
-    if sweep.empty or confirm is None or not held:
-        return pd.DataFrame()
-    cols = ["name", "seed", "lr", "final_val_loss"]
-    conf = confirmed(sweep, pd.concat([tuned[cols], confirm[cols]], ignore_index=True), held)
+def _confirm_table(sweep: pd.DataFrame, conf: dict) -> pd.DataFrame:
+    """One row per method whose inner-lr pick was checked on the held-out seeds (``conf``, :func:`confirmed`):
+    ``pick_lr``, ``pick_mean``, ``alt_lr``, ``alt_mean``, ``beyond`` (lr -> mean of each point beyond the edge),
+    ``lr`` (kept) and ``changed``; a method whose held-out runs are missing has NaNs."""
     alt = runner_up(sweep)
     rows = [{"method": m, **c, "changed": c["lr"] != c["pick_lr"]} for m, c in conf.items()]
     rows += [{"method": m, "pick_lr": math.nan, "pick_mean": math.nan, "alt_lr": alt[m], "alt_mean": math.nan,
-              "lr": math.nan, "changed": False} for m in alt if m not in conf]  # not checked (runs missing)
+              "beyond": {}, "lr": math.nan, "changed": False} for m in alt if m not in conf]  # not checked
     return pd.DataFrame(rows)
 
 
@@ -272,17 +273,19 @@ def numbers(st: Stats) -> dict[str, str]:
         out[f"{p}Confirmed"] = str(len(done))
         out[f"{p}Repicked"] = str(int(done["changed"].sum()))
         out[f"{p}RepickedMethods"] = escape(", ".join(done.loc[done["changed"], "method"])) or "none"
+        # the kept lrs that sat at the edge of those tried, and how many of their points beyond it were kept
+        ext = done[done["beyond"].map(len) > 0]
+        out[f"{p}Extended"] = str(len(ext))
+        won = ext[ext.apply(lambda r: r["lr"] in r["beyond"], axis=1).astype(bool)] if len(ext) else ext
+        out[f"{p}ExtendedKept"] = str(len(won))
+        out[f"{p}ExtendedKeptMethods"] = escape(", ".join(won["method"])) or "none"
         if BASELINE in set(done["method"]):
             d = done.set_index("method").loc[BASELINE]
             out[f"{p}DenseHeldPick"], out[f"{p}DenseHeldAlt"] = fmt_num(d["pick_mean"], 3), fmt_num(d["alt_mean"], 3)
             out[f"{p}DensePickLr"], out[f"{p}DenseAltLr"] = fmt_num(d["pick_lr"], 3), fmt_num(d["alt_lr"], 3)
             out[f"{p}DenseKeptLr"] = fmt_num(d["lr"], 3)
-        edge = []  # a kept inner lr at the end of what its sweep tried
-        for _, r in done.iterrows():
-            tried = sweep.loc[(sweep["method"] == r["method"]) & sweep["knob"].isin(["default", "lr"]), "lr"]
-            if len(set(tried)) > 1 and r["lr"] in (tried.min(), tried.max()):
-                edge.append(f"{r['method']} ({'smallest' if r['lr'] == tried.min() else 'largest'})")
-        out[f"{p}KeptAtEdge"] = escape(", ".join(edge)) or "none"
+        out[f"{p}KeptAtEdge"] = escape(", ".join(f"{m} ({side})" for m, side in st.meta["kept_at_edge"].items())
+                                        ) or "none"
     # whether seeds are shared luck: the seed on which dense ends highest, and how many other methods end
     # highest on it too; Muon's range beside dense's
     by_seed = runs.pivot_table(index="seed", columns="method", values="final_val_loss")
@@ -393,14 +396,18 @@ def _confirm_latex(st: Stats) -> str:
         return fmt_num(v, d) if math.isfinite(v) else "--"
 
     rows = [[escape(r["method"]), num(r["pick_lr"], 3), num(r["pick_mean"], 3), num(r["alt_lr"], 3),
-             num(r["alt_mean"], 3), num(r["lr"], 3) + (" (changed)" if r["changed"] else "")] for _, r in t.iterrows()]
+             num(r["alt_mean"], 3),
+             "; ".join(f"{fmt_num(lr, 3)}: {num(v, 3)}" for lr, v in r["beyond"].items()) or "--",
+             num(r["lr"], 3) + (" (changed)" if r["changed"] else "")] for _, r in t.iterrows()]
     return "\n" + booktabs(rows, ["method", "seed-0 pick lr", "held-out loss", "runner-up lr", "held-out loss",
-                                   "kept lr"],
+                                   "beyond the edge lr: loss", "kept lr"],
                            f"Each inner learning rate picked on seed 0 against the runner-up of its sweep, both at the "
                            f"method's other picked values, on seeds {held}, which the sweep never ran"
                            + (f" ({st.meta['confirm_provenance']})" if st.meta.get("confirm_provenance") else "")
-                           + ": mean final validation loss over those seeds; the lower is kept (ties: the pick), and "
-                           "the tuned runs are at the kept value (-- : a method whose held-out runs are missing).",
+                           + ": mean final validation loss over those seeds; where the lower sat at the end of every "
+                           "inner learning rate the method tried, half or twice it ran on the same seeds (beyond the "
+                           "edge; again, up to two rounds, where that one ended lowest); the lowest is kept (ties: "
+                           "the pick), and the tuned runs are at the kept value (-- : none, or held-out runs missing).",
                            "tab:e9lmc-confirm")
 
 

@@ -58,7 +58,8 @@ from lowbw.workflow.grid import run_config
 
 __all__ = ["SWEEP", "CONFIRM", "TUNED", "LADDERS", "split_point", "sweep_table", "coordinate_picks", "best_points",
            "picks", "joint_points", "at_edge", "runner_up", "confirm_points", "held_out", "confirmed", "kept_at_edge",
-           "extend_points", "tuned_block", "write_tuned", "widen_points", "write_widened", "write_confirm", "reuse", "relocate", "main"]
+           "extend_points", "tuned_block", "write_tuned", "widen_points", "write_widened", "write_confirm", "reuse",
+           "relocate", "main"]
 
 SWEEP = "e9_lmc_sweep"  # the sweep's experiment
 CONFIRM = "e9_lmc_confirm"  # the held-out check of each inner-lr pick (its seeds: those the sweep never ran)

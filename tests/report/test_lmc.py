@@ -101,6 +101,14 @@ def test_the_held_out_check_of_each_pick_is_a_table_and_counted(tmp_path):
     assert n["ENineLmcRepickedMethods"] == "dense" and n["ENineLmcDenseHeldAlt"] == "2"
     app = lmc.sweep_latex(st)
     assert "tab:e9lmc-confirm" in app and "(changed)" in app
+    # the kept 0.004 is the smallest lr dense tried: named, until a point beyond it (0.002) ran and lost
+    assert (n["ENineLmcKeptAtEdge"], n["ENineLmcExtended"]) == ("dense (smallest)", "0")
+    fake_lm_run(root / "e9_lmc_confirm" / "method~dense-lrx0.5" / "seed~1", "dense-lrx0.5", 1, [3.0, 2.05], 1e5,
+                lr=0.002)
+    st = lmc.stats(Context({"report": {"latency_ms": 0.0}}, root, tmp_path / "out"))
+    n = lmc.numbers(st)
+    assert (n["ENineLmcKeptAtEdge"], n["ENineLmcExtended"], n["ENineLmcExtendedKept"]) == ("none", "1", "0")
+    assert "0.00200: 2.05 & 0.00400 (changed)" in lmc.sweep_latex(st)
 
 
 def test_the_seed_on_which_dense_ends_highest_is_counted_for_the_other_methods(tmp_path):

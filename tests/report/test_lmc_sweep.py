@@ -16,8 +16,10 @@ from lowbw.report.lmc_sweep import (
     confirm_points,
     confirmed,
     coordinate_picks,
+    extend_points,
     held_out,
     joint_points,
+    kept_at_edge,
     picks,
     relocate,
     runner_up,
@@ -228,3 +230,57 @@ def test_confirm_points_go_into_an_empty_grid(tmp_path):
     c = yaml.safe_load(cfg.read_text())
     assert c["experiments"]["e9_lmc_confirm"]["grid"]["method"] == ["dense-alt"]
     assert c["methods"]["dense-alt"] == {"lr": 0.002, "lr_min": 0.0002}
+
+
+def test_a_kept_lr_at_the_edge_of_all_tried_gets_one_point_beyond_and_the_lowest_held_out_mean_is_kept():
+    # dense keeps its runner-up 0.004, between the 0.002 and 0.008 its sweep tried: not at the edge
+    t = sweep_table(RUNS)
+    runs = _held([("dense-tuned", 1, 0.008, 2.2), ("dense-alt", 1, 0.004, 2.1)])
+    c = confirmed(t, runs, [1])
+    assert c["dense"]["lr"] == 0.004 and kept_at_edge(t, c) == {} and extend_points(t, c) == []
+    # diloco16 keeps its pick 0.002, the smallest it tried: one point at half of it, its multiple of the
+    # default's 0.004 in the name, at the picked outer lr
+    runs = _held([("diloco16-tuned", 1, 0.002, 2.0), ("diloco16-alt", 1, 0.004, 2.3)])
+    c = confirmed(t, runs, [1])
+    assert kept_at_edge(t, c) == {"diloco16": "smallest"}
+    assert extend_points(t, c) == [("diloco16-lrx0.25", "{<<: *diloco16, lr: 0.001, lr_min: 0.0001, outer_lr: 0.7}")]
+    # once it ran every held-out seed, the lowest of the three is kept; a point beyond that lost ends the edge
+    won = _held([("diloco16-tuned", 1, 0.002, 2.0), ("diloco16-alt", 1, 0.004, 2.3), ("diloco16-lrx0.25", 1, 0.001,
+                                                                                         1.9)])
+    c = confirmed(t, won, [1])
+    assert c["diloco16"]["beyond"] == {0.001: pytest.approx(1.9)} and c["diloco16"]["lr"] == 0.001
+    assert extend_points(t, c)[0][0] == "diloco16-lrx0.125"
+    lost = won.assign(final_val_loss=[2.0, 2.3, 2.4])
+    c = confirmed(t, lost, [1])
+    assert c["diloco16"]["lr"] == 0.002 and kept_at_edge(t, c) == {}
+    assert "lr x0.5 2.000, x1 2.300, x0.25 2.400 -> x0.5" in "\n".join(tuned_block(t, c, [1]))
+    # a point beyond that has not run every held-out seed is not counted yet
+    part = _held([("diloco16-tuned", 1, 0.002, 2.0), ("diloco16-tuned", 2, 0.002, 2.0), ("diloco16-alt", 1, 0.004, 2.3),
+                  ("diloco16-alt", 2, 0.004, 2.3), ("diloco16-lrx0.25", 1, 0.001, 1.0)])
+    assert confirmed(t, part, [1, 2])["diloco16"]["beyond"] == {}
+
+
+def test_relocate_moves_aside_a_tuned_run_that_was_a_copy_and_copies_in_the_point_beyond(tmp_path):
+    # round 1 kept dense-alt (0.002: its runs were copied into the tuned grid); round 2's point beyond (0.001)
+    # ended lower: the tuned copies go aside (dense-alt keeps its own), dense-lrx0.25's runs are copied in
+    config = {"seeds": [0], "train_defaults": {"steps": 4},
+              "methods": {"dense": {"lr": 0.004}, "dense-tuned": {"lr": 0.001}, "dense-alt": {"lr": 0.002},
+                          "dense-pick": {"lr": 0.004}, "dense-lrx0.25": {"lr": 0.001}},
+              "experiments": {"e9_lmc_confirm": {"base": {}, "seeds": [1],
+                                                 "grid": {"method": ["dense-alt", "dense-pick", "dense-lrx0.25"]}},
+                              "e9_lmc": {"base": {}, "seeds": [0, 1], "grid": {"method": ["dense-tuned"]}}}}
+    runs = tmp_path / "runs"
+    _run(runs / "e9_lmc" / "method~dense-tuned" / "seed~1", {"steps": 4, "lr": 0.002, "name": "dense-tuned",
+                                                           "seed": 1}, 2.0)
+    _run(runs / "e9_lmc_confirm" / "method~dense-alt" / "seed~1", {"steps": 4, "lr": 0.002, "name": "dense-alt",
+                                                                 "seed": 1}, 2.0)
+    _run(runs / "e9_lmc_confirm" / "method~dense-lrx0.25" / "seed~1", {"steps": 4, "lr": 0.001,
+                                                                     "name": "dense-lrx0.25", "seed": 1}, 1.9)
+    done = relocate(runs, config, ["dense"], [1])
+    assert done[0].startswith("superseded") and done[1].startswith("copied"), done
+    tuned = runs / "e9_lmc" / "method~dense-tuned" / "seed~1"
+    assert json.loads((tuned / "summary.json").read_text())["final_val_loss"] == 1.9
+    assert json.loads((tuned / "config.json").read_text())["config"]["name"] == "dense-tuned"
+    assert len(list((runs / ".lmc_superseded").rglob("summary.json"))) == 1
+    assert (runs / "e9_lmc_confirm" / "method~dense-alt" / "seed~1" / "summary.json").is_file()
+    assert relocate(runs, config, ["dense"], [1]) == []

@@ -1,7 +1,9 @@
 """config/profiles/lm_evidence/campaign.sh end to end on a 6-step grid, as two shards at once: each runs its share
 of the sweep, shard 0 widens the grid where the pick sits at its edge (the other shard waits for it and runs its
 share of the new points), picks, and both run the tuned seeds; shard 0 adds the runner-up's held-out points, both
-run them, shard 0 repicks on the held-out mean and both rerun what changed; a second call finds everything done."""
+run them, shard 0 repicks on the held-out mean and both rerun what changed; where the kept lr is the end of those
+tried, shard 0 adds one point beyond it, both run it and shard 0 repicks over all; a second call finds everything
+done."""
 
 from __future__ import annotations
 
@@ -67,7 +69,7 @@ def test_two_shards_sweep_widen_pick_and_train_the_tuned_seeds(tmp_path):
     cfg.write_text(CONFIG.format(train=yaml.safe_dump(train, default_flow_style=True, width=10**6).strip(),
                                  clock=ROOT / "config/clock.json"))
     env = {**os.environ, "PYTHONPATH": str(ROOT), "LOWBW_DATA_MIRROR": str(MIRROR), "PYTHON": sys.executable,
-           "CONFIG": str(cfg), "WAIT_S": "300", "WIDEN_ROUNDS": "1"}
+           "CONFIG": str(cfg), "WAIT_S": "300", "WIDEN_ROUNDS": "1", "EXTEND_ROUNDS": "1"}
     shards = [subprocess.Popen(["bash", str(SCRIPT)], cwd=tmp_path, env={**env, "SHARD": f"{k}/2"},
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for k in (0, 1)]
     logs = [p.communicate(timeout=600)[0] for p in shards]
@@ -99,6 +101,16 @@ def test_two_shards_sweep_widen_pick_and_train_the_tuned_seeds(tmp_path):
     else:
         mine = json.loads((runs / "e9_lmc/method~dense-tuned/seed~1/summary.json").read_text())["final_val_loss"]
         assert mine <= alt and tuned["lr"] != alt_lr
+    # the kept lr's edge: one point beyond it ran on the held-out seed where the kept lr was the end of those
+    # tried (a 4-value grid on 6 steps), and the tuned lr is the lowest of all held-out means
+    extended = (runs / ".lmc_campaign" / "extended-1").read_text()
+    confirm = c["experiments"]["e9_lmc_confirm"]["grid"]["method"]
+    beyond = [p for p in confirm if p.startswith("dense-lrx")]
+    assert (" by 0 points" in extended) == (not beyond), (extended, confirm)
+    held = {c["methods"][p]["lr"]: json.loads((runs / e / f"method~{p}" / "seed~1" / "summary.json")
+                                              .read_text())["final_val_loss"]
+            for e, p in [("e9_lmc", "dense-tuned"), *(("e9_lmc_confirm", p) for p in confirm)]}
+    assert tuned["lr"] == min(held, key=held.get)
     for seed in (0, 1):
         rc = json.loads((runs / "e9_lmc/method~dense-tuned" / f"seed~{seed}" / "run-config.json").read_text())
         assert rc["lr"] == tuned["lr"] and rc["name"] == "dense-tuned"
