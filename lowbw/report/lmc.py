@@ -39,6 +39,8 @@ __all__ = ["E9LMC", "LMC_STORE", "TUNED", "CURVE", "HEADLINE_MBIT", "stats", "nu
 
 LMC_STORE = Path("paper/measured/lm")  # the lm_evidence profile's runs, kept in the repository
 TUNED, CURVE = "e9_lmc", "e9_lmc_curve"  # the tuned grid and dense's long run
+WORKERS = "e9_lmc_workers"  # DiLoCo and eager DiLoCo at their tuned values with fewer workers
+EAGER, DILOCO = "diloco16_eager", "diloco16"  # eager DiLoCo and the DiLoCo it overlaps
 HEADLINE_MBIT = (10.0, 1000.0)  # the links the headline compares at (Mbit/s per worker)
 BASELINE = "dense"
 MARGIN = 0.1  # nats/char above dense's final validation loss: the target
@@ -175,7 +177,10 @@ def stats(ctx: Context) -> Stats | None:
     if not sweep_t.empty and confirm is not None and held:
         cols = ["name", "seed", "lr", "final_val_loss"]
         conf = confirmed(sweep_t, pd.concat([runs[cols], confirm[cols]], ignore_index=True), held)
+    fewer, _ = _load(root, WORKERS)
     tables = {"runs": per_run, "methods": methods, "sweep": sweep_t,
+              "workers": _eager_gap(per_run, int(runs["workers"].iloc[0]), fewer) if fewer is not None
+              else pd.DataFrame(),
               "confirm": _confirm_table(sweep_t, conf) if conf else pd.DataFrame(),
               "curve": curve_m if curve is not None else pd.DataFrame(), "metrics": mets}
     dates = sorted(set(runs.get("measured_date", pd.Series(dtype=str)).dropna().astype(str)))
@@ -186,6 +191,8 @@ def stats(ctx: Context) -> Stats | None:
                           "confirm_provenance": runs_provenance(root / CONFIRM / r for r in confirm["run"])
                           if confirm is not None else "", "held_out": held,
                           "kept_at_edge": kept_at_edge(sweep_t, conf) if conf else {},
+                          "picking_seeds": sorted({int(s) for s in sweep["seed"]} | set(held))
+                          if sweep is not None else [],
                           "where": where, "dates": dates, "target": target, "dense_final": dense_final,
                           "latency_ms": lat, "equal_time_s": ends, "seeds": _seeds(methods),
                           "steps": int(runs["steps"].iloc[0]), "workers": int(runs["workers"].iloc[0]),
@@ -201,6 +208,42 @@ def _confirm_table(sweep: pd.DataFrame, conf: dict) -> pd.DataFrame:
     rows = [{"method": m, **c, "changed": c["lr"] != c["pick_lr"]} for m, c in conf.items()]
     rows += [{"method": m, "pick_lr": math.nan, "pick_mean": math.nan, "alt_lr": alt[m], "alt_mean": math.nan,
               "beyond": {}, "lr": math.nan, "changed": False} for m in alt if m not in conf]  # not checked
+    return pd.DataFrame(rows)
+
+
+def _optimism(runs: pd.DataFrame, picking: list[int], p: str) -> dict[str, str]:
+    """How much lower the tuned runs end on the seeds that picked their values (the sweep's and the held-out ones)
+    than on the seeds no pick saw: per method the difference of the two means, its median over the methods that
+    ran both, in words (``UnseenSeeds``, ``PickOptimism``); nothing where no tuned seed is unseen."""
+    unseen = sorted(set(runs["seed"].astype(int)) - set(picking))
+    if not picking or not unseen:
+        return {}
+    seen = runs["seed"].astype(int).isin(picking)
+    gap = (runs[~seen].groupby("method")["final_val_loss"].mean()
+           - runs[seen].groupby("method")["final_val_loss"].mean()).dropna()
+    if gap.empty:
+        return {}
+    d = float(gap.median())
+    return {f"{p}UnseenSeeds": " and ".join(str(s) for s in unseen) if len(unseen) < 3 else
+            ", ".join(str(s) for s in unseen[:-1]) + f" and {unseen[-1]}",
+            f"{p}PickOptimism": f"{fmt_num(abs(d), 2)} nats/char {'higher' if d > 0 else 'lower'}" if d else "as low"}
+
+
+def _eager_gap(tuned: pd.DataFrame, workers: int, fewer: pd.DataFrame) -> pd.DataFrame:
+    """One row per worker count (``workers``: the tuned grid's, then ``fewer``'s): eager DiLoCo's and DiLoCo's mean
+    final validation loss (``eager``, ``diloco``) over the seeds all four cells ran, ``gap`` = eager - diloco and
+    ``seeds``. Eager's update is (M-1)/M stale, so the gap should shrink with M if staleness causes it (empty
+    without all four cells)."""
+    cells = [(workers, tuned), (int(fewer["workers"].iloc[0]), fewer.assign(method=fewer["name"].map(_method)))]
+    have = [{int(x) for x in t.loc[t["method"] == m, "seed"]} for _, t in cells for m in (EAGER, DILOCO)]
+    seeds = set.intersection(*have)
+    if not seeds:
+        return pd.DataFrame()
+    rows = []
+    for m_workers, t in cells:
+        t = t[t["seed"].astype(int).isin(seeds)].groupby("method")["final_val_loss"].mean()
+        rows.append({"workers": m_workers, "eager": float(t[EAGER]), "diloco": float(t[DILOCO]),
+                     "gap": float(t[EAGER] - t[DILOCO]), "seeds": len(seeds)})
     return pd.DataFrame(rows)
 
 
@@ -297,6 +340,17 @@ def numbers(st: Stats) -> dict[str, str]:
     if "muon" in spread.index:
         out[f"{p}MuonSpread"] = fmt_num(spread["muon"], 3)
     out[f"{p}DenseSpread"] = fmt_num(spread[BASELINE], 2)
+    out.update(_optimism(runs, st.meta["picking_seeds"], p))
+    w = st.tables["workers"]
+    if not w.empty:  # eager DiLoCo against DiLoCo with the grid's workers (row 0) and fewer (row 1)
+        grid, few = w.iloc[0], w.iloc[1]
+        out[f"{p}EagerGapSeeds"], out[f"{p}FewWorkers"] = str(int(grid["seeds"])), str(int(few["workers"]))
+        for r, tag in ((grid, ""), (few, "Few")):
+            out[f"{p}Eager{tag}Loss"], out[f"{p}Diloco{tag}Loss"] = fmt_num(r["eager"], 3), fmt_num(r["diloco"], 3)
+            out[f"{p}EagerGap{tag}"] = fmt_num(r["gap"], 2)
+        out[f"{p}EagerGapVerdict"] = ("narrower with fewer workers, as the stale share predicts"
+                                      if few["gap"] < grid["gap"] else
+                                      "no narrower with fewer workers, so the stale share alone does not explain it")
     never = [m for m in ms.index if ms.loc[m, "arrived@10"] == 0]
     out[f"{p}Never"] = escape(", ".join(never)) or "none"
     out[f"{p}EndsHigher"] = escape(", ".join(m for m in ms.index if not ms.loc[m, "as_low_as_dense"])) or "none"

@@ -12,11 +12,11 @@ from lowbw.report.experiment import Context
 from lowbw.runs.io import append_jsonl, atomic_write_json
 
 
-def fake_lm_run(d, name, seed, losses, bytes_per_step, sync="sync", lr=0.004):
+def fake_lm_run(d, name, seed, losses, bytes_per_step, sync="sync", lr=0.004, workers=4):
     """A run of ``len(losses)`` evaluated steps, 1 s compute each, ``bytes_per_step`` bytes on the wire each."""
     d.mkdir(parents=True)
     atomic_write_json(d / "config.json", {"config": {"name": name, "seed": seed, "steps": len(losses),
-                                                     "workers": 4, "dataset": "shakespeare", "model": "gpt-mini",
+                                                     "workers": workers, "dataset": "shakespeare", "model": "gpt-mini",
                                                      "lr": lr, "outer_lr": 0.7, "sync": sync},
                                           "provenance": {"host": "h"}})
     for s, v in enumerate(losses, 1):
@@ -109,6 +109,12 @@ def test_the_held_out_check_of_each_pick_is_a_table_and_counted(tmp_path):
     n = lmc.numbers(st)
     assert (n["ENineLmcKeptAtEdge"], n["ENineLmcExtended"], n["ENineLmcExtendedKept"]) == ("none", "1", "0")
     assert "0.00200: 2.05 & 0.00400 (changed)" in lmc.sweep_latex(st)
+    # seed 0 picked the values and seed 1 the inner lr: a tuned seed 2 is one no pick saw; dense ends 0.1 higher
+    # there than the mean of its picking seeds (diloco16 and demo lack it)
+    assert "ENineLmcUnseenSeeds" not in n
+    fake_lm_run(root / "e9_lmc" / "method~dense-tuned" / "seed~2", "dense-tuned", 2, [3.0, 2.2], 1e5)
+    n = lmc.numbers(lmc.stats(Context({"report": {"latency_ms": 0.0}}, root, tmp_path / "out")))
+    assert (n["ENineLmcUnseenSeeds"], n["ENineLmcPickOptimism"]) == ("2", "0.10 nats/char higher")
 
 
 def test_the_seed_on_which_dense_ends_highest_is_counted_for_the_other_methods(tmp_path):
@@ -137,3 +143,22 @@ def test_ending_above_dense_without_significance_is_said_with_its_p():
     assert lmc._ends(pd.Series({"final_mean": 1.89, "p_vs_dense": 0.21, "seeds": 3}), dense) == (
         "ends higher than dense but not significantly so over 3 seeds, p = 0.21")
     assert lmc._ends(pd.Series({"final_mean": 1.89, "p_vs_dense": 0.01, "seeds": 3}), dense) == "ends higher than dense"
+
+
+def test_eager_diloco_against_diloco_with_fewer_workers_over_the_seeds_all_four_cells_ran(tmp_path):
+    # _grid's diloco16 ends 2.15/2.16 (seeds 0, 1) with 4 workers; eager there 2.40 on both; with 2 workers eager
+    # 2.20 and diloco 2.15 on seed 0 only: the comparison is over seed 0
+    root = tmp_path / "runs"
+    _grid(root)
+    for s in (0, 1):
+        fake_lm_run(root / "e9_lmc" / "method~diloco16_eager-tuned" / f"seed~{s}", "diloco16_eager-tuned", s,
+                    [3.0, 2.4], 1e5, sync="diloco_eager")
+    st = lmc.stats(Context({"report": {"latency_ms": 0.0}}, root, tmp_path / "out"))
+    assert st.tables["workers"].empty and "ENineLmcEagerGap" not in lmc.numbers(st)
+    for name, loss in (("diloco16_eager-tuned", 2.2), ("diloco16-tuned", 2.15)):
+        fake_lm_run(root / "e9_lmc_workers" / f"method~{name}" / "seed~0", name, 0, [3.0, loss], 1e5, workers=2)
+    n = lmc.numbers(lmc.stats(Context({"report": {"latency_ms": 0.0}}, root, tmp_path / "out")))
+    assert (n["ENineLmcEagerGapSeeds"], n["ENineLmcFewWorkers"]) == ("1", "2")
+    assert (n["ENineLmcEagerLoss"], n["ENineLmcDilocoLoss"], n["ENineLmcEagerGap"]) == ("2.40", "2.15", "0.25")
+    assert (n["ENineLmcEagerFewLoss"], n["ENineLmcEagerGapFew"]) == ("2.20", "0.050")
+    assert n["ENineLmcEagerGapVerdict"].startswith("narrower")

@@ -1,24 +1,25 @@
 #!/usr/bin/env bash
-# The lm_evidence profile's runs in the order that gives a usable grid soonest, one at a time at nice 19, each
-# with `python -m lowbw train` into the directory the workflow uses (runs/<experiment>/<point>): the sweep's
-# centre points, dense's long run, the sweep's other points; then, up to WIDEN_ROUNDS times (default 2), the
-# points beyond each pick at the edge of its grid (python -m lowbw.report.lmc_sweep widen: the config's widened
-# block and the sweep's grid); then each method's one-knob picks combined, where no point ran them (lmc_sweep joint:
-# one more sweep point); then the pick of each method's values, its best point (python -m lowbw.report.lmc_sweep
-# pick: rewrites config/lm_evidence.yaml's tuned block; the tuned seed 0 is that point's run), then the tuned seeds; then each inner-lr pick's check on the
-# held-out seeds (lmc_sweep confirm: the runner-up's points, e9_lmc_confirm), the repick on their mean (lmc_sweep
-# repick: rewrites the tuned block, moves runs to match) and the tuned runs whose values changed; then, up to
-# EXTEND_ROUNDS times (default 2), each kept inner lr at the edge of those tried one step beyond on the held-out seeds
-# (lmc_sweep extend), and the repick over all of them. A run already
-# complete at the config's current values is skipped, so the script resumes where it stopped; one whose values
-# changed is moved to runs/.lmc_superseded/ and run again. Store the finished runs with
+# The lm_evidence profile's runs in the order that gives a usable grid soonest, one at a time at nice 19, each with
+# `python -m lowbw train` into the directory the workflow uses (runs/<experiment>/<point>): the sweep's centre
+# points, dense's long run, the sweep's other points; then, up to WIDEN_ROUNDS times (default 2), the points beyond
+# each pick at the edge of its grid (python -m lowbw.report.lmc_sweep widen: the config's widened block and the
+# sweep's grid); then each method's one-knob picks combined, where no point ran them (lmc_sweep joint: one more
+# sweep point); then the pick of each method's values, its best point (python -m lowbw.report.lmc_sweep pick:
+# rewrites config/lm_evidence.yaml's tuned block; the tuned seed 0 is that point's run), then the tuned seeds; then
+# each inner-lr pick's check on the held-out seeds (lmc_sweep confirm: the runner-up's points, e9_lmc_confirm), the
+# repick on their mean (lmc_sweep repick: rewrites the tuned block, moves runs to match) and the tuned runs whose
+# values changed; then, up to EXTEND_ROUNDS times (default 2), each kept inner lr at the edge of those tried one
+# step beyond on the held-out seeds (lmc_sweep extend), and the repick over all of them; then e9_lmc_workers at the
+# final values. A run already complete at the config's current values is skipped, so the script resumes where it
+# stopped; one whose values changed is moved to runs/.lmc_superseded/ and run again. Store the finished runs with
 #   python -m lowbw store add --cpu --to paper/measured/lm runs/e9_lmc*/*/seed~*
 # Usage (from the repository root): nohup nice -n 19 config/profiles/lm_evidence/campaign.sh > runs/lmc.log 2>&1 &
 # SHARD=k/n (default 0/1) runs only every n-th point of each phase from the k-th, so n processes share the work;
 # between phases each shard waits for the others' points (at most WAIT_S seconds, default 4 h), and shard 0
 # alone widens and picks (runs/.lmc_campaign/ records each step done, so a resumed campaign does not repeat it).
-# TUNED_ONLY=1 runs only the tuned seeds at the tuned block's current values (no sweep, no pick), sharded the
-# same way: the way to add seeds to e9_lmc after the pick (its seeds: list in config/lm_evidence.yaml).
+# TUNED_ONLY=1 runs only the tuned seeds (and e9_lmc_workers) at the tuned block's current values (no sweep, no
+# pick), sharded the same way: the way to add seeds to e9_lmc after the pick (its seeds: list in
+# config/lm_evidence.yaml).
 # SWEEP_ONLY=1 runs the sweep's current points (and dense's long run) and stops: no widening, no pick.
 set -u
 SHARD=${SHARD:-0/1}
@@ -32,7 +33,7 @@ CONFIG=${CONFIG:-config/lm_evidence.yaml}
 PY=${PYTHON:-python}
 export OMP_NUM_THREADS=1
 
-points() {  # the run directories of phase $1 (default | curve | other | tuned | confirm), in order
+points() {  # the run directories of phase $1 (default | curve | other | tuned | confirm | workers), in order
   "$PY" - "$CONFIG" "$1" <<'EOF'
 import sys, yaml
 from lowbw.workflow.grid import run_dirs
@@ -42,7 +43,7 @@ for d in run_dirs(config):
     swept = "+" in point  # <method>+lrx<m> | +olr<v> | +om<v>: one knob away from the method's centre
     if {"default": exp == "e9_lmc_sweep" and not swept, "curve": exp == "e9_lmc_curve",
             "other": exp == "e9_lmc_sweep" and swept, "tuned": exp == "e9_lmc",
-            "confirm": exp == "e9_lmc_confirm"}[phase]:
+            "confirm": exp == "e9_lmc_confirm", "workers": exp == "e9_lmc_workers"}[phase]:
         print(d)
 EOF
 }
@@ -73,7 +74,7 @@ import datetime, json, os, sys, yaml
 from pathlib import Path
 from lowbw.workflow.grid import decode, run_config, run_dirs
 config, phases = yaml.safe_load(open(sys.argv[1])), set(sys.argv[2:])
-exps = {"tuned": "e9_lmc", "confirm": "e9_lmc_confirm", "curve": "e9_lmc_curve"}
+exps = {"tuned": "e9_lmc", "confirm": "e9_lmc_confirm", "curve": "e9_lmc_curve", "workers": "e9_lmc_workers"}
 stamp = datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%S") + f".{os.getpid()}"
 for d in run_dirs(config):
     _, exp, rest = d.split("/", 2)
@@ -153,7 +154,7 @@ once() {  # shard 0 runs `python -m lowbw.report.lmc_sweep $2` unless the step's
 mkdir -p "$MARK"
 if [ "$K" -eq 0 ]; then rm -f "$MARK/abort"; fi
 if [ "${TUNED_ONLY:-0}" = 1 ]; then
-  shard tuned
+  shard tuned workers
   echo "$(date -u +%FT%TZ) shard $SHARD: tuned seeds complete"
   exit 0
 fi
@@ -192,4 +193,7 @@ for round in $(seq 1 "$EXTEND_ROUNDS"); do
   shard tuned confirm
   wait_for tuned confirm || exit 1
 done
+# the tuned values' other runs (e9_lmc_workers: two workers instead of four), once the values are final
+shard workers
+wait_for workers || exit 1
 echo "$(date -u +%FT%TZ) shard $SHARD: campaign complete"
