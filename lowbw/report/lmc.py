@@ -288,6 +288,11 @@ def numbers(st: Stats) -> dict[str, str]:
         out[f"{p}{w}BestBytes"] = fmt_num(best[f"bytes_to_target@{mb:g}"] / 1e6, 3)
         out[f"{p}{w}BestEnds"] = _ends(best, dense)
         out[f"{p}{w}BestFinal"] = fmt_num(best["final_mean"], 3)
+        second = _fastest(st.tables["methods"][st.tables["methods"]["method"] != best["method"]], mb)
+        if second is not None:  # the next soonest: a close second with more seeds arriving is worth naming
+            out[f"{p}{w}Second"] = escape(second["method"])
+            out[f"{p}{w}SecondTtt"] = fmt_duration(second[col])
+            out[f"{p}{w}SecondArrived"] = f"{int(second[f'arrived@{mb:g}'])} of {int(second['seeds'])}"
         dense_t = dense[col]
         out[f"{p}{w}DenseTtt"] = fmt_duration(dense_t) if math.isfinite(dense_t) else "never"
         if math.isfinite(dense_t) and best["method"] != BASELINE:

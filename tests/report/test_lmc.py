@@ -54,6 +54,9 @@ def test_target_ttt_and_headline_are_chosen_by_the_numbers(tmp_path):
     assert n["ENineLmcTenBest"] == "diloco16" and n["ENineLmcTenSpeedup"] == "1.82"
     assert n["ENineLmcTenBestEnds"] == "ends higher than dense"  # 2.15/2.16 against 2.095/2.105: 0.055 higher per seed
     assert n["ENineLmcNever"] == "demo" and n["ENineLmcTenBestArrived"] == "2 of 2"
+    # the next soonest is dense (demo never arrives, so there is no third)
+    assert (n["ENineLmcTenSecond"], n["ENineLmcTenSecondTtt"], n["ENineLmcTenSecondArrived"]) == ("dense", "8 s",
+                                                                                               "2 of 2")
     # equal wall-clock at 10 Mbit/s: demo's whole run ends first (5 x 1.008 s); by then dense has evaluated 2
     # steps (2.5), diloco 4 (2.19)
     assert m.loc["diloco16", "loss_at_equal_time@10"] == pytest.approx(2.19)
