@@ -231,20 +231,24 @@ def _optimism(runs: pd.DataFrame, picking: list[int], p: str) -> dict[str, str]:
 
 def _eager_gap(tuned: pd.DataFrame, workers: int, fewer: pd.DataFrame) -> pd.DataFrame:
     """One row per worker count (``workers``: the tuned grid's, then ``fewer``'s): eager DiLoCo's and DiLoCo's mean
-    final validation loss (``eager``, ``diloco``) over the seeds all four cells ran, ``gap`` = eager - diloco and
-    ``seeds``. Eager's update is (M-1)/M stale, so the gap should shrink with M if staleness causes it (empty
-    without all four cells)."""
+    final validation loss (``eager``, ``diloco``) over the seeds all four cells ran, ``gap`` = eager - diloco,
+    ``seeds``, and ``p``: a paired t-test over those seeds of the per-seed gap at the grid's count against fewer
+    workers' (the same on both rows). Eager's update is (M-1)/M stale, so the gap should narrow with fewer workers
+    if staleness causes it (empty without all four cells)."""
     cells = [(workers, tuned), (int(fewer["workers"].iloc[0]), fewer.assign(method=fewer["name"].map(_method)))]
     have = [{int(x) for x in t.loc[t["method"] == m, "seed"]} for _, t in cells for m in (EAGER, DILOCO)]
-    seeds = set.intersection(*have)
+    seeds = sorted(set.intersection(*have))
     if not seeds:
         return pd.DataFrame()
-    rows = []
+    rows, gaps = [], []
     for m_workers, t in cells:
-        t = t[t["seed"].astype(int).isin(seeds)].groupby("method")["final_val_loss"].mean()
-        rows.append({"workers": m_workers, "eager": float(t[EAGER]), "diloco": float(t[DILOCO]),
-                     "gap": float(t[EAGER] - t[DILOCO]), "seeds": len(seeds)})
-    return pd.DataFrame(rows)
+        t = t.assign(seed=t["seed"].astype(int))
+        by = t[t["seed"].isin(seeds)].pivot_table(index="seed", columns="method", values="final_val_loss")
+        gaps.append(by[EAGER] - by[DILOCO])
+        rows.append({"workers": m_workers, "eager": float(by[EAGER].mean()), "diloco": float(by[DILOCO].mean()),
+                     "gap": float(gaps[-1].mean()), "seeds": len(seeds)})
+    p = float(ttest_rel(gaps[0], gaps[1]).pvalue) if len(seeds) > 1 else math.nan
+    return pd.DataFrame(rows).assign(p=p)
 
 
 def _fastest(methods: pd.DataFrame, mb: float) -> pd.Series | None:
@@ -353,9 +357,12 @@ def numbers(st: Stats) -> dict[str, str]:
         for r, tag in ((grid, ""), (few, "Few")):
             out[f"{p}Eager{tag}Loss"], out[f"{p}Diloco{tag}Loss"] = fmt_num(r["eager"], 3), fmt_num(r["diloco"], 3)
             out[f"{p}EagerGap{tag}"] = fmt_num(r["gap"], 2)
-        out[f"{p}EagerGapVerdict"] = ("narrower with fewer workers, as the stale share predicts"
-                                      if few["gap"] < grid["gap"] else
-                                      "no narrower with fewer workers, so the stale share alone does not explain it")
+        narrower = few["gap"] < grid["gap"] and few["p"] < 0.05
+        out[f"{p}EagerGapVerdict"] = (
+            f"significantly narrower with fewer workers (paired over the seeds, p = {fmt_num(few['p'], 2)}), as the "
+            "stale share predicts" if narrower else
+            f"not significantly narrower (paired over the seeds, p = {fmt_num(few['p'], 2)}): the stale share alone "
+            "does not explain it")
     never = [m for m in ms.index if ms.loc[m, "arrived@10"] == 0]
     out[f"{p}Never"] = escape(", ".join(never)) or "none"
     out[f"{p}EndsHigher"] = escape(", ".join(m for m in ms.index if not ms.loc[m, "as_low_as_dense"])) or "none"
