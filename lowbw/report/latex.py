@@ -7,7 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-__all__ = ["escape", "numbers_tex", "booktabs", "fmt_num", "fmt_pm"]
+__all__ = ["escape", "numbers_tex", "booktabs", "page_rows", "fmt_num", "fmt_pm"]
 
 _ESC = {"&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#", "_": r"\_", "{": r"\{", "}": r"\}",
         "~": r"\textasciitilde{}", "^": r"\textasciicircum{}", "\\": r"\textbackslash{}"}
@@ -66,3 +66,26 @@ def booktabs(rows: Sequence[Sequence[Any]], header: Sequence[str], caption: str,
         lines.append(rf"\par\smallskip{{\footnotesize {note}}}")
     lines.append(r"\end{table}")
     return "\n".join(lines) + "\n"
+
+
+def page_rows(rows: Sequence[Sequence[Any]], keys: Sequence[Any], limit: int) -> list[list[Sequence[Any]]]:
+    """``rows`` in pieces of at most ``limit`` rows, one table each (a ``table`` float taller than the page runs
+    off its bottom): a run of rows with the same key (``keys``, one per row, e.g. the method) stays in one piece
+    unless it alone exceeds ``limit``."""
+    if len(keys) != len(rows) or limit < 1:
+        raise ValueError(f"page_rows: {len(keys)} keys for {len(rows)} rows, limit {limit}")
+    runs: list[list[Sequence[Any]]] = []  # consecutive rows of one key
+    for i, row in enumerate(rows):
+        if i and keys[i] == keys[i - 1]:
+            runs[-1].append(row)
+        else:
+            runs.append([row])
+    pages: list[list[Sequence[Any]]] = [[]]
+    for run in runs:
+        while run:
+            if pages[-1] and len(pages[-1]) + len(run) > limit:
+                pages.append([])
+            take = limit - len(pages[-1])
+            pages[-1].extend(run[:take])
+            run = run[take:]
+    return pages if pages[0] else []

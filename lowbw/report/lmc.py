@@ -28,7 +28,7 @@ from lowbw.report.catalog import PREFIX
 from lowbw.report.common import fmt_duration, report_links
 from lowbw.report.conditions import runs_provenance
 from lowbw.report.experiment import Context, Experiment, MissingData, Stats
-from lowbw.report.latex import booktabs, escape, fmt_num
+from lowbw.report.latex import booktabs, escape, fmt_num, page_rows
 from lowbw.report.lmc_sweep import CONFIRM, SWEEP, at_edge, confirmed, kept_at_edge, runner_up, sweep_table
 from lowbw.report.training import eval_lines, retime
 from lowbw.runs.results import load_metrics, load_runs
@@ -44,6 +44,7 @@ EAGER, DILOCO = "diloco16_eager", "diloco16"  # eager DiLoCo and the DiLoCo it o
 HEADLINE_MBIT = (10.0, 1000.0)  # the links the headline compares at (Mbit/s per worker)
 BASELINE = "dense"
 MARGIN = 0.1  # nats/char above dense's final validation loss: the target
+SWEEP_ROWS_PER_PAGE = 60  # rows of the appendix's sweep table per page (\small, a page holds about 70)
 
 
 
@@ -442,14 +443,19 @@ def sweep_latex(st: Stats) -> str | None:
     rows = [[escape(r["method"]), escape(r["knob"].replace("_", " ")), fmt_num(r["lr"], 3), outer(r, "outer_lr"),
              outer(r, "outer_momentum"), fmt_num(r["final_val_loss"], 3), fmt_num(r["best_val_loss"], 3),
              "$\\checkmark$" if r["picked"] else ""] for _, r in t.iterrows()]
-    return booktabs(rows, ["method", "point", "lr", "outer lr", "outer mom.", "final", "best", "picked"],
-                    "The language model's recorded sweep (seed 0"
-                    + (f"; {st.meta['sweep_provenance']}" if st.meta.get("sweep_provenance") else "")
-                    + "): final and best validation loss of each point (joint: each knob's best one-knob value "
-                    "combined); each method's picked point, its lowest on this seed, marked; a method whose "
-                    "one-knob pick sat at the largest or smallest value its grid tried is named in the text"
-                    + ("; Table~\\ref{tab:e9lmc-confirm} says which inner learning rate the held-out seeds kept."
-                       if not st.tables["confirm"].empty else "."), "tab:e9lmc-sweep") + _confirm_latex(st)
+    header = ["method", "point", "lr", "outer lr", "outer mom.", "final", "best", "picked"]
+    caption = ("The language model's recorded sweep (seed 0"
+               + (f"; {st.meta['sweep_provenance']}" if st.meta.get("sweep_provenance") else "")
+               + "): final and best validation loss of each point (joint: each knob's best one-knob value "
+               "combined); each method's picked point, its lowest on this seed, marked; a method whose "
+               "one-knob pick sat at the largest or smallest value its grid tried is named in the text"
+               + ("; Table~\\ref{tab:e9lmc-confirm} says which inner learning rate the held-out seeds kept."
+                  if not st.tables["confirm"].empty else "."))
+    pages = page_rows(rows, list(t["method"]), SWEEP_ROWS_PER_PAGE)
+    return "\n".join(booktabs(page, header, caption if i == 0 else
+                               f"The language model's recorded sweep, continued ({i + 1} of {len(pages)}).",
+                               "tab:e9lmc-sweep" if i == 0 else f"tab:e9lmc-sweep-{i + 1}")
+                      for i, page in enumerate(pages)) + _confirm_latex(st)
 
 
 def _confirm_latex(st: Stats) -> str:

@@ -2,7 +2,7 @@ import math
 
 import pytest
 
-from lowbw.report.latex import booktabs, escape, fmt_num, fmt_pm, numbers_tex
+from lowbw.report.latex import booktabs, escape, fmt_num, fmt_pm, numbers_tex, page_rows
 from lowbw.report.stats import mean_std, welch
 
 
@@ -45,6 +45,16 @@ def test_booktabs_shape_checked():
     assert r"\toprule" in t and r"\label{tab:x}" in t and "a & 1" in t
     with pytest.raises(ValueError, match="2 cells"):
         booktabs([["a"]], ["x", "y"], "cap", "tab:x")
+
+
+def test_long_tables_are_paged_between_groups_and_a_group_longer_than_a_page_is_split():
+    rows = [[k, i] for i, k in enumerate("aaabbbbcc")]
+    keys = [r[0] for r in rows]
+    assert [[r[1] for r in p] for p in page_rows(rows, keys, 4)] == [[0, 1, 2], [3, 4, 5, 6], [7, 8]]
+    assert [len(p) for p in page_rows(rows, keys, 3)] == [3, 3, 3]  # b split 3 + 1; c joins its 1
+    assert page_rows(rows, keys, 100) == [rows] and page_rows([], [], 5) == []
+    with pytest.raises(ValueError, match="limit 0"):
+        page_rows(rows, keys, 0)
 
 
 def test_mean_std_and_welch():
