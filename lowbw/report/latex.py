@@ -71,7 +71,7 @@ def booktabs(rows: Sequence[Sequence[Any]], header: Sequence[str], caption: str,
 def page_rows(rows: Sequence[Sequence[Any]], keys: Sequence[Any], limit: int) -> list[list[Sequence[Any]]]:
     """``rows`` in pieces of at most ``limit`` rows, one table each (a ``table`` float taller than the page runs
     off its bottom): a run of rows with the same key (``keys``, one per row, e.g. the method) stays in one piece
-    unless it alone exceeds ``limit``."""
+    unless it alone exceeds ``limit``, or keeping runs whole takes more pieces than filling each piece does."""
     if len(keys) != len(rows) or limit < 1:
         raise ValueError(f"page_rows: {len(keys)} keys for {len(rows)} rows, limit {limit}")
     runs: list[list[Sequence[Any]]] = []  # consecutive rows of one key
@@ -88,4 +88,6 @@ def page_rows(rows: Sequence[Sequence[Any]], keys: Sequence[Any], limit: int) ->
             take = limit - len(pages[-1])
             pages[-1].extend(run[:take])
             run = run[take:]
+    if len(pages) > -(-len(rows) // limit):  # whole runs cost a piece: fill each instead
+        pages = [list(rows[i:i + limit]) for i in range(0, len(rows), limit)]
     return pages if pages[0] else []

@@ -52,6 +52,7 @@ def test_long_tables_are_paged_between_groups_and_a_group_longer_than_a_page_is_
     keys = [r[0] for r in rows]
     assert [[r[1] for r in p] for p in page_rows(rows, keys, 4)] == [[0, 1, 2], [3, 4, 5, 6], [7, 8]]
     assert [len(p) for p in page_rows(rows, keys, 3)] == [3, 3, 3]  # b split 3 + 1; c joins its 1
+    assert [len(p) for p in page_rows(rows, keys, 5)] == [5, 4]  # whole runs would take 3 pieces: filled
     assert page_rows(rows, keys, 100) == [rows] and page_rows([], [], 5) == []
     with pytest.raises(ValueError, match="limit 0"):
         page_rows(rows, keys, 0)
