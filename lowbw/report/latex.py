@@ -90,4 +90,4 @@ def page_rows(rows: Sequence[Sequence[Any]], keys: Sequence[Any], limit: int) ->
             run = run[take:]
     if len(pages) > -(-len(rows) // limit):  # whole runs cost a piece: fill each instead
         pages = [list(rows[i:i + limit]) for i in range(0, len(rows), limit)]
-    return pages if pages[0] else []
+    return [page for page in pages if page]

@@ -44,7 +44,7 @@ EAGER, DILOCO = "diloco16_eager", "diloco16"  # eager DiLoCo and the DiLoCo it o
 HEADLINE_MBIT = (10.0, 1000.0)  # the links the headline compares at (Mbit/s per worker)
 BASELINE = "dense"
 MARGIN = 0.1  # nats/char above dense's final validation loss: the target
-SWEEP_ROWS_PER_PAGE = 62  # rows of the appendix's sweep table per page (\small, a page holds about 70)
+SWEEP_ROWS_PER_PAGE = 64  # rows of the appendix's sweep table per page (\footnotesize, a page holds about 75)
 
 
 
@@ -454,7 +454,7 @@ def sweep_latex(st: Stats) -> str | None:
     pages = page_rows(rows, list(t["method"]), SWEEP_ROWS_PER_PAGE)
     return "\n".join(booktabs(page, header, caption if i == 0 else
                                f"The language model's recorded sweep, continued ({i + 1} of {len(pages)}).",
-                               "tab:e9lmc-sweep" if i == 0 else f"tab:e9lmc-sweep-{i + 1}")
+                               "tab:e9lmc-sweep" if i == 0 else f"tab:e9lmc-sweep-{i + 1}", size="\\footnotesize")
                       for i, page in enumerate(pages)) + _confirm_latex(st)
 
 
