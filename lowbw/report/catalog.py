@@ -524,8 +524,7 @@ MACROS.update({
     "ENineLmcKeptAtEdge": "methods whose kept inner lr is the smallest or largest of all they tried, sweep and "
                           "held-out (list)",
     "ENineLmcExtended": "methods whose kept inner lr sat at the edge and ran a point beyond it on the held-out seeds",
-    "ENineLmcExtendedKept": "how many of them kept an inner lr beyond the edge",
-    "ENineLmcExtendedKeptMethods": "those methods (list)",
+    "ENineLmcExtendedKeptMethods": "those of them that kept an inner lr beyond the edge (list)",
     "ENineLmcTenSecond": "the method with the second-smallest censored median time to target at 10 Mbit/s",
     "ENineLmcTenSecondTtt": "its median time to target at 10 Mbit/s",
     "ENineLmcTenSecondArrived": "its seeds that reached the target at 10 Mbit/s (k of n)",

@@ -326,11 +326,10 @@ def numbers(st: Stats) -> dict[str, str]:
         out[f"{p}Confirmed"] = str(len(done))
         out[f"{p}Repicked"] = str(int(done["changed"].sum()))
         out[f"{p}RepickedMethods"] = escape(", ".join(done.loc[done["changed"], "method"])) or "none"
-        # the kept lrs that sat at the edge of those tried, and how many of their points beyond it were kept
+        # the kept lrs that sat at the edge of those tried, and the methods that kept a point beyond it
         ext = done[done["beyond"].map(len) > 0]
         out[f"{p}Extended"] = str(len(ext))
         won = ext[ext.apply(lambda r: r["lr"] in r["beyond"], axis=1).astype(bool)] if len(ext) else ext
-        out[f"{p}ExtendedKept"] = str(len(won))
         out[f"{p}ExtendedKeptMethods"] = escape(", ".join(won["method"])) or "none"
         if BASELINE in set(done["method"]):
             d = done.set_index("method").loc[BASELINE]
