@@ -212,6 +212,12 @@ def _confirm_table(sweep: pd.DataFrame, conf: dict) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def _seed_words(seeds: list[int]) -> str:
+    """``[3, 4]`` -> ``"3 and 4"``, ``[1, 2, 3]`` -> ``"1, 2 and 3"``."""
+    return " and ".join(str(s) for s in seeds) if len(seeds) < 3 else (
+        ", ".join(str(s) for s in seeds[:-1]) + f" and {seeds[-1]}")
+
+
 def _optimism(runs: pd.DataFrame, picking: list[int], p: str) -> dict[str, str]:
     """How much lower the tuned runs end on the seeds that picked their values (the sweep's and the held-out ones)
     than on the seeds no pick saw: per method the difference of the two means, its median over the methods that
@@ -225,8 +231,7 @@ def _optimism(runs: pd.DataFrame, picking: list[int], p: str) -> dict[str, str]:
     if gap.empty:
         return {}
     d = float(gap.median())
-    return {f"{p}UnseenSeeds": " and ".join(str(s) for s in unseen) if len(unseen) < 3 else
-            ", ".join(str(s) for s in unseen[:-1]) + f" and {unseen[-1]}",
+    return {f"{p}UnseenSeeds": _seed_words(unseen),
             f"{p}PickOptimism": f"{fmt_num(abs(d), 2)} nats/char {'higher' if d > 0 else 'lower'}" if d else "as low"}
 
 
@@ -321,8 +326,7 @@ def numbers(st: Stats) -> dict[str, str]:
     if not conf.empty:
         done = conf[np.isfinite(conf["pick_mean"])]
         held = st.meta["held_out"]
-        out[f"{p}HeldOutSeeds"] = " and ".join(str(s) for s in held) if len(held) < 3 else (
-            ", ".join(str(s) for s in held[:-1]) + f" and {held[-1]}")
+        out[f"{p}HeldOutSeeds"] = _seed_words(held)
         out[f"{p}Confirmed"] = str(len(done))
         out[f"{p}Repicked"] = str(int(done["changed"].sum()))
         out[f"{p}RepickedMethods"] = escape(", ".join(done.loc[done["changed"], "method"])) or "none"

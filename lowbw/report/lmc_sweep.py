@@ -57,9 +57,9 @@ from lowbw.train.schemes.registry import SCHEMES, reads
 from lowbw.workflow.grid import run_config
 
 __all__ = ["SWEEP", "CONFIRM", "TUNED", "LADDERS", "split_point", "sweep_table", "coordinate_picks", "best_points",
-           "picks", "joint_points", "at_edge", "runner_up", "confirm_points", "held_out", "confirmed", "kept_at_edge",
-           "extend_points", "tuned_block", "write_tuned", "widen_points", "write_widened", "write_confirm", "reuse",
-           "relocate", "main"]
+           "picks", "joint_points", "at_edge", "runner_up", "confirm_points", "held_out", "confirmed", "held_means",
+           "kept_at_edge", "extend_points", "tuned_block", "write_tuned", "widen_points", "write_widened",
+           "write_confirm", "reuse", "relocate", "main"]
 
 SWEEP = "e9_lmc_sweep"  # the sweep's experiment
 CONFIRM = "e9_lmc_confirm"  # the held-out check of each inner-lr pick (its seeds: those the sweep never ran)
@@ -242,6 +242,12 @@ def confirmed(table: pd.DataFrame, runs: pd.DataFrame, seeds: list[int]) -> dict
     return out
 
 
+def held_means(c: dict) -> list[tuple[float, float]]:
+    """(inner lr, held-out mean) of every inner lr one method's held-out check ran (a :func:`confirmed` entry):
+    the pick, the runner-up, then the points beyond the edge."""
+    return [(c["pick_lr"], c["pick_mean"]), (c["alt_lr"], c["alt_mean"]), *c["beyond"].items()]
+
+
 def kept_at_edge(table: pd.DataFrame, conf: dict) -> dict[str, str]:
     """method -> ``"smallest"`` or ``"largest"`` where the inner lr kept on the held-out seeds (:func:`confirmed`)
     is the end of every inner lr the method tried (its sweep's default and ``lrx`` points, its held-out points):
@@ -249,7 +255,7 @@ def kept_at_edge(table: pd.DataFrame, conf: dict) -> dict[str, str]:
     out = {}
     for m, c in conf.items():
         g = table[(table["method"] == m) & table["knob"].isin(["default", "lr"])]
-        tried = {float(x) for x in g["lr"]} | {c["pick_lr"], c["alt_lr"], *c["beyond"]}
+        tried = {float(x) for x in g["lr"]} | {lr for lr, _ in held_means(c)}
         if len(tried) > 1 and c["lr"] in (min(tried), max(tried)):
             out[m] = "smallest" if c["lr"] == min(tried) else "largest"
     return out
@@ -287,9 +293,9 @@ def tuned_block(table: pd.DataFrame, conf: dict[str, dict[str, float]] | None = 
         if method in conf:
             c = conf[method]
             p = {**p, "lr": c["lr"]}
-            tried = [(c["pick_lr"], c["pick_mean"]), (c["alt_lr"], c["alt_mean"]), *c.get("beyond", {}).items()]
             held = (f"; held out (seeds {', '.join(str(s) for s in seeds or [])}, mean final val loss): lr "
-                    + ", ".join(f"x{lr / d['lr']:g} {v:.3f}" for lr, v in tried) + f" -> x{c['lr'] / d['lr']:g}")
+                    + ", ".join(f"x{lr / d['lr']:g} {v:.3f}" for lr, v in held_means(c))
+                    + f" -> x{c['lr'] / d['lr']:g}")
         lines.append(f"  {method}-tuned: {{<<: *{method}, {_body(p)}}}  # sweep (seed 0, final val loss): "
                      + "; ".join(why) + flag + held)
     lines.append(END)
@@ -499,8 +505,7 @@ def _repick(config: Path, root: Path, table: pd.DataFrame) -> list[str]:
     if new:
         write_confirm(config, new)
     write_tuned(config, table, conf, seeds)
-    lines = [f"{m}: lr {c['pick_lr']:g} {c['pick_mean']:.3f}, {c['alt_lr']:g} {c['alt_mean']:.3f}"
-             + "".join(f", {lr:g} {v:.3f}" for lr, v in c["beyond"].items()) + f" -> {c['lr']:g}"
+    lines = [f"{m}: lr " + ", ".join(f"{lr:g} {v:.3f}" for lr, v in held_means(c)) + f" -> {c['lr']:g}"
              for m, c in conf.items()]
     lines += [f"unconfirmed (held-out runs missing): {m}" for m in runner_up(table) if m not in conf]
     cfg = yaml.safe_load(config.read_text(encoding="utf-8"))
